@@ -1,0 +1,333 @@
+package backend
+
+import (
+	"math"
+	"time"
+)
+
+// State is one counter's state under one Limit. The zero State is a fresh
+// counter. Its methods are the reference definition of every Algorithm:
+// pure functions of (state, now, limit, hits), in whole microseconds since
+// the Unix epoch, which every Store must reproduce decision for decision
+// (the Redis scripts port them; backendtest holds the shared cases).
+//
+// Each method first brings the state to now (rolls windows, refills
+// buckets, drops expired log entries), which changes no decision. A clock
+// that steps backwards is treated as standing still.
+//
+// The fields mean, per algorithm:
+//
+//	FixedWindow    T: start of the current window; N: its count.
+//	SlidingWindow  T: start of the current window; N: its count; P: the previous window's count.
+//	SlidingLog     Log: counted hits, oldest first; N: their sum.
+//	TokenBucket    T: time of the last refill; Tokens: the bucket's content (starts full).
+//	GCRA           T: the theoretical arrival time (TAT).
+//
+// ResetAfter is, per algorithm: fixed and sliding window, the end of the
+// current epoch-aligned window; sliding log, the oldest counted hit's time
+// plus the window; token bucket, the time until the bucket is full; GCRA,
+// TAT minus now; a ban, the end of the current window.
+type State struct {
+	T      int64
+	N      uint64
+	P      uint64
+	Tokens float64
+	Log    *Log // nil until a sliding log first counts a hit
+}
+
+// Micros returns t in microseconds since the Unix epoch, the clock of State.
+func Micros(t time.Time) int64 { return t.UnixMicro() }
+
+// Admits reports whether l admits hits more on st at now (µs). hits zero
+// checks only: it is refused iff the counter is already past the limit.
+// A ban admits nothing.
+func (st *State) Admits(l Limit, now int64, hits uint64) bool {
+	if l.Ban() {
+		return false
+	}
+	st.advance(l, now)
+	switch l.Algorithm {
+	case FixedWindow, SlidingLog:
+		return addSat(st.N, hits) <= l.Requests
+	case SlidingWindow:
+		return float64(addSat(st.N, hits))+st.weightedPrev(l, now) <= float64(l.Requests)
+	case TokenBucket:
+		return st.Tokens >= float64(hits)
+	case GCRA:
+		b := l.burst()
+		if hits > b {
+			return false
+		}
+		// tat-now <= (b-hits)·T, written so that a saturated TAT cannot overflow.
+		return max(st.T, now)-now <= int64(b-hits)*l.interval()
+	}
+	return false
+}
+
+// Add counts hits on st at now (µs) without checking the limit: the caller
+// has checked Admits, or records usage past the limit on purpose
+// (Request.ConsumeWhenOver). A ban counts nothing.
+func (st *State) Add(l Limit, now int64, hits uint64) {
+	if l.Ban() || hits == 0 {
+		return
+	}
+	st.advance(l, now)
+	switch l.Algorithm {
+	case FixedWindow, SlidingWindow:
+		st.N = addSat(st.N, hits)
+	case SlidingLog:
+		if st.Log == nil {
+			st.Log = new(Log)
+		}
+		st.Log.push(max(now, st.Log.newest()), hits)
+		st.N = addSat(st.N, hits)
+	case TokenBucket:
+		st.Tokens -= float64(hits)
+	case GCRA:
+		st.T = addSatInt(max(st.T, now), mulSatInt(int64(min(hits, math.MaxInt64)), l.interval()))
+	}
+}
+
+// Result reports st's remaining capacity, reset and, when over is set, the
+// time until hits more would be admitted, at now (µs).
+func (st *State) Result(l Limit, now int64, hits uint64, over bool) Result {
+	if l.Ban() {
+		reset := micro(windowEnd(l, now) - now)
+		return Result{OverLimit: true, ResetAfter: reset, RetryAfter: reset}
+	}
+	st.advance(l, now)
+	r := Result{OverLimit: over}
+	w := l.window()
+	switch l.Algorithm {
+	case FixedWindow:
+		r.Remaining = subSat(l.Requests, st.N)
+		r.ResetAfter = micro(st.T + w - now)
+	case SlidingWindow:
+		if left := float64(l.Requests) - (float64(st.N) + st.weightedPrev(l, now)); left > 0 {
+			r.Remaining = uint64(left)
+		}
+		r.ResetAfter = micro(st.T + w - now)
+	case SlidingLog:
+		r.Remaining = subSat(l.Requests, st.N)
+		if st.Log.Len() > 0 {
+			r.ResetAfter = micro(st.Log.at(0).t + w - now)
+		}
+	case TokenBucket:
+		if st.Tokens > 0 {
+			r.Remaining = uint64(st.Tokens)
+		}
+		r.ResetAfter = micro(ceilDiv(float64(l.burst())-st.Tokens, l, w))
+	case GCRA:
+		tat, t := max(st.T, now), l.interval()
+		if room := int64(l.burst())*t - (tat - now); room > 0 {
+			r.Remaining = uint64(room / t)
+		}
+		r.ResetAfter = micro(tat - now)
+	}
+	if over {
+		r.RetryAfter = micro(st.retryAfter(l, now, hits))
+	}
+	return r
+}
+
+// Expiry returns the instant (µs) from which st is as good as a fresh
+// State under l, so a store may forget it.
+func (st *State) Expiry(l Limit) int64 {
+	w := l.window()
+	switch l.Algorithm {
+	case FixedWindow:
+		return st.T + w
+	case SlidingWindow:
+		return st.T + 2*w
+	case SlidingLog:
+		if st.Log.Len() == 0 {
+			return 0
+		}
+		return st.Log.newest() + w
+	case TokenBucket:
+		if l.Ban() {
+			return 0
+		}
+		return st.T + ceilDiv(float64(l.burst())-st.Tokens, l, w)
+	case GCRA:
+		return st.T
+	}
+	return 0
+}
+
+// advance brings st to now without changing any decision.
+func (st *State) advance(l Limit, now int64) {
+	w := l.window()
+	switch l.Algorithm {
+	case FixedWindow, SlidingWindow:
+		start := now - now%w
+		if start <= st.T {
+			return // same window, or the clock stepped back
+		}
+		if l.Algorithm == SlidingWindow && start == st.T+w {
+			st.P = st.N
+		} else {
+			st.P = 0
+		}
+		st.T, st.N = start, 0
+	case SlidingLog:
+		if st.Log == nil {
+			return
+		}
+		for st.Log.len > 0 && st.Log.at(0).t <= now-w {
+			st.N = subSat(st.N, st.Log.at(0).n)
+			st.Log.pop()
+		}
+		st.Log.shrink()
+	case TokenBucket:
+		b := float64(l.burst())
+		if st.T == 0 {
+			st.T, st.Tokens = now, b // a fresh bucket starts full
+			return
+		}
+		if now > st.T {
+			refill := float64(float64(now-st.T)*float64(l.Requests)) / float64(w)
+			st.Tokens = min(b, st.Tokens+refill)
+			st.T = now
+		}
+	}
+}
+
+// weightedPrev returns the part of the previous window's count that the
+// sliding window still covers at now.
+func (st *State) weightedPrev(l Limit, now int64) float64 {
+	w := l.window()
+	elapsed := min(max(now-st.T, 0), w)
+	return float64(float64(st.P)*float64(w-elapsed)) / float64(w)
+}
+
+// retryAfter returns the time (µs) until hits more would be admitted if
+// nothing else were counted; st is advanced to now.
+func (st *State) retryAfter(l Limit, now int64, hits uint64) int64 {
+	at, possible := st.retryAt(l, now, hits)
+	if !possible {
+		return l.window()
+	}
+	// The closed forms below use floats where the predicate does; rounding
+	// may leave them a microsecond off either way. Step until Admits agrees.
+	at = max(at, now+1)
+	admits := func(at int64) bool {
+		probe := *st
+		if st.Log != nil {
+			// Admits only moves a log's head, never writes its entries: a
+			// copy of the header is enough to probe without changing st.
+			lc := *st.Log
+			probe.Log = &lc
+		}
+		return probe.Admits(l, at, hits)
+	}
+	for i := 0; i < 4 && at > now+1 && admits(at-1); i++ {
+		at--
+	}
+	for i := 0; i < 4 && !admits(at); i++ {
+		at++
+	}
+	return at - now
+}
+
+// retryAt returns the first instant (µs) from which hits more would be
+// admitted if nothing else were counted, or false if hits exceed what l
+// can ever admit at once.
+func (st *State) retryAt(l Limit, now int64, hits uint64) (int64, bool) {
+	w := l.window()
+	switch l.Algorithm {
+	case FixedWindow:
+		return st.T + w, hits <= l.Requests
+	case SlidingWindow:
+		if hits > l.Requests {
+			return 0, false
+		}
+		// While the current count fits, wait for the previous window's
+		// weight to fall; otherwise for the next window, where this
+		// window's count becomes the weighted one.
+		t, prev, room := st.T, st.P, uint64(0)
+		if n := addSat(st.N, hits); n <= l.Requests {
+			room = l.Requests - n
+		} else {
+			t, prev, room = st.T+w, st.N, l.Requests-hits
+		}
+		if prev == 0 {
+			return t, true
+		}
+		return t + w - int64(float64(room)*float64(w)/float64(prev)), true
+	case SlidingLog:
+		if hits > l.Requests {
+			return 0, false
+		}
+		n := addSat(st.N, hits)
+		if n <= l.Requests {
+			return now, true
+		}
+		need := n - l.Requests // hits that must expire first
+		for i := 0; i < st.Log.Len(); i++ {
+			e := st.Log.at(i)
+			if e.n >= need {
+				return e.t + w, true
+			}
+			need -= e.n
+		}
+		return now, true
+	case TokenBucket:
+		if hits > l.burst() {
+			return 0, false
+		}
+		return now + ceilDiv(float64(hits)-st.Tokens, l, w), true
+	case GCRA:
+		b := l.burst()
+		if hits > b {
+			return 0, false
+		}
+		return max(st.T, now) - int64(b-hits)*l.interval(), true
+	}
+	return now, true
+}
+
+// windowEnd returns the end (µs) of the epoch-aligned window of l holding now.
+func windowEnd(l Limit, now int64) int64 {
+	w := l.window()
+	return now - now%w + w
+}
+
+// ceilDiv returns the microseconds that l takes to refill tokens (rounded
+// up), as a token bucket refills Requests per w.
+func ceilDiv(tokens float64, l Limit, w int64) int64 {
+	if tokens <= 0 {
+		return 0
+	}
+	return int64(math.Ceil(float64(tokens*float64(w)) / float64(l.Requests)))
+}
+
+func micro(us int64) time.Duration { return time.Duration(max(us, 0)) * time.Microsecond }
+
+func addSat(a, b uint64) uint64 {
+	if s := a + b; s >= a {
+		return s
+	}
+	return math.MaxUint64
+}
+
+func subSat(a, b uint64) uint64 {
+	if a > b {
+		return a - b
+	}
+	return 0
+}
+
+func addSatInt(a, b int64) int64 {
+	if b > 0 && a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
+}
+
+func mulSatInt(a, b int64) int64 {
+	if a != 0 && b > math.MaxInt64/a {
+		return math.MaxInt64
+	}
+	return a * b
+}

@@ -1,0 +1,140 @@
+package backend
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// A Store applies one decision's hits to rate-limit counters.
+//
+// Implementations must be safe for concurrent use by multiple goroutines, and
+// must decide each call atomically: no other call's hits are counted between
+// reading a counter and writing it, so that admitted hits never exceed a
+// limit at any concurrency.
+type Store interface {
+	// Take decides reqs as one request and writes one Result per Request
+	// into res (len(res) == len(reqs)), so the hot path allocates nothing.
+	//
+	// The decision is all or nothing, as Refused and Consumes define it: a
+	// refused call leaves no lasting consumption (but on ConsumeWhenOver
+	// requests), and an admitted call consumes on every group that is
+	// within its limits.
+	//
+	// Exceeding a limit is reported in res, never as an error; a non-nil
+	// error means the store could not decide (unreachable, timed out,
+	// closed), and res is then undefined.
+	Take(ctx context.Context, reqs []Request, res []Result) error
+}
+
+// ErrClosed is returned by a Store used after its Close.
+var ErrClosed = errors.New("backend: store closed")
+
+// Mode says what a Request's over-limit does to the whole call.
+type Mode uint8
+
+const (
+	// Enforce: the call is refused when this request's group is over.
+	Enforce Mode = iota
+	// Shadow: an over-limit is reported but refuses nothing (a rule's
+	// shadow_mode, or the daemon's global shadow mode).
+	Shadow
+	// Quota: the call is refused only when every Quota group of the call is
+	// over (a rule's quota_mode).
+	Quota
+)
+
+// A Request is one limit to apply to one counter.
+type Request struct {
+	// Key identifies the counter; see AppendKey. Stores may hash it but
+	// must not confuse two keys.
+	Key string
+	// Limit is the limit to apply to the counter.
+	Limit Limit
+	// Hits is how much the request consumes; zero checks without consuming.
+	Hits uint64
+	// Group is the index of the request descriptor this limit belongs to.
+	// The limits of one descriptor stand or fall together: if one is over,
+	// none of them consumes. Requests of one group are adjacent in a call
+	// and share Mode and ConsumeWhenOver.
+	Group int
+	// Mode says whether this group's over-limit refuses the call.
+	Mode Mode
+	// ConsumeWhenOver records Hits even when the group or the call is
+	// refused, past the limit if need be (usage reported after the fact).
+	ConsumeWhenOver bool
+}
+
+// A Result is a Store's answer for one Request.
+type Result struct {
+	// OverLimit reports that this limit could not admit Hits.
+	OverLimit bool
+	// Remaining is how many more hits the limit would admit now, after
+	// this call's consumption.
+	Remaining uint64
+	// ResetAfter is the time until the counter resets, as the algorithm
+	// defines it (see State).
+	ResetAfter time.Duration
+	// RetryAfter is the time until Hits more would be admitted, if nothing
+	// else is counted meanwhile; zero when not over. When Hits exceed what
+	// the limit can ever admit it is the limit's Window (for a ban, the end
+	// of the current window).
+	RetryAfter time.Duration
+}
+
+// Refused reports whether a call is refused, given each request's
+// OverLimit in res: when an Enforce group is over, or when the call has
+// Quota groups and all of them are over.
+//
+// It is the rule every Store applies inside its atomic step; the decision
+// engine uses it too, to report the overall code.
+func Refused(reqs []Request, res []Result) bool {
+	quota, quotaUnder := false, false
+	for i := 0; i < len(reqs); {
+		j, over := groupEnd(reqs, res, i)
+		switch reqs[i].Mode {
+		case Enforce:
+			if over {
+				return true
+			}
+		case Quota:
+			quota = true
+			quotaUnder = quotaUnder || !over
+		}
+		i = j
+	}
+	return quota && !quotaUnder
+}
+
+// Consumes reports whether reqs[i] consumes its hits in a call whose
+// verdict is refused: a ConsumeWhenOver request always does; any other
+// only when the call is admitted and its group is within its limits.
+func Consumes(reqs []Request, res []Result, refused bool, i int) bool {
+	if reqs[i].ConsumeWhenOver {
+		return true
+	}
+	if refused {
+		return false
+	}
+	return !GroupOver(reqs, res, i)
+}
+
+// GroupOver reports whether any request of reqs[i]'s group is over.
+func GroupOver(reqs []Request, res []Result, i int) bool {
+	g := reqs[i].Group
+	for i > 0 && reqs[i-1].Group == g {
+		i--
+	}
+	_, over := groupEnd(reqs, res, i)
+	return over
+}
+
+// groupEnd returns the index after the group starting at i, and whether
+// any of its requests is over.
+func groupEnd(reqs []Request, res []Result, i int) (int, bool) {
+	g, over := reqs[i].Group, false
+	for ; i < len(reqs) && reqs[i].Group == g; i++ {
+		over = over || res[i].OverLimit
+	}
+	return i, over
+}
