@@ -1,0 +1,379 @@
+// Package memory is ratelimitd's embedded counter store: sharded maps in
+// the daemon's own memory, for a single replica that needs nothing else.
+//
+// Usage:
+//
+//	store := memory.New(memory.Options{MaxKeys: 100_000})
+//	defer store.Close()
+//	err := store.Take(ctx, reqs, res)
+package memory
+
+import (
+	"context"
+	"fmt"
+	"hash/maphash"
+	"math"
+	"math/bits"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ratelimitd/ratelimitd/backend"
+)
+
+// Defaults of Options.
+const (
+	DefaultMaxKeys       = 1_000_000
+	DefaultSweepInterval = 10 * time.Second
+)
+
+const (
+	maxShards = 256
+	// evictionSamples is how many keys a full shard looks at to choose
+	// the one to evict.
+	evictionSamples = 5
+	// fullSweepEvery is how often, at most, a full shard sweeps all its
+	// expired keys before it evicts a live one.
+	fullSweepEvery = int64(time.Second / time.Microsecond)
+)
+
+// Options configures a Store. The zero value means the defaults.
+type Options struct {
+	// MaxKeys bounds the number of counters kept. When a new key finds
+	// its shard full, the store first drops an expired counter, else
+	// evicts the one, among a few sampled, whose state expires soonest
+	// (as Redis's volatile-ttl policy does), and counts an eviction: an
+	// evicted counter starts again from zero. Zero means DefaultMaxKeys.
+	MaxKeys int
+	// SweepInterval is how often a background sweep drops expired
+	// counters. Zero means DefaultSweepInterval.
+	SweepInterval time.Duration
+	// Now returns the current time. Nil means the wall clock at New plus
+	// the monotonic time elapsed since: one clock read per call, and a
+	// clock that never steps backwards when the system's is adjusted.
+	Now func() time.Time
+}
+
+// Store is an in-memory backend.Store. Every algorithm's state lives in
+// one of up to 256 shards, each a map guarded by its own mutex; a call
+// locks the shards of its keys in ascending order and decides under those
+// locks, so each call is atomic and concurrent calls on other shards do
+// not wait.
+//
+// Store is safe for concurrent use by multiple goroutines. Close stops its
+// sweeper.
+type Store struct {
+	now      func() time.Time
+	seeds    [2]maphash.Seed
+	shards   []shard
+	mask     uint64
+	perShard int
+
+	evictions atomic.Uint64
+	closed    atomic.Bool
+	closeOnce sync.Once
+	stop      chan struct{} // closed by Close to stop the sweeper
+	done      chan struct{} // closed when the sweeper has returned
+}
+
+var _ backend.Store = (*Store)(nil)
+
+type shard struct {
+	mu    sync.Mutex
+	m     map[hkey]bucket       // requires that mu is held
+	logs  map[hkey]*backend.Log // sliding logs of keys in m; requires that mu is held
+	swept int64                 // µs of the last sweep; requires that mu is held
+	_     [32]byte              // keep shards on separate cache lines
+}
+
+// hkey is a counter's key as the store keeps it: two 64-bit hashes of the
+// request's key with independent random seeds. Memory per key is bounded
+// whatever the key's length, lookups compare 16 bytes instead of chasing
+// the key's bytes, and, the seeds being secret and per process, callers
+// cannot choose keys that collide (a chance of about n²/2¹²⁹ for n keys).
+type hkey [2]uint64
+
+// bucket is one counter, stored inline in its shard's map. It holds no
+// pointer, so the garbage collector never scans the maps, however many
+// keys they hold; a sliding log's entries live in shard.logs.
+type bucket struct {
+	t      int64
+	n, p   uint64
+	tokens float64
+	exp    int64 // µs from which the state is as good as fresh (see State.Expiry)
+}
+
+// New returns a Store and starts its sweeper; call Close to stop it.
+func New(opts Options) *Store {
+	maxKeys := opts.MaxKeys
+	if maxKeys <= 0 {
+		maxKeys = DefaultMaxKeys
+	}
+	interval := opts.SweepInterval
+	if interval <= 0 {
+		interval = DefaultSweepInterval
+	}
+	now := opts.Now
+	if now == nil {
+		start := time.Now()
+		wall := start.Round(0) // without its monotonic reading
+		now = func() time.Time { return wall.Add(time.Since(start)) }
+	}
+	// Enough shards to spread contention, few enough that each holds at
+	// least 64 keys, so that sampled eviction has a choice.
+	n := min(maxShards, 1<<bits.Len(uint(max(maxKeys/64, 1))-1))
+	s := &Store{
+		now:      now,
+		seeds:    [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()},
+		shards:   make([]shard, n),
+		mask:     uint64(n - 1),
+		perShard: maxKeys / n,
+		stop:     make(chan struct{}),
+		done:     make(chan struct{}),
+	}
+	for i := range s.shards {
+		s.shards[i].m = make(map[hkey]bucket)
+		s.shards[i].logs = make(map[hkey]*backend.Log)
+	}
+	go s.sweeper(interval)
+	return s
+}
+
+// Close stops the sweeper and makes later calls to Take fail with
+// backend.ErrClosed. It is safe to call more than once.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		s.closed.Store(true)
+		close(s.stop)
+		<-s.done
+	})
+	return nil
+}
+
+// Len returns the number of counters held.
+func (s *Store) Len() int {
+	n := 0
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		n += len(sh.m)
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+// Evictions returns how many live counters were evicted to make room for
+// new ones since New.
+func (s *Store) Evictions() uint64 { return s.evictions.Load() }
+
+// slot is one request's counter during a call: a copy of its state,
+// written back when the call is decided.
+type slot struct {
+	sh    *shard
+	key   hkey
+	alias int // index of the first slot of this call with the same key
+	st    backend.State
+}
+
+// Take implements backend.Store.
+func (s *Store) Take(ctx context.Context, reqs []backend.Request, res []backend.Result) error {
+	if len(res) != len(reqs) {
+		return fmt.Errorf("memory: take: %d results for %d requests", len(res), len(reqs))
+	}
+	if s.closed.Load() {
+		return backend.ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("memory: take: %w", err)
+	}
+	var small [4]slot
+	slots := small[:]
+	if len(reqs) > len(small) {
+		slots = make([]slot, len(reqs))
+	}
+	slots = slots[:len(reqs)]
+
+	var locked [maxShards / 64]uint64 // a bitmap, so shards lock in ascending order
+	for i := range reqs {
+		sl := &slots[i]
+		sl.key = hkey{maphash.String(s.seeds[0], reqs[i].Key), maphash.String(s.seeds[1], reqs[i].Key)}
+		idx := sl.key[0] & s.mask
+		sl.sh = &s.shards[idx]
+		locked[idx/64] |= 1 << (idx % 64)
+		sl.alias = i
+		for j := range i {
+			if slots[j].key == sl.key {
+				sl.alias = j
+				break
+			}
+		}
+	}
+	s.lock(&locked, true)
+	defer s.lock(&locked, false)
+
+	now := backend.Micros(s.now())
+	for i := range slots {
+		if sl := &slots[i]; sl.alias == i {
+			s.load(sl, reqs[i].Limit, now, slots[:i])
+		}
+	}
+	decide(slots, reqs, res, now)
+	for i := range slots {
+		if sl := &slots[i]; sl.alias == i {
+			s.store(sl, reqs[i].Limit)
+		}
+	}
+	return nil
+}
+
+// load copies sl's counter into sl.st, making room in a full shard for a
+// key it does not hold yet. It never drops a key that busy (this call's
+// earlier slots) holds.
+func (s *Store) load(sl *slot, l backend.Limit, now int64, busy []slot) {
+	sh := sl.sh
+	b, ok := sh.m[sl.key]
+	if !ok && len(sh.m) >= s.perShard {
+		if now-sh.swept >= fullSweepEvery {
+			sweepLocked(sh, now, busy)
+		}
+		if len(sh.m) >= s.perShard {
+			s.evict(sh, now, busy)
+		}
+	}
+	sl.st = backend.State{T: b.t, N: b.n, P: b.p, Tokens: b.tokens}
+	if l.Algorithm == backend.SlidingLog {
+		sl.st.Log = sh.logs[sl.key]
+	}
+}
+
+// store writes sl.st back as its counter.
+func (s *Store) store(sl *slot, l backend.Limit) {
+	st := &sl.st
+	sl.sh.m[sl.key] = bucket{t: st.T, n: st.N, p: st.P, tokens: st.Tokens, exp: st.Expiry(l)}
+	if st.Log != nil {
+		sl.sh.logs[sl.key] = st.Log
+	}
+}
+
+// decide applies the all-or-nothing rule of backend.Store to the loaded
+// states of slots.
+func decide(slots []slot, reqs []backend.Request, res []backend.Result, now int64) {
+	for i := range reqs {
+		// Earlier requests of this call on the same counter count as
+		// taken: checking h1 then h2 at one instant is checking h1+h2.
+		hits := reqs[i].Hits
+		for j := range i {
+			if slots[j].alias == slots[i].alias && !res[j].OverLimit {
+				hits = addSat(hits, reqs[j].Hits)
+			}
+		}
+		res[i].OverLimit = !slots[slots[i].alias].st.Admits(reqs[i].Limit, now, hits)
+	}
+	refused := backend.Refused(reqs, res)
+	for i := range reqs {
+		if backend.Consumes(reqs, res, refused, i) {
+			slots[slots[i].alias].st.Add(reqs[i].Limit, now, reqs[i].Hits)
+		}
+	}
+	for i := range reqs {
+		res[i] = slots[slots[i].alias].st.Result(reqs[i].Limit, now, reqs[i].Hits, res[i].OverLimit)
+	}
+}
+
+// evict drops one key of the full shard sh: an expired one if the sample
+// finds one, else the sampled one that expires soonest.
+func (s *Store) evict(sh *shard, now int64, busy []slot) {
+	victim, soonest, n := hkey{}, int64(math.MaxInt64), 0
+	for k, b := range sh.m { // map iteration starts at a random place
+		if holds(busy, k) {
+			continue
+		}
+		if b.exp <= now {
+			drop(sh, k)
+			return
+		}
+		if b.exp < soonest {
+			victim, soonest = k, b.exp
+		}
+		if n++; n == evictionSamples {
+			break
+		}
+	}
+	if n > 0 {
+		drop(sh, victim)
+		s.evictions.Add(1)
+	}
+}
+
+func drop(sh *shard, k hkey) {
+	delete(sh.m, k)
+	delete(sh.logs, k)
+}
+
+func holds(slots []slot, k hkey) bool {
+	for i := range slots {
+		if slots[i].key == k {
+			return true
+		}
+	}
+	return false
+}
+
+// lock locks (or unlocks) every shard set in the bitmap, in ascending
+// order, so that calls sharing shards cannot deadlock.
+func (s *Store) lock(set *[maxShards / 64]uint64, lock bool) {
+	for w, word := range set {
+		for word != 0 {
+			i := w*64 + bits.TrailingZeros64(word)
+			word &= word - 1
+			if lock {
+				s.shards[i].mu.Lock()
+			} else {
+				s.shards[i].mu.Unlock()
+			}
+		}
+	}
+}
+
+// sweeper drops expired buckets every interval until Close.
+func (s *Store) sweeper(interval time.Duration) {
+	defer close(s.done)
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+			s.sweep()
+		}
+	}
+}
+
+// sweep drops every expired bucket, one shard at a time.
+func (s *Store) sweep() {
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		sweepLocked(sh, backend.Micros(s.now()), nil)
+		sh.mu.Unlock()
+	}
+}
+
+// sweepLocked drops the expired buckets of sh, whose mu must be held,
+// but those that busy (the call in progress) holds.
+func sweepLocked(sh *shard, now int64, busy []slot) {
+	for k, b := range sh.m {
+		if b.exp <= now && !holds(busy, k) {
+			drop(sh, k)
+		}
+	}
+	sh.swept = now
+}
+
+func addSat(a, b uint64) uint64 {
+	if s := a + b; s >= a {
+		return s
+	}
+	return math.MaxUint64
+}
