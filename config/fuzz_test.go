@@ -1,0 +1,81 @@
+package config
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// FuzzParse checks that Parse never panics, that what it accepts compiles,
+// and that Marshal renders it so that Parse reads it back the same.
+func FuzzParse(f *testing.F) {
+	files, err := filepath.Glob("testdata/*.yaml")
+	if err != nil || len(files) == 0 {
+		f.Fatalf("no testdata/*.yaml: %v", err)
+	}
+	for _, file := range files {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(data)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		domains, err := Parse("fuzz.yaml", data)
+		if err != nil {
+			loadErrors(t, err) // each an *Error
+			return
+		}
+		if _, err := Compile(domains); err != nil {
+			t.Fatalf("Compile(Parse(data)) = %v", err)
+		}
+		out, err := Marshal(domains)
+		if err != nil {
+			t.Fatalf("Marshal = %v", err)
+		}
+		again, err := Parse("fuzz.yaml", out)
+		if err != nil {
+			t.Fatalf("Parse(Marshal(Parse(data))) = %v\n%s", err, out)
+		}
+		if diff := cmp.Diff(again, domains, ignoreSrc); diff != "" {
+			t.Fatalf("Parse(Marshal(d)) mismatch (-got +want):\n%s\nmarshaled:\n%s", diff, out)
+		}
+	})
+}
+
+// TestMarshalRoundTrip checks Marshal on strings and metadata values that
+// YAML would read as something else if written plainly.
+func TestMarshalRoundTrip(t *testing.T) {
+	var descriptors []*Descriptor
+	for i, v := range []string{
+		"*", "~", "null", "true", "no", "1", "1.5", "0x10", "2026-11-22", " spaced ", "a: b", "#x", "- x",
+		"&a", "!tag", "%", "@", "`", "line\nbreak", "tab\there", "\xff\xfe", "é*ü", "'", `"`, "{}", "[]",
+	} {
+		descriptors = append(descriptors, &Descriptor{Key: fmt.Sprintf("k%d", i), Value: v})
+	}
+	descriptors = append(descriptors, &Descriptor{
+		Key: "meta",
+		Metadata: map[string]any{
+			"big": uint64(math.MaxUint64), "neg": -5, "tiny": 1.5e-7, "huge": 1e300, "half": 0.5,
+			"s1": "1e3", "s2": "yes", "s3": "", "nil": nil, "list": []any{}, "map": map[string]any{},
+			"nested": map[string]any{"l": []any{1, "2", 3.25, false, nil, map[string]any{"x": "y"}}},
+			"1":      "numeric key", "": "empty key",
+		},
+	})
+	domains := []*Domain{{Domain: "round trip", Descriptors: descriptors}, {Domain: "~"}}
+	out, err := Marshal(domains)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := Parse("out.yaml", out)
+	if err != nil {
+		t.Fatalf("Parse(Marshal(domains)) = %v\n%s", err, out)
+	}
+	if diff := cmp.Diff(got, domains, ignoreSrc); diff != "" {
+		t.Errorf("Parse(Marshal(domains)) mismatch (-got +want):\n%s\n%s", diff, out)
+	}
+}
