@@ -1,7 +1,9 @@
 package config
 
 import (
+	"crypto/sha256"
 	"fmt"
+	"hash"
 	"os"
 	"path/filepath"
 	"strings"
@@ -27,12 +29,14 @@ func Load(path string) (*Rules, error) {
 	var (
 		domains []*Domain
 		errs    errorList
+		sum     = newDigest()
 	)
 	for _, f := range files {
 		data, err := os.ReadFile(f)
 		if err != nil {
 			return nil, fmt.Errorf("config: %w", err)
 		}
+		sum.add(f, data)
 		ds, es := parse(f, data)
 		domains = append(domains, ds...)
 		errs = append(errs, es...)
@@ -41,8 +45,26 @@ func Load(path string) (*Rules, error) {
 	if err := errs.err(); err != nil {
 		return nil, err
 	}
-	return compile(domains, files)
+	r, err := compile(domains, files)
+	if err != nil {
+		return nil, err
+	}
+	r.digest = sum.String()
+	return r, nil
 }
+
+// A digest fingerprints a set of rule files, names and contents, so a
+// Watcher can tell whether they changed since some Rules were loaded.
+type digest struct{ h hash.Hash }
+
+func newDigest() digest { return digest{sha256.New()} }
+
+func (d digest) add(name string, data []byte) {
+	fmt.Fprintf(d.h, "%d:%s%d:", len(name), name, len(data))
+	d.h.Write(data)
+}
+
+func (d digest) String() string { return string(d.h.Sum(nil)) }
 
 // ruleFiles returns the files that Load reads for path.
 func ruleFiles(path string) ([]string, error) {

@@ -14,6 +14,7 @@ type Rules struct {
 	domains map[string]*DomainRules
 	src     []*Domain
 	files   []string
+	digest  string // of the files' names and contents, as Load read them
 }
 
 // DomainRules are the compiled rules of one domain. They are immutable and

@@ -1,0 +1,163 @@
+package config
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+)
+
+// WatchOptions configures a Watcher. The zero value means the defaults,
+// but OnLoad should be set.
+type WatchOptions struct {
+	// OnLoad receives every new, valid rule set.
+	OnLoad func(*Rules)
+	// OnError receives every failed load; the caller keeps its rules.
+	OnError func(error)
+	// Debounce is how long the watcher waits for a burst of file events to
+	// settle before it loads. Zero means 100ms.
+	Debounce time.Duration
+	// Poll is how often the watcher also checks the files without an
+	// event, in case the file system reports none (network file systems, a
+	// watched directory replaced). Zero means 5s.
+	Poll time.Duration
+}
+
+// A Watcher reloads rules from a path whenever its files change: edits,
+// atomic renames (editors, config management) and Kubernetes ConfigMap
+// updates, which swap a "..data" symlink in the mounted directory. It
+// watches the directory (for a file, the file's directory), waits for
+// events to settle, and loads only when the content of the rule files
+// changed. An invalid change is reported and the previous rules stay.
+type Watcher struct {
+	path string
+	opts WatchOptions
+	kick chan struct{}
+}
+
+// NewWatcher returns a Watcher of path (a file or a directory, as Load
+// takes). Call Run to start it.
+func NewWatcher(path string, opts WatchOptions) *Watcher {
+	if opts.Debounce <= 0 {
+		opts.Debounce = 100 * time.Millisecond
+	}
+	if opts.Poll <= 0 {
+		opts.Poll = 5 * time.Second
+	}
+	if opts.OnLoad == nil {
+		opts.OnLoad = func(*Rules) {}
+	}
+	if opts.OnError == nil {
+		opts.OnError = func(error) {}
+	}
+	return &Watcher{path: path, opts: opts, kick: make(chan struct{}, 1)}
+}
+
+// Reload asks a running watcher to load the rules now, even if no file
+// changed (as on SIGHUP). It does not wait.
+func (w *Watcher) Reload() {
+	select {
+	case w.kick <- struct{}{}:
+	default: // a reload is already pending
+	}
+}
+
+// Run watches until ctx is done. current is the rule set in force, as
+// Load returned it: Run loads again as soon as the files differ from what
+// current was compiled from, even if they changed before Run started. With
+// a nil current, Run loads at once.
+// It returns an error only if it cannot watch at all.
+func (w *Watcher) Run(ctx context.Context, current *Rules) error {
+	fw, err := fsnotify.NewWatcher()
+	if err != nil {
+		return fmt.Errorf("config: watch %s: %w", w.path, err)
+	}
+	defer fw.Close()
+	dir := w.path
+	if fi, err := os.Stat(w.path); err == nil && !fi.IsDir() {
+		dir = filepath.Dir(w.path)
+	}
+	if err := fw.Add(dir); err != nil {
+		return fmt.Errorf("config: watch %s: %w", dir, err)
+	}
+
+	last := "" // the digest of the files behind the rules in force
+	if current != nil {
+		last = current.digest
+	}
+	load := func(force bool) {
+		d, err := w.digest()
+		if err == nil && d == last && !force {
+			return
+		}
+		rules, err := Load(w.path)
+		if err != nil {
+			if d != last || force {
+				w.opts.OnError(err)
+			}
+			last = d // report a bad change once, not at every poll
+			return
+		}
+		last = d
+		w.opts.OnLoad(rules)
+	}
+	if current == nil {
+		load(true)
+	}
+
+	debounce := time.NewTimer(time.Hour)
+	debounce.Stop()
+	defer debounce.Stop()
+	poll := time.NewTicker(w.opts.Poll)
+	defer poll.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case _, ok := <-fw.Events:
+			if !ok {
+				return errors.New("config: watcher closed")
+			}
+			debounce.Reset(w.opts.Debounce)
+		case err, ok := <-fw.Errors:
+			if !ok {
+				return errors.New("config: watcher closed")
+			}
+			w.opts.OnError(fmt.Errorf("config: watch %s: %w", dir, err))
+		case <-debounce.C:
+			load(false)
+		case <-poll.C:
+			if !slices.Contains(fw.WatchList(), dir) {
+				// The directory was removed, maybe replaced: watch it again.
+				// If it is gone for good, load reports that below.
+				_ = fw.Add(dir)
+			}
+			load(false)
+		case <-w.kick:
+			load(true)
+		}
+	}
+}
+
+// digest returns the fingerprint of the rule files at the watcher's path
+// as they are now.
+func (w *Watcher) digest() (string, error) {
+	files, err := ruleFiles(w.path)
+	if err != nil {
+		return "", err
+	}
+	sum := newDigest()
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return "", err
+		}
+		sum.add(f, data)
+	}
+	return sum.String(), nil
+}
