@@ -1,0 +1,67 @@
+# ratelimitd: `make help` lists the targets.
+GO      ?= go
+TOOL    := $(GO) tool -modfile=tools/go.mod
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+BIN     := bin/ratelimitd
+CONFIG  ?= examples/config.yaml
+
+.DEFAULT_GOAL := help
+
+.PHONY: help
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
+
+.PHONY: build
+build: ## build bin/ratelimitd
+	$(GO) build -ldflags "-X main.mainVersion=$(VERSION)" -o $(BIN) ./cmd/ratelimitd
+
+.PHONY: run
+run: build ## start ratelimitd on the memory store with examples/config.yaml
+	$(BIN) --config $(CONFIG)
+
+.PHONY: test
+test: ## run every test with the race detector
+	$(GO) test -race -shuffle=on -count=1 ./...
+
+.PHONY: check
+check: fmt vet lint check-generate tidy ## every static check CI runs
+
+.PHONY: fmt
+fmt: ## fail if gofmt would change a file
+	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^gen/')); \
+	if [ -n "$$out" ]; then echo "gofmt wants to change:"; echo "$$out"; exit 1; fi
+
+.PHONY: vet
+vet: ## go vet
+	$(GO) vet ./...
+
+.PHONY: lint
+lint: ## buf lint and buf format on proto/
+	$(TOOL) buf lint
+	$(TOOL) buf format --diff --exit-code
+
+.PHONY: generate
+generate: ## regenerate gen/ from proto/
+	rm -rf gen
+	$(TOOL) buf generate
+
+.PHONY: check-generate
+check-generate: generate ## fail if gen/ is not what proto/ generates
+	@git diff --exit-code -- gen || { echo "gen/ is stale: run make generate and commit"; exit 1; }
+	@test -z "$$(git status --porcelain -- gen)" || { git status --porcelain -- gen; echo "gen/ has files proto/ does not generate"; exit 1; }
+
+.PHONY: tidy
+tidy: ## fail if go.mod or go.sum is not tidy
+	$(GO) mod tidy -diff
+
+.PHONY: bench
+bench: ## run the Go benchmarks
+	$(GO) test -run='^$$' -bench=. -benchmem ./...
+
+.PHONY: fuzz
+fuzz: ## fuzz the config parser for 30 seconds
+	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=30s ./config
+
+.PHONY: clean
+clean: ## remove build output
+	rm -rf bin

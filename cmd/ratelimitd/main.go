@@ -1,0 +1,59 @@
+// Command ratelimitd is the rate-limit decision daemon: Envoy's
+// RateLimitService and ratelimitd's native API on one gRPC port, with
+// HTTP health, readiness and /json on another.
+//
+// Usage:
+//
+//	ratelimitd --config rules.yaml [flags]
+//	ratelimitd check-config PATH
+//	ratelimitd --version
+//
+// Every flag can also be set with the environment variable
+// RATELIMITD_<FLAG> (upper case, '-' as '_'); a flag on the command line
+// wins over the environment, which wins over the default.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		if e, ok := errors.AsType[exitError](err); ok {
+			os.Exit(e.code)
+		}
+		fmt.Fprintln(os.Stderr, "ratelimitd:", err)
+		os.Exit(1)
+	}
+}
+
+// exitError ends the process with code, its message already written.
+type exitError struct{ code int }
+
+func (e exitError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
+
+// run runs ratelimitd with the command-line args (without the program
+// name) until ctx is done, reading the environment through getenv.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "check-config" {
+		return checkConfig(args[1:], stdout, stderr)
+	}
+	cfg, err := parseFlags(args, getenv, stderr)
+	if err != nil {
+		return err
+	}
+	if cfg.version {
+		fmt.Fprintln(stdout, "ratelimitd", version())
+		return nil
+	}
+	return serve(ctx, cfg, stderr)
+}

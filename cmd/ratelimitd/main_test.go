@@ -1,0 +1,290 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/ratelimitd/ratelimitd/server"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func noEnv(string) string { return "" }
+
+func env(kv map[string]string) func(string) string {
+	return func(k string) string { return kv[k] }
+}
+
+func TestFlagPrecedence(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		env  map[string]string
+		want func(*flags) bool
+	}{
+		{"default", []string{"--config", "x"}, nil, func(f *flags) bool {
+			return f.grpcAddr == "127.0.0.1:8081" && f.httpAddr == "127.0.0.1:8080" && f.backend == "memory" &&
+				f.headers == server.HeadersIETF && !f.shadowMode && f.memoryMaxKeys == 1_000_000 && f.logLevel == slog.LevelInfo
+		}},
+		{"env over default", []string{"--config", "x"}, map[string]string{
+			"RATELIMITD_GRPC_ADDR": "0.0.0.0:9000", "RATELIMITD_RESPONSE_HEADERS": "legacy", "RATELIMITD_SHADOW_MODE": "true",
+			"RATELIMITD_MEMORY_MAX_KEYS": "500", "RATELIMITD_SHUTDOWN_TIMEOUT": "50ms", "RATELIMITD_LOG_LEVEL": "debug",
+		}, func(f *flags) bool {
+			return f.grpcAddr == "0.0.0.0:9000" && f.headers == server.HeadersLegacy && f.shadowMode &&
+				f.memoryMaxKeys == 500 && f.shutdownTimeout == 50*time.Millisecond && f.logLevel == slog.LevelDebug
+		}},
+		{"flag over env", []string{"--config", "x", "--grpc-addr", ":1", "--shadow-mode=false"}, map[string]string{
+			"RATELIMITD_GRPC_ADDR": ":2", "RATELIMITD_SHADOW_MODE": "true",
+		}, func(f *flags) bool { return f.grpcAddr == ":1" && !f.shadowMode }},
+		{"config from env", nil, map[string]string{"RATELIMITD_CONFIG": "/etc/rl"}, func(f *flags) bool { return f.config == "/etc/rl" }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var stderr bytes.Buffer
+			f, err := parseFlags(tt.args, env(tt.env), &stderr)
+			if err != nil {
+				t.Fatalf("parseFlags() error: %v (%s)", err, stderr.String())
+			}
+			if !tt.want(f) {
+				t.Errorf("parseFlags(%q, %v) = %+v", tt.args, tt.env, *f)
+			}
+		})
+	}
+}
+
+func TestBadFlags(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		env  map[string]string
+		want string // in stderr
+	}{
+		{"no config", nil, nil, "no rules"},
+		{"unknown flag", []string{"--config", "x", "--nope"}, nil, "flag provided but not defined"},
+		{"bad headers", []string{"--config", "x", "--response-headers", "draft3"}, nil, "unknown response headers mode"},
+		{"bad env", []string{"--config", "x"}, map[string]string{"RATELIMITD_SHUTDOWN_TIMEOUT": "soon"}, "RATELIMITD_SHUTDOWN_TIMEOUT"},
+		{"bad log format", []string{"--config", "x", "--log-format", "xml"}, nil, "--log-format"},
+		{"stray argument", []string{"--config", "x", "extra"}, nil, "unexpected argument"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var stderr bytes.Buffer
+			err := run(t.Context(), tt.args, env(tt.env), io.Discard, &stderr)
+			if e, ok := errors.AsType[exitError](err); !ok || e.code != 2 {
+				t.Errorf("run(%q) = %v, want exit status 2", tt.args, err)
+			}
+			if !strings.Contains(stderr.String(), tt.want) {
+				t.Errorf("stderr = %q, want it to mention %q", stderr.String(), tt.want)
+			}
+		})
+	}
+}
+
+func TestVersion(t *testing.T) {
+	var stdout bytes.Buffer
+	if err := run(t.Context(), []string{"--version"}, noEnv, &stdout, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(stdout.String(), "ratelimitd ") {
+		t.Errorf("--version printed %q", stdout.String())
+	}
+}
+
+const goodRules = `domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: minute, requests_per_unit: 3}
+`
+
+const badRules = `domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: fortnight, requests_per_unit: 3}
+`
+
+func writeFile(t *testing.T, path, data string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(data), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestCheckConfig(t *testing.T) {
+	dir := t.TempDir()
+	good, bad := filepath.Join(dir, "good.yaml"), filepath.Join(dir, "bad.yaml")
+	writeFile(t, good, goodRules)
+	writeFile(t, bad, badRules)
+
+	var stdout, stderr bytes.Buffer
+	if err := run(t.Context(), []string{"check-config", good}, noEnv, &stdout, &stderr); err != nil {
+		t.Errorf("check-config good.yaml = %v (%s)", err, stderr.String())
+	}
+	stderr.Reset()
+	err := run(t.Context(), []string{"check-config", bad}, noEnv, &stdout, &stderr)
+	if e, ok := errors.AsType[exitError](err); !ok || e.code != 1 {
+		t.Errorf("check-config bad.yaml = %v, want exit status 1", err)
+	}
+	if want := bad + ":4:"; !strings.Contains(stderr.String(), want) || !strings.Contains(stderr.String(), "fortnight") {
+		t.Errorf("check-config bad.yaml printed %q, want the place %q and the problem", stderr.String(), want)
+	}
+}
+
+func TestInvalidRulesAtStartup(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "rules.yaml")
+	writeFile(t, path, badRules)
+	var stderr bytes.Buffer
+	err := run(t.Context(), []string{"--config", path, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"}, noEnv, io.Discard, &stderr)
+	if e, ok := errors.AsType[exitError](err); !ok || e.code != 1 {
+		t.Errorf("run(bad rules) = %v, want exit status 1", err)
+	}
+	if !strings.Contains(stderr.String(), path+":4:") {
+		t.Errorf("stderr = %q, want it to name %s:4", stderr.String(), path)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the daemon's logger and the test
+// to use at once.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// daemon is a ratelimitd started in-process on free loopback ports.
+type daemon struct {
+	grpcAddr, httpAddr string
+	logs               *syncBuffer
+	conn               *grpc.ClientConn
+}
+
+func startDaemon(t *testing.T, args ...string) *daemon {
+	t.Helper()
+	d := &daemon{logs: &syncBuffer{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	args = append([]string{"--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--log-format", "json"}, args...)
+	go func() { done <- run(ctx, args, noEnv, io.Discard, d.logs) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("run() = %v after shutdown, want nil; logs:\n%s", err, d.logs)
+			}
+		case <-time.After(20 * time.Second):
+			t.Errorf("the daemon did not stop; logs:\n%s", d.logs)
+		}
+	})
+	deadline := time.Now().Add(10 * time.Second)
+	for d.grpcAddr == "" {
+		if time.Now().After(deadline) {
+			t.Fatalf("the daemon did not start; logs:\n%s", d.logs)
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("run() = %v before starting; logs:\n%s", err, d.logs)
+		case <-time.After(10 * time.Millisecond):
+		}
+		for line := range strings.Lines(d.logs.String()) {
+			var rec struct{ Msg, GRPC, HTTP string }
+			if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == "ratelimitd started" {
+				d.grpcAddr, d.httpAddr = rec.GRPC, rec.HTTP
+			}
+		}
+	}
+	conn, err := grpc.NewClient(d.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	d.conn = conn
+	return d
+}
+
+// limit returns the requests_per_unit ratelimitd reports for k=v.
+func (d *daemon) limit(t *testing.T) uint32 {
+	t.Helper()
+	resp, err := rlsv3.NewRateLimitServiceClient(d.conn).ShouldRateLimit(t.Context(), &rlsv3.RateLimitRequest{
+		Domain: "d",
+		Descriptors: []*commonv3.RateLimitDescriptor{{
+			Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "k", Value: "v"}},
+		}},
+	})
+	if err != nil {
+		t.Fatalf("ShouldRateLimit() error: %v", err)
+	}
+	return resp.GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit()
+}
+
+func TestDaemonServesAndReloads(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "rules.yaml")
+	writeFile(t, path, goodRules)
+	d := startDaemon(t, "--config", dir)
+
+	if got := d.limit(t); got != 3 {
+		t.Fatalf("limit = %d, want 3", got)
+	}
+	for _, url := range []string{"/healthz", "/readyz"} {
+		resp, err := http.Get("http://" + d.httpAddr + url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("GET %s = %d, want 200", url, resp.StatusCode)
+		}
+	}
+
+	// A valid change takes effect within 2 seconds.
+	writeFile(t, path, strings.Replace(goodRules, "requests_per_unit: 3", "requests_per_unit: 7", 1))
+	start := time.Now()
+	for d.limit(t) != 7 {
+		if time.Since(start) > 10*time.Second {
+			t.Fatalf("the new rules did not take effect; logs:\n%s", d.logs)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Logf("reload took effect after %v", time.Since(start).Round(time.Millisecond))
+
+	// An invalid change is logged with file and line; the rules stay.
+	writeFile(t, path, badRules)
+	start = time.Now()
+	for !strings.Contains(d.logs.String(), path+":4:") {
+		if time.Since(start) > 10*time.Second {
+			t.Fatalf("no log line names %s:4; logs:\n%s", path, d.logs)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if got := d.limit(t); got != 7 {
+		t.Errorf("after an invalid change, limit = %d, want the previous 7", got)
+	}
+}

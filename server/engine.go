@@ -1,0 +1,328 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/ratelimitd/ratelimitd/backend"
+	"github.com/ratelimitd/ratelimitd/config"
+)
+
+// Request bounds: larger requests get InvalidArgument.
+const (
+	maxDomain      = 256
+	maxDescriptors = 64
+	maxEntries     = 32
+	maxEntryBytes  = 1024
+	maxHits        = math.MaxUint32
+)
+
+// A decision is the engine's answer to one request, before a face renders
+// it in its own messages. It lives in a pooled scratch and must not be
+// kept after the response is built.
+type decision struct {
+	over     bool // the request must not proceed
+	statuses []verdict
+	headers  []header
+}
+
+// A verdict is the decision on one request descriptor.
+type verdict struct {
+	over      bool // reported code: OVER_LIMIT (false for a shadow-mode rule)
+	shadow    bool // not enforced: a shadow-mode rule, or the daemon in shadow mode
+	limited   bool // a limit applied: limit, name and the counts below are set
+	unlimited bool // the rule is unlimited: nothing was counted
+	limit     backend.Limit
+	name      string // the limit's name, or else the rule's key path
+	remaining uint64
+	reset     time.Duration
+	retry     time.Duration
+}
+
+// A header is one HTTP response header field to send.
+type header struct{ name, value string }
+
+// A desc is one request descriptor on its way through the engine.
+type desc struct {
+	rule     *config.Rule
+	override bool                // ovr replaces rule's limits
+	ovr      [1]config.RuleLimit // the request's limit, when override
+	hits     uint64
+	key      [2]int // the counter key's prefix, sc.keys[key[0]:key[1]]
+	first, n int    // the store requests of this descriptor, sc.reqs[first:first+n]
+	shadow   bool   // the rule is in shadow mode: report OK when over
+	path     string // name for headers when the limit has none
+}
+
+func (d *desc) limits() []config.RuleLimit {
+	if d.override {
+		return d.ovr[:]
+	}
+	if d.rule == nil {
+		return nil
+	}
+	return d.rule.Limits
+}
+
+// scratch holds one request's working memory; Server pools them so the
+// hot path allocates only what the response keeps.
+type scratch struct {
+	descs    []desc
+	reqs     []backend.Request
+	res      []backend.Result
+	keys     []byte
+	spans    [][2]int // each request's key in keys
+	replaced []string
+	buf      []byte
+	dec      decision
+}
+
+func (sc *scratch) reset() {
+	clear(sc.descs) // drop rule pointers so old rule sets can be collected
+	sc.descs = sc.descs[:0]
+	clear(sc.reqs)
+	sc.reqs = sc.reqs[:0]
+	sc.res = sc.res[:0]
+	sc.keys = sc.keys[:0]
+	sc.spans = sc.spans[:0]
+	sc.replaced = sc.replaced[:0]
+	clear(sc.dec.statuses)
+	sc.dec = decision{statuses: sc.dec.statuses[:0], headers: sc.dec.headers[:0]}
+}
+
+// invalid returns an InvalidArgument status error.
+func invalid(format string, args ...any) error {
+	return status.Errorf(codes.InvalidArgument, format, args...)
+}
+
+// checkRequest checks the request-wide bounds.
+func checkRequest(domain string, descriptors int) error {
+	switch {
+	case domain == "":
+		return invalid("domain is empty")
+	case len(domain) > maxDomain:
+		return invalid("domain is %d bytes, over the maximum %d", len(domain), maxDomain)
+	case descriptors == 0:
+		return invalid("no descriptors")
+	case descriptors > maxDescriptors:
+		return invalid("%d descriptors, over the maximum %d", descriptors, maxDescriptors)
+	}
+	return nil
+}
+
+// checkEntries checks one descriptor's entries.
+func checkEntries[E config.Entry](i int, entries []E) error {
+	switch {
+	case len(entries) == 0:
+		return invalid("descriptor %d has no entries", i)
+	case len(entries) > maxEntries:
+		return invalid("descriptor %d has %d entries, over the maximum %d", i, len(entries), maxEntries)
+	}
+	for j, e := range entries {
+		k, v := e.GetKey(), e.GetValue()
+		switch {
+		case k == "":
+			return invalid("descriptor %d entry %d has an empty key", i, j)
+		case len(k) > maxEntryBytes:
+			return invalid("descriptor %d entry %d: key is %d bytes, over the maximum %d", i, j, len(k), maxEntryBytes)
+		case len(v) > maxEntryBytes:
+			return invalid("descriptor %d entry %d (%.64q): value is %d bytes, over the maximum %d", i, j, k, len(v), maxEntryBytes)
+		}
+	}
+	return nil
+}
+
+func checkHits(i int, hits uint64) error {
+	if hits > maxHits {
+		return invalid("descriptor %d: hits %d over the maximum %d", i, hits, uint64(maxHits))
+	}
+	return nil
+}
+
+// addDescriptor matches one request descriptor against d and appends it
+// to sc. ovr, when override is set, is the request's own limit for it.
+func addDescriptor[E config.Entry](sc *scratch, d *config.DomainRules, domain string, entries []E, hits uint64, ovr *backend.Limit) error {
+	i := len(sc.descs)
+	if err := checkEntries(i, entries); err != nil {
+		return err
+	}
+	if err := checkHits(i, hits); err != nil {
+		return err
+	}
+	rule := config.Match(d, entries)
+	ds := desc{rule: rule, hits: hits}
+	if rule != nil {
+		ds.shadow = rule.ShadowMode
+		ds.path = rule.Path
+	}
+	if ovr != nil {
+		// The request's limit replaces the rule's limits but keeps the
+		// rule's algorithm (and name, for headers).
+		ds.override = true
+		o := &ds.ovr[0]
+		o.Limit = *ovr
+		if rule != nil && len(rule.Limits) > 0 {
+			o.Algorithm = rule.Limits[0].Algorithm
+			o.Name = rule.Limits[0].Name
+		}
+		if o.Algorithm == backend.SlidingLog && o.Requests > backend.MaxSlidingLog {
+			o.Requests = backend.MaxSlidingLog // the cap on a log's memory
+		}
+		if err := o.Validate(); err != nil {
+			return invalid("descriptor %d: limit override: %v", i, err)
+		}
+		if ds.path == "" {
+			ds.path = keyPath(entries)
+		}
+	}
+	// The counter key's prefix: domain and every entry; a wildcard rule
+	// with share_threshold puts its pattern in place of the value, so
+	// every matching value shares one counter.
+	start := len(sc.keys)
+	sc.keys = backend.AppendKeyPart(sc.keys, domain)
+	for j, e := range entries {
+		v := e.GetValue()
+		if rule != nil && j < len(rule.Levels) {
+			if lv := rule.Levels[j]; lv.ShareThreshold && lv.Wildcard {
+				v = lv.Value
+			}
+		}
+		sc.keys = backend.AppendKeyPart(sc.keys, e.GetKey())
+		sc.keys = backend.AppendKeyPart(sc.keys, v)
+	}
+	ds.key = [2]int{start, len(sc.keys)}
+	if ds.rule != nil && !ds.override {
+		if ds.rule.Unlimited {
+			sc.replaced = append(sc.replaced, ds.rule.Replaces...)
+		}
+	}
+	for _, l := range ds.limits() {
+		sc.replaced = append(sc.replaced, l.Replaces...)
+	}
+	sc.descs = append(sc.descs, ds)
+	return nil
+}
+
+// keyPath names an unmatched descriptor by its keys, as Rule.Path does.
+func keyPath[E config.Entry](entries []E) string {
+	var b []byte
+	for j, e := range entries {
+		if j > 0 {
+			b = append(b, '.')
+		}
+		b = append(b, e.GetKey()...)
+	}
+	return string(b)
+}
+
+// decide takes the hits of sc's descriptors from the store and fills
+// sc.dec. It returns a status error when the store cannot decide.
+func (s *Server) decide(ctx context.Context, sc *scratch) error {
+	// Build one store request per limit that applies and was not replaced.
+	for i := range sc.descs {
+		ds := &sc.descs[i]
+		ds.first = len(sc.reqs)
+		if ds.rule != nil && ds.rule.Unlimited && !ds.override {
+			continue
+		}
+		mode := backend.Enforce
+		switch {
+		case s.opts.ShadowMode || ds.shadow:
+			mode = backend.Shadow
+		case ds.rule != nil && ds.rule.QuotaMode:
+			mode = backend.Quota
+		}
+		for _, l := range ds.limits() {
+			if l.Name != "" && slices.Contains(sc.replaced, l.Name) {
+				continue
+			}
+			start := len(sc.keys)
+			sc.keys = append(sc.keys, sc.keys[ds.key[0]:ds.key[1]]...)
+			sc.keys = backend.AppendKeySuffix(sc.keys, l.Limit)
+			sc.spans = append(sc.spans, [2]int{start, len(sc.keys)})
+			sc.reqs = append(sc.reqs, backend.Request{
+				Limit:           l.Limit,
+				Hits:            ds.hits,
+				Group:           i,
+				Mode:            mode,
+				ConsumeWhenOver: ds.rule != nil && ds.rule.ConsumeWhenOver,
+			})
+		}
+		ds.n = len(sc.reqs) - ds.first
+	}
+	if len(sc.reqs) > 0 {
+		keys := string(sc.keys) // one allocation for every key of the request
+		for i := range sc.reqs {
+			sc.reqs[i].Key = keys[sc.spans[i][0]:sc.spans[i][1]]
+		}
+		sc.res = slices.Grow(sc.res[:0], len(sc.reqs))[:len(sc.reqs)]
+		if err := s.store.Take(ctx, sc.reqs, sc.res); err != nil {
+			return s.storeError(ctx, err)
+		}
+	}
+
+	dec := &sc.dec
+	dec.over = !s.opts.ShadowMode && backend.Refused(sc.reqs, sc.res)
+	for i := range sc.descs {
+		ds := &sc.descs[i]
+		v := verdict{unlimited: ds.rule != nil && ds.rule.Unlimited && !ds.override}
+		if ds.n > 0 {
+			// Report the limit that refused, else the one with the least
+			// remaining.
+			pick, over := ds.first, false
+			for k := ds.first; k < ds.first+ds.n; k++ {
+				if r := sc.res[k]; r.OverLimit {
+					pick, over = k, true
+					break
+				} else if r.Remaining < sc.res[pick].Remaining {
+					pick = k
+				}
+			}
+			r, lim := sc.res[pick], ds.limits()
+			name := sc.limitName(ds, lim, sc.reqs[pick].Limit)
+			v = verdict{
+				over:      over && !ds.shadow,
+				shadow:    ds.shadow || s.opts.ShadowMode,
+				limited:   true,
+				limit:     sc.reqs[pick].Limit,
+				name:      name,
+				remaining: r.Remaining,
+				reset:     r.ResetAfter,
+				retry:     r.RetryAfter,
+			}
+		}
+		dec.statuses = append(dec.statuses, v)
+	}
+	s.appendHeaders(sc)
+	return nil
+}
+
+// limitName returns the header name of the limit of ds equal to l: its
+// name, or else the descriptor's key path.
+func (sc *scratch) limitName(ds *desc, lims []config.RuleLimit, l backend.Limit) string {
+	for i := range lims {
+		if lims[i].Limit == l && lims[i].Name != "" {
+			return lims[i].Name
+		}
+	}
+	return ds.path
+}
+
+// storeError turns a store failure into a status error.
+func (s *Server) storeError(ctx context.Context, err error) error {
+	if ctxErr := ctx.Err(); ctxErr != nil {
+		return status.FromContextError(ctxErr).Err()
+	}
+	if errors.Is(err, backend.ErrClosed) {
+		return status.Error(codes.Unavailable, "shutting down")
+	}
+	s.warnStore(err)
+	return status.Error(codes.Unavailable, fmt.Sprintf("counter store unavailable: %v", err))
+}

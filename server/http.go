@@ -1,0 +1,78 @@
+package server
+
+import (
+	"errors"
+	"io"
+	"net/http"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+)
+
+// Handler returns the server's HTTP endpoints:
+//
+//	GET  /healthz  200 while the process runs
+//	GET  /readyz   200 once rules are loaded, 503 before and during shutdown
+//	POST /json     a protojson envoy.service.ratelimit.v3.RateLimitRequest;
+//	               answers the protojson response with 200 (OK) or 429
+//	               (OVER_LIMIT), 400 for a bad request, 503 when the
+//	               counters are unavailable
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		io.WriteString(w, "ok\n")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !s.ready() {
+			http.Error(w, "not ready", http.StatusServiceUnavailable)
+			return
+		}
+		io.WriteString(w, "ready\n")
+	})
+	mux.HandleFunc("POST /json", s.serveJSON)
+	return mux
+}
+
+func (s *Server) serveJSON(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxRecvMsgSize))
+	if err != nil {
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			http.Error(w, "request body over 1 MiB", http.StatusRequestEntityTooLarge)
+			return
+		}
+		http.Error(w, "reading request: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	var req rlsv3.RateLimitRequest
+	if err := protojson.Unmarshal(body, &req); err != nil {
+		http.Error(w, "invalid RateLimitRequest: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	resp, err := s.decideEnvoy(r.Context(), &req)
+	if err != nil {
+		st := status.Convert(err)
+		code := http.StatusInternalServerError
+		switch st.Code() {
+		case codes.InvalidArgument:
+			code = http.StatusBadRequest
+		case codes.Unavailable:
+			code = http.StatusServiceUnavailable
+		case codes.Canceled, codes.DeadlineExceeded:
+			code = http.StatusGatewayTimeout
+		}
+		http.Error(w, st.Message(), code)
+		return
+	}
+	out, err := protojson.Marshal(resp)
+	if err != nil {
+		http.Error(w, "encoding response: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	if resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
+		w.WriteHeader(http.StatusTooManyRequests)
+	}
+	w.Write(out)
+}

@@ -1,0 +1,145 @@
+package server
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"golang.org/x/time/rate"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+
+	"github.com/ratelimitd/ratelimitd/backend"
+	"github.com/ratelimitd/ratelimitd/config"
+	ratelimitv1 "github.com/ratelimitd/ratelimitd/gen/ratelimit/v1"
+)
+
+// MaxRecvMsgSize is the largest request the gRPC server should accept
+// (grpc.MaxRecvMsgSize), and the largest body /json accepts.
+const MaxRecvMsgSize = 1 << 20
+
+// Options configures a Server. The zero value means the defaults.
+type Options struct {
+	// Headers chooses the response headers; the zero value is HeadersIETF.
+	Headers HeaderMode
+	// ShadowMode makes the server refuse nothing: every descriptor keeps
+	// its code, the overall code is always OK, and only the hits that fit
+	// their limits are counted.
+	ShadowMode bool
+	// Logger receives the server's logs; nil discards them.
+	Logger *slog.Logger
+}
+
+// Server decides rate limits for Envoy's RateLimitService and ratelimitd's
+// native API over one engine, and serves gRPC health and the HTTP /json,
+// /healthz and /readyz endpoints.
+//
+// Server is safe for concurrent use by multiple goroutines.
+type Server struct {
+	store  backend.Store
+	opts   Options
+	log    *slog.Logger
+	rules  atomic.Pointer[config.Rules]
+	health *health.Server
+
+	stopping  atomic.Bool
+	scratches sync.Pool
+	warnings  rate.Sometimes // throttles store failure warnings
+}
+
+// New returns a Server deciding with store under rules. rules may be nil
+// until SetRules is called: the server then answers every domain as
+// unknown and /readyz reports not ready.
+func New(store backend.Store, rules *config.Rules, opts Options) *Server {
+	s := &Server{
+		store:    store,
+		opts:     opts,
+		log:      opts.Logger,
+		health:   health.NewServer(),
+		warnings: rate.Sometimes{First: 1, Interval: 10 * time.Second},
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	s.scratches.New = func() any { return new(scratch) }
+	if rules != nil {
+		s.SetRules(rules)
+	}
+	return s
+}
+
+// SetRules replaces the rules in force. Requests in flight finish under
+// the rules they started with; readers never wait.
+func (s *Server) SetRules(r *config.Rules) {
+	s.rules.Store(r)
+	if !s.stopping.Load() {
+		s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+		s.health.SetServingStatus(rlsv3.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+		s.health.SetServingStatus(ratelimitv1.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	}
+}
+
+// Rules returns the rules in force, nil if none were set.
+func (s *Server) Rules() *config.Rules { return s.rules.Load() }
+
+// Register registers Envoy's RateLimitService, the native RateLimitService,
+// gRPC health and server reflection on g.
+func (s *Server) Register(g *grpc.Server) {
+	rlsv3.RegisterRateLimitServiceServer(g, s.Envoy())
+	ratelimitv1.RegisterRateLimitServiceServer(g, s.Native())
+	healthpb.RegisterHealthServer(g, s.health)
+	reflection.Register(g)
+}
+
+// Envoy returns the server's envoy.service.ratelimit.v3.RateLimitService.
+func (s *Server) Envoy() rlsv3.RateLimitServiceServer { return envoyService{s: s} }
+
+// Native returns the server's ratelimit.v1.RateLimitService.
+func (s *Server) Native() ratelimitv1.RateLimitServiceServer { return nativeService{s: s} }
+
+// Shutdown reports NOT_SERVING on gRPC health and not ready on /readyz, so
+// that load balancers stop sending new requests; requests keep being
+// answered until the caller stops its listeners.
+func (s *Server) Shutdown() {
+	s.stopping.Store(true)
+	s.health.Shutdown()
+}
+
+// ready reports whether the server has rules and is not shutting down.
+func (s *Server) ready() bool { return s.rules.Load() != nil && !s.stopping.Load() }
+
+func (s *Server) getScratch() *scratch { return s.scratches.Get().(*scratch) }
+
+func (s *Server) putScratch(sc *scratch) {
+	if cap(sc.keys) > 64<<10 { // do not pool the memory of a huge request
+		return
+	}
+	sc.reset()
+	s.scratches.Put(sc)
+}
+
+// warnStore logs a store failure, at most once every 10 seconds.
+func (s *Server) warnStore(err error) {
+	s.warnings.Do(func() {
+		s.log.Warn("counter store failed; answering Unavailable", "err", err)
+	})
+}
+
+// decideEnvoy runs an Envoy request through the engine: shared by the
+// gRPC face and /json.
+func (s *Server) decideEnvoy(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	sc := s.getScratch()
+	defer s.putScratch(sc)
+	if err := s.addEnvoy(sc, req); err != nil {
+		return nil, err
+	}
+	if err := s.decide(ctx, sc); err != nil {
+		return nil, err
+	}
+	return envoyResponse(sc), nil
+}
