@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -286,5 +287,25 @@ func TestDaemonServesAndReloads(t *testing.T) {
 	}
 	if got := d.limit(t); got != 7 {
 		t.Errorf("after an invalid change, limit = %d, want the previous 7", got)
+	}
+}
+
+func TestSIGHUPReloads(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "rules.yaml")
+	writeFile(t, path, goodRules)
+	d := startDaemon(t, "--config", path)
+	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	// The files did not change: SIGHUP must load them anyway.
+	start := time.Now()
+	for !strings.Contains(d.logs.String(), `"msg":"rules reloaded"`) {
+		if time.Since(start) > 10*time.Second {
+			t.Fatalf("no reload after SIGHUP; logs:\n%s", d.logs)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if got := d.limit(t); got != 3 {
+		t.Errorf("limit after SIGHUP = %d, want 3", got)
 	}
 }

@@ -64,6 +64,12 @@ func serve(ctx context.Context, f *flags, stderr io.Writer) error {
 		},
 	})
 
+	// Catch SIGHUP before announcing the start: its default action would
+	// end the process.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+
 	log.Info("ratelimitd started", "version", version(), "grpc", grpcLis.Addr().String(), "http", httpLis.Addr().String(),
 		"config", f.config, "domains", len(rules.Domains()), "backend", f.backend)
 
@@ -77,9 +83,6 @@ func serve(ctx context.Context, f *flags, stderr io.Writer) error {
 	})
 	group.Go(func() error { return watcher.Run(gctx, rules) })
 	group.Go(func() error {
-		hup := make(chan os.Signal, 1)
-		signal.Notify(hup, syscall.SIGHUP)
-		defer signal.Stop(hup)
 		for {
 			select {
 			case <-gctx.Done():
