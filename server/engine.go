@@ -163,14 +163,17 @@ func addDescriptor[E config.Entry](sc *scratch, d *config.DomainRules, domain st
 		ds.path = rule.Path
 	}
 	if ovr != nil {
-		// The request's limit replaces the rule's limits but keeps the
-		// rule's algorithm (and name, for headers).
+		// The request's limit replaces the rule's limits, keeping the
+		// rule's algorithm, and the name of its limit if it has one; a
+		// rule with several limits names the override by its path.
 		ds.override = true
 		o := &ds.ovr[0]
 		o.Limit = *ovr
 		if rule != nil && len(rule.Limits) > 0 {
 			o.Algorithm = rule.Limits[0].Algorithm
-			o.Name = rule.Limits[0].Name
+			if len(rule.Limits) == 1 {
+				o.Name = rule.Limits[0].Name
+			}
 		}
 		if o.Algorithm == backend.SlidingLog && o.Requests > backend.MaxSlidingLog {
 			o.Requests = backend.MaxSlidingLog // the cap on a log's memory

@@ -45,19 +45,24 @@ func (s *Server) addEnvoy(sc *scratch, req *rlsv3.RateLimitRequest) error {
 			h = rd.HitsAddend.Value // 0 checks without consuming
 		}
 		var o *backend.Limit
-		if lo := rd.GetLimit(); lo != nil && d != nil { // overrides need a known domain
+		if lo := rd.GetLimit(); lo != nil {
 			w, ok := envoyWindow(lo.Unit)
 			if !ok {
 				return invalid("descriptor %d: limit override has unit %v", i, lo.Unit)
 			}
 			if m := lo.GetUnitMultiplier(); m != nil {
 				if m.Value == 0 {
-					return invalid("descriptor %d: limit override has unit_multiplier 0", i)
+					return invalid("descriptor %d: limit override unit_multiplier is 0", i)
+				}
+				if time.Duration(m.Value) > backend.MaxWindow/w {
+					return invalid("descriptor %d: limit override window of %d × %v is over the maximum of 100 years", i, m.Value, lo.Unit)
 				}
 				w *= time.Duration(m.Value)
 			}
 			ovr = backend.Limit{Requests: uint64(lo.RequestsPerUnit), Window: w}
-			o = &ovr
+			if d != nil { // overrides apply in a known domain only
+				o = &ovr
+			}
 		}
 		if err := addDescriptor(sc, d, req.Domain, rd.GetEntries(), h, o); err != nil {
 			return err

@@ -3,7 +3,6 @@ package server
 import (
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 )
 
@@ -135,15 +134,6 @@ func appendItem(b []byte, name string) []byte {
 // seconds returns d in whole seconds, rounded up.
 func seconds(d time.Duration) int64 {
 	return int64((d + time.Second - 1) / time.Second)
-}
-
-// headerString formats hs for a log line or a test failure.
-func headerString(hs []header) string {
-	var b strings.Builder
-	for _, h := range hs {
-		fmt.Fprintf(&b, "%s: %s\n", h.name, h.value)
-	}
-	return b.String()
 }
 
 // MarshalText implements encoding.TextMarshaler.

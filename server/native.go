@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"math"
 
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -34,16 +35,21 @@ func (n nativeService) ShouldRateLimit(ctx context.Context, req *ratelimitv1.Sho
 	var ovr backend.Limit
 	for i, rd := range req.Descriptors {
 		h := hits
-		if rd.Hits != nil {
+		if rd != nil && rd.Hits != nil {
 			h = *rd.Hits // 0 checks without consuming
 		}
 		var o *backend.Limit
-		if lo := rd.GetLimit(); lo != nil && d != nil { // overrides need a known domain
+		if lo := rd.GetLimit(); lo != nil {
 			if err := lo.GetWindow().CheckValid(); err != nil {
 				return nil, invalid("descriptor %d: limit override window: %v", i, err)
 			}
 			ovr = backend.Limit{Requests: uint64(lo.Requests), Window: lo.Window.AsDuration()}
-			o = &ovr
+			if err := ovr.Validate(); err != nil {
+				return nil, invalid("descriptor %d: limit override: %v", i, err)
+			}
+			if d != nil { // overrides apply in a known domain only
+				o = &ovr
+			}
 		}
 		if err := addDescriptor(sc, d, req.Domain, rd.GetEntries(), h, o); err != nil {
 			return nil, err
@@ -74,7 +80,10 @@ func nativeResponse(sc *scratch) *ratelimitv1.ShouldRateLimitResponse {
 		a := &arena[i]
 		resp.Statuses[i] = &a.st
 		a.st.Code = nativeCode(v.over)
-		a.st.Unlimited = v.unlimited
+		if v.unlimited {
+			a.st.Unlimited = true
+			a.st.Remaining = math.MaxUint32 // as Envoy's limit_remaining says it
+		}
 		if !v.limited {
 			continue
 		}

@@ -201,8 +201,11 @@ func (s *Store) Take(ctx context.Context, reqs []backend.Request, res []backend.
 		sl.sh = &s.shards[idx]
 		locked[idx/64] |= 1 << (idx % 64)
 		sl.alias = i
+		if reqs[i].Limit.Ban() {
+			continue // a ban touches no counter: never loaded or stored
+		}
 		for j := range i {
-			if slots[j].key == sl.key {
+			if slots[j].key == sl.key && !reqs[j].Limit.Ban() {
 				sl.alias = j
 				break
 			}
@@ -213,13 +216,13 @@ func (s *Store) Take(ctx context.Context, reqs []backend.Request, res []backend.
 
 	now := backend.Micros(s.now())
 	for i := range slots {
-		if sl := &slots[i]; sl.alias == i {
+		if sl := &slots[i]; sl.alias == i && !reqs[i].Limit.Ban() {
 			s.load(sl, reqs[i].Limit, now, slots[:i])
 		}
 	}
 	decide(slots, reqs, res, now)
 	for i := range slots {
-		if sl := &slots[i]; sl.alias == i {
+		if sl := &slots[i]; sl.alias == i && !reqs[i].Limit.Ban() {
 			s.store(sl, reqs[i].Limit)
 		}
 	}

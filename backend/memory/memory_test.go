@@ -124,6 +124,30 @@ func TestSweeperDropsExpiredKeys(t *testing.T) {
 	})
 }
 
+func TestBanTouchesNoCounter(t *testing.T) {
+	clock := backendtest.NewClock(backendtest.T0)
+	s := newStore(t, memory.Options{Now: clock.Now})
+	ban := backend.Limit{Algorithm: backend.FixedWindow, Window: time.Minute}
+	l := backend.Limit{Algorithm: backend.FixedWindow, Requests: 2, Window: time.Minute}
+	take(t, s, "k", l, 1)
+	// A ban on the same key (a limit lowered to 0) neither creates nor
+	// overwrites a counter.
+	reqs := []backend.Request{
+		{Key: "banned", Limit: ban, Hits: 1, Group: 0, Mode: backend.Shadow},
+		{Key: "k", Limit: ban, Hits: 1, Group: 1, Mode: backend.Shadow},
+		{Key: "k", Limit: l, Hits: 1, Group: 2},
+	}
+	if err := s.Take(t.Context(), reqs, make([]backend.Result, 3)); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Len(); got != 1 {
+		t.Errorf("Len() = %d after bans, want 1 (only k)", got)
+	}
+	if r := take(t, s, "k", l, 0); r.Remaining != 0 {
+		t.Errorf("k remaining = %d, want 0: both hits on k count", r.Remaining)
+	}
+}
+
 func TestClose(t *testing.T) {
 	s := memory.New(memory.Options{})
 	if err := s.Close(); err != nil {
