@@ -61,6 +61,12 @@ type desc struct {
 	path     string // name for headers when the limit has none
 }
 
+// unlimited reports whether ds passes uncounted: its rule is unlimited
+// and the request did not override it.
+func (d *desc) unlimited() bool { return d.rule != nil && d.rule.Unlimited && !d.override }
+
+// limits returns the limits that apply to d: the request's override, or
+// its rule's.
 func (d *desc) limits() []config.RuleLimit {
 	if d.override {
 		return d.ovr[:]
@@ -201,10 +207,8 @@ func addDescriptor[E config.Entry](sc *scratch, d *config.DomainRules, domain st
 		sc.keys = backend.AppendKeyPart(sc.keys, v)
 	}
 	ds.key = [2]int{start, len(sc.keys)}
-	if ds.rule != nil && !ds.override {
-		if ds.rule.Unlimited {
-			sc.replaced = append(sc.replaced, ds.rule.Replaces...)
-		}
+	if ds.unlimited() {
+		sc.replaced = append(sc.replaced, ds.rule.Replaces...)
 	}
 	for _, l := range ds.limits() {
 		sc.replaced = append(sc.replaced, l.Replaces...)
@@ -232,7 +236,7 @@ func (s *Server) decide(ctx context.Context, sc *scratch) error {
 	for i := range sc.descs {
 		ds := &sc.descs[i]
 		ds.first = len(sc.reqs)
-		if ds.rule != nil && ds.rule.Unlimited && !ds.override {
+		if ds.unlimited() {
 			continue
 		}
 		mode := backend.Enforce
@@ -275,7 +279,7 @@ func (s *Server) decide(ctx context.Context, sc *scratch) error {
 	dec.over = !s.opts.ShadowMode && backend.Refused(sc.reqs, sc.res)
 	for i := range sc.descs {
 		ds := &sc.descs[i]
-		v := verdict{unlimited: ds.rule != nil && ds.rule.Unlimited && !ds.override}
+		v := verdict{unlimited: ds.unlimited()}
 		if ds.n > 0 {
 			// Report the limit that refused, else the one with the least
 			// remaining.
@@ -288,14 +292,13 @@ func (s *Server) decide(ctx context.Context, sc *scratch) error {
 					pick = k
 				}
 			}
-			r, lim := sc.res[pick], ds.limits()
-			name := sc.limitName(ds, lim, sc.reqs[pick].Limit)
+			r := sc.res[pick]
 			v = verdict{
 				over:      over && !ds.shadow,
 				shadow:    ds.shadow || s.opts.ShadowMode,
 				limited:   true,
 				limit:     sc.reqs[pick].Limit,
-				name:      name,
+				name:      ds.limitName(sc.reqs[pick].Limit),
 				remaining: r.Remaining,
 				reset:     r.ResetAfter,
 				retry:     r.RetryAfter,
@@ -307,15 +310,15 @@ func (s *Server) decide(ctx context.Context, sc *scratch) error {
 	return nil
 }
 
-// limitName returns the header name of the limit of ds equal to l: its
-// name, or else the descriptor's key path.
-func (sc *scratch) limitName(ds *desc, lims []config.RuleLimit, l backend.Limit) string {
-	for i := range lims {
-		if lims[i].Limit == l && lims[i].Name != "" {
-			return lims[i].Name
+// limitName returns the name of d's limit l: its name, or else the
+// descriptor's key path.
+func (d *desc) limitName(l backend.Limit) string {
+	for _, rl := range d.limits() {
+		if rl.Limit == l && rl.Name != "" {
+			return rl.Name
 		}
 	}
-	return ds.path
+	return d.path
 }
 
 // storeError turns a store failure into a status error.

@@ -206,7 +206,7 @@ func BenchmarkTake(b *testing.B) {
 		var buf []byte
 		for i := range nkeys {
 			buf = appendKey(buf[:0], i, l)
-			_ = s.Take(b.Context(), []backend.Request{{Key: string(buf), Limit: l, Hits: 0}}, res)
+			_ = s.Take(b.Context(), []backend.Request{{Key: string(buf), Limit: l, Hits: 1}}, res) // every key holds state
 		}
 		for _, d := range []struct {
 			name string
