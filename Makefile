@@ -24,7 +24,7 @@ test: ## run every test with the race detector
 	$(GO) test -race -shuffle=on -count=1 ./...
 
 .PHONY: check
-check: fmt vet lint check-generate tidy ## every static check CI runs
+check: fmt vet lint breaking check-generate tidy ## every static check CI runs
 
 .PHONY: fmt
 fmt: ## fail if gofmt would change a file
@@ -39,6 +39,11 @@ vet: ## go vet
 lint: ## buf lint and buf format on proto/
 	$(TOOL) buf lint
 	$(TOOL) buf format --diff --exit-code
+
+.PHONY: breaking
+breaking: ## buf breaking against main, when this checkout has it
+	@if git rev-parse -q --verify main >/dev/null; then $(TOOL) buf breaking --against '.git#branch=main'; \
+	else echo "no main branch here: skipping buf breaking"; fi
 
 .PHONY: generate
 generate: ## regenerate gen/ from proto/
