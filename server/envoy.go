@@ -141,11 +141,9 @@ func envoyResponse(sc *scratch) *rlsv3.RateLimitResponse {
 		}
 	}
 	if len(dec.headers) > 0 {
-		hv := make([]corev3.HeaderValue, len(dec.headers))
-		resp.ResponseHeadersToAdd = make([]*corev3.HeaderValue, len(dec.headers))
+		resp.ResponseHeadersToAdd = pointers[corev3.HeaderValue](len(dec.headers))
 		for i, h := range dec.headers {
-			hv[i].Key, hv[i].Value = h.name, h.value
-			resp.ResponseHeadersToAdd[i] = &hv[i]
+			resp.ResponseHeadersToAdd[i].Key, resp.ResponseHeadersToAdd[i].Value = h.name, h.value
 		}
 	}
 	resp.DynamicMetadata = metadata(sc)
@@ -197,6 +195,15 @@ func mergeInto(dst, src map[string]any) {
 			}
 		}
 	}
+}
+
+// pointers returns pointers to n new values of T, allocated together.
+func pointers[T any](n int) []*T {
+	vals, ptrs := make([]T, n), make([]*T, n)
+	for i := range vals {
+		ptrs[i] = &vals[i]
+	}
+	return ptrs
 }
 
 func envoyCode(over bool) rlsv3.RateLimitResponse_Code {

@@ -104,11 +104,9 @@ func nativeResponse(sc *scratch) *ratelimitv1.ShouldRateLimitResponse {
 		a.st.RetryAfter = &a.retry
 	}
 	if len(dec.headers) > 0 {
-		hv := make([]ratelimitv1.Header, len(dec.headers))
-		resp.Headers = make([]*ratelimitv1.Header, len(dec.headers))
+		resp.Headers = pointers[ratelimitv1.Header](len(dec.headers))
 		for i, h := range dec.headers {
-			hv[i].Name, hv[i].Value = h.name, h.value
-			resp.Headers[i] = &hv[i]
+			resp.Headers[i].Name, resp.Headers[i].Value = h.name, h.value
 		}
 	}
 	return resp
