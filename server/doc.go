@@ -16,12 +16,13 @@
 //	rules, err := config.Load("rules.yaml")
 //	store := memory.New(memory.Options{})
 //	srv := server.New(store, rules, server.Options{})
-//	g := grpc.NewServer(grpc.MaxRecvMsgSize(server.MaxRecvMsgSize))
+//	g := grpc.NewServer(srv.GRPCOptions()...)
 //	srv.Register(g)
 //	go g.Serve(lis)
 //	http.ListenAndServe(":8080", srv.Handler())
 //
 // The server converts errors to gRPC status: InvalidArgument for a
 // malformed request, Unavailable when the store cannot decide or is
-// closed, and the context's own code when the caller gave up.
+// closed, the context's own code when the caller gave up, and Internal,
+// logged, for a bug.
 package server

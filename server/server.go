@@ -3,24 +3,28 @@ package server
 import (
 	"context"
 	"log/slog"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
 	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/status"
 
 	"github.com/ratelimitd/ratelimitd/backend"
 	"github.com/ratelimitd/ratelimitd/config"
 	ratelimitv1 "github.com/ratelimitd/ratelimitd/gen/ratelimit/v1"
 )
 
-// MaxRecvMsgSize is the largest request the gRPC server should accept
-// (grpc.MaxRecvMsgSize), and the largest body /json accepts.
+// MaxRecvMsgSize is the largest request the gRPC server accepts (see
+// GRPCOptions), and the largest body /json accepts.
 const MaxRecvMsgSize = 1 << 20
 
 // Options configures a Server. The zero value means the defaults.
@@ -86,6 +90,21 @@ func (s *Server) SetRules(r *config.Rules) {
 
 // Rules returns the rules in force, nil if none were set.
 func (s *Server) Rules() *config.Rules { return s.rules.Load() }
+
+// GRPCOptions returns the options a grpc.Server serving s should have:
+// requests limited to MaxRecvMsgSize, and a handler panic (a bug) answered
+// as Internal and logged with its stack, instead of ending the process.
+func (s *Server) GRPCOptions() []grpc.ServerOption {
+	rec := recovery.WithRecoveryHandler(func(p any) error {
+		s.log.Error("bug: gRPC handler panicked", "panic", p, "stack", string(debug.Stack()))
+		return status.Error(codes.Internal, "internal error")
+	})
+	return []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(MaxRecvMsgSize),
+		grpc.ChainUnaryInterceptor(recovery.UnaryServerInterceptor(rec)),
+		grpc.ChainStreamInterceptor(recovery.StreamServerInterceptor(rec)),
+	}
+}
 
 // Register registers Envoy's RateLimitService, the native RateLimitService,
 // gRPC health and server reflection on g.

@@ -66,7 +66,7 @@ func newHarness(t *testing.T, rules *config.Rules, opts server.Options) *harness
 	srv := server.New(store, rules, opts)
 
 	lis := bufconn.Listen(1 << 20)
-	g := grpc.NewServer(grpc.MaxRecvMsgSize(server.MaxRecvMsgSize))
+	g := grpc.NewServer(srv.GRPCOptions()...)
 	srv.Register(g)
 	served := make(chan error, 1)
 	go func() { served <- g.Serve(lis) }()

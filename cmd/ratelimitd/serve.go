@@ -50,7 +50,7 @@ func serve(ctx context.Context, f *flags, stderr io.Writer) error {
 		grpcLis.Close()
 		return fmt.Errorf("HTTP listener: %w", err)
 	}
-	g := grpc.NewServer(grpc.MaxRecvMsgSize(server.MaxRecvMsgSize))
+	g := grpc.NewServer(srv.GRPCOptions()...)
 	srv.Register(g)
 	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
 
