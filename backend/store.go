@@ -116,11 +116,11 @@ func Consumes(reqs []Request, res []Result, refused bool, i int) bool {
 	if refused {
 		return false
 	}
-	return !GroupOver(reqs, res, i)
+	return !groupOver(reqs, res, i)
 }
 
-// GroupOver reports whether any request of reqs[i]'s group is over.
-func GroupOver(reqs []Request, res []Result, i int) bool {
+// groupOver reports whether any request of reqs[i]'s group is over.
+func groupOver(reqs []Request, res []Result, i int) bool {
 	g := reqs[i].Group
 	for i > 0 && reqs[i-1].Group == g {
 		i--
