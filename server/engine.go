@@ -84,7 +84,7 @@ type scratch struct {
 	reqs     []backend.Request
 	res      []backend.Result
 	keys     []byte
-	spans    [][2]int // each request's key in keys
+	spans    [][2]int // each request's key, in keys after the prefixes
 	replaced []string
 	buf      []byte
 	dec      decision
@@ -232,7 +232,10 @@ func keyPath[E config.Entry](entries []E) string {
 // decide takes the hits of sc's descriptors from the store and fills
 // sc.dec. It returns a status error when the store cannot decide.
 func (s *Server) decide(ctx context.Context, sc *scratch) error {
-	// Build one store request per limit that applies and was not replaced.
+	// Build one store request per limit that applies and was not replaced;
+	// its key is the descriptor's prefix and the limit's suffix, appended
+	// after every prefix.
+	keysFrom := len(sc.keys)
 	for i := range sc.descs {
 		ds := &sc.descs[i]
 		ds.first = len(sc.reqs)
@@ -250,10 +253,10 @@ func (s *Server) decide(ctx context.Context, sc *scratch) error {
 			if l.Name != "" && slices.Contains(sc.replaced, l.Name) {
 				continue
 			}
-			start := len(sc.keys)
+			start := len(sc.keys) - keysFrom
 			sc.keys = append(sc.keys, sc.keys[ds.key[0]:ds.key[1]]...)
 			sc.keys = backend.AppendKeySuffix(sc.keys, l.Limit)
-			sc.spans = append(sc.spans, [2]int{start, len(sc.keys)})
+			sc.spans = append(sc.spans, [2]int{start, len(sc.keys) - keysFrom})
 			sc.reqs = append(sc.reqs, backend.Request{
 				Limit:           l.Limit,
 				Hits:            ds.hits,
@@ -265,7 +268,7 @@ func (s *Server) decide(ctx context.Context, sc *scratch) error {
 		ds.n = len(sc.reqs) - ds.first
 	}
 	if len(sc.reqs) > 0 {
-		keys := string(sc.keys) // one allocation for every key of the request
+		keys := string(sc.keys[keysFrom:]) // one allocation for every key of the request, prefixes left out
 		for i := range sc.reqs {
 			sc.reqs[i].Key = keys[sc.spans[i][0]:sc.spans[i][1]]
 		}
