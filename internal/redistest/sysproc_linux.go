@@ -1,0 +1,19 @@
+//go:build linux
+
+package redistest
+
+import (
+	"os"
+	"syscall"
+)
+
+// sysProcAttr puts a server and any child it forks (the RDB child of a full
+// sync) in a process group of their own, so killGroup reaches them all.
+// Pdeathsig kills the server if the test binary dies without running its
+// cleanups (a panic, or go test's -timeout).
+func sysProcAttr() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+}
+
+// killGroup sends SIGKILL to p's process group.
+func killGroup(p *os.Process) error { return syscall.Kill(-p.Pid, syscall.SIGKILL) }
