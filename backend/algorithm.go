@@ -254,7 +254,9 @@ func (st *State) retryAt(l Limit, now int64, hits uint64) (int64, bool) {
 		if prev == 0 {
 			return t, true
 		}
-		return t + w - int64(float64(room)*float64(w)/float64(prev)), true
+		// At most a window back: room < prev but for a request whose
+		// own hits fit and an earlier one of its call did not.
+		return t + w - int64(min(float64(room)*float64(w)/float64(prev), float64(w))), true
 	case SlidingLog:
 		if hits > l.Requests {
 			return 0, false
@@ -302,7 +304,12 @@ func ceilDiv(tokens float64, l Limit, w int64) int64 {
 	return int64(math.Ceil(float64(tokens*float64(w)) / float64(l.Requests)))
 }
 
-func micro(us int64) time.Duration { return time.Duration(max(us, 0)) * time.Microsecond }
+func micro(us int64) time.Duration {
+	if us > math.MaxInt64/int64(time.Microsecond) {
+		return math.MaxInt64 // a saturated GCRA TAT
+	}
+	return time.Duration(max(us, 0)) * time.Microsecond
+}
 
 func addSat(a, b uint64) uint64 {
 	if s := a + b; s >= a {

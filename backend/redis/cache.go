@@ -1,0 +1,128 @@
+package redis
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ratelimitd/ratelimitd/backend"
+)
+
+// cache remembers the calls Redis refused, so that the same call again is
+// refused locally until the refusal may lift: a client hammering a limit
+// it already hit costs no Redis round trip until its retry_after.
+type cache struct {
+	now     func() time.Time
+	max     int
+	maxHold time.Duration // the longest an entry holds; zero means no bound
+	hits    atomic.Uint64
+
+	mu sync.Mutex
+	m  map[cacheKey]cacheEntry
+}
+
+// cacheKey is a counter under one limit: the key carries the algorithm
+// and window, so a raised count or burst misses the cache.
+type cacheKey struct {
+	key             string
+	requests, burst uint64
+}
+
+type cacheEntry struct {
+	at, until int64  // µs on the cache's clock: when Redis answered, and until when it holds
+	hits      uint64 // the call's hits on this counter
+	res       backend.Result
+}
+
+func newCache(max int, now func() time.Time) *cache {
+	return &cache{now: now, max: max, m: make(map[cacheKey]cacheEntry)}
+}
+
+func keyOf(r *backend.Request) cacheKey {
+	return cacheKey{key: r.Key, requests: r.Limit.Requests, burst: r.Limit.Burst}
+}
+
+// answer decides reqs into res from the cache, if every request has a
+// live entry for the same hits and those entries refuse the call. Calls that record usage
+// past the limit (ConsumeWhenOver) always go to Redis.
+func (c *cache) answer(reqs []backend.Request, res []backend.Result) bool {
+	for i := range reqs {
+		if reqs[i].ConsumeWhenOver {
+			return false
+		}
+	}
+	now := backend.Micros(c.now())
+	c.mu.Lock()
+	for i := range reqs {
+		e, ok := c.m[keyOf(&reqs[i])]
+		if !ok || now >= e.until || reqs[i].Hits != e.hits {
+			c.mu.Unlock()
+			return false
+		}
+		elapsed := time.Duration(now-e.at) * time.Microsecond
+		res[i] = e.res
+		res[i].ResetAfter = max(e.res.ResetAfter-elapsed, 0)
+		if e.res.OverLimit {
+			res[i].RetryAfter = max(e.res.RetryAfter-elapsed, time.Microsecond)
+		}
+	}
+	c.mu.Unlock()
+	if !backend.Refused(reqs, res) {
+		return false
+	}
+	c.hits.Add(1)
+	return true
+}
+
+// remember records a call that Redis refused: each over-limit counter
+// until its retry_after, the others' results until the soonest of those.
+func (c *cache) remember(reqs []backend.Request, res []backend.Result) {
+	if !backend.Refused(reqs, res) {
+		return
+	}
+	soonest := time.Duration(1<<63 - 1)
+	for i := range reqs {
+		if reqs[i].ConsumeWhenOver {
+			return
+		}
+		if res[i].OverLimit {
+			soonest = min(soonest, res[i].RetryAfter)
+		}
+	}
+	if c.maxHold > 0 {
+		soonest = min(soonest, c.maxHold)
+	}
+	if soonest <= 0 {
+		return
+	}
+	now := backend.Micros(c.now())
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.m)+len(reqs) > c.max {
+		c.sweep(now)
+		if len(c.m)+len(reqs) > c.max {
+			return // full of live refusals: Redis decides this one again
+		}
+	}
+	for i := range reqs {
+		hold := soonest
+		if res[i].OverLimit && (c.maxHold == 0 || res[i].RetryAfter < c.maxHold) {
+			hold = res[i].RetryAfter
+		}
+		c.m[keyOf(&reqs[i])] = cacheEntry{
+			at:    now,
+			until: now + int64(hold/time.Microsecond),
+			hits:  reqs[i].Hits,
+			res:   res[i],
+		}
+	}
+}
+
+// sweep drops the entries that no longer hold.
+func (c *cache) sweep(now int64) {
+	for k, e := range c.m {
+		if now >= e.until {
+			delete(c.m, k)
+		}
+	}
+}

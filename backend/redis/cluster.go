@@ -1,0 +1,144 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/ratelimitd/ratelimitd/backend"
+)
+
+// takeCluster decides a call on Redis Cluster. The keys of one descriptor
+// share a hash tag, so one descriptor's limits are decided in one slot,
+// atomically. A call over one tag runs one script, as on standalone; a call
+// over several runs one "part" script per tag, in parallel, each deciding
+// as if the call were admitted; if the call is refused after all, a
+// "refund" gives back what the admitted parts took. Admitted hits never
+// exceed a limit, and a refused call leaves no lasting consumption, but a
+// concurrent call may see the hits of a call being refunded. (A
+// descriptor's limits share a tag when their keys share the descriptor
+// part, as the engine's keys do; a group over several tags is decided as
+// several parts, and refunded likewise.)
+func (s *Store) takeCluster(ctx context.Context, reqs []backend.Request, res []backend.Result) error {
+	tags := make([]string, len(reqs))
+	var parts [][]int // request indices per tag, in order of first use
+	for i := range reqs {
+		tags[i] = tagOf(reqs[i].Key)
+		found := false
+		for p, idx := range parts {
+			if tags[idx[0]] == tags[i] {
+				parts[p] = append(idx, i)
+				found = true
+				break
+			}
+		}
+		if !found {
+			parts = append(parts, []int{i})
+		}
+	}
+	if len(parts) == 1 {
+		return s.runPart(ctx, "take", reqs, res, parts[0], tags[0], nil)
+	}
+
+	stamps := make([]int64, len(reqs))
+	errs := s.runParts(ctx, "part", reqs, res, parts, tags, stamps)
+	failed := errors.Join(errs...)
+	refused := failed != nil || backend.Refused(reqs, res)
+	// Give back what a part took but the whole call does not: all of a
+	// refused call (but consume_when_over usage), and a group over in
+	// another part.
+	var back [][]int
+	for p, idx := range parts {
+		if errs[p] != nil {
+			continue
+		}
+		var give []int
+		for _, i := range idx {
+			r := &reqs[i]
+			took := !r.ConsumeWhenOver && r.Hits > 0 && !r.Limit.Ban() && !groupOver(reqs, res, idx, i)
+			if took && !backend.Consumes(reqs, res, refused, i) {
+				give = append(give, i)
+			}
+		}
+		if give != nil {
+			back = append(back, give)
+		}
+	}
+	if len(back) > 0 {
+		s.refunds.Add(1)
+		for _, err := range s.runParts(ctx, "refund", reqs, res, back, tags, stamps) {
+			if err != nil {
+				// The hits stay counted until their window ends; the
+				// call's decision stands.
+				s.log.Warn("redis cluster refund failed", "err", err)
+			}
+		}
+	}
+	return failed
+}
+
+// runParts runs op on every part in parallel and returns each one's error.
+func (s *Store) runParts(ctx context.Context, op string, reqs []backend.Request, res []backend.Result, parts [][]int, tags []string, stamps []int64) []error {
+	errs := make([]error, len(parts))
+	var wg sync.WaitGroup
+	for p, idx := range parts[1:] {
+		wg.Go(func() { errs[p+1] = s.runPart(ctx, op, reqs, res, idx, tags[idx[0]], stamps) })
+	}
+	errs[0] = s.runPart(ctx, op, reqs, res, parts[0], tags[parts[0][0]], stamps)
+	wg.Wait()
+	return errs
+}
+
+// runPart runs op over the requests idx, which share tag.
+func (s *Store) runPart(ctx context.Context, op string, reqs []backend.Request, res []backend.Result, idx []int, tag string, stamps []int64) error {
+	var c *call
+	if op == "refund" {
+		c = s.newCall(op, reqs, idx, tag, stamps...)
+	} else {
+		c = s.newCall(op, reqs, idx, tag)
+	}
+	defer c.free()
+	per := 4
+	if op == "part" {
+		per = 5
+	}
+	return s.guard(ctx, s.nodeOf(c.keys[0]), func() error {
+		vals, err := takeScript.Run(ctx, s.run, c.keys, c.args...).Int64Slice()
+		if err != nil {
+			return err
+		}
+		return parse(vals, per, reqs, res, idx, stamps)
+	})
+}
+
+// groupOver reports whether a request of reqs[i]'s group among idx (the
+// requests of one part) is over.
+func groupOver(reqs []backend.Request, res []backend.Result, idx []int, i int) bool {
+	for _, j := range idx {
+		if reqs[j].Group == reqs[i].Group && res[j].OverLimit {
+			return true
+		}
+	}
+	return false
+}
+
+// tagOf returns the hash tag of a counter key: a hash of its descriptor
+// part, the key without its "|algorithm|window" suffix, so that every
+// limit of a descriptor lands in one slot and descriptors spread evenly.
+func tagOf(key string) string {
+	desc := key
+	if i := strings.LastIndexByte(desc, '|'); i >= 0 {
+		if j := strings.LastIndexByte(desc[:i], '|'); j >= 0 {
+			desc = desc[:j]
+		}
+	}
+	// FNV-1a, 64 bits.
+	h := uint64(14695981039346656037)
+	for k := 0; k < len(desc); k++ {
+		h ^= uint64(desc[k])
+		h *= 1099511628211
+	}
+	return strconv.FormatUint(h, 36)
+}

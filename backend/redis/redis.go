@@ -1,0 +1,420 @@
+// Package redis is ratelimitd's shared counter store: counters in Redis
+// (standalone, Sentinel or Cluster), so that many replicas of ratelimitd
+// decide on one set of counters.
+//
+// Every call runs one Lua script (take.lua, a port of backend.State) over
+// all of its keys: one round trip, decided atomically inside Redis, on
+// Redis's own clock (TIME), so replicas with skewed clocks agree. On Redis
+// Cluster the keys of one descriptor share a hash tag; a call whose
+// descriptors live in several slots runs one script per slot, in parallel,
+// and gives back what the admitted slots took when another slot refuses.
+//
+// Usage:
+//
+//	client, err := redis.NewClient("redis://localhost:6379", redis.ClientOptions{})
+//	store, err := redis.New(client, redis.Options{})
+//	defer store.Close()
+//	err = store.Take(ctx, reqs, res)
+package redis
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+	"github.com/sony/gobreaker/v2"
+
+	"github.com/ratelimitd/ratelimitd/backend"
+)
+
+// Defaults of Options.
+const (
+	DefaultPrefix           = "ratelimitd:"
+	DefaultTimeout          = 50 * time.Millisecond
+	DefaultLocalCache       = 65536
+	DefaultBreakerFailures  = 3
+	DefaultBreakerOpenDelay = 250 * time.Millisecond
+)
+
+//go:embed take.lua
+var takeSource string
+
+var takeScript = goredis.NewScript(takeSource)
+
+// clusterCacheHold bounds how long the local cache remembers a refusal on
+// Redis Cluster.
+const clusterCacheHold = time.Second
+
+// ErrUnavailable is returned, wrapped, when the store does not try Redis
+// because its circuit breaker is open after repeated failures.
+var ErrUnavailable = errors.New("redis: unavailable (circuit breaker open)")
+
+// Options configures a Store. The zero value means the defaults.
+type Options struct {
+	// Prefix starts every key the store writes. Empty means
+	// DefaultPrefix; it must not contain '{' (Cluster hash tags).
+	Prefix string
+	// Timeout bounds the Redis work of one Take, on top of the caller's
+	// context. Zero means DefaultTimeout.
+	Timeout time.Duration
+	// LocalCache is how many over-limit counters the store remembers
+	// locally (see Store). Zero means DefaultLocalCache; negative, none.
+	LocalCache int
+	// BreakerFailures is how many consecutive failures of one Redis node
+	// open its circuit breaker: calls to it then fail at once with
+	// ErrUnavailable, until a probe call after BreakerOpenDelay succeeds.
+	// Zero means DefaultBreakerFailures.
+	BreakerFailures int
+	// BreakerOpenDelay is how long a breaker stays open before it lets a
+	// probe call through. Zero means DefaultBreakerOpenDelay.
+	BreakerOpenDelay time.Duration
+	// Now, when set, is the clock the scripts decide on instead of Redis
+	// TIME, and the local cache's clock: for tests on a manual clock.
+	Now func() time.Time
+	// Logger receives breaker state changes. Nil means slog.Default().
+	Logger *slog.Logger
+	// NoAutoPipeline sends each call's script on a connection of its own
+	// instead of coalescing the scripts of concurrent calls into shared
+	// pipelines (go-redis's AutoPipeliner).
+	NoAutoPipeline bool
+}
+
+// Store is a backend.Store on Redis.
+//
+// A call refused by Redis is remembered in a small local cache until the
+// earliest retry_after of its over-limit counters: the same call again
+// (same keys, limits no lower, no consume_when_over) is refused without a
+// Redis round trip, reporting what Redis last said. Entries are keyed with
+// the limit, so a changed limit takes effect at once. On Cluster it
+// remembers a refusal for one second at most.
+type Store struct {
+	client  goredis.UniversalClient
+	cluster *goredis.ClusterClient // nil unless client is one
+	run     goredis.Scripter       // client, or its AutoPipeliner
+	prefix  string
+	timeout time.Duration
+	now     func() time.Time // nil: Redis TIME
+	cache   *cache
+	log     *slog.Logger
+
+	breakerSettings gobreaker.Settings
+	mu              sync.Mutex
+	breakers        map[string]*gobreaker.TwoStepCircuitBreaker[struct{}] // by node address
+
+	refunds atomic.Uint64
+	ap      *goredis.AutoPipeliner // nil without auto-pipelining
+}
+
+// autoPipeline returns client's blocking AutoPipeliner, nil for a client
+// type that has none.
+func autoPipeline(client goredis.UniversalClient) (*goredis.AutoPipeliner, error) {
+	switch c := client.(type) {
+	case *goredis.Client:
+		return c.AutoPipeline()
+	case *goredis.ClusterClient:
+		return c.AutoPipeline()
+	case interface {
+		AutoPipeline() (*goredis.AutoPipeliner, error)
+	}:
+		return c.AutoPipeline()
+	}
+	return nil, nil
+}
+
+var _ backend.Store = (*Store)(nil)
+
+// New returns a Store on client (a *goredis.Client, *goredis.FailoverClient
+// or *goredis.ClusterClient). The Store does not own client: Close the
+// client after the Store.
+func New(client goredis.UniversalClient, opts Options) (*Store, error) {
+	if strings.Contains(opts.Prefix, "{") {
+		return nil, fmt.Errorf("redis: key prefix %q must not contain '{'", opts.Prefix)
+	}
+	s := &Store{
+		client:   client,
+		prefix:   cmp(opts.Prefix, DefaultPrefix),
+		timeout:  cmp(opts.Timeout, DefaultTimeout),
+		now:      opts.Now,
+		log:      opts.Logger,
+		breakers: make(map[string]*gobreaker.TwoStepCircuitBreaker[struct{}]),
+	}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	s.cluster, _ = client.(*goredis.ClusterClient)
+	s.run = client
+	if !opts.NoAutoPipeline {
+		ap, err := autoPipeline(client)
+		if err != nil {
+			return nil, fmt.Errorf("redis: auto-pipelining: %w", err)
+		}
+		if ap != nil {
+			s.ap = ap
+			s.run = ap
+		}
+	}
+	clock := opts.Now
+	if clock == nil {
+		clock = time.Now
+	}
+	if n := cmp(opts.LocalCache, DefaultLocalCache); n > 0 {
+		s.cache = newCache(n, clock)
+		if s.cluster != nil {
+			// A Cluster call over several slots may refuse on hits that
+			// another call gives back a moment later (see takeCluster):
+			// such a refusal must not be remembered for long.
+			s.cache.maxHold = clusterCacheHold
+		}
+	}
+	failures := uint32(cmp(opts.BreakerFailures, DefaultBreakerFailures))
+	s.breakerSettings = gobreaker.Settings{
+		MaxRequests: 1,
+		Timeout:     cmp(opts.BreakerOpenDelay, DefaultBreakerOpenDelay),
+		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= failures },
+		IsExcluded:  func(err error) bool { return errors.Is(err, errCallerGone) },
+		OnStateChange: func(name string, from, to gobreaker.State) {
+			s.log.Warn("redis circuit breaker", "node", name, "from", from.String(), "to", to.String())
+		},
+	}
+	return s, nil
+}
+
+func cmp[T comparable](v, def T) T {
+	var zero T
+	if v == zero {
+		return def
+	}
+	return v
+}
+
+// Close releases the store's own resources; it does not close the client.
+func (s *Store) Close() error {
+	if s.ap != nil {
+		return s.ap.Close()
+	}
+	return nil
+}
+
+// State reports the store's health: "ok" when every circuit breaker is
+// closed, else "open" or "half-open" for the worst of them.
+func (s *Store) State() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	worst := gobreaker.StateClosed
+	for _, b := range s.breakers {
+		switch st := b.State(); {
+		case st == gobreaker.StateOpen:
+			worst = st
+		case st == gobreaker.StateHalfOpen && worst == gobreaker.StateClosed:
+			worst = st
+		}
+	}
+	if worst == gobreaker.StateClosed {
+		return "ok"
+	}
+	return worst.String()
+}
+
+// LocalCacheHits reports how many calls the local over-limit cache
+// answered without Redis.
+func (s *Store) LocalCacheHits() uint64 {
+	if s.cache == nil {
+		return 0
+	}
+	return s.cache.hits.Load()
+}
+
+// Refunds reports how many Cluster calls gave back hits that an admitted
+// slot took, because another slot refused.
+func (s *Store) Refunds() uint64 { return s.refunds.Load() }
+
+// errCallerGone marks a failure that is the caller's (its context ended),
+// which says nothing of Redis's health.
+var errCallerGone = errors.New("caller gone")
+
+// Take implements backend.Store.
+func (s *Store) Take(ctx context.Context, reqs []backend.Request, res []backend.Result) error {
+	if len(res) != len(reqs) {
+		return fmt.Errorf("redis: take: %d results for %d requests", len(res), len(reqs))
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("redis: take: %w", err)
+	}
+	if len(reqs) == 0 {
+		return nil
+	}
+	if s.cache != nil && s.cache.answer(reqs, res) {
+		return nil
+	}
+	rctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	var err error
+	if s.cluster == nil {
+		err = s.takeOne(rctx, reqs, res)
+	} else {
+		err = s.takeCluster(rctx, reqs, res)
+	}
+	if err != nil {
+		return fmt.Errorf("redis: take: %w", err)
+	}
+	if s.cache != nil {
+		s.cache.remember(reqs, res)
+	}
+	return nil
+}
+
+// takeOne decides the call with one script on a standalone or Sentinel
+// Redis.
+func (s *Store) takeOne(ctx context.Context, reqs []backend.Request, res []backend.Result) error {
+	call := s.newCall("take", reqs, allOf(len(reqs)), "")
+	defer call.free()
+	return s.guard(ctx, s.nodeOf(""), func() error {
+		vals, err := takeScript.Run(ctx, s.run, call.keys, call.args...).Int64Slice()
+		if err != nil {
+			return err
+		}
+		return parse(vals, 4, reqs, res, nil, nil)
+	})
+}
+
+// guard runs f under the circuit breaker of node.
+func (s *Store) guard(ctx context.Context, node string, f func() error) error {
+	done, err := s.breaker(node).Allow()
+	if err != nil {
+		return fmt.Errorf("%w: %s", ErrUnavailable, node)
+	}
+	err = f()
+	report := err
+	if err != nil && errors.Is(ctx.Err(), context.Canceled) {
+		report = errCallerGone // the caller gave up: no sign of Redis's health
+	}
+	done(report)
+	return err
+}
+
+func (s *Store) breaker(node string) *gobreaker.TwoStepCircuitBreaker[struct{}] {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b, ok := s.breakers[node]
+	if !ok {
+		st := s.breakerSettings
+		st.Name = node
+		b = gobreaker.NewTwoStepCircuitBreaker[struct{}](st)
+		s.breakers[node] = b
+	}
+	return b
+}
+
+// nodeOf names the Redis node that serves key, for its circuit breaker.
+func (s *Store) nodeOf(key string) string {
+	if s.cluster == nil {
+		return "redis"
+	}
+	// The slot map is cached by go-redis; an error here (no slots yet)
+	// falls back to one breaker for unknown nodes.
+	c, err := s.cluster.MasterForKey(context.Background(), key)
+	if err != nil {
+		return "cluster"
+	}
+	return c.Options().Addr
+}
+
+func allOf(n int) []int {
+	idx := make([]int, n)
+	for i := range idx {
+		idx[i] = i
+	}
+	return idx
+}
+
+// parse reads per fields numbers per request of idx from vals into res
+// (and, with per 5, the stamps).
+func parse(vals []int64, per int, reqs []backend.Request, res []backend.Result, idx []int, stamps []int64) error {
+	n := len(reqs)
+	if idx != nil {
+		n = len(idx)
+	}
+	if len(vals) != per*n {
+		return fmt.Errorf("script returned %d numbers for %d requests", len(vals), n)
+	}
+	for k := range n {
+		i := k
+		if idx != nil {
+			i = idx[k]
+		}
+		v := vals[per*k:]
+		res[i] = backend.Result{
+			OverLimit:  v[0] != 0,
+			Remaining:  uint64(v[1]),
+			ResetAfter: micro(v[2]),
+			RetryAfter: micro(v[3]),
+		}
+		if per == 5 {
+			stamps[i] = v[4]
+		}
+	}
+	return nil
+}
+
+func micro(us int64) time.Duration {
+	const maxUS = int64(1<<63-1) / int64(time.Microsecond)
+	return time.Duration(min(max(us, 0), maxUS)) * time.Microsecond
+}
+
+// A call is the keys and arguments of one script run.
+type call struct {
+	keys []string
+	args []any
+}
+
+var callPool = sync.Pool{New: func() any { return new(call) }}
+
+// newCall builds the script's keys and arguments for the requests idx of
+// reqs; stamps (for "refund") may be nil.
+func (s *Store) newCall(op string, reqs []backend.Request, idx []int, tag string, stamps ...int64) *call {
+	c := callPool.Get().(*call)
+	c.keys, c.args = c.keys[:0], c.args[:0]
+	now := ""
+	if s.now != nil {
+		now = strconv.FormatInt(backend.Micros(s.now()), 10)
+	}
+	c.args = append(c.args, now, op)
+	for _, i := range idx {
+		r := &reqs[i]
+		c.keys = append(c.keys, s.key(r.Key, tag))
+		flags := int64(r.Limit.Algorithm) + 8*int64(r.Mode)
+		if r.ConsumeWhenOver {
+			flags += 32
+		}
+		var stamp int64
+		if stamps != nil {
+			stamp = stamps[i]
+		}
+		c.args = append(c.args, flags, r.Limit.Requests, int64(r.Limit.Window/time.Microsecond),
+			r.Limit.Burst, r.Hits, r.Group, stamp)
+	}
+	return c
+}
+
+func (c *call) free() {
+	clear(c.args)
+	clear(c.keys)
+	callPool.Put(c)
+}
+
+// key returns the Redis key of a counter: the prefix, on Cluster a hash
+// tag, then the counter key.
+func (s *Store) key(k, tag string) string {
+	if tag == "" {
+		return s.prefix + k
+	}
+	return s.prefix + "{" + tag + "}" + k
+}

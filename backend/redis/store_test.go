@@ -1,0 +1,318 @@
+package redis_test
+
+import (
+	"errors"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/ratelimitd/ratelimitd/backend"
+	"github.com/ratelimitd/ratelimitd/backend/backendtest"
+	"github.com/ratelimitd/ratelimitd/backend/redis"
+	"github.com/ratelimitd/ratelimitd/internal/redistest"
+)
+
+func hourly(n uint64) backend.Limit {
+	return backend.Limit{Algorithm: backend.FixedWindow, Requests: n, Window: time.Hour}
+}
+
+// descriptors returns n one-limit requests, one per descriptor, with keys
+// as the engine makes them.
+func descriptors(n int, l backend.Limit) []backend.Request {
+	reqs := make([]backend.Request, n)
+	for i := range reqs {
+		k := backend.AppendKeyPart(nil, "domain")
+		k = backend.AppendKeyPart(k, "user")
+		k = backend.AppendKeyPart(k, "u"+strconv.Itoa(i))
+		reqs[i] = backend.Request{Key: string(backend.AppendKeySuffix(k, l)), Limit: l, Hits: 1, Group: i}
+	}
+	return reqs
+}
+
+func take(t *testing.T, s backend.Store, reqs ...backend.Request) ([]backend.Result, error) {
+	t.Helper()
+	res := make([]backend.Result, len(reqs))
+	return res, s.Take(t.Context(), reqs, res)
+}
+
+func mustTake(t *testing.T, s backend.Store, reqs ...backend.Request) []backend.Result {
+	t.Helper()
+	res, err := take(t, s, reqs...)
+	if err != nil {
+		t.Fatalf("Take() error: %v", err)
+	}
+	return res
+}
+
+// TestOneRoundTrip: a 5-descriptor call on standalone Redis is one read
+// on the server (INFO stats total_reads_processed): one script over every
+// key.
+func TestOneRoundTrip(t *testing.T) {
+	srv := redistest.Start(t)
+	// One connection, so that no idle connection is dialed (HELLO, CLIENT
+	// SETINFO) while the test counts.
+	client, err := redis.NewClient("redis://"+srv.Addr, redis.ClientOptions{PoolSize: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	s := newStore(t, client, redis.Options{})
+	reqs := descriptors(5, hourly(10))
+	mustTake(t, s, reqs...) // warm: connections dialed, script loaded
+
+	// INFO on one open connection: each is one read.
+	admin := srv.Client(t)
+	reads := func() int {
+		info, err := admin.Info(t.Context(), "stats").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, v, _ := strings.Cut(info, "total_reads_processed:")
+		n, _ := strconv.Atoi(strings.TrimSpace(strings.SplitN(v, "\n", 2)[0]))
+		return n
+	}
+	before := reads()
+	res := mustTake(t, s, reqs...)
+	after := reads()
+	// The second INFO is one read.
+	if got := after - before - 1; got != 1 {
+		t.Errorf("a 5-descriptor Take cost %d reads on Redis, want 1", got)
+	}
+	for i, r := range res {
+		if r.OverLimit || r.Remaining != 8 {
+			t.Errorf("result %d = %+v, want admitted with 8 remaining", i, r)
+		}
+	}
+}
+
+// TestKeys: keys carry the prefix, and expire when their state is as good
+// as fresh.
+func TestKeys(t *testing.T) {
+	srv := redistest.Start(t)
+	s := newStore(t, newClient(t, "redis://"+srv.Addr), redis.Options{Prefix: "rl-test:"})
+	rdb := srv.Client(t)
+	for _, a := range backend.Algorithms {
+		l := backend.Limit{Algorithm: a, Requests: 10, Window: time.Minute}
+		reqs := descriptors(1, l)
+		mustTake(t, s, reqs...)
+		key := "rl-test:" + reqs[0].Key
+		ttl, err := rdb.PTTL(t.Context(), key).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Windows: until the state is forgotten (sliding: two windows);
+		// buckets: until full again (one hit: a tenth of the window).
+		maxTTL := map[backend.Algorithm]time.Duration{
+			backend.FixedWindow: time.Minute, backend.SlidingWindow: 2 * time.Minute, backend.SlidingLog: time.Minute,
+			backend.TokenBucket: 6 * time.Second, backend.GCRA: 6 * time.Second,
+		}[a]
+		if ttl <= 0 || ttl > maxTTL+time.Millisecond {
+			t.Errorf("%v: PTTL %s = %v, want in (0, %v]", a, key, ttl, maxTTL)
+		}
+	}
+	// A check-only call writes nothing.
+	reqs := descriptors(1, backend.Limit{Algorithm: backend.FixedWindow, Requests: 5, Window: 2 * time.Minute})
+	reqs[0].Hits = 0
+	mustTake(t, s, reqs...)
+	if n, _ := rdb.Exists(t.Context(), "rl-test:"+reqs[0].Key).Result(); n != 0 {
+		t.Error("a check-only call on a fresh counter wrote a key")
+	}
+}
+
+// TestScriptFlush: the script survives SCRIPT FLUSH and a Redis restart.
+func TestScriptFlush(t *testing.T) {
+	srv := redistest.Start(t)
+	s := newStore(t, newClient(t, "redis://"+srv.Addr), redis.Options{LocalCache: -1})
+	reqs := descriptors(1, hourly(3))
+	mustTake(t, s, reqs...)
+	if err := srv.Client(t).ScriptFlush(t.Context()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if r := mustTake(t, s, reqs...); r[0].Remaining != 1 {
+		t.Errorf("after SCRIPT FLUSH: %+v, want 1 remaining", r[0])
+	}
+	srv.Kill()
+	srv.Restart(t)
+	waitTake(t, s, time.Second, reqs...)
+}
+
+// waitTake retries Take until it succeeds, failing t after within.
+func waitTake(t *testing.T, s backend.Store, within time.Duration, reqs ...backend.Request) []backend.Result {
+	t.Helper()
+	start := time.Now()
+	for {
+		res, err := take(t, s, reqs...)
+		if err == nil {
+			t.Logf("decisions resumed after %v", time.Since(start).Round(time.Millisecond))
+			return res
+		}
+		if time.Since(start) > within {
+			t.Fatalf("no decision within %v: %v", within, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestLocalCache: a refused call, repeated, costs no Redis round trip
+// until its retry_after; a raised limit takes effect at once.
+func TestLocalCache(t *testing.T) {
+	srv := redistest.Start(t)
+	clock := backendtest.NewClock(backendtest.T0)
+	s := newStore(t, newClient(t, "redis://"+srv.Addr), redis.Options{Now: clock.Now})
+	reqs := descriptors(2, hourly(1))
+	reqs[1].Limit = hourly(100)
+	mustTake(t, s, reqs...)
+	evals := func() int {
+		stats := srv.Info(t, "commandstats")["cmdstat_evalsha"]
+		calls, _, _ := strings.Cut(strings.TrimPrefix(stats, "calls="), ",")
+		n, _ := strconv.Atoi(calls)
+		return n
+	}
+	before := evals()
+	var res []backend.Result
+	for range 100 {
+		res = mustTake(t, s, reqs...)
+	}
+	if got := evals() - before; got != 1 {
+		t.Errorf("100 refused calls ran the script %d times, want 1 (then the local cache)", got)
+	}
+	if got := s.LocalCacheHits(); got != 99 {
+		t.Errorf("LocalCacheHits() = %d, want 99", got)
+	}
+	if !res[0].OverLimit || res[1].OverLimit || res[1].Remaining != 99 || res[0].RetryAfter != time.Hour {
+		t.Errorf("cached answer = %+v, want the first over (retry in 1h), the second not, 99 remaining", res)
+	}
+
+	clock.Set(backendtest.T0.Add(10 * time.Minute))
+	if res := mustTake(t, s, reqs...); res[0].RetryAfter != 50*time.Minute {
+		t.Errorf("cached RetryAfter 10 minutes later = %v, want 50m", res[0].RetryAfter)
+	}
+
+	raised := append([]backend.Request(nil), reqs...)
+	raised[0].Limit = hourly(2)
+	if res := mustTake(t, s, raised...); backend.Refused(raised, res) {
+		t.Errorf("after raising the limit to 2: refused %+v", res)
+	}
+
+	clock.Set(backendtest.T0.Add(time.Hour))
+	if res := mustTake(t, s, reqs...); backend.Refused(reqs, res) {
+		t.Errorf("after retry_after: refused %+v", res)
+	}
+}
+
+// TestRedisDown: with Redis gone every call fails within the timeout;
+// after a few failures the breaker fails calls at once and reports open;
+// decisions resume within a second of Redis's return.
+func TestRedisDown(t *testing.T) {
+	srv := redistest.Start(t)
+	const timeout = 100 * time.Millisecond
+	client, err := redis.NewClient("redis://"+srv.Addr, redis.ClientOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	s := newStore(t, client, redis.Options{Timeout: timeout, LocalCache: -1})
+	reqs := descriptors(1, hourly(1000))
+	mustTake(t, s, reqs...)
+	srv.Kill()
+	var slowest time.Duration
+	for i := range 20 {
+		start := time.Now()
+		_, err := take(t, s, reqs...)
+		slowest = max(slowest, time.Since(start))
+		if err == nil {
+			t.Fatalf("call %d with Redis killed: no error", i)
+		}
+		if i >= 3 && !errors.Is(err, redis.ErrUnavailable) {
+			t.Errorf("call %d with Redis killed: %v, want the breaker's ErrUnavailable", i, err)
+		}
+	}
+	if slowest > timeout+100*time.Millisecond {
+		t.Errorf("slowest call with Redis killed took %v, want at most the timeout %v (+100ms of slack)", slowest, timeout)
+	}
+	if got := s.State(); got != "open" {
+		t.Errorf("State() with Redis killed = %q, want open", got)
+	}
+	srv.Restart(t)
+	waitTake(t, s, time.Second, reqs...)
+	if got := s.State(); got != "ok" {
+		t.Errorf("State() after Redis returned = %q, want ok", got)
+	}
+}
+
+// TestSentinelFailover: decisions resume within 5 s of SENTINEL FAILOVER,
+// on the counters the replica had.
+func TestSentinelFailover(t *testing.T) {
+	sg := redistest.StartSentinel(t)
+	s := newStore(t, newClient(t, sg.URL()), redis.Options{LocalCache: -1})
+	reqs := descriptors(1, hourly(1000))
+	mustTake(t, s, reqs...)
+	sg.Failover(t)
+	res := waitTake(t, s, 5*time.Second, reqs...)
+	if res[0].OverLimit || res[0].Remaining > 998 {
+		t.Errorf("after failover: %+v, want the counter kept (at most 998 remaining)", res[0])
+	}
+}
+
+// TestClusterNodeDown: a Cluster node down fails the calls on its slots;
+// the others keep deciding.
+func TestClusterNodeDown(t *testing.T) {
+	c := redistest.StartCluster(t, 3)
+	s := newStore(t, newClient(t, c.URL()), redis.Options{LocalCache: -1, Timeout: 200 * time.Millisecond})
+	reqs := descriptors(30, hourly(1000))
+	mustTake(t, s, reqs...)
+
+	// The node of the first request's slot goes down.
+	var nodes []*goredis.Client
+	for _, n := range c.Nodes {
+		nodes = append(nodes, n.Client(t))
+	}
+	key := func(r backend.Request) string {
+		for _, n := range nodes {
+			if keys, _ := n.Keys(t.Context(), "*"+r.Key).Result(); len(keys) == 1 {
+				return keys[0]
+			}
+		}
+		t.Fatalf("no node holds a key ending in %q", r.Key)
+		return ""
+	}
+	down := c.NodeForKey(t, key(reqs[0]))
+	var same, other []backend.Request
+	for _, r := range reqs {
+		if c.NodeForKey(t, key(r)) == down {
+			same = append(same, r)
+		} else {
+			other = append(other, r)
+		}
+	}
+	if len(same) == 0 || len(other) == 0 {
+		t.Fatalf("30 descriptors on 3 nodes: %d on the node, %d elsewhere", len(same), len(other))
+	}
+	down.Kill()
+	for _, r := range other {
+		if _, err := take(t, s, r); err != nil {
+			t.Errorf("Take on a live node's slot: %v", err)
+		}
+	}
+	for _, r := range same {
+		if _, err := take(t, s, r); err == nil {
+			t.Errorf("Take on the down node's slot: no error")
+		}
+	}
+	// A call over both fails as a whole, and gives back what it took.
+	before := mustTake(t, s, other[0])[0].Remaining
+	if _, err := take(t, s, other[0], withGroup(same[0], 1)); err == nil {
+		t.Error("Take over a live and a down slot: no error")
+	}
+	if after := mustTake(t, s, other[0])[0].Remaining; after != before-1 {
+		t.Errorf("remaining on the live slot went %d -> %d, want only the check's own hit counted", before, after)
+	}
+}
+
+func withGroup(r backend.Request, g int) backend.Request {
+	r.Group = g
+	return r
+}
