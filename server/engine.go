@@ -274,7 +274,11 @@ func (s *Server) decide(ctx context.Context, sc *scratch) error {
 		}
 		sc.res = slices.Grow(sc.res[:0], len(sc.reqs))[:len(sc.reqs)]
 		if err := s.store.Take(ctx, sc.reqs, sc.res); err != nil {
-			return s.storeError(ctx, err)
+			if err := s.storeError(ctx, err); err != nil {
+				return err
+			}
+			s.failureAnswer(sc)
+			return nil
 		}
 	}
 
@@ -324,7 +328,8 @@ func (d *desc) limitName(l backend.Limit) string {
 	return d.path
 }
 
-// storeError turns a store failure into a status error.
+// storeError turns a store failure into a status error, or nil when the
+// failure mode answers instead (see failureAnswer).
 func (s *Server) storeError(ctx context.Context, err error) error {
 	if ctxErr := ctx.Err(); ctxErr != nil {
 		return status.FromContextError(ctxErr).Err()
@@ -333,5 +338,26 @@ func (s *Server) storeError(ctx context.Context, err error) error {
 		return status.Error(codes.Unavailable, "shutting down")
 	}
 	s.warnStore(err)
-	return status.Error(codes.Unavailable, fmt.Sprintf("counter store unavailable: %v", err))
+	if s.opts.FailureMode == FailError {
+		return status.Error(codes.Unavailable, fmt.Sprintf("counter store unavailable: %v", err))
+	}
+	s.failures.Add(1)
+	return nil
+}
+
+// failureAnswer fills sc.dec without counts, by the failure mode: under
+// FailAllow every descriptor is OK with no limit; under FailDeny every
+// descriptor a limit applies to is OVER_LIMIT (but shadow ones).
+func (s *Server) failureAnswer(sc *scratch) {
+	dec := &sc.dec
+	deny := s.opts.FailureMode == FailDeny && !s.opts.ShadowMode
+	for i := range sc.descs {
+		ds := &sc.descs[i]
+		v := verdict{unlimited: ds.unlimited()}
+		if deny && ds.n > 0 && !ds.shadow {
+			v.over = true
+			dec.over = true
+		}
+		dec.statuses = append(dec.statuses, v)
+	}
 }

@@ -2,6 +2,7 @@ package server
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 
@@ -14,7 +15,9 @@ import (
 // Handler returns the server's HTTP endpoints:
 //
 //	GET  /healthz  200 while the process runs
-//	GET  /readyz   200 once rules are loaded, 503 before and during shutdown
+//	GET  /readyz   200 once rules are loaded, 503 before and during shutdown,
+//	               and while the store is down unless the failure mode is
+//	               allow; the body names the store's state
 //	POST /json     a protojson envoy.service.ratelimit.v3.RateLimitRequest;
 //	               answers the protojson response with 200 (OK) or 429
 //	               (OVER_LIMIT), 400 for a bad request, 503 when the
@@ -25,11 +28,15 @@ func (s *Server) Handler() http.Handler {
 		io.WriteString(w, "ok\n")
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !s.ready() {
-			http.Error(w, "not ready", http.StatusServiceUnavailable)
-			return
+		ready, state := s.ready()
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		word := "ready"
+		if !ready {
+			word = "not ready"
+			w.WriteHeader(http.StatusServiceUnavailable)
 		}
-		io.WriteString(w, "ready\n")
+		fmt.Fprintf(w, "%s\nbackend: %s\nfailure_mode: %s\n", word, state, s.opts.FailureMode)
 	})
 	mux.HandleFunc("POST /json", s.serveJSON)
 	return mux

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"runtime/debug"
 	"sync"
@@ -37,6 +38,68 @@ type Options struct {
 	ShadowMode bool
 	// Logger receives the server's logs; nil discards them.
 	Logger *slog.Logger
+	// FailureMode is what the server answers when the store cannot
+	// decide; the zero value is FailAllow.
+	FailureMode FailureMode
+}
+
+// FailureMode says how the server answers when its store fails
+// (unreachable, timed out, circuit breaker open).
+type FailureMode uint8
+
+const (
+	// FailAllow answers OK, every descriptor {code: OK} with no limit:
+	// traffic flows while the counters are away. /readyz stays ready, so
+	// that a store blip does not drain every replica at once.
+	FailAllow FailureMode = iota
+	// FailDeny answers OVER_LIMIT on every descriptor a limit applies to,
+	// so that Envoy refuses even with its default failure_mode_deny:
+	// false. /readyz reports not ready while the store is down.
+	FailDeny
+	// FailError answers Unavailable and lets the client's own failure
+	// policy decide. /readyz reports not ready while the store is down.
+	FailError
+)
+
+var failureModeNames = [...]string{FailAllow: "allow", FailDeny: "deny", FailError: "error"}
+
+// String returns the flag value of m: "allow", "deny" or "error".
+func (m FailureMode) String() string {
+	if int(m) < len(failureModeNames) {
+		return failureModeNames[m]
+	}
+	return fmt.Sprintf("FailureMode(%d)", m)
+}
+
+// MarshalText implements encoding.TextMarshaler.
+func (m FailureMode) MarshalText() ([]byte, error) { return []byte(m.String()), nil }
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (m *FailureMode) UnmarshalText(b []byte) error {
+	v, err := ParseFailureMode(string(b))
+	if err != nil {
+		return err
+	}
+	*m = v
+	return nil
+}
+
+// ParseFailureMode returns the FailureMode named s.
+func ParseFailureMode(s string) (FailureMode, error) {
+	for m, name := range failureModeNames {
+		if s == name {
+			return FailureMode(m), nil
+		}
+	}
+	return 0, fmt.Errorf("unknown failure mode %q (want allow, deny or error)", s)
+}
+
+// A StateReporter is a store that reports its health, such as the Redis
+// store: "ok", or a word for what is wrong ("open" for an open circuit
+// breaker). /readyz shows it, and reports not ready when it is not "ok"
+// under FailDeny and FailError.
+type StateReporter interface {
+	State() string
 }
 
 // Server decides rate limits for Envoy's RateLimitService and ratelimitd's
@@ -54,6 +117,7 @@ type Server struct {
 	stopping  atomic.Bool
 	scratches sync.Pool
 	warnings  rate.Sometimes // throttles store failure warnings
+	failures  atomic.Uint64  // requests answered by the failure mode
 }
 
 // New returns a Server deciding with store under rules. rules may be nil
@@ -129,8 +193,20 @@ func (s *Server) Shutdown() {
 	s.health.Shutdown()
 }
 
-// ready reports whether the server has rules and is not shutting down.
-func (s *Server) ready() bool { return s.rules.Load() != nil && !s.stopping.Load() }
+// FailureAnswers reports how many requests the server answered by its
+// FailureMode because the store failed.
+func (s *Server) FailureAnswers() uint64 { return s.failures.Load() }
+
+// ready reports whether the server has rules, is not shutting down and,
+// unless it fails open, has a healthy store; and the store's state.
+func (s *Server) ready() (bool, string) {
+	state := "ok"
+	if r, ok := s.store.(StateReporter); ok {
+		state = r.State()
+	}
+	ready := s.rules.Load() != nil && !s.stopping.Load() && (s.opts.FailureMode == FailAllow || state == "ok")
+	return ready, state
+}
 
 func (s *Server) getScratch() *scratch { return s.scratches.Get().(*scratch) }
 
@@ -145,7 +221,7 @@ func (s *Server) putScratch(sc *scratch) {
 // warnStore logs a store failure, at most once every 10 seconds.
 func (s *Server) warnStore(err error) {
 	s.warnings.Do(func() {
-		s.log.Warn("counter store failed; answering Unavailable", "err", err)
+		s.log.Warn("counter store failed", "failure_mode", s.opts.FailureMode.String(), "err", err)
 	})
 }
 

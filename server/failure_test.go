@@ -1,0 +1,126 @@
+package server_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/google/go-cmp/cmp"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/testing/protocmp"
+
+	"github.com/ratelimitd/ratelimitd/backend"
+	ratelimitv1 "github.com/ratelimitd/ratelimitd/gen/ratelimit/v1"
+	"github.com/ratelimitd/ratelimitd/server"
+)
+
+// downStore is a store whose counters are out of reach, as a Redis store
+// is while Redis is down: every Take fails, and it reports its breaker
+// open. (The Redis store's own faults are tested against real Redis
+// processes in backend/redis and cmd/ratelimitd.)
+type downStore struct{}
+
+func (downStore) Take(context.Context, []backend.Request, []backend.Result) error {
+	return errors.New("dial tcp 127.0.0.1:6379: connection refused")
+}
+
+func (downStore) State() string { return "open" }
+
+// TestFailureMode: when the store fails, the server answers by its
+// failure mode, and /readyz follows it.
+func TestFailureMode(t *testing.T) {
+	req := request("gateway",
+		desc("remote_address", "10.0.0.1"), // a limit applies
+		desc("health_check", "lb"),         // unlimited
+		desc("no_such_key", "x"),           // no rule
+	)
+	statuses := func(codes ...rlsv3.RateLimitResponse_Code) []*rlsv3.RateLimitResponse_DescriptorStatus {
+		var sts []*rlsv3.RateLimitResponse_DescriptorStatus
+		for _, c := range codes {
+			sts = append(sts, &rlsv3.RateLimitResponse_DescriptorStatus{Code: c})
+		}
+		sts[1].LimitRemaining = 1<<32 - 1 // unlimited
+		return sts
+	}
+	tests := []struct {
+		mode      server.FailureMode
+		want      *rlsv3.RateLimitResponse // nil: Unavailable
+		wantReady int
+	}{
+		{server.FailAllow, &rlsv3.RateLimitResponse{OverallCode: ok, Statuses: statuses(ok, ok, ok)}, http.StatusOK},
+		{server.FailDeny, &rlsv3.RateLimitResponse{OverallCode: over, Statuses: statuses(over, ok, ok)}, http.StatusServiceUnavailable},
+		{server.FailError, nil, http.StatusServiceUnavailable},
+	}
+	for _, tt := range tests {
+		t.Run(tt.mode.String(), func(t *testing.T) {
+			srv := server.New(downStore{}, loadRules(t, "gateway.yaml"), server.Options{FailureMode: tt.mode})
+			resp, err := srv.Envoy().ShouldRateLimit(t.Context(), req)
+			if tt.want == nil {
+				wantCode(t, "ShouldRateLimit on a down store", err, codes.Unavailable, "connection refused")
+			} else {
+				if err != nil {
+					t.Fatalf("ShouldRateLimit on a down store: %v", err)
+				}
+				if diff := cmp.Diff(tt.want, resp, protocmp.Transform()); diff != "" {
+					t.Errorf("ShouldRateLimit on a down store mismatch (-want +got):\n%s", diff)
+				}
+			}
+			nresp, err := srv.Native().ShouldRateLimit(t.Context(), nrequest("gateway", ndesc("remote_address", "10.0.0.1")))
+			switch {
+			case tt.want == nil:
+				wantCode(t, "native ShouldRateLimit on a down store", err, codes.Unavailable)
+			case err != nil:
+				t.Errorf("native ShouldRateLimit on a down store: %v", err)
+			case nresp.GetCode() != ratelimitv1.Code(tt.want.GetOverallCode()):
+				t.Errorf("native ShouldRateLimit on a down store: code %v, want %v", nresp.GetCode(), tt.want.GetOverallCode())
+			}
+			wantAnswers := uint64(2)
+			if tt.want == nil {
+				wantAnswers = 0
+			}
+			if got := srv.FailureAnswers(); got != wantAnswers {
+				t.Errorf("FailureAnswers() = %d, want %d", got, wantAnswers)
+			}
+
+			ts := httptest.NewServer(srv.Handler())
+			defer ts.Close()
+			r, err := ts.Client().Get(ts.URL + "/readyz")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Body.Close()
+			body, _ := io.ReadAll(r.Body)
+			if r.StatusCode != tt.wantReady || !strings.Contains(string(body), "backend: open") {
+				t.Errorf("GET /readyz = %d %q, want %d naming the backend state \"open\"", r.StatusCode, body, tt.wantReady)
+			}
+		})
+	}
+}
+
+// TestFailureModeShadow: deny refuses nothing that shadow mode lets pass.
+func TestFailureModeShadow(t *testing.T) {
+	srv := server.New(downStore{}, loadRules(t, "gateway.yaml"), server.Options{FailureMode: server.FailDeny, ShadowMode: true})
+	resp, err := srv.Envoy().ShouldRateLimit(t.Context(), request("gateway", desc("remote_address", "10.0.0.1")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.GetOverallCode() != ok {
+		t.Errorf("deny in global shadow mode: overall %v, want OK", resp.GetOverallCode())
+	}
+}
+
+func TestParseFailureMode(t *testing.T) {
+	for _, m := range []server.FailureMode{server.FailAllow, server.FailDeny, server.FailError} {
+		if got, err := server.ParseFailureMode(m.String()); err != nil || got != m {
+			t.Errorf("ParseFailureMode(%q) = %v, %v; want %v", m, got, err, m)
+		}
+	}
+	if _, err := server.ParseFailureMode("open"); err == nil {
+		t.Error(`ParseFailureMode("open") error = nil, want an error`)
+	}
+}
