@@ -36,10 +36,26 @@ type flags struct {
 	headers         server.HeaderMode
 	shadowMode      bool
 	memoryMaxKeys   int
+	failureMode     server.FailureMode
+	localCache      bool
+	localCacheSize  int
+	redis           redisFlags
 	shutdownTimeout time.Duration
 	logLevel        slog.Level
 	logFormat       string
 	version         bool
+}
+
+// redisFlags are the settings of a Redis --backend.
+type redisFlags struct {
+	keyPrefix                string
+	timeout                  time.Duration
+	poolSize                 int
+	dialTimeout, readTimeout time.Duration
+	writeTimeout             time.Duration
+	tlsCA, tlsCert, tlsKey   string
+	breakerFailures          int
+	breakerOpen              time.Duration
 }
 
 // envPrefix prefixes the environment variable of every flag.
@@ -59,7 +75,22 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*f
 	fs.StringVar(&f.config, "config", "", "rules: a YAML `file`, or a directory of *.yaml and *.yml files; watched for changes")
 	fs.StringVar(&f.grpcAddr, "grpc-addr", "127.0.0.1:8081", "gRPC listen `address` (Envoy RLS v3, ratelimit.v1, health, reflection)")
 	fs.StringVar(&f.httpAddr, "http-addr", "127.0.0.1:8080", "HTTP listen `address` (/healthz, /readyz, POST /json)")
-	fs.StringVar(&f.backend, "backend", "memory", "counter store: memory")
+	fs.StringVar(&f.backend, "backend", "memory", "counter store: memory, or a Redis `URL`: redis://[user:pass@]host:port[/db], rediss://... (TLS),\n"+
+		"redis-cluster://h1:p1?addr=h2:p2&addr=h3:p3, redis-sentinel://s1:26379?addr=s2:26379&master_name=NAME")
+	fs.TextVar(&f.failureMode, "failure-mode", server.FailAllow, "answer when the counter store fails: allow (OK, no limit), deny (OVER_LIMIT) or error (Unavailable)")
+	fs.BoolVar(&f.localCache, "local-cache", true, "remember refusals of the Redis store until their retry_after, and refuse the same calls without Redis")
+	fs.IntVar(&f.localCacheSize, "local-cache-size", 65536, "most counters the local cache remembers")
+	fs.StringVar(&f.redis.keyPrefix, "redis-key-prefix", "ratelimitd:", "prefix of every Redis key")
+	fs.DurationVar(&f.redis.timeout, "redis-timeout", 50*time.Millisecond, "longest a decision waits for Redis (then the failure mode answers)")
+	fs.IntVar(&f.redis.poolSize, "redis-pool-size", 0, "Redis connections per node (0: 10 per CPU)")
+	fs.DurationVar(&f.redis.dialTimeout, "redis-dial-timeout", 50*time.Millisecond, "Redis connect timeout")
+	fs.DurationVar(&f.redis.readTimeout, "redis-read-timeout", 50*time.Millisecond, "Redis read timeout")
+	fs.DurationVar(&f.redis.writeTimeout, "redis-write-timeout", 50*time.Millisecond, "Redis write timeout")
+	fs.StringVar(&f.redis.tlsCA, "redis-tls-ca", "", "PEM `file` of the CA that signs Redis's certificate (rediss://; default: the system's)")
+	fs.StringVar(&f.redis.tlsCert, "redis-tls-cert", "", "PEM `file` of a client certificate for Redis (mutual TLS)")
+	fs.StringVar(&f.redis.tlsKey, "redis-tls-key", "", "PEM `file` of the client certificate's key")
+	fs.IntVar(&f.redis.breakerFailures, "redis-breaker-failures", 3, "consecutive Redis failures that open the circuit breaker")
+	fs.DurationVar(&f.redis.breakerOpen, "redis-breaker-open", 250*time.Millisecond, "how long an open breaker answers by the failure mode before it probes Redis")
 	fs.TextVar(&f.headers, "response-headers", server.HeadersIETF, "response headers: ietf (RateLimit-Policy, RateLimit), legacy (RateLimit-Limit/-Remaining/-Reset) or off")
 	fs.BoolVar(&f.shadowMode, "shadow-mode", false, "refuse nothing: report decisions, count only what fits")
 	fs.IntVar(&f.memoryMaxKeys, "memory-max-keys", 1_000_000, "most counters the memory store keeps; more evict the soonest to expire")
@@ -113,6 +144,28 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*f
 	case f.memoryMaxKeys <= 0:
 		fmt.Fprintf(stderr, "ratelimitd: --memory-max-keys %d: want at least 1\n", f.memoryMaxKeys)
 		return nil, exitError{2}
+	case f.backend != "memory" && !isRedisURL(f.backend):
+		fmt.Fprintf(stderr, "ratelimitd: --backend %q: want memory or a redis://, rediss://, redis-cluster:// or redis-sentinel:// URL\n", f.backend)
+		return nil, exitError{2}
+	case f.localCacheSize <= 0:
+		fmt.Fprintf(stderr, "ratelimitd: --local-cache-size %d: want at least 1\n", f.localCacheSize)
+		return nil, exitError{2}
+	case f.redis.timeout <= 0 || f.redis.dialTimeout <= 0 || f.redis.readTimeout <= 0 || f.redis.writeTimeout <= 0:
+		fmt.Fprintln(stderr, "ratelimitd: the --redis-*-timeout flags must be positive")
+		return nil, exitError{2}
+	case f.redis.breakerFailures <= 0 || f.redis.breakerOpen <= 0:
+		fmt.Fprintln(stderr, "ratelimitd: --redis-breaker-failures and --redis-breaker-open must be positive")
+		return nil, exitError{2}
 	}
 	return f, nil
+}
+
+// isRedisURL reports whether backend names a Redis deployment.
+func isRedisURL(backend string) bool {
+	for _, scheme := range []string{"redis://", "rediss://", "redis-cluster://", "rediss-cluster://", "redis-sentinel://", "rediss-sentinel://"} {
+		if strings.HasPrefix(backend, scheme) {
+			return true
+		}
+	}
+	return false
 }

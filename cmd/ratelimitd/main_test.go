@@ -25,7 +25,13 @@ import (
 	"github.com/ratelimitd/ratelimitd/server"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if os.Getenv(asDaemon) == "1" {
+		main() // a child process of a test: see startProcess
+		return
+	}
+	goleak.VerifyTestMain(m)
+}
 
 func noEnv(string) string { return "" }
 
@@ -83,6 +89,9 @@ func TestBadFlags(t *testing.T) {
 		{"bad env", []string{"--config", "x"}, map[string]string{"RATELIMITD_SHUTDOWN_TIMEOUT": "soon"}, "RATELIMITD_SHUTDOWN_TIMEOUT"},
 		{"bad log format", []string{"--config", "x", "--log-format", "xml"}, nil, "--log-format"},
 		{"stray argument", []string{"--config", "x", "extra"}, nil, "unexpected argument"},
+		{"bad backend", []string{"--config", "x", "--backend", "memcached://x"}, nil, "--backend"},
+		{"bad failure mode", []string{"--config", "x", "--failure-mode", "open"}, nil, "unknown failure mode"},
+		{"bad redis timeout", []string{"--config", "x", "--redis-timeout", "0s"}, nil, "must be positive"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

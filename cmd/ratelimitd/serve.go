@@ -16,7 +16,6 @@ import (
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 
-	"github.com/ratelimitd/ratelimitd/backend/memory"
 	"github.com/ratelimitd/ratelimitd/config"
 	"github.com/ratelimitd/ratelimitd/server"
 )
@@ -29,17 +28,18 @@ func serve(ctx context.Context, f *flags, stderr io.Writer) error {
 		log.Error("invalid rules; not starting", "config", f.config, "err", err)
 		return exitError{1}
 	}
-	if f.backend != "memory" {
-		log.Error("unknown --backend", "backend", f.backend, "want", "memory")
-		return exitError{2}
+	store, closeStore, err := openStore(ctx, f, log)
+	if err != nil {
+		log.Error("cannot use --backend; not starting", "err", err)
+		return exitError{1}
 	}
-	store := memory.New(memory.Options{MaxKeys: f.memoryMaxKeys})
-	defer store.Close()
+	defer closeStore()
 
 	srv := server.New(store, rules, server.Options{
-		Headers:    f.headers,
-		ShadowMode: f.shadowMode,
-		Logger:     log.With("component", "server"),
+		Headers:     f.headers,
+		ShadowMode:  f.shadowMode,
+		FailureMode: f.failureMode,
+		Logger:      log.With("component", "server"),
 	})
 	grpcLis, err := net.Listen("tcp", f.grpcAddr)
 	if err != nil {
@@ -71,7 +71,7 @@ func serve(ctx context.Context, f *flags, stderr io.Writer) error {
 	defer signal.Stop(hup)
 
 	log.Info("ratelimitd started", "version", version(), "grpc", grpcLis.Addr().String(), "http", httpLis.Addr().String(),
-		"config", f.config, "domains", len(rules.Domains()), "backend", f.backend)
+		"config", f.config, "domains", len(rules.Domains()), "backend", redact(f.backend), "failure_mode", f.failureMode.String())
 
 	group, gctx := errgroup.WithContext(ctx)
 	group.Go(func() error { return g.Serve(grpcLis) })

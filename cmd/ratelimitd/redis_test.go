@@ -1,0 +1,275 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/ratelimitd/ratelimitd/internal/redistest"
+)
+
+// asDaemon, set to 1 in a test binary's environment, makes it run as
+// ratelimitd (see TestMain): real separate processes, no extra build.
+const asDaemon = "RATELIMITD_TEST_AS_DAEMON"
+
+// A process is ratelimitd running as a child process.
+type process struct {
+	cmd        *exec.Cmd
+	grpc, http string
+	conn       *grpc.ClientConn
+	client     rlsv3.RateLimitServiceClient
+	exited     chan struct{}
+}
+
+// startProcess starts ratelimitd with args as a child process, waits for
+// it to listen, and stops it at the end of the test.
+func startProcess(t *testing.T, args ...string) *process {
+	t.Helper()
+	args = append([]string{"--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--log-format", "json"}, args...)
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), asDaemon+"=1")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &process{cmd: cmd, exited: make(chan struct{})}
+	addrs := make(chan [2]string, 1)
+	var logMu sync.Mutex
+	var log []string
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			logMu.Lock()
+			log = append(log, sc.Text())
+			logMu.Unlock()
+			var rec struct{ Msg, GRPC, HTTP string }
+			if json.Unmarshal(sc.Bytes(), &rec) == nil && rec.Msg == "ratelimitd started" {
+				addrs <- [2]string{rec.GRPC, rec.HTTP}
+			}
+		}
+		cmd.Wait()
+		close(p.exited)
+	}()
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-p.exited:
+		case <-time.After(10 * time.Second):
+			cmd.Process.Kill()
+			<-p.exited
+		}
+		if t.Failed() {
+			logMu.Lock()
+			t.Logf("ratelimitd %v log:\n%s", args, strings.Join(log, "\n"))
+			logMu.Unlock()
+		}
+	})
+	select {
+	case a := <-addrs:
+		p.grpc, p.http = a[0], a[1]
+	case <-p.exited:
+		t.Fatalf("ratelimitd %v exited at start:\n%s", args, strings.Join(log, "\n"))
+	case <-time.After(20 * time.Second):
+		t.Fatalf("ratelimitd %v did not start", args)
+	}
+	p.conn, err = grpc.NewClient(p.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.conn.Close() })
+	p.client = rlsv3.NewRateLimitServiceClient(p.conn)
+	return p
+}
+
+func rlRequest(domain string, kv ...string) *rlsv3.RateLimitRequest {
+	d := &commonv3.RateLimitDescriptor{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		d.Entries = append(d.Entries, &commonv3.RateLimitDescriptor_Entry{Key: kv[i], Value: kv[i+1]})
+	}
+	return &rlsv3.RateLimitRequest{Domain: domain, Descriptors: []*commonv3.RateLimitDescriptor{d}}
+}
+
+func writeRules(t *testing.T, yaml string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "rules.yaml")
+	if err := os.WriteFile(path, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// TestRedisExact: three ratelimitd processes sharing one Redis, 64
+// concurrent callers spread over them, a limit of N per hour: exactly N
+// admitted, for every strict algorithm (sliding_window on a fresh key).
+func TestRedisExact(t *testing.T) {
+	srv := redistest.Start(t)
+	const n = 200
+	var rules strings.Builder
+	rules.WriteString("domain: exact\ndescriptors:\n")
+	algs := []string{"fixed_window", "sliding_log", "token_bucket", "gcra", "sliding_window"}
+	for _, a := range algs {
+		fmt.Fprintf(&rules, "  - key: %s\n    rate_limit: {algorithm: %s, unit: hour, requests_per_unit: %d}\n", a, a, n)
+	}
+	path := writeRules(t, rules.String())
+	var procs []*process
+	for range 3 {
+		procs = append(procs, startProcess(t, "--config", path, "--backend", "redis://"+srv.Addr, "--redis-timeout", "2s",
+			"--redis-read-timeout", "2s", "--redis-write-timeout", "2s", "--failure-mode", "error"))
+	}
+	for _, a := range algs {
+		t.Run(a, func(t *testing.T) {
+			var admitted, calls atomic.Int64
+			var wg sync.WaitGroup
+			errs := make(chan error, 64)
+			for c := range 64 {
+				wg.Go(func() {
+					p := procs[c%len(procs)]
+					for calls.Add(1) <= 3*n {
+						resp, err := p.client.ShouldRateLimit(t.Context(), rlRequest("exact", a, "k"))
+						if err != nil {
+							errs <- err
+							return
+						}
+						if resp.OverallCode == rlsv3.RateLimitResponse_OK {
+							admitted.Add(1)
+						}
+					}
+				})
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Fatalf("ShouldRateLimit: %v", err)
+			}
+			if got := admitted.Load(); got != n {
+				t.Errorf("%d calls from 64 callers over 3 processes on a limit of %d/hour: admitted %d, want exactly %d", 3*n, n, got, n)
+			}
+		})
+	}
+}
+
+// TestRedisFaults: Redis killed under load: every RPC answers within the
+// timeout, as its failure mode says; Redis restarted: decisions resume
+// within a second, without restarting ratelimitd.
+func TestRedisFaults(t *testing.T) {
+	srv := redistest.Start(t)
+	path := writeRules(t, "domain: f\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 1000000}\n")
+	const timeout = 100 * time.Millisecond
+	modes := []string{"allow", "deny", "error"}
+	procs := map[string]*process{}
+	for _, m := range modes {
+		procs[m] = startProcess(t, "--config", path, "--backend", "redis://"+srv.Addr, "--failure-mode", m,
+			"--redis-timeout", timeout.String())
+	}
+	type outcome struct {
+		code  string
+		slow  time.Duration
+		count int
+	}
+	var mu sync.Mutex
+	seen := map[string]map[string]*outcome{} // mode -> answer -> outcome
+	record := func(mode, answer string, d time.Duration) {
+		mu.Lock()
+		defer mu.Unlock()
+		if seen[mode] == nil {
+			seen[mode] = map[string]*outcome{}
+		}
+		o := seen[mode][answer]
+		if o == nil {
+			o = &outcome{code: answer}
+			seen[mode][answer] = o
+		}
+		o.count++
+		o.slow = max(o.slow, d)
+	}
+	ctx, stop := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	for _, m := range modes {
+		for c := range 8 {
+			wg.Go(func() {
+				for i := 0; ctx.Err() == nil; i++ {
+					start := time.Now()
+					rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+					resp, err := procs[m].client.ShouldRateLimit(rctx, rlRequest("f", "k", fmt.Sprintf("c%d-%d", c, i%100)))
+					cancel()
+					if ctx.Err() != nil {
+						return
+					}
+					answer := resp.GetOverallCode().String()
+					if err != nil {
+						answer = status.Code(err).String()
+					}
+					record(m, answer, time.Since(start))
+				}
+			})
+		}
+	}
+	time.Sleep(300 * time.Millisecond) // under load, Redis up
+	srv.Kill()
+	time.Sleep(time.Second) // under load, Redis down
+	mu.Lock()
+	during := seen
+	seen = map[string]map[string]*outcome{}
+	mu.Unlock()
+	srv.Restart(t)
+	restarted := time.Now()
+	// Every mode decides again within a second: an admitted call counts.
+	for _, m := range modes {
+		for {
+			resp, err := procs[m].client.ShouldRateLimit(t.Context(), rlRequest("f", "k", "probe-"+m))
+			if err == nil && resp.OverallCode == rlsv3.RateLimitResponse_OK && len(resp.Statuses) == 1 && resp.Statuses[0].CurrentLimit != nil {
+				break
+			}
+			if time.Since(restarted) > time.Second {
+				t.Errorf("%s: no decision within 1s of Redis's restart: %v %v", m, resp, err)
+				break
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		t.Logf("%s: deciding %v after Redis's restart", m, time.Since(restarted).Round(time.Millisecond))
+	}
+	stop()
+	wg.Wait()
+
+	want := map[string][]string{ // the answers allowed while Redis is down
+		"allow": {"OK"},
+		"deny":  {"OK", "OVER_LIMIT"}, // OK: decided before the kill
+		"error": {"OK", "Unavailable"},
+	}
+	for _, m := range modes {
+		for answer, o := range during[m] {
+			t.Logf("%s, Redis down: %d × %s, slowest %v", m, o.count, answer, o.slow.Round(time.Microsecond))
+			if !slices.Contains(want[m], answer) {
+				t.Errorf("%s with Redis down answered %s %d times", m, answer, o.count)
+			}
+			// The timeout bounds the wait; the slack covers -race on a
+			// shared machine.
+			if o.slow > timeout+150*time.Millisecond {
+				t.Errorf("%s with Redis down: slowest %s took %v, want within the timeout %v", m, answer, o.slow, timeout)
+			}
+		}
+		if _, ok := during[m][map[string]string{"allow": "OK", "deny": "OVER_LIMIT", "error": "Unavailable"}[m]]; !ok {
+			t.Errorf("%s with Redis down never answered by its failure mode: %v", m, during[m])
+		}
+	}
+}

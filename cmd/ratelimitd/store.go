@@ -1,0 +1,66 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"net/url"
+
+	"github.com/ratelimitd/ratelimitd/backend"
+	"github.com/ratelimitd/ratelimitd/backend/memory"
+	"github.com/ratelimitd/ratelimitd/backend/redis"
+)
+
+// openStore returns the counter store --backend names, and a function
+// that releases it.
+func openStore(ctx context.Context, f *flags, log *slog.Logger) (backend.Store, func(), error) {
+	if f.backend == "memory" {
+		s := memory.New(memory.Options{MaxKeys: f.memoryMaxKeys})
+		return s, func() { s.Close() }, nil
+	}
+	redis.SetLogger(log.With("component", "go-redis"))
+	client, err := redis.NewClient(f.backend, redis.ClientOptions{
+		PoolSize:     f.redis.poolSize,
+		DialTimeout:  f.redis.dialTimeout,
+		ReadTimeout:  f.redis.readTimeout,
+		WriteTimeout: f.redis.writeTimeout,
+		CAFile:       f.redis.tlsCA,
+		CertFile:     f.redis.tlsCert,
+		KeyFile:      f.redis.tlsKey,
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	cache := f.localCacheSize
+	if !f.localCache {
+		cache = -1
+	}
+	s, err := redis.New(client, redis.Options{
+		Prefix:           f.redis.keyPrefix,
+		Timeout:          f.redis.timeout,
+		LocalCache:       cache,
+		BreakerFailures:  f.redis.breakerFailures,
+		BreakerOpenDelay: f.redis.breakerOpen,
+		Logger:           log.With("component", "redis"),
+	})
+	if err != nil {
+		client.Close()
+		return nil, nil, err
+	}
+	// Redis may come later: the failure mode answers until it does.
+	pctx, cancel := context.WithTimeout(ctx, f.redis.timeout+f.redis.dialTimeout)
+	defer cancel()
+	if err := client.Ping(pctx).Err(); err != nil {
+		log.Warn("Redis does not answer yet; the failure mode answers until it does",
+			"backend", redact(f.backend), "failure_mode", f.failureMode.String(), "err", err)
+	}
+	return s, func() { s.Close(); client.Close() }, nil
+}
+
+// redact hides the password of a backend URL.
+func redact(backend string) string {
+	u, err := url.Parse(backend)
+	if err != nil || u.User == nil {
+		return backend
+	}
+	return u.Redacted()
+}
