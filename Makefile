@@ -19,8 +19,12 @@ build: ## build bin/ratelimitd
 run: build ## start ratelimitd on the memory store with examples/config.yaml
 	$(BIN) --config $(CONFIG)
 
+.PHONY: deps
+deps: ## install redis-server, redis-sentinel and redis-tools when missing (apt)
+	bash .ci/install-redis
+
 .PHONY: test
-test: ## run every test with the race detector
+test: deps ## run every test with the race detector (installs Redis first)
 	$(GO) test -race -shuffle=on -count=1 ./...
 
 .PHONY: check
@@ -62,6 +66,10 @@ tidy: ## fail if go.mod or go.sum is not tidy
 .PHONY: bench
 bench: ## run the Go benchmarks
 	$(GO) test -run='^$$' -bench=. -benchmem ./...
+
+.PHONY: bench-load
+bench-load: deps ## load-test a running ratelimitd, memory and Redis stores (see BENCHMARKS.md)
+	bash .ci/bench-load
 
 .PHONY: fuzz
 fuzz: ## fuzz the config parser for 30 seconds
