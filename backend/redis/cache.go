@@ -17,8 +17,9 @@ type cache struct {
 	maxHold time.Duration // the longest an entry holds; zero means no bound
 	hits    atomic.Uint64
 
-	mu sync.Mutex
-	m  map[cacheKey]cacheEntry
+	mu    sync.Mutex
+	m     map[cacheKey]cacheEntry
+	swept int64 // when the full cache was last swept, µs
 }
 
 // cacheKey is a counter under one limit: the key carries the algorithm
@@ -85,6 +86,14 @@ func (c *cache) remember(reqs []backend.Request, res []backend.Result) {
 		if reqs[i].ConsumeWhenOver {
 			return
 		}
+		for j := range i {
+			if keyOf(&reqs[j]) == keyOf(&reqs[i]) {
+				// One counter twice: its entry could hold only one of the
+				// two results, and the later one alone would refuse what
+				// the counter admits.
+				return
+			}
+		}
 		if res[i].OverLimit {
 			soonest = min(soonest, res[i].RetryAfter)
 		}
@@ -99,9 +108,13 @@ func (c *cache) remember(reqs []backend.Request, res []backend.Result) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(c.m)+len(reqs) > c.max {
+		if now-c.swept < int64(time.Second/time.Microsecond) {
+			return // full of live refusals: Redis decides this one again
+		}
+		c.swept = now // at most one sweep a second, under the lock
 		c.sweep(now)
 		if len(c.m)+len(reqs) > c.max {
-			return // full of live refusals: Redis decides this one again
+			return
 		}
 	}
 	for i := range reqs {

@@ -4,8 +4,10 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"os"
 	"runtime"
 	"strings"
@@ -44,7 +46,8 @@ type ClientOptions struct {
 // ParseClusterURL and ParseFailoverURL define them.
 //
 // Scripts are not idempotent, so the client never retries a command
-// (MaxRetries -1): a retry after a timeout could count hits twice. It
+// (MaxRetries -1, and on Cluster MaxRedirects -1 unless the URL sets
+// max_redirects): a retry after a timeout could count hits twice. It
 // dials once per attempt (DialerRetries 1) and honours context deadlines
 // (ContextTimeoutEnabled).
 func NewClient(rawURL string, o ClientOptions) (goredis.UniversalClient, error) {
@@ -69,38 +72,55 @@ func NewClient(rawURL string, o ClientOptions) (goredis.UniversalClient, error) 
 	case "":
 		opt, err := goredis.ParseURL(plain)
 		if err != nil {
-			return nil, fmt.Errorf("redis URL %q: %w", redact(rawURL), err)
+			return nil, fmt.Errorf("redis URL %q: %v", redact(rawURL), unwrapURLError(err))
 		}
 		o.apply(&opt.PoolSize, &opt.DialTimeout, &opt.ReadTimeout, &opt.WriteTimeout, &opt.PoolTimeout, &opt.MaxRetries)
 		opt.DialerRetries, opt.DialerRetryTimeout = dialRetries(opt.DialerRetries, opt.DialerRetryTimeout)
-		opt.MinIdleConns = min(procs, opt.PoolSize)
+		if opt.MinIdleConns == 0 {
+			opt.MinIdleConns = min(procs, opt.PoolSize)
+		}
 		opt.ContextTimeoutEnabled = true
 		opt.TLSConfig = mergeTLS(opt.TLSConfig, tlsConf)
 		return goredis.NewClient(opt), nil
 	case "cluster":
 		opt, err := goredis.ParseClusterURL(plain)
 		if err != nil {
-			return nil, fmt.Errorf("redis URL %q: %w", redact(rawURL), err)
+			return nil, fmt.Errorf("redis URL %q: %v", redact(rawURL), unwrapURLError(err))
 		}
 		o.apply(&opt.PoolSize, &opt.DialTimeout, &opt.ReadTimeout, &opt.WriteTimeout, &opt.PoolTimeout, &opt.MaxRetries)
 		opt.DialerRetries, opt.DialerRetryTimeout = dialRetries(opt.DialerRetries, opt.DialerRetryTimeout)
-		opt.MinIdleConns = min(procs, opt.PoolSize)
+		if opt.MinIdleConns == 0 {
+			opt.MinIdleConns = min(procs, opt.PoolSize)
+		}
 		opt.ContextTimeoutEnabled = true
 		opt.TLSConfig = mergeTLS(opt.TLSConfig, tlsConf)
+		if opt.TLSConfig != nil {
+			opt.TLSConfig.ServerName = "" // each node's own host name, not the seed's
+		}
+		// A Cluster client re-sends a command after a timeout or a
+		// dropped connection as a redirect; a script must run once.
+		if !strings.Contains(rest, "max_redirects=") {
+			opt.MaxRedirects = -1
+		}
 		return goredis.NewClusterClient(opt), nil
 	default:
 		opt, err := goredis.ParseFailoverURL(plain)
 		if err != nil {
-			return nil, fmt.Errorf("redis URL %q: %w", redact(rawURL), err)
+			return nil, fmt.Errorf("redis URL %q: %v", redact(rawURL), unwrapURLError(err))
 		}
 		if opt.MasterName == "" {
 			return nil, fmt.Errorf("redis URL %q: a sentinel URL needs master_name=NAME", redact(rawURL))
 		}
 		o.apply(&opt.PoolSize, &opt.DialTimeout, &opt.ReadTimeout, &opt.WriteTimeout, &opt.PoolTimeout, &opt.MaxRetries)
 		opt.DialerRetries, opt.DialerRetryTimeout = dialRetries(opt.DialerRetries, opt.DialerRetryTimeout)
-		opt.MinIdleConns = min(procs, opt.PoolSize)
+		if opt.MinIdleConns == 0 {
+			opt.MinIdleConns = min(procs, opt.PoolSize)
+		}
 		opt.ContextTimeoutEnabled = true
 		opt.TLSConfig = mergeTLS(opt.TLSConfig, tlsConf)
+		if opt.TLSConfig != nil {
+			opt.TLSConfig.ServerName = "" // the master's own host name, not the sentinel's
+		}
 		return goredis.NewFailoverClient(opt), nil
 	}
 }
@@ -175,6 +195,14 @@ func mergeTLS(url, files *tls.Config) *tls.Config {
 	}
 	url.RootCAs, url.Certificates = files.RootCAs, files.Certificates
 	return url
+}
+
+// unwrapURLError drops the URL that a url.Error quotes, password and all.
+func unwrapURLError(err error) error {
+	if ue, ok := errors.AsType[*url.Error](err); ok {
+		return ue.Err
+	}
+	return err
 }
 
 // redact hides a URL's password in messages.

@@ -48,27 +48,49 @@ func (s *Store) takeCluster(ctx context.Context, reqs []backend.Request, res []b
 	refused := failed != nil || backend.Refused(reqs, res)
 	// Give back what a part took but the whole call does not: all of a
 	// refused call (but consume_when_over usage), and a group over in
-	// another part.
+	// another part. A refund runs on a context of its own (the call's may
+	// have run out) and outside the breakers: it is no news of a node's
+	// health. It reports the results of its whole part afresh.
 	var back [][]int
+	var extra []int64
 	for p, idx := range parts {
 		if errs[p] != nil {
 			continue
 		}
-		var give []int
+		give := false
 		for _, i := range idx {
 			r := &reqs[i]
 			took := !r.ConsumeWhenOver && r.Hits > 0 && !r.Limit.Ban() && !groupOver(reqs, res, idx, i)
 			if took && !backend.Consumes(reqs, res, refused, i) {
-				give = append(give, i)
+				if extra == nil {
+					extra = make([]int64, len(reqs))
+				}
+				extra[i] = 64 // give back
+				give = true
 			}
 		}
-		if give != nil {
-			back = append(back, give)
+		if give {
+			back = append(back, idx)
 		}
 	}
 	if len(back) > 0 {
 		s.refunds.Add(1)
-		for _, err := range s.runParts(ctx, "refund", reqs, res, back, tags, stamps) {
+		for _, idx := range back {
+			for _, i := range idx {
+				if res[i].OverLimit {
+					extra[i] += 128 // was over
+				}
+			}
+		}
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
+		defer cancel()
+		errs := make([]error, len(back))
+		var wg sync.WaitGroup
+		for k, idx := range back {
+			wg.Go(func() { errs[k] = s.refund(rctx, reqs, res, idx, tags[idx[0]], stamps, extra) })
+		}
+		wg.Wait()
+		for _, err := range errs {
 			if err != nil {
 				// The hits stay counted until their window ends; the
 				// call's decision stands.
@@ -79,7 +101,8 @@ func (s *Store) takeCluster(ctx context.Context, reqs []backend.Request, res []b
 	return failed
 }
 
-// runParts runs op on every part in parallel and returns each one's error.
+// runParts runs op ("part") on every part in parallel and returns each
+// one's error.
 func (s *Store) runParts(ctx context.Context, op string, reqs []backend.Request, res []backend.Result, parts [][]int, tags []string, stamps []int64) []error {
 	errs := make([]error, len(parts))
 	var wg sync.WaitGroup
@@ -91,26 +114,36 @@ func (s *Store) runParts(ctx context.Context, op string, reqs []backend.Request,
 	return errs
 }
 
-// runPart runs op over the requests idx, which share tag.
+// runPart runs op ("take" or "part") over the requests idx, which share
+// tag, under the circuit breaker of their node.
 func (s *Store) runPart(ctx context.Context, op string, reqs []backend.Request, res []backend.Result, idx []int, tag string, stamps []int64) error {
-	var c *call
-	if op == "refund" {
-		c = s.newCall(op, reqs, idx, tag, stamps...)
-	} else {
-		c = s.newCall(op, reqs, idx, tag)
-	}
+	c := s.newCall(op, reqs, idx, tag)
 	defer c.free()
 	per := 4
 	if op == "part" {
 		per = 5
 	}
 	return s.guard(ctx, s.nodeOf(c.keys[0]), func() error {
-		vals, err := takeScript.Run(ctx, s.run, c.keys, c.args...).Int64Slice()
+		vals, err := takeScript.Run(ctx, s.client, c.keys, c.args...).Int64Slice()
 		if err != nil {
 			return err
 		}
 		return parse(vals, per, reqs, res, idx, stamps)
 	})
+}
+
+// refund gives back the hits of the requests of idx flagged in extra, and
+// reads the results of all of idx again.
+func (s *Store) refund(ctx context.Context, reqs []backend.Request, res []backend.Result, idx []int, tag string, stamps, extra []int64) error {
+	c := callPool.Get().(*call)
+	defer c.free()
+	c.keys, c.args = c.keys[:0], append(c.args[:0], s.nowArg(), "refund")
+	c.appendRequests(s, reqs, idx, tag, stamps, extra)
+	vals, err := takeScript.Run(ctx, s.client, c.keys, c.args...).Int64Slice()
+	if err != nil {
+		return err
+	}
+	return parse(vals, 4, reqs, res, idx, nil)
 }
 
 // groupOver reports whether a request of reqs[i]'s group among idx (the

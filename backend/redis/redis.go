@@ -23,6 +23,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -81,10 +82,10 @@ type Options struct {
 	Now func() time.Time
 	// Logger receives breaker state changes. Nil means slog.Default().
 	Logger *slog.Logger
-	// NoAutoPipeline sends each call's script on a connection of its own
-	// instead of coalescing the scripts of concurrent calls into shared
-	// pipelines (go-redis's AutoPipeliner).
-	NoAutoPipeline bool
+	// NoBatch decides each call in a script run of its own, instead of
+	// batching concurrent calls into one script run (standalone and
+	// Sentinel; see batch.go).
+	NoBatch bool
 }
 
 // Store is a backend.Store on Redis.
@@ -98,7 +99,6 @@ type Options struct {
 type Store struct {
 	client  goredis.UniversalClient
 	cluster *goredis.ClusterClient // nil unless client is one
-	run     goredis.Scripter       // client, or its AutoPipeliner
 	prefix  string
 	timeout time.Duration
 	now     func() time.Time // nil: Redis TIME
@@ -110,23 +110,7 @@ type Store struct {
 	breakers        map[string]*gobreaker.TwoStepCircuitBreaker[struct{}] // by node address
 
 	refunds atomic.Uint64
-	ap      *goredis.AutoPipeliner // nil without auto-pipelining
-}
-
-// autoPipeline returns client's blocking AutoPipeliner, nil for a client
-// type that has none.
-func autoPipeline(client goredis.UniversalClient) (*goredis.AutoPipeliner, error) {
-	switch c := client.(type) {
-	case *goredis.Client:
-		return c.AutoPipeline()
-	case *goredis.ClusterClient:
-		return c.AutoPipeline()
-	case interface {
-		AutoPipeline() (*goredis.AutoPipeliner, error)
-	}:
-		return c.AutoPipeline()
-	}
-	return nil, nil
+	batch   *batcher // nil on Cluster or with NoBatch
 }
 
 var _ backend.Store = (*Store)(nil)
@@ -150,16 +134,8 @@ func New(client goredis.UniversalClient, opts Options) (*Store, error) {
 		s.log = slog.Default()
 	}
 	s.cluster, _ = client.(*goredis.ClusterClient)
-	s.run = client
-	if !opts.NoAutoPipeline {
-		ap, err := autoPipeline(client)
-		if err != nil {
-			return nil, fmt.Errorf("redis: auto-pipelining: %w", err)
-		}
-		if ap != nil {
-			s.ap = ap
-			s.run = ap
-		}
+	if s.cluster == nil && !opts.NoBatch {
+		s.batch = newBatcher(s)
 	}
 	clock := opts.Now
 	if clock == nil {
@@ -197,8 +173,8 @@ func cmp[T comparable](v, def T) T {
 
 // Close releases the store's own resources; it does not close the client.
 func (s *Store) Close() error {
-	if s.ap != nil {
-		return s.ap.Close()
+	if s.batch != nil {
+		s.batch.close()
 	}
 	return nil
 }
@@ -272,12 +248,15 @@ func (s *Store) Take(ctx context.Context, reqs []backend.Request, res []backend.
 }
 
 // takeOne decides the call with one script on a standalone or Sentinel
-// Redis.
+// Redis: batched with concurrent calls, unless NoBatch.
 func (s *Store) takeOne(ctx context.Context, reqs []backend.Request, res []backend.Result) error {
-	call := s.newCall("take", reqs, allOf(len(reqs)), "")
+	if s.batch != nil {
+		return s.batch.take(ctx, reqs, res)
+	}
+	call := s.newCall("take", reqs, nil, "")
 	defer call.free()
 	return s.guard(ctx, s.nodeOf(""), func() error {
-		vals, err := takeScript.Run(ctx, s.run, call.keys, call.args...).Int64Slice()
+		vals, err := takeScript.Run(ctx, s.client, call.keys, call.args...).Int64Slice()
 		if err != nil {
 			return err
 		}
@@ -327,14 +306,6 @@ func (s *Store) nodeOf(key string) string {
 	return c.Options().Addr
 }
 
-func allOf(n int) []int {
-	idx := make([]int, n)
-	for i := range idx {
-		idx[i] = i
-	}
-	return idx
-}
-
 // parse reads per fields numbers per request of idx from vals into res
 // (and, with per 5, the stamps).
 func parse(vals []int64, per int, reqs []backend.Request, res []backend.Result, idx []int, stamps []int64) error {
@@ -364,9 +335,12 @@ func parse(vals []int64, per int, reqs []backend.Request, res []backend.Result, 
 	return nil
 }
 
+// micro converts µs to a Duration as backend.State does, saturating.
 func micro(us int64) time.Duration {
-	const maxUS = int64(1<<63-1) / int64(time.Microsecond)
-	return time.Duration(min(max(us, 0), maxUS)) * time.Microsecond
+	if us > math.MaxInt64/int64(time.Microsecond) {
+		return math.MaxInt64
+	}
+	return time.Duration(max(us, 0)) * time.Microsecond
 }
 
 // A call is the keys and arguments of one script run.
@@ -378,21 +352,44 @@ type call struct {
 var callPool = sync.Pool{New: func() any { return new(call) }}
 
 // newCall builds the script's keys and arguments for the requests idx of
-// reqs; stamps (for "refund") may be nil.
-func (s *Store) newCall(op string, reqs []backend.Request, idx []int, tag string, stamps ...int64) *call {
+// reqs (all of them if idx is nil).
+func (s *Store) newCall(op string, reqs []backend.Request, idx []int, tag string) *call {
 	c := callPool.Get().(*call)
-	c.keys, c.args = c.keys[:0], c.args[:0]
-	now := ""
-	if s.now != nil {
-		now = strconv.FormatInt(backend.Micros(s.now()), 10)
+	c.keys, c.args = c.keys[:0], append(c.args[:0], s.nowArg(), op)
+	c.appendRequests(s, reqs, idx, tag, nil, nil)
+	return c
+}
+
+// nowArg is the script's ARGV[1]: the test clock's time in µs, or "" for
+// Redis TIME.
+func (s *Store) nowArg() string {
+	if s.now == nil {
+		return ""
 	}
-	c.args = append(c.args, now, op)
-	for _, i := range idx {
+	return strconv.FormatInt(backend.Micros(s.now()), 10)
+}
+
+// appendRequests appends the keys and fields of the requests idx of reqs
+// (all of them if idx is nil); stamps and extra flags, indexed like reqs,
+// may be nil.
+func (c *call) appendRequests(s *Store, reqs []backend.Request, idx []int, tag string, stamps, extra []int64) {
+	n := len(reqs)
+	if idx != nil {
+		n = len(idx)
+	}
+	for k := range n {
+		i := k
+		if idx != nil {
+			i = idx[k]
+		}
 		r := &reqs[i]
 		c.keys = append(c.keys, s.key(r.Key, tag))
 		flags := int64(r.Limit.Algorithm) + 8*int64(r.Mode)
 		if r.ConsumeWhenOver {
 			flags += 32
+		}
+		if extra != nil {
+			flags += extra[i]
 		}
 		var stamp int64
 		if stamps != nil {
@@ -401,7 +398,6 @@ func (s *Store) newCall(op string, reqs []backend.Request, idx []int, tag string
 		c.args = append(c.args, flags, r.Limit.Requests, int64(r.Limit.Window/time.Microsecond),
 			r.Limit.Burst, r.Hits, r.Group, stamp)
 	}
-	return c
 }
 
 func (c *call) free() {

@@ -1,6 +1,7 @@
 package redis_test
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -72,4 +73,40 @@ func TestConformanceSentinel(t *testing.T) {
 	redistest.Require(t)
 	s := redistest.StartSentinel(t)
 	conformance(t, s.URL(), redis.Options{})
+}
+
+func TestNewClient(t *testing.T) {
+	c, err := redis.NewClient("redis-cluster://127.0.0.1:1?addr=127.0.0.1:2", redis.ClientOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	opt := c.(*goredis.ClusterClient).Options()
+	if opt.MaxRedirects > 0 || opt.MaxRetries > 0 || !opt.ContextTimeoutEnabled || opt.ReadTimeout != redis.DefaultIOTimeout {
+		t.Errorf("cluster options: MaxRedirects %d, MaxRetries %d, ContextTimeoutEnabled %v, ReadTimeout %v; want no re-sends, context deadlines, %v",
+			opt.MaxRedirects, opt.MaxRetries, opt.ContextTimeoutEnabled, opt.ReadTimeout, redis.DefaultIOTimeout)
+	}
+	c2, err := redis.NewClient("redis://127.0.0.1:1/2?dial_timeout=7ms", redis.ClientOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	if o := c2.(*goredis.Client).Options(); o.DB != 2 || o.DialTimeout != 7*time.Millisecond || o.MaxRetries > 0 {
+		t.Errorf("redis:// options: DB %d, DialTimeout %v, MaxRetries %d; want 2, 7ms (the URL's), no retries", o.DB, o.DialTimeout, o.MaxRetries)
+	}
+
+	for _, bad := range []struct{ url, want string }{
+		{"memcached://h:1", "unknown scheme"},
+		{"redis-sentinel://h:26379", "master_name"},
+		{"redis://user:secret@h:notaport/0", "xxxxx"},
+		{"h:6379", "want scheme"},
+	} {
+		_, err := redis.NewClient(bad.url, redis.ClientOptions{})
+		if err == nil || !strings.Contains(err.Error(), bad.want) || strings.Contains(err.Error(), "secret") {
+			t.Errorf("NewClient(%q) error = %v, want one mentioning %q, without the password", bad.url, err, bad.want)
+		}
+	}
+	if _, err := redis.NewClient("redis://h:1", redis.ClientOptions{CAFile: "/nonexistent"}); err == nil {
+		t.Error("NewClient with a missing CA file: no error")
+	}
 }

@@ -1,6 +1,7 @@
 package redis_test
 
 import (
+	"context"
 	"errors"
 	"strconv"
 	"strings"
@@ -315,4 +316,53 @@ func TestClusterNodeDown(t *testing.T) {
 func withGroup(r backend.Request, g int) backend.Request {
 	r.Group = g
 	return r
+}
+
+// TestLocalCacheOneCounterTwice: a refused call that counts one counter
+// twice is not remembered: the same counter alone may still admit.
+func TestLocalCacheOneCounterTwice(t *testing.T) {
+	srv := redistest.Start(t)
+	clock := backendtest.NewClock(backendtest.T0)
+	s := newStore(t, newClient(t, "redis://"+srv.Addr), redis.Options{Now: clock.Now})
+	a := descriptors(1, hourly(1))[0]
+	twice := []backend.Request{a, withGroup(a, 1)}
+	if res := mustTake(t, s, twice...); !backend.Refused(twice, res) {
+		t.Fatalf("[A, A] on a limit of 1: admitted %+v", res)
+	}
+	if res := mustTake(t, s, a); res[0].OverLimit {
+		t.Errorf("A alone after a refused [A, A]: %+v, want admitted", res[0])
+	}
+}
+
+// TestTimeoutWhileRedisBusy: a call never waits past the store's timeout,
+// nor past its caller's deadline, while Redis is busy.
+func TestTimeoutWhileRedisBusy(t *testing.T) {
+	srv := redistest.Start(t, "--enable-debug-command", "yes")
+	const timeout = 100 * time.Millisecond
+	client, err := redis.NewClient("redis://"+srv.Addr, redis.ClientOptions{ReadTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	s := newStore(t, client, redis.Options{Timeout: timeout, LocalCache: -1})
+	reqs := descriptors(1, hourly(1000))
+	mustTake(t, s, reqs...)
+
+	busy := make(chan error, 1)
+	go func() { busy <- srv.Client(t).Do(context.Background(), "DEBUG", "SLEEP", "0.7").Err() }()
+	time.Sleep(50 * time.Millisecond) // Redis is asleep
+	for _, deadline := range []time.Duration{20 * time.Millisecond, time.Second} {
+		ctx, cancel := context.WithTimeout(t.Context(), deadline)
+		start := time.Now()
+		err := s.Take(ctx, reqs, make([]backend.Result, 1))
+		took := time.Since(start)
+		cancel()
+		want := min(deadline, timeout)
+		if err == nil || took > want+100*time.Millisecond {
+			t.Errorf("Take with a %v deadline while Redis sleeps: %v after %v, want an error within %v", deadline, err, took, want)
+		}
+	}
+	if err := <-busy; err != nil {
+		t.Fatal(err)
+	}
 }

@@ -7,9 +7,11 @@
 -- ARGV[1]: now in µs, or "" to read Redis TIME (the one clock of all replicas).
 -- ARGV[2]: "take" decides the whole call; "part" decides a cluster slot's
 --   share of a call as if the call were admitted, and returns stamps for
---   "refund", which gives back hits "part" took when the call was refused.
+--   "refund", which gives back hits "part" took when the call was refused;
+--   "multi" decides several calls, one after the other (see the end).
 -- ARGV[3 + 7*(i-1) ...]: per request i: flags (algorithm + 8*mode +
---   32*consume_when_over), requests, window µs, burst, hits, group, stamp.
+--   32*consume_when_over, and for "refund" 64*give_back + 128*was_over),
+--   requests, window µs, burst, hits, group, stamp.
 -- Returns 4 numbers per request (over, remaining, reset µs, retry µs), and
 -- on "part" a fifth: the stamp that a refund of it needs.
 
@@ -27,34 +29,6 @@ else
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
-local n = #KEYS
-local reqs = {}
-for i = 1, n do
-  local o = 3 + 7 * (i - 1)
-  local flags = tonumber(ARGV[o])
-  local r = {
-    key = KEYS[i],
-    alg = flags % 8,
-    mode = math.floor(flags / 8) % 4,
-    cwo = flags >= 32,
-    r = tonumber(ARGV[o + 1]),
-    w = tonumber(ARGV[o + 2]),
-    hits = tonumber(ARGV[o + 4]),
-    group = tonumber(ARGV[o + 5]),
-    stamp = tonumber(ARGV[o + 6]),
-  }
-  local b = tonumber(ARGV[o + 3])
-  if b == 0 then b = r.r end
-  r.b = b
-  if r.alg == GCRA and r.r > 0 then
-    -- the emission interval: ceil(w / r), exactly
-    local iv = math.floor((r.w + r.r - 1) / r.r)
-    while iv * r.r < r.w do iv = iv + 1 end
-    while iv > 1 and (iv - 1) * r.r >= r.w do iv = iv - 1 end
-    r.iv = iv
-  end
-  reqs[i] = r
-end
 
 -- States, one per distinct key, loaded on first use. A value starts with
 -- its algorithm's digit; a value of another algorithm is a fresh state.
@@ -311,80 +285,134 @@ local function save(st, r)
   redis.call('SET', r.key, v, 'PX', math.min(math.ceil(ttl / 1000), 9e12))
 end
 
+-- parse returns the n requests whose keys start after KEYS[kbase] and
+-- whose fields start at ARGV[abase].
+local function parse(kbase, abase, n)
+  local reqs = {}
+  for i = 1, n do
+    local o = abase + 7 * (i - 1)
+    local flags = tonumber(ARGV[o])
+    local r = {
+      key = KEYS[kbase + i],
+      alg = flags % 8,
+      mode = math.floor(flags / 8) % 4,
+      cwo = math.floor(flags / 32) % 2 == 1,
+      give = math.floor(flags / 64) % 2 == 1, -- refund: give back its hits
+      was_over = flags >= 128, -- refund: the request was over
+      r = tonumber(ARGV[o + 1]),
+      w = tonumber(ARGV[o + 2]),
+      hits = tonumber(ARGV[o + 4]),
+      group = tonumber(ARGV[o + 5]),
+      stamp = tonumber(ARGV[o + 6]),
+    }
+    local b = tonumber(ARGV[o + 3])
+    if b == 0 then b = r.r end
+    r.b = b
+    if r.alg == GCRA and r.r > 0 then
+      -- the emission interval: ceil(w / r), exactly
+      local iv = math.floor((r.w + r.r - 1) / r.r)
+      while iv * r.r < r.w do iv = iv + 1 end
+      while iv > 1 and (iv - 1) * r.r >= r.w do iv = iv - 1 end
+      r.iv = iv
+    end
+    reqs[i] = r
+  end
+  return reqs
+end
+
 local out = {}
 local dirty = {}
 
-if op == 'refund' then
-  for i = 1, n do
-    local r = reqs[i]
-    if r.r > 0 then
-      local st = load(r)
-      refund(st, r, r.hits, r.stamp)
-      dirty[r.key] = r
-    end
-  end
-  for i = 1, n do
-    local r = reqs[i]
-    result(out, r.r > 0 and load(r) or nil, r, false)
-  end
-  for key, r in pairs(dirty) do save(states[key], r) end
-  return out
-end
-
--- Decide: earlier requests of this call on one counter count as taken.
-local over = {}
-for i = 1, n do
-  local r = reqs[i]
-  local hits = r.hits
-  for j = 1, i - 1 do
-    if reqs[j].key == r.key and not over[j] then hits = hits + reqs[j].hits end
-  end
-  if r.r == 0 then
-    over[i] = true
-  else
-    over[i] = not admits(load(r), r, now, hits)
-  end
-end
-
--- group_over[g]: whether any request of group g is over.
-local group_over = {}
-for i = 1, n do
-  local g = reqs[i].group
-  group_over[g] = group_over[g] or over[i]
-end
-
--- refused applies backend.Refused; a "part" decides as if admitted.
-local refused = false
-if op == 'take' then
-  local quota, quota_under = false, false
-  for g, o in pairs(group_over) do
-    local mode
+-- decide decides one call (op "take", "part" or "refund") into out.
+local function decide(op, reqs)
+  local n = #reqs
+  if op == 'refund' then
     for i = 1, n do
-      if reqs[i].group == g then mode = reqs[i].mode break end
+      local r = reqs[i]
+      if r.r > 0 and r.give then
+        refund(load(r), r, r.hits, r.stamp)
+        dirty[r.key] = r
+      end
     end
-    if mode == ENFORCE and o then refused = true end
-    if mode == QUOTA then
-      quota = true
-      quota_under = quota_under or not o
+    for i = 1, n do
+      local r = reqs[i]
+      result(out, r.r > 0 and load(r) or nil, r, r.was_over)
+    end
+    return
+  end
+
+  -- Decide: earlier requests of this call on one counter count as taken.
+  local over = {}
+  for i = 1, n do
+    local r = reqs[i]
+    local hits = r.hits
+    for j = 1, i - 1 do
+      if reqs[j].key == r.key and not over[j] then hits = hits + reqs[j].hits end
+    end
+    if r.r == 0 then
+      over[i] = true
+    else
+      over[i] = not admits(load(r), r, now, hits)
+      -- A refill is a float step: keep it, as the memory store does, so
+      -- that both round the same way however often they are asked.
+      if r.alg == BUCKET then dirty[r.key] = r end
     end
   end
-  refused = refused or (quota and not quota_under)
-end
 
-local stamps = {}
-for i = 1, n do
-  local r = reqs[i]
-  stamps[i] = 0
-  if r.r > 0 and (r.cwo or (not refused and not group_over[r.group])) then
-    stamps[i] = add(load(r), r, r.hits)
-    if r.hits > 0 then dirty[r.key] = r end
+  -- group_over[g]: whether any request of group g is over.
+  local group_over = {}
+  for i = 1, n do
+    local g = reqs[i].group
+    group_over[g] = group_over[g] or over[i]
+  end
+
+  -- refused applies backend.Refused; a "part" decides as if admitted.
+  local refused = false
+  if op == 'take' then
+    local quota, quota_under = false, false
+    for g, o in pairs(group_over) do
+      local mode
+      for i = 1, n do
+        if reqs[i].group == g then mode = reqs[i].mode break end
+      end
+      if mode == ENFORCE and o then refused = true end
+      if mode == QUOTA then
+        quota = true
+        quota_under = quota_under or not o
+      end
+    end
+    refused = refused or (quota and not quota_under)
+  end
+
+  local stamps = {}
+  for i = 1, n do
+    local r = reqs[i]
+    stamps[i] = 0
+    if r.r > 0 and (r.cwo or (not refused and not group_over[r.group])) then
+      stamps[i] = add(load(r), r, r.hits)
+      if r.hits > 0 then dirty[r.key] = r end
+    end
+  end
+
+  for i = 1, n do
+    local r = reqs[i]
+    result(out, r.r > 0 and load(r) or nil, r, over[i])
+    if op == 'part' then out[#out + 1] = stamps[i] end
   end
 end
 
-for i = 1, n do
-  local r = reqs[i]
-  result(out, r.r > 0 and load(r) or nil, r, over[i])
-  if op == 'part' then out[#out + 1] = stamps[i] end
+if op == 'multi' then
+  -- ARGV[3]: the number of calls; then per call its number of requests
+  -- and their fields. Calls are decided one after the other, each
+  -- atomically: a batch of concurrent calls in one script run.
+  local kbase, abase = 0, 4
+  for _ = 1, tonumber(ARGV[3]) do
+    local n = tonumber(ARGV[abase])
+    decide('take', parse(kbase, abase + 1, n))
+    kbase, abase = kbase + n, abase + 1 + 7 * n
+  end
+else
+  decide(op, parse(0, 3, #KEYS))
 end
 for key, r in pairs(dirty) do save(states[key], r) end
 return out
