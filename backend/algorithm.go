@@ -148,7 +148,7 @@ func (st *State) Expiry(l Limit) int64 {
 		if l.Ban() {
 			return 0
 		}
-		return st.T + ceilDiv(float64(l.burst())-st.Tokens, l, w)
+		return addSatInt(st.T, ceilDiv(float64(l.burst())-st.Tokens, l, w))
 	case GCRA:
 		return st.T
 	}
@@ -278,7 +278,7 @@ func (st *State) retryAt(l Limit, now int64, hits uint64) (int64, bool) {
 		if hits > l.burst() {
 			return 0, false
 		}
-		return now + ceilDiv(float64(hits)-st.Tokens, l, w), true
+		return addSatInt(now, ceilDiv(float64(hits)-st.Tokens, l, w)), true
 	case GCRA:
 		b := l.burst()
 		if hits > b {
@@ -301,7 +301,11 @@ func ceilDiv(tokens float64, l Limit, w int64) int64 {
 	if tokens <= 0 {
 		return 0
 	}
-	return int64(math.Ceil(float64(tokens*float64(w)) / float64(l.Requests)))
+	us := math.Ceil(float64(tokens*float64(w)) / float64(l.Requests))
+	if us >= math.MaxInt64 {
+		return math.MaxInt64 // a debt recorded past the limit (ConsumeWhenOver)
+	}
+	return int64(us)
 }
 
 func micro(us int64) time.Duration {

@@ -274,3 +274,19 @@ func BenchmarkAdmitsAdd(b *testing.B) {
 		})
 	}
 }
+
+// TestHugeDebtSaturates: usage recorded far past a token bucket's limit
+// (consume_when_over) saturates its times instead of wrapping around.
+func TestHugeDebtSaturates(t *testing.T) {
+	l := Limit{Algorithm: TokenBucket, Requests: 1, Window: time.Hour}
+	now := t0
+	var st State
+	st.Add(l, now, 3_198_334_611) // ~365,000 years of refill
+	r := st.Result(l, now, 1, true)
+	if r.ResetAfter <= 0 || r.RetryAfter <= 0 {
+		t.Errorf("Result after a huge debt = %+v, want saturated, positive durations", r)
+	}
+	if exp := st.Expiry(l); exp < now {
+		t.Errorf("Expiry after a huge debt = %d, before now %d: the debt would be forgotten", exp, now)
+	}
+}
