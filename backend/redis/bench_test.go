@@ -11,9 +11,9 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/redistest"
 )
 
-// BenchmarkTake: calls of 1 and 3 descriptors from 32 concurrent callers (as the
-// load benchmark's) on standalone Redis, over 10,000 keys: batched into
-// shared script runs (the default), auto-pipelined, and plain.
+// BenchmarkTake: calls of 1 and 3 descriptors from 32 concurrent callers
+// (as the load benchmark's) on standalone Redis, over 10,000 keys: batched
+// into shared script runs (the default), and one script run per call.
 func BenchmarkTake(b *testing.B) {
 	srv := redistest.Start(b)
 	for _, bc := range []struct {
@@ -21,7 +21,7 @@ func BenchmarkTake(b *testing.B) {
 		opts redis.Options
 	}{
 		{"batch", redis.Options{}},
-		{"autopipeline", redis.Options{NoBatch: true}},
+		{"per-call", redis.Options{NoBatch: true}},
 	} {
 		for _, descs := range []int{1, 3} {
 			b.Run(bc.name+"/descriptors="+strconv.Itoa(descs), func(b *testing.B) {
