@@ -67,7 +67,6 @@ func NewClient(rawURL string, o ClientOptions) (goredis.UniversalClient, error) 
 	if tlsConf != nil && base != "rediss" {
 		return nil, fmt.Errorf("redis URL %q: TLS files are set but the URL is not rediss://", redact(rawURL))
 	}
-	procs := runtime.GOMAXPROCS(0)
 	switch kind {
 	case "":
 		opt, err := goredis.ParseURL(plain)
@@ -76,9 +75,6 @@ func NewClient(rawURL string, o ClientOptions) (goredis.UniversalClient, error) 
 		}
 		o.apply(&opt.PoolSize, &opt.DialTimeout, &opt.ReadTimeout, &opt.WriteTimeout, &opt.PoolTimeout, &opt.MaxRetries)
 		opt.DialerRetries, opt.DialerRetryTimeout = dialRetries(opt.DialerRetries, opt.DialerRetryTimeout)
-		if opt.MinIdleConns == 0 {
-			opt.MinIdleConns = min(procs, opt.PoolSize)
-		}
 		opt.ContextTimeoutEnabled = true
 		opt.TLSConfig = mergeTLS(opt.TLSConfig, tlsConf)
 		return goredis.NewClient(opt), nil
@@ -89,9 +85,6 @@ func NewClient(rawURL string, o ClientOptions) (goredis.UniversalClient, error) 
 		}
 		o.apply(&opt.PoolSize, &opt.DialTimeout, &opt.ReadTimeout, &opt.WriteTimeout, &opt.PoolTimeout, &opt.MaxRetries)
 		opt.DialerRetries, opt.DialerRetryTimeout = dialRetries(opt.DialerRetries, opt.DialerRetryTimeout)
-		if opt.MinIdleConns == 0 {
-			opt.MinIdleConns = min(procs, opt.PoolSize)
-		}
 		opt.ContextTimeoutEnabled = true
 		opt.TLSConfig = mergeTLS(opt.TLSConfig, tlsConf)
 		if opt.TLSConfig != nil {
@@ -113,9 +106,6 @@ func NewClient(rawURL string, o ClientOptions) (goredis.UniversalClient, error) 
 		}
 		o.apply(&opt.PoolSize, &opt.DialTimeout, &opt.ReadTimeout, &opt.WriteTimeout, &opt.PoolTimeout, &opt.MaxRetries)
 		opt.DialerRetries, opt.DialerRetryTimeout = dialRetries(opt.DialerRetries, opt.DialerRetryTimeout)
-		if opt.MinIdleConns == 0 {
-			opt.MinIdleConns = min(procs, opt.PoolSize)
-		}
 		opt.ContextTimeoutEnabled = true
 		opt.TLSConfig = mergeTLS(opt.TLSConfig, tlsConf)
 		if opt.TLSConfig != nil {

@@ -24,6 +24,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -265,10 +266,27 @@ func (s *Store) takeOne(ctx context.Context, reqs []backend.Request, res []backe
 }
 
 // guard runs f under the circuit breaker of node.
+//
+// A half-open breaker's probe first dials the node on a connection of its
+// own: go-redis's pool, after as many failed dials as it has connections,
+// stops dialing and retries only once a second, which would hold decisions
+// back for up to a second after Redis returns. Probing outside the pool
+// keeps its count of failed dials low during an outage.
 func (s *Store) guard(ctx context.Context, node string, f func() error) error {
-	done, err := s.breaker(node).Allow()
+	b := s.breaker(node)
+	halfOpen := b.State() == gobreaker.StateHalfOpen
+	done, err := b.Allow()
 	if err != nil {
 		return fmt.Errorf("%w: %s", ErrUnavailable, node)
+	}
+	if addr := s.addrOf(node); halfOpen && addr != "" {
+		var d net.Dialer
+		conn, err := d.DialContext(ctx, "tcp", addr)
+		if err != nil {
+			done(err)
+			return fmt.Errorf("%w: %s: %v", ErrUnavailable, node, err)
+		}
+		conn.Close()
 	}
 	err = f()
 	report := err
@@ -277,6 +295,22 @@ func (s *Store) guard(ctx context.Context, node string, f func() error) error {
 	}
 	done(report)
 	return err
+}
+
+// addrOf returns the address to probe for node: the node's own on Cluster,
+// the server's on standalone Redis, none on Sentinel (the master moves).
+func (s *Store) addrOf(node string) string {
+	switch c := s.client.(type) {
+	case *goredis.ClusterClient:
+		if strings.Contains(node, ":") {
+			return node
+		}
+	case *goredis.Client:
+		if addr := c.Options().Addr; addr != "FailoverClient" { // go-redis's name for a Sentinel client's
+			return addr
+		}
+	}
+	return ""
 }
 
 func (s *Store) breaker(node string) *gobreaker.TwoStepCircuitBreaker[struct{}] {
