@@ -4,7 +4,9 @@
 //
 // Every call runs one Lua script (take.lua, a port of backend.State) over
 // all of its keys: one round trip, decided atomically inside Redis, on
-// Redis's own clock (TIME), so replicas with skewed clocks agree. On Redis
+// Redis's own clock (TIME), so replicas with skewed clocks agree. On
+// standalone Redis and Sentinel, the calls that arrive while a script run
+// is on the wire are decided together by the next one (batch.go). On Redis
 // Cluster the keys of one descriptor share a hash tag; a call whose
 // descriptors live in several slots runs one script per slot, in parallel,
 // and gives back what the admitted slots took when another slot refuses.
