@@ -1,0 +1,205 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	ratelimitv1 "github.com/ratelimitd/ratelimitd/gen/ratelimit/v1"
+)
+
+// A Client asks ratelimitd's native API whether work may proceed.
+//
+// A Client is safe for concurrent use by multiple goroutines. It starts no
+// goroutines and holds nothing to close: the caller owns the connection.
+type Client struct {
+	rls      ratelimitv1.RateLimitServiceClient
+	opts     options
+	refusals *refusals // nil when the refusal memory is off
+	local    atomic.Uint64
+}
+
+// New returns a Client calling ratelimitd over conn, usually a
+// *grpc.ClientConn, which the caller keeps and closes. Without options it
+// fails open, gives each call a budget of DefaultTimeout, and remembers
+// refusals for up to DefaultRefusalCache.
+func New(conn grpc.ClientConnInterface, opts ...Option) *Client {
+	o := defaults
+	for _, opt := range opts {
+		opt(&o)
+	}
+	c := &Client{rls: ratelimitv1.NewRateLimitServiceClient(conn), opts: o}
+	if o.refusalAge > 0 && o.refusalSize > 0 {
+		c.refusals = newRefusals(o.refusalAge, o.refusalSize)
+	}
+	return c
+}
+
+// LocalRefusals reports how many requests the Client refused by itself,
+// from its memory of refusals, without calling ratelimitd.
+func (c *Client) LocalRefusals() uint64 { return c.local.Load() }
+
+// ShouldRateLimit asks whether the work described by descriptors may
+// proceed under the rules of domain. The request is allowed only if every
+// descriptor is within its limits, and a refused request consumes nothing.
+//
+// Over the limit is a decision (Allowed false), not an error. When
+// ratelimitd fails or is slower than the budget, the failure policy
+// decides, reporting ratelimitd's error in Decision.Err, and the error is
+// nil. ShouldRateLimit returns a non-nil error, and the zero Decision, only
+// for a malformed request (codes.InvalidArgument, whatever the policy) or
+// when ctx ends first (the error then wraps ctx.Err()). See the package
+// documentation.
+func (c *Client) ShouldRateLimit(ctx context.Context, domain string, descriptors ...Descriptor) (Decision, error) {
+	if err := check(domain, descriptors); err != nil {
+		return Decision{}, err
+	}
+	var key []byte
+	if c.refusals != nil {
+		key = refusalKey(make([]byte, 0, 128), domain, descriptors)
+		if d, ok := c.refusals.get(key, c.opts.now()); ok {
+			c.local.Add(1)
+			return d, nil
+		}
+	}
+
+	req := &ratelimitv1.ShouldRateLimitRequest{
+		Domain:      domain,
+		Descriptors: make([]*ratelimitv1.Descriptor, len(descriptors)),
+	}
+	for i, d := range descriptors {
+		rd := &ratelimitv1.Descriptor{Entries: make([]*ratelimitv1.Entry, len(d.Entries))}
+		for j, e := range d.Entries {
+			rd.Entries[j] = &ratelimitv1.Entry{Key: e.Key, Value: e.Value}
+		}
+		switch {
+		case d.CheckOnly:
+			rd.Hits = proto.Uint64(0)
+		case d.Hits != 0:
+			rd.Hits = proto.Uint64(d.Hits)
+		}
+		req.Descriptors[i] = rd
+	}
+
+	callCtx := ctx
+	if c.opts.timeout > 0 {
+		var cancel context.CancelFunc
+		callCtx, cancel = context.WithTimeout(ctx, c.opts.timeout)
+		defer cancel()
+	}
+	resp, err := c.rls.ShouldRateLimit(callCtx, req)
+	if err != nil {
+		if err := ended(ctx, callCtx, err); err != nil {
+			return Decision{}, fmt.Errorf("client: ShouldRateLimit: %w", err)
+		}
+		if status.Code(err) == codes.InvalidArgument {
+			return Decision{}, err
+		}
+		return Decision{Allowed: !c.opts.failClosed, Err: err}, nil
+	}
+
+	d := decision(resp)
+	if !d.Allowed && c.refusals != nil && d.RetryAfter > 0 {
+		c.refusals.put(key, d, c.opts.now())
+	}
+	return d, nil
+}
+
+// ended returns the caller's context error if the call failed because ctx
+// ended rather than ratelimitd, else nil. A deadline can end the call
+// (gRPC's timer, or the server's) just before ctx reports it: when the
+// caller's deadline was the call's, a DeadlineExceeded is the caller's.
+func ended(ctx, callCtx context.Context, err error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if dl, ok := ctx.Deadline(); ok && status.Code(err) == codes.DeadlineExceeded {
+		if cdl, _ := callCtx.Deadline(); cdl.Equal(dl) {
+			return context.DeadlineExceeded
+		}
+	}
+	return nil
+}
+
+// check returns InvalidArgument for the malformed requests ratelimitd
+// would refuse whatever its rules, so that they are reported even while
+// ratelimitd is away. ratelimitd checks the rest (such as sizes).
+func check(domain string, descriptors []Descriptor) error {
+	if domain == "" {
+		return status.Error(codes.InvalidArgument, "client: domain is empty")
+	}
+	if len(descriptors) == 0 {
+		return status.Error(codes.InvalidArgument, "client: no descriptors")
+	}
+	for i, d := range descriptors {
+		if len(d.Entries) == 0 {
+			return status.Errorf(codes.InvalidArgument, "client: descriptor %d has no entries", i)
+		}
+		for j, e := range d.Entries {
+			if e.Key == "" {
+				return status.Errorf(codes.InvalidArgument, "client: descriptor %d entry %d has an empty key", i, j)
+			}
+		}
+	}
+	return nil
+}
+
+// decision converts ratelimitd's answer.
+func decision(resp *ratelimitv1.ShouldRateLimitResponse) Decision {
+	d := Decision{Allowed: resp.GetCode() != ratelimitv1.Code_CODE_OVER_LIMIT}
+	if sts := resp.GetStatuses(); len(sts) > 0 {
+		d.Statuses = make([]Status, len(sts))
+		for i, st := range sts {
+			s := &d.Statuses[i]
+			s.OverLimit = st.GetCode() == ratelimitv1.Code_CODE_OVER_LIMIT
+			s.Remaining = st.GetRemaining()
+			s.ResetAfter = duration(st.GetResetAfter().AsDuration())
+			s.RetryAfter = duration(st.GetRetryAfter().AsDuration())
+			s.Unlimited = st.GetUnlimited()
+			if l := st.GetLimit(); l != nil {
+				s.Limit = Limit{
+					Name:      l.GetName(),
+					Requests:  l.GetRequests(),
+					Window:    l.GetWindow().AsDuration(),
+					Algorithm: algorithm(l.GetAlgorithm()),
+					Burst:     l.GetBurst(),
+				}
+			}
+			if !d.Allowed && s.OverLimit {
+				d.RetryAfter = max(d.RetryAfter, s.RetryAfter)
+			}
+		}
+	}
+	if hs := resp.GetHeaders(); len(hs) > 0 {
+		d.Headers = make([]Header, len(hs))
+		for i, h := range hs {
+			d.Headers[i] = Header{Name: h.GetName(), Value: h.GetValue()}
+		}
+	}
+	return d
+}
+
+// duration clamps a negative duration, which ratelimitd never sends, to 0.
+func duration(d time.Duration) time.Duration { return max(d, 0) }
+
+func algorithm(a ratelimitv1.Algorithm) Algorithm {
+	switch a {
+	case ratelimitv1.Algorithm_ALGORITHM_SLIDING_WINDOW:
+		return SlidingWindow
+	case ratelimitv1.Algorithm_ALGORITHM_FIXED_WINDOW:
+		return FixedWindow
+	case ratelimitv1.Algorithm_ALGORITHM_SLIDING_LOG:
+		return SlidingLog
+	case ratelimitv1.Algorithm_ALGORITHM_TOKEN_BUCKET:
+		return TokenBucket
+	case ratelimitv1.Algorithm_ALGORITHM_GCRA:
+		return GCRA
+	}
+	return ""
+}

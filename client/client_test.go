@@ -1,0 +1,655 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/test/bufconn"
+
+	"github.com/ratelimitd/ratelimitd/backend/backendtest"
+	"github.com/ratelimitd/ratelimitd/backend/memory"
+	"github.com/ratelimitd/ratelimitd/client"
+	"github.com/ratelimitd/ratelimitd/config"
+	"github.com/ratelimitd/ratelimitd/server"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// t0 is aligned to every window of rules, so window ends are round numbers.
+var t0 = backendtest.T0
+
+// rules are the test's rate limits, as fixed windows so that the counts
+// are easy to follow.
+const rules = `
+domain: api
+descriptors:
+  - key: api_key
+    rate_limit: {algorithm: fixed_window, unit: minute, requests_per_unit: 2}
+  - key: user
+    rate_limit: {algorithm: fixed_window, window: 500ms, requests_per_unit: 1}
+  - key: health
+    rate_limit: {unlimited: true}
+  - key: tenant
+    value: acme
+    descriptors:
+      - key: path
+        rate_limit: {name: acme_paths, algorithm: token_bucket, unit: second, requests_per_unit: 10, burst: 5}
+`
+
+// A harness is ratelimitd (the server package on the memory store and a
+// manual clock) served over a real gRPC connection (bufconn). Its server
+// counts the RPCs it receives, and can be made slow or failing.
+type harness struct {
+	clock *backendtest.Clock
+	conn  *grpc.ClientConn
+	rpcs  atomic.Int64
+	slow  atomic.Bool           // the server answers only when the call's context ends
+	fail  atomic.Pointer[error] // the server answers with this error
+	stop  func()                // stops the server; idempotent
+}
+
+func newHarness(t *testing.T) *harness {
+	t.Helper()
+	domains, err := config.Parse(t.Name()+".yaml", []byte(rules))
+	if err != nil {
+		t.Fatalf("config.Parse: %v", err)
+	}
+	compiled, err := config.Compile(domains)
+	if err != nil {
+		t.Fatalf("config.Compile: %v", err)
+	}
+	h := &harness{clock: backendtest.NewClock(t0)}
+	store := memory.New(memory.Options{Now: h.clock.Now})
+	t.Cleanup(func() { store.Close() })
+	srv := server.New(store, compiled, server.Options{})
+
+	lis := bufconn.Listen(1 << 20)
+	count := func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		h.rpcs.Add(1)
+		if h.slow.Load() {
+			<-ctx.Done()
+			return nil, status.FromContextError(ctx.Err()).Err()
+		}
+		if err := h.fail.Load(); err != nil {
+			return nil, *err
+		}
+		return handler(ctx, req)
+	}
+	g := grpc.NewServer(append(srv.GRPCOptions(), grpc.ChainUnaryInterceptor(count))...)
+	srv.Register(g)
+	served := make(chan error, 1)
+	go func() { served <- g.Serve(lis) }()
+	h.stop = sync.OnceFunc(func() {
+		g.Stop()
+		if err := <-served; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	t.Cleanup(h.stop)
+
+	h.conn, err = grpc.NewClient("passthrough:///bufnet",
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
+			return lis.DialContext(ctx)
+		}),
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+	)
+	if err != nil {
+		t.Fatalf("grpc.NewClient: %v", err)
+	}
+	t.Cleanup(func() { h.conn.Close() })
+	return h
+}
+
+// client returns a Client on h's connection, reading h's clock.
+func (h *harness) client(opts ...client.Option) *client.Client {
+	return client.New(h.conn, append([]client.Option{client.WithNow(h.clock.Now)}, opts...)...)
+}
+
+// at moves h's clock to t0+d.
+func (h *harness) at(d time.Duration) { h.clock.Set(t0.Add(d)) }
+
+// ask calls ShouldRateLimit and fails the test on an error.
+func ask(t *testing.T, c *client.Client, domain string, ds ...client.Descriptor) client.Decision {
+	t.Helper()
+	d, err := c.ShouldRateLimit(t.Context(), domain, ds...)
+	if err != nil {
+		t.Fatalf("ShouldRateLimit(%q, %v): %v", domain, ds, err)
+	}
+	return d
+}
+
+func wantCode(t *testing.T, call string, err error, code codes.Code) {
+	t.Helper()
+	if got := status.Code(err); err == nil || got != code {
+		t.Errorf("%s: error %v (code %v), want code %v", call, err, got, code)
+	}
+}
+
+var (
+	apiKeyLimit = client.Limit{Name: "api_key", Requests: 2, Window: time.Minute, Algorithm: client.FixedWindow, Burst: 2}
+	userLimit   = client.Limit{Name: "user", Requests: 1, Window: 500 * time.Millisecond, Algorithm: client.FixedWindow, Burst: 1}
+	acmeLimit   = client.Limit{Name: "acme_paths", Requests: 10, Window: time.Second, Algorithm: client.TokenBucket, Burst: 5}
+)
+
+var ignoreHeaders = cmpopts.IgnoreFields(client.Decision{}, "Headers")
+
+// TestShouldRateLimit: ratelimitd's decisions, converted: allowed and
+// refused, per-descriptor limit, remaining, reset and retry-after, and the
+// request's retry-after, the longest of its refused descriptors'.
+func TestShouldRateLimit(t *testing.T) {
+	h := newHarness(t)
+	c := h.client(client.WithRefusalCache(0))
+	s := time.Second
+	steps := []struct {
+		at     time.Duration
+		domain string
+		ds     []client.Descriptor
+		want   client.Decision
+	}{
+		{0, "api", []client.Descriptor{client.D("api_key", "k1")}, client.Decision{
+			Allowed:  true,
+			Statuses: []client.Status{{Limit: apiKeyLimit, Remaining: 1, ResetAfter: 60 * s}},
+		}},
+		{10 * s, "api", []client.Descriptor{client.D("api_key", "k1"), client.D("health", "lb"), client.D("no_rule", "x")}, client.Decision{
+			Allowed: true,
+			Statuses: []client.Status{
+				{Limit: apiKeyLimit, Remaining: 0, ResetAfter: 50 * s},
+				{Unlimited: true, Remaining: 1<<32 - 1},
+				{},
+			},
+		}},
+		{15 * s, "api", []client.Descriptor{client.D("api_key", "k1")}, client.Decision{
+			RetryAfter: 45 * s,
+			Statuses:   []client.Status{{OverLimit: true, Limit: apiKeyLimit, ResetAfter: 45 * s, RetryAfter: 45 * s}},
+		}},
+		// Two refused descriptors: the request may be retried when both pass.
+		{20 * s, "api", []client.Descriptor{client.D("user", "u1"), client.D("api_key", "k1"), client.D("user", "u2")}, client.Decision{
+			RetryAfter: 40 * s,
+			Statuses: []client.Status{
+				{Limit: userLimit, Remaining: 1, ResetAfter: 500 * time.Millisecond},
+				{OverLimit: true, Limit: apiKeyLimit, ResetAfter: 40 * s, RetryAfter: 40 * s},
+				{Limit: userLimit, Remaining: 1, ResetAfter: 500 * time.Millisecond},
+			},
+		}},
+		{20 * s, "api", []client.Descriptor{client.D("user", "u1")}, client.Decision{
+			Allowed:  true,
+			Statuses: []client.Status{{Limit: userLimit, Remaining: 0, ResetAfter: 500 * time.Millisecond}},
+		}},
+		{20*s + 100*time.Millisecond, "api", []client.Descriptor{client.D("user", "u1")}, client.Decision{
+			RetryAfter: 400 * time.Millisecond,
+			Statuses:   []client.Status{{OverLimit: true, Limit: userLimit, ResetAfter: 400 * time.Millisecond, RetryAfter: 400 * time.Millisecond}},
+		}},
+		// Nested entries, a named token bucket limit.
+		{20 * s, "api", []client.Descriptor{client.D("tenant", "acme", "path", "/search")}, client.Decision{
+			Allowed:  true,
+			Statuses: []client.Status{{Limit: acmeLimit, Remaining: 4, ResetAfter: 100 * time.Millisecond}},
+		}},
+		// An unknown domain: allowed, nothing applies.
+		{20 * s, "no_such_domain", []client.Descriptor{client.D("api_key", "k1")}, client.Decision{Allowed: true, Statuses: []client.Status{{}}}},
+	}
+	for i, st := range steps {
+		h.at(st.at)
+		got := ask(t, c, st.domain, st.ds...)
+		if diff := cmp.Diff(st.want, got, ignoreHeaders); diff != "" {
+			t.Errorf("step %d at t0+%v: ShouldRateLimit(%q, %v) mismatch (-want +got):\n%s", i, st.at, st.domain, st.ds, diff)
+		}
+	}
+}
+
+// TestHeaders: a decision carries the headers ratelimitd sends, and a
+// local refusal those of the refusal it remembers.
+func TestHeaders(t *testing.T) {
+	h := newHarness(t)
+	c := h.client()
+	h.at(10 * time.Second)
+	got := ask(t, c, "api", client.D("api_key", "k1")).Headers
+	want := []client.Header{{"RateLimit-Policy", `"api_key";q=2;w=60`}, {"RateLimit", `"api_key";r=1;t=50`}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("allowed: Headers mismatch (-want +got):\n%s", diff)
+	}
+	ask(t, c, "api", client.D("api_key", "k1"))
+	want = []client.Header{{"RateLimit-Policy", `"api_key";q=2;w=60`}, {"RateLimit", `"api_key";r=0;t=50`}, {"Retry-After", "50"}}
+	for _, local := range []bool{false, true} {
+		d := ask(t, c, "api", client.D("api_key", "k1"))
+		if d.Local != local {
+			t.Fatalf("refused: Local = %v, want %v", d.Local, local)
+		}
+		if diff := cmp.Diff(want, d.Headers); diff != "" {
+			t.Errorf("refused (local %v): Headers mismatch (-want +got):\n%s", local, diff)
+		}
+	}
+}
+
+// TestHits: a descriptor's hits are consumed together; a check-only
+// descriptor consumes nothing.
+func TestHits(t *testing.T) {
+	h := newHarness(t)
+	c := h.client(client.WithRefusalCache(0))
+	check := client.D("api_key", "k1")
+	check.CheckOnly = true
+	check.Hits = 5 // ignored
+	two := client.D("api_key", "k1")
+	two.Hits = 2
+	steps := []struct {
+		d             client.Descriptor
+		wantAllowed   bool
+		wantRemaining uint64
+	}{
+		{check, true, 2},
+		{two, true, 0},
+		{check, true, 0}, // at the limit, not past it
+		{client.D("api_key", "k1"), false, 0},
+	}
+	for i, st := range steps {
+		d := ask(t, c, "api", st.d)
+		if d.Allowed != st.wantAllowed || d.Statuses[0].Remaining != st.wantRemaining {
+			t.Errorf("step %d: ShouldRateLimit(%+v) = allowed %v, remaining %d; want %v, %d",
+				i, st.d, d.Allowed, d.Statuses[0].Remaining, st.wantAllowed, st.wantRemaining)
+		}
+	}
+}
+
+// TestFailurePolicy: when ratelimitd is stopped, slower than the budget,
+// or answers with an error, the failure policy decides: allowed by
+// default, refused with WithFailClosed; the error is in Decision.Err,
+// never returned, and the call lasts no longer than the budget.
+func TestFailurePolicy(t *testing.T) {
+	const budget = 30 * time.Millisecond
+	failures := []struct {
+		name     string
+		setup    func(h *harness)
+		wantCode codes.Code
+	}{
+		{"stopped", func(h *harness) { h.stop() }, codes.Unavailable},
+		{"slow", func(h *harness) { h.slow.Store(true) }, codes.DeadlineExceeded},
+		{"unavailable", func(h *harness) {
+			err := status.Error(codes.Unavailable, "store down")
+			h.fail.Store(&err)
+		}, codes.Unavailable},
+		{"internal", func(h *harness) {
+			err := status.Error(codes.Internal, "internal error")
+			h.fail.Store(&err)
+		}, codes.Internal},
+	}
+	policies := []struct {
+		name        string
+		opts        []client.Option
+		wantAllowed bool
+	}{
+		{"open", nil, true},
+		{"closed", []client.Option{client.WithFailClosed()}, false},
+	}
+	for _, f := range failures {
+		for _, p := range policies {
+			t.Run(f.name+"/"+p.name, func(t *testing.T) {
+				h := newHarness(t)
+				c := h.client(append(p.opts, client.WithTimeout(budget))...)
+				ask(t, c, "api", client.D("api_key", "k1")) // connected
+				f.setup(h)
+				for range 2 { // no refusal is remembered
+					start := time.Now()
+					d, err := c.ShouldRateLimit(t.Context(), "api", client.D("api_key", "k1"))
+					elapsed := time.Since(start)
+					if err != nil {
+						t.Fatalf("ShouldRateLimit: error %v, want the policy's decision", err)
+					}
+					if d.Allowed != p.wantAllowed || d.Local || d.Statuses != nil || d.RetryAfter != 0 {
+						t.Errorf("ShouldRateLimit = %+v, want Allowed %v, no statuses", d, p.wantAllowed)
+					}
+					wantCode(t, "Decision.Err", d.Err, f.wantCode)
+					if elapsed > budget+time.Second { // generous under -race
+						t.Errorf("ShouldRateLimit took %v, want about the budget %v", elapsed, budget)
+					}
+				}
+				if got := c.LocalRefusals(); got != 0 {
+					t.Errorf("LocalRefusals() = %d, want 0", got)
+				}
+			})
+		}
+	}
+}
+
+// TestNeverReachable: a Client whose ratelimitd never answered fails open
+// within its budget.
+func TestNeverReachable(t *testing.T) {
+	lis := bufconn.Listen(1 << 10)
+	lis.Close()
+	conn, err := grpc.NewClient("passthrough:///bufnet",
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	d, err := client.New(conn).ShouldRateLimit(t.Context(), "api", client.D("api_key", "k1"))
+	if err != nil || !d.Allowed || d.Err == nil {
+		t.Errorf("ShouldRateLimit = %+v, %v; want allowed, with Decision.Err set", d, err)
+	}
+}
+
+// TestBudget: the budget never extends the caller's context, and without
+// a budget the call waits for ratelimitd as long as ctx allows.
+func TestBudget(t *testing.T) {
+	h := newHarness(t)
+	ask(t, h.client(), "api", client.D("api_key", "k1")) // connected
+	h.slow.Store(true)
+
+	c := h.client(client.WithTimeout(0))
+	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	d, err := c.ShouldRateLimit(ctx, "api", client.D("api_key", "k1"))
+	if elapsed := time.Since(start); elapsed < 100*time.Millisecond {
+		t.Errorf("without a budget, ShouldRateLimit gave up after %v, before ctx's deadline", elapsed)
+	}
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("ShouldRateLimit after ctx's deadline = %+v, %v; want an error wrapping context.DeadlineExceeded", d, err)
+	}
+}
+
+// TestContextEnded: when the caller's context ends first, there is no
+// decision, whatever the policy: the error wraps ctx.Err().
+func TestContextEnded(t *testing.T) {
+	h := newHarness(t)
+	ask(t, h.client(), "api", client.D("api_key", "k1")) // connected
+	for _, opts := range [][]client.Option{nil, {client.WithFailClosed()}} {
+		c := h.client(opts...)
+
+		ctx, cancel := context.WithCancel(t.Context())
+		cancel()
+		d, err := c.ShouldRateLimit(ctx, "api", client.D("api_key", "k1"))
+		if !errors.Is(err, context.Canceled) || d.Allowed {
+			t.Errorf("ShouldRateLimit(canceled ctx) = %+v, %v; want an error wrapping context.Canceled", d, err)
+		}
+
+		h.slow.Store(true)
+		ctx, cancel = context.WithTimeout(t.Context(), 5*time.Millisecond) // shorter than the budget
+		d, err = c.ShouldRateLimit(ctx, "api", client.D("api_key", "k1"))
+		cancel()
+		h.slow.Store(false)
+		if !errors.Is(err, context.DeadlineExceeded) || d.Allowed {
+			t.Errorf("ShouldRateLimit(ctx expiring before the budget) = %+v, %v; want an error wrapping context.DeadlineExceeded", d, err)
+		}
+	}
+}
+
+// TestInvalidArgument: a malformed request is an InvalidArgument error,
+// not subject to the failure policy: the Client reports the structural
+// mistakes itself, even while ratelimitd is stopped, and returns those
+// ratelimitd finds.
+func TestInvalidArgument(t *testing.T) {
+	h := newHarness(t)
+	c := h.client() // fail open
+	local := []struct {
+		name   string
+		domain string
+		ds     []client.Descriptor
+	}{
+		{"empty domain", "", []client.Descriptor{client.D("k", "v")}},
+		{"no descriptors", "api", nil},
+		{"no entries", "api", []client.Descriptor{client.D("k", "v"), {}}},
+		{"empty key", "api", []client.Descriptor{client.D("k", "v", "", "v")}},
+	}
+	remote := []struct {
+		name   string
+		domain string
+		ds     []client.Descriptor
+	}{
+		{"long domain", strings.Repeat("d", 257), []client.Descriptor{client.D("k", "v")}},
+		{"long key", "api", []client.Descriptor{client.D(strings.Repeat("k", 1025), "v")}},
+		{"too many descriptors", "api", make65()},
+	}
+	for _, tt := range append(local, remote...) {
+		d, err := c.ShouldRateLimit(t.Context(), tt.domain, tt.ds...)
+		wantCode(t, tt.name, err, codes.InvalidArgument)
+		if d.Allowed {
+			t.Errorf("%s: Allowed, want the zero Decision", tt.name)
+		}
+	}
+	if got, want := h.rpcs.Load(), int64(len(remote)); got != want {
+		t.Errorf("%d RPCs, want %d: only the requests the Client cannot check itself", got, want)
+	}
+
+	h.stop()
+	for _, tt := range local {
+		_, err := c.ShouldRateLimit(t.Context(), tt.domain, tt.ds...)
+		wantCode(t, tt.name+", ratelimitd stopped", err, codes.InvalidArgument)
+	}
+}
+
+func make65() []client.Descriptor {
+	ds := make([]client.Descriptor, 65)
+	for i := range ds {
+		ds[i] = client.D("api_key", "k")
+	}
+	return ds
+}
+
+// TestRefusalMemory: a refusal with retry-after T is repeated locally,
+// without an RPC, for min(T, cap), and counted.
+func TestRefusalMemory(t *testing.T) {
+	h := newHarness(t)
+	c := h.client() // cap 1 s
+	ms := time.Millisecond
+
+	// api_key: refused for 60 s, remembered for the cap, 1 s.
+	ask(t, c, "api", client.D("api_key", "k1"))
+	ask(t, c, "api", client.D("api_key", "k1"))
+	if d := ask(t, c, "api", client.D("api_key", "k1")); d.Allowed || d.Local {
+		t.Fatalf("third call: %+v, want refused by ratelimitd", d)
+	}
+	rpcs := h.rpcs.Load()
+	h.at(999 * ms)
+	d := ask(t, c, "api", client.D("api_key", "k1"))
+	want := client.Decision{
+		RetryAfter: 60*time.Second - 999*ms,
+		Statuses:   []client.Status{{OverLimit: true, Limit: apiKeyLimit, ResetAfter: 60*time.Second - 999*ms, RetryAfter: 60*time.Second - 999*ms}},
+		Local:      true,
+	}
+	if diff := cmp.Diff(want, d, ignoreHeaders); diff != "" {
+		t.Errorf("at +999ms: local refusal mismatch (-want +got):\n%s", diff)
+	}
+	if got := h.rpcs.Load() - rpcs; got != 0 {
+		t.Errorf("local refusal: %d RPCs, want 0", got)
+	}
+	if got := c.LocalRefusals(); got != 1 {
+		t.Errorf("LocalRefusals() = %d, want 1", got)
+	}
+
+	// Other requests are not refused by that memory: another value, more
+	// descriptors, other hits, a check only, another domain.
+	more := client.D("api_key", "k1")
+	more.Hits = 2
+	check := client.D("api_key", "k1")
+	check.CheckOnly = true
+	for _, ds := range [][]client.Descriptor{
+		{client.D("api_key", "k2")},
+		{client.D("api_key", "k1"), client.D("health", "x")},
+		{more},
+		{check},
+	} {
+		if d := ask(t, c, "api", ds...); d.Local {
+			t.Errorf("ShouldRateLimit(%v): refused locally, want asked", ds)
+		}
+	}
+	if d := ask(t, c, "other", client.D("api_key", "k1")); d.Local || !d.Allowed {
+		t.Errorf("another domain: %+v, want asked and allowed", d)
+	}
+
+	// After the cap, ratelimitd is asked again, and refuses again.
+	rpcs = h.rpcs.Load()
+	h.at(time.Second)
+	if d := ask(t, c, "api", client.D("api_key", "k1")); d.Allowed || d.Local {
+		t.Errorf("at +1s: %+v, want refused by ratelimitd", d)
+	}
+	if got := h.rpcs.Load() - rpcs; got != 1 {
+		t.Errorf("at +1s: %d RPCs, want 1", got)
+	}
+
+	// user: refused for 400 ms (< cap), remembered for that long only.
+	h.at(1100 * ms)
+	ask(t, c, "api", client.D("user", "u1"))
+	if d := ask(t, c, "api", client.D("user", "u1")); d.Allowed || d.RetryAfter != 400*ms {
+		t.Fatalf("user at +1.1s: %+v, want refused for 400ms", d)
+	}
+	h.at(1499 * ms)
+	if d := ask(t, c, "api", client.D("user", "u1")); !d.Local || d.RetryAfter != ms {
+		t.Errorf("user at +1.499s: %+v, want refused locally, retry after 1ms", d)
+	}
+	h.at(1500 * ms)
+	if d := ask(t, c, "api", client.D("user", "u1")); !d.Allowed || d.Local {
+		t.Errorf("user at +1.5s: %+v, want allowed by ratelimitd", d)
+	}
+	if got := c.LocalRefusals(); got != 2 {
+		t.Errorf("LocalRefusals() = %d, want 2", got)
+	}
+}
+
+// TestRefusalMemoryOff: WithRefusalCache(0) asks ratelimitd every time.
+func TestRefusalMemoryOff(t *testing.T) {
+	for _, opt := range []client.Option{client.WithRefusalCache(0), client.WithRefusalCacheSize(0)} {
+		h := newHarness(t)
+		c := h.client(opt)
+		for range 5 {
+			ask(t, c, "api", client.D("user", "u1"))
+		}
+		if got := h.rpcs.Load(); got != 5 {
+			t.Errorf("%d RPCs for 5 calls, want 5", got)
+		}
+		if got := c.LocalRefusals(); got != 0 {
+			t.Errorf("LocalRefusals() = %d, want 0", got)
+		}
+	}
+}
+
+// TestRefusalMemoryBounded: the memory holds at most its size, forgetting
+// expired refusals first.
+func TestRefusalMemoryBounded(t *testing.T) {
+	h := newHarness(t)
+	c := h.client(client.WithRefusalCacheSize(3))
+	refuse := func(user string) {
+		t.Helper()
+		ask(t, c, "api", client.D("user", user))
+		if d := ask(t, c, "api", client.D("user", user)); d.Allowed {
+			t.Fatalf("user %s: allowed twice, want refused", user)
+		}
+	}
+	for i := range 10 {
+		refuse(string(rune('a' + i)))
+		if got := c.Refusals(); got > 3 {
+			t.Fatalf("after %d refusals: %d remembered, want at most 3", i+1, got)
+		}
+	}
+	if got := c.Refusals(); got != 3 {
+		t.Errorf("%d refusals remembered, want 3", got)
+	}
+	if !ask(t, c, "api", client.D("user", "j")).Local {
+		t.Error("the last refusal was not remembered")
+	}
+
+	// Once expired, they make room without evicting live ones.
+	h.at(500 * time.Millisecond)
+	refuse("x")
+	refuse("y")
+	if !ask(t, c, "api", client.D("user", "x")).Local || !ask(t, c, "api", client.D("user", "y")).Local {
+		t.Error("after expiry: a new refusal was evicted, want the expired ones forgotten first")
+	}
+}
+
+// TestConcurrent: one Client from many goroutines (run with -race): every
+// request is decided once by ratelimitd or locally, and ratelimitd admits
+// exactly its limit.
+func TestConcurrent(t *testing.T) {
+	h := newHarness(t)
+	c := h.client()
+	var allowed, local atomic.Int64
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for range 20 {
+				d, err := c.ShouldRateLimit(t.Context(), "api", client.D("api_key", "shared"))
+				switch {
+				case err != nil:
+					t.Errorf("ShouldRateLimit: %v", err)
+				case d.Allowed:
+					allowed.Add(1)
+				case d.Local:
+					local.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if got := allowed.Load(); got != 2 {
+		t.Errorf("%d allowed, want the limit, 2", got)
+	}
+	if got, want := uint64(local.Load()), c.LocalRefusals(); got != want {
+		t.Errorf("%d local refusals seen, LocalRefusals() = %d", got, want)
+	}
+	if got := h.rpcs.Load() + local.Load(); got != 160 {
+		t.Errorf("RPCs + local refusals = %d, want 160", got)
+	}
+}
+
+// TestRefusalKey: requests that differ never share a remembered refusal.
+func TestRefusalKey(t *testing.T) {
+	hits := func(n uint64, d client.Descriptor) client.Descriptor { d.Hits = n; return d }
+	check := func(d client.Descriptor) client.Descriptor { d.CheckOnly = true; return d }
+	type req struct {
+		domain string
+		ds     []client.Descriptor
+	}
+	distinct := []req{
+		{"a", []client.Descriptor{client.D("b_c", "d")}},
+		{"a_b", []client.Descriptor{client.D("c", "d")}},
+		{"a", []client.Descriptor{client.D("b", "c_d")}},
+		{"a", []client.Descriptor{client.D("b", "c", "d", "")}},
+		{"a", []client.Descriptor{client.D("b", "c"), client.D("d", "")}},
+		{"a", []client.Descriptor{client.D("b", ""), client.D("c", "d")}},
+		{"a", []client.Descriptor{hits(2, client.D("b", "c"))}},
+		{"a", []client.Descriptor{check(client.D("b", "c"))}},
+		{"a", []client.Descriptor{client.D("b", "c")}},
+	}
+	seen := map[string]int{}
+	for i, r := range distinct {
+		k := string(client.RefusalKey(nil, r.domain, r.ds))
+		if j, ok := seen[k]; ok {
+			t.Errorf("requests %d and %d share the key %q", j, i, k)
+		}
+		seen[k] = i
+	}
+	// Hits 0 means 1.
+	a := client.RefusalKey(nil, "a", []client.Descriptor{client.D("b", "c")})
+	b := client.RefusalKey(nil, "a", []client.Descriptor{hits(1, client.D("b", "c"))})
+	if string(a) != string(b) {
+		t.Errorf("hits 0 and 1: keys %q and %q, want equal", a, b)
+	}
+}
+
+func TestD(t *testing.T) {
+	got := client.D("path", "/login", "remote_address", "10.0.0.1")
+	want := client.Descriptor{Entries: []client.Entry{{"path", "/login"}, {"remote_address", "10.0.0.1"}}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("D() mismatch (-want +got):\n%s", diff)
+	}
+	defer func() {
+		if recover() == nil {
+			t.Error("D(odd count) did not panic")
+		}
+	}()
+	client.D("path")
+}

@@ -1,0 +1,59 @@
+// Package client is the Go API of ratelimitd: services ask it, before they
+// do work, whether they may.
+//
+// A Client calls ratelimitd's native API (ratelimit.v1.RateLimitService)
+// over a connection the caller owns, and returns a Decision: whether the
+// work may proceed, one Status per descriptor (the limit that decided,
+// what remains, when the counter resets and when a refused request may be
+// retried), and the HTTP headers ratelimitd asks the caller to send.
+//
+// Usage:
+//
+//	conn, err := grpc.NewClient("ratelimitd:8081",
+//		grpc.WithTransportCredentials(insecure.NewCredentials()))
+//	if err != nil { ... }
+//	defer conn.Close()
+//	rl := client.New(conn) // fail open, a 50 ms budget, 1 s of refusal memory
+//
+//	d, err := rl.ShouldRateLimit(ctx, "edge",
+//		client.D("api_key", key),
+//		client.D("path", "/login", "remote_address", ip))
+//	if err != nil {
+//		return err // a malformed request, or ctx ended
+//	}
+//	if !d.Allowed {
+//		// refuse; retry in d.RetryAfter, send d.Headers
+//	}
+//
+// # Errors and the failure policy
+//
+// Over the limit is a decision, not an error: Decision.Allowed is false. A
+// non-nil error from ShouldRateLimit means there is no decision at all, and
+// happens in two cases only:
+//
+//   - the request is malformed (an empty domain, no descriptors, a
+//     descriptor without entries, an empty key, or anything ratelimitd
+//     answers with InvalidArgument): status.Code(err) is
+//     codes.InvalidArgument. This is a bug in the caller, so the failure
+//     policy does not hide it, even when ratelimitd is down;
+//   - ctx ended before ratelimitd answered: errors.Is(err, ctx.Err()).
+//
+// When ratelimitd itself fails (unreachable, stopped, slower than the
+// budget of WithTimeout, or answering with any other error), the failure
+// policy decides and the error is nil: Decision.Err holds ratelimitd's
+// error, and Allowed is true (fail open, the default, as Envoy does) or
+// false (WithFailClosed). Check Decision.Err to count or log these.
+//
+// # Refusal memory
+//
+// When ratelimitd refuses a request with a retry-after of T, the Client
+// refuses the same request (the same domain, and the same descriptors with
+// the same entries and hits, in the same order) by itself for min(T, cap)
+// without calling ratelimitd (WithRefusalCache sets the cap: 1 s by
+// default, 0 turns it off). Such decisions have Decision.Local set, and
+// Client.LocalRefusals counts them. A service under a flood of refused
+// requests thus spares ratelimitd most of them.
+//
+// A Client is safe for concurrent use by multiple goroutines, and starts
+// no goroutines.
+package client

@@ -1,0 +1,19 @@
+package client
+
+import "time"
+
+// WithNow makes the Client read the time from now (for its refusal memory).
+func WithNow(now func() time.Time) Option {
+	return func(o *options) { o.now = now }
+}
+
+// Refusals returns how many refusals c remembers.
+func (c *Client) Refusals() int {
+	if c.refusals == nil {
+		return 0
+	}
+	return c.refusals.len()
+}
+
+// RefusalKey exports refusalKey.
+var RefusalKey = refusalKey
