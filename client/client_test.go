@@ -61,22 +61,15 @@ type harness struct {
 	stop  func()                // stops the server; idempotent
 }
 
-func newHarness(t *testing.T) *harness {
+func newHarness(t *testing.T) *harness { return newHarnessRules(t, rules) }
+
+// newHarnessRules is newHarness under the rules of yaml.
+func newHarnessRules(t *testing.T, yaml string) *harness {
 	t.Helper()
-	domains, err := config.Parse(t.Name()+".yaml", []byte(rules))
-	if err != nil {
-		t.Fatalf("config.Parse: %v", err)
-	}
-	compiled, err := config.Compile(domains)
-	if err != nil {
-		t.Fatalf("config.Compile: %v", err)
-	}
 	h := &harness{clock: backendtest.NewClock(t0)}
 	store := memory.New(memory.Options{Now: h.clock.Now})
 	t.Cleanup(func() { store.Close() })
-	srv := server.New(store, compiled, server.Options{})
-
-	lis := bufconn.Listen(1 << 20)
+	srv := server.New(store, compileRules(t, yaml), server.Options{})
 	count := func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		h.rpcs.Add(1)
 		if h.slow.Load() {
@@ -90,27 +83,22 @@ func newHarness(t *testing.T) *harness {
 	}
 	g := grpc.NewServer(append(srv.GRPCOptions(), grpc.ChainUnaryInterceptor(count))...)
 	srv.Register(g)
-	served := make(chan error, 1)
-	go func() { served <- g.Serve(lis) }()
-	h.stop = sync.OnceFunc(func() {
-		g.Stop()
-		if err := <-served; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	})
-	t.Cleanup(h.stop)
-
-	h.conn, err = grpc.NewClient("passthrough:///bufnet",
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
-			return lis.DialContext(ctx)
-		}),
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-	)
-	if err != nil {
-		t.Fatalf("grpc.NewClient: %v", err)
-	}
-	t.Cleanup(func() { h.conn.Close() })
+	h.conn, h.stop = serveBufconn(t, g)
 	return h
+}
+
+// compileRules parses and compiles the rules of yaml.
+func compileRules(t *testing.T, yaml string) *config.Rules {
+	t.Helper()
+	domains, err := config.Parse(t.Name()+".yaml", []byte(yaml))
+	if err != nil {
+		t.Fatalf("config.Parse: %v", err)
+	}
+	compiled, err := config.Compile(domains)
+	if err != nil {
+		t.Fatalf("config.Compile: %v", err)
+	}
+	return compiled
 }
 
 // client returns a Client on h's connection, reading h's clock.

@@ -25,6 +25,19 @@
 //		// refuse; retry in d.RetryAfter, send d.Headers
 //	}
 //
+// # Interceptors and middleware
+//
+// UnaryServerInterceptor and StreamServerInterceptor protect a gRPC server:
+// they build descriptors from the call (its method, metadata keys, the
+// peer's address, a function of the caller's) and refuse with
+// ResourceExhausted, RetryInfo and QuotaFailure, sending the rate-limit
+// headers as response metadata. UnaryClientInterceptor and
+// StreamClientInterceptor throttle outbound calls. Client.Limiter plugs into
+// go-grpc-middleware's ratelimit interceptor. HTTPMiddleware protects a
+// net/http handler: it keys by API key, client IP (behind trusted proxies),
+// route and method, sends the IETF RateLimit-Policy and RateLimit headers,
+// and refuses with 429, Retry-After and an application/problem+json body.
+//
 // # Errors and the failure policy
 //
 // Over the limit is a decision, not an error: Decision.Allowed is false. A

@@ -1,0 +1,466 @@
+package client
+
+import (
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// QuotaExceeded is the problem type (RFC 9457) of the body HTTPMiddleware
+// sends with a 429, as draft-ietf-httpapi-ratelimit-headers-10 registers it.
+const QuotaExceeded = "https://iana.org/assignments/http-problem-types#quota-exceeded"
+
+// An HTTPOption configures HTTPMiddleware.
+type HTTPOption func(*httpOptions)
+
+type httpOptions struct {
+	apiKeyHeader string // "" when not keyed by API key
+	clientIP     bool
+	trusted      []netip.Prefix
+	proxyHeader  string
+	route        bool
+	routeFunc    func(*http.Request) string
+	descriptors  func(*http.Request) []Descriptor
+	xRateLimit   bool
+	logger       *slog.Logger
+}
+
+// WithAPIKeyHeader adds the descriptor [api_key=<value of the header
+// name>]. A request without the header (or with an empty one) gets no such
+// descriptor, so combine it with WithClientIP to limit anonymous callers.
+func WithAPIKeyHeader(name string) HTTPOption {
+	return func(o *httpOptions) { o.apiKeyHeader = name }
+}
+
+// WithClientIP adds the descriptor [remote_address=<client IP>], the IP
+// that ClientIP returns: the connection's peer, or, only when the peer is
+// in one of the trusted proxy prefixes, the right-most address of the
+// proxy header (X-Forwarded-For by default, see WithProxyHeader) that is
+// not trusted. Without trusted prefixes, the headers are never read. A
+// request whose client IP is unknown (a peer that is not an IP address,
+// as on a Unix socket) gets no such descriptor.
+func WithClientIP(trusted ...netip.Prefix) HTTPOption {
+	return func(o *httpOptions) {
+		o.clientIP = true
+		o.trusted = append(o.trusted[:0:0], trusted...)
+	}
+}
+
+// WithProxyHeader sets the header through which trusted proxies report
+// the client: "X-Forwarded-For" (the default), "Forwarded" (RFC 7239,
+// read from its for= parameters), or any other header holding a
+// comma-separated list of addresses (such as "X-Real-IP"). Name the one
+// your proxies set: the others reach the middleware as the client sent
+// them.
+func WithProxyHeader(name string) HTTPOption {
+	return func(o *httpOptions) { o.proxyHeader = name }
+}
+
+// WithRoute adds the descriptor [path=<route>, method=<request method>],
+// path outermost. route names the request's route; nil means the default:
+// r.Pattern when set, else r.URL.Path.
+//
+// r.Pattern is set by http.ServeMux (Go 1.22+) only when it routes the
+// request, after this middleware runs if the middleware wraps the mux:
+// there the default sees r.URL.Path, which holds every raw path (IDs and
+// all). To key by pattern, wrap each handler inside the mux instead
+// (mux.Handle("GET /items/{id}", mw(h))), or pass a route function that
+// normalises paths.
+func WithRoute(route func(*http.Request) string) HTTPOption {
+	return func(o *httpOptions) {
+		o.route = true
+		o.routeFunc = route
+	}
+}
+
+// WithHTTPDescriptors adds the descriptors f returns for each request
+// (such as [tenant=<id>, plan=<plan>] from an authenticated identity),
+// after the others. Descriptors f returns malformed (without entries, or
+// with an empty key) make the middleware answer 500.
+func WithHTTPDescriptors(f func(*http.Request) []Descriptor) HTTPOption {
+	return func(o *httpOptions) { o.descriptors = f }
+}
+
+// WithXRateLimitHeaders adds, to every decided answer, the legacy
+// X-RateLimit-Limit, X-RateLimit-Remaining and X-RateLimit-Reset headers
+// of the tightest limit (the longest refused, else the one with the least
+// remaining): its requests per window, the requests remaining, and the
+// seconds until it resets, rounded up (not a Unix time).
+func WithXRateLimitHeaders() HTTPOption {
+	return func(o *httpOptions) { o.xRateLimit = true }
+}
+
+// WithHTTPLogger sets the logger of malformed-descriptor errors (logged at
+// Error, as they are bugs). nil, the default, discards them.
+func WithHTTPLogger(l *slog.Logger) HTTPOption {
+	return func(o *httpOptions) { o.logger = l }
+}
+
+// HTTPMiddleware returns net/http middleware that asks c, under the rules
+// of domain, whether each request may proceed, before calling the next
+// handler.
+//
+// # Descriptors
+//
+// Each request is one hit on each of its descriptors, in this order:
+//
+//	[api_key=<header value>]             WithAPIKeyHeader
+//	[remote_address=<client IP>]         WithClientIP
+//	[path=<route>, method=<method>]      WithRoute
+//	...                                  WithHTTPDescriptors
+//
+// Without any of these options, the default set is WithClientIP() (the
+// peer's address, no proxy trusted) and WithRoute(nil). A request that
+// ends up with no descriptors (say, only WithAPIKeyHeader and no key
+// sent) is passed on without asking ratelimitd, as Envoy does.
+//
+// # Answers
+//
+//   - Allowed: the headers ratelimitd sent (Decision.Headers, such as
+//     the IETF RateLimit-Policy and RateLimit fields, or what the server's
+//     header mode asks for) are set, plus the X-RateLimit ones with
+//     WithXRateLimitHeaders, and next is called.
+//   - Refused: 429 Too Many Requests with the same headers, Retry-After
+//     (Decision.RetryAfter in seconds, rounded up, at least 1), and an
+//     application/problem+json body (RFC 9457) of type QuotaExceeded whose
+//     "violated-policies" lists the names of the limits over their
+//     budget. next is not called.
+//   - ratelimitd failed: the Client's failure policy decides. Fail open
+//     (the default) calls next without rate-limit headers. Fail closed
+//     answers 503 Service Unavailable, with a plain-text body and no
+//     Retry-After: the caller did not exceed any quota, and a 429 would
+//     tell it so and invite it to blame itself.
+//   - The middleware built a malformed request (an empty domain, or bad
+//     descriptors from WithHTTPDescriptors): 500 Internal Server Error,
+//     with a plain-text body, logged with WithHTTPLogger. This is a bug in
+//     the configuration, so no failure policy hides it.
+//   - The request's context ended before ratelimitd answered: 503, and
+//     next is not called.
+//
+// The middleware is safe for concurrent use by multiple goroutines.
+func HTTPMiddleware(c *Client, domain string, opts ...HTTPOption) func(http.Handler) http.Handler {
+	o := httpOptions{proxyHeader: "X-Forwarded-For"}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.apiKeyHeader == "" && !o.clientIP && !o.route && o.descriptors == nil {
+		o.clientIP, o.route = true, true
+	}
+	if o.routeFunc == nil {
+		o.routeFunc = httpDefaultRoute
+	}
+	if o.logger == nil {
+		o.logger = slog.New(slog.DiscardHandler)
+	}
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			ds := o.requestDescriptors(r)
+			if len(ds) == 0 {
+				next.ServeHTTP(w, r)
+				return
+			}
+			d, err := c.ShouldRateLimit(r.Context(), domain, ds...)
+			if err != nil {
+				if status.Code(err) == codes.InvalidArgument {
+					o.logger.ErrorContext(r.Context(), "rate limit request malformed",
+						"domain", domain, "err", err)
+					http.Error(w, "rate limit: malformed rate limit request", http.StatusInternalServerError)
+					return
+				}
+				http.Error(w, "rate limit: request ended", http.StatusServiceUnavailable)
+				return
+			}
+			if d.Err != nil && !d.Allowed {
+				http.Error(w, "rate limit service unavailable", http.StatusServiceUnavailable)
+				return
+			}
+			h := w.Header()
+			for _, hd := range d.Headers {
+				if http.CanonicalHeaderKey(hd.Name) == "Retry-After" {
+					continue // ours, counting down for a Local decision
+				}
+				h.Add(hd.Name, hd.Value)
+			}
+			if o.xRateLimit {
+				httpSetXRateLimit(h, d.Statuses)
+			}
+			if d.Allowed {
+				next.ServeHTTP(w, r)
+				return
+			}
+			httpWriteRefusal(w, d)
+		})
+	}
+}
+
+// requestDescriptors returns r's descriptors.
+func (o *httpOptions) requestDescriptors(r *http.Request) []Descriptor {
+	var ds []Descriptor
+	if o.apiKeyHeader != "" {
+		if v := r.Header.Get(o.apiKeyHeader); v != "" {
+			ds = append(ds, D("api_key", v))
+		}
+	}
+	if o.clientIP {
+		if ip := ClientIP(r, o.proxyHeader, o.trusted); ip.IsValid() {
+			ds = append(ds, D("remote_address", ip.String()))
+		}
+	}
+	if o.route {
+		ds = append(ds, D("path", o.routeFunc(r), "method", r.Method))
+	}
+	if o.descriptors != nil {
+		ds = append(ds, o.descriptors(r)...)
+	}
+	return ds
+}
+
+// httpDefaultRoute is r.Pattern when set, else r.URL.Path.
+func httpDefaultRoute(r *http.Request) string {
+	if r.Pattern != "" {
+		return r.Pattern
+	}
+	return r.URL.Path
+}
+
+// httpSeconds returns d in whole seconds, rounded up.
+func httpSeconds(d time.Duration) int64 {
+	return int64((max(d, 0) + time.Second - 1) / time.Second)
+}
+
+// httpSetXRateLimit sets the X-RateLimit headers of the tightest limit of sts.
+func httpSetXRateLimit(h http.Header, sts []Status) {
+	tight := -1
+	for i, s := range sts {
+		if s.Limit == (Limit{}) || s.Unlimited {
+			continue
+		}
+		if tight < 0 {
+			tight = i
+			continue
+		}
+		t := sts[tight]
+		switch {
+		case s.OverLimit && (!t.OverLimit || s.RetryAfter > t.RetryAfter):
+			tight = i
+		case !s.OverLimit && !t.OverLimit && s.Remaining < t.Remaining:
+			tight = i
+		}
+	}
+	if tight < 0 {
+		return
+	}
+	s := sts[tight]
+	h.Set("X-RateLimit-Limit", strconv.FormatUint(uint64(s.Limit.Requests), 10))
+	h.Set("X-RateLimit-Remaining", strconv.FormatUint(s.Remaining, 10))
+	h.Set("X-RateLimit-Reset", strconv.FormatInt(httpSeconds(s.ResetAfter), 10))
+}
+
+// httpProblem is the 429 body: RFC 9457 plus the draft's extension.
+type httpProblem struct {
+	Type             string   `json:"type"`
+	Title            string   `json:"title"`
+	Status           int      `json:"status"`
+	Detail           string   `json:"detail"`
+	ViolatedPolicies []string `json:"violated-policies,omitempty"`
+}
+
+// httpWriteRefusal answers a refusal: 429, Retry-After, problem+json.
+func httpWriteRefusal(w http.ResponseWriter, d Decision) {
+	retry := max(httpSeconds(d.RetryAfter), 1)
+	p := httpProblem{
+		Type:   QuotaExceeded,
+		Title:  "Request cannot be satisfied as assigned quota has been exceeded",
+		Status: http.StatusTooManyRequests,
+		Detail: "Too many requests; retry in " + strconv.FormatInt(retry, 10) + " s.",
+	}
+	for _, s := range d.Statuses {
+		if s.OverLimit && s.Limit.Name != "" && !slices.Contains(p.ViolatedPolicies, s.Limit.Name) {
+			p.ViolatedPolicies = append(p.ViolatedPolicies, s.Limit.Name)
+		}
+	}
+	body, err := json.Marshal(p)
+	if err != nil { // cannot happen: strings and an int
+		body = []byte(`{"type":"` + QuotaExceeded + `","status":429}`)
+	}
+	h := w.Header()
+	h.Set("Retry-After", strconv.FormatInt(retry, 10))
+	h.Set("Content-Type", "application/problem+json")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Del("Content-Length")
+	w.WriteHeader(http.StatusTooManyRequests)
+	w.Write(append(body, '\n'))
+}
+
+// ClientIP returns the IP address of r's client, or the zero Addr when it
+// is unknown (r.RemoteAddr is not an IP address, with or without a port).
+//
+// When the connection's peer is in none of the trusted prefixes, ClientIP
+// returns the peer and reads no header. Otherwise it walks the addresses
+// that proxies appended to header (each appends the address it received
+// the request from) from right to left, and returns the first one in no
+// trusted prefix; if all are trusted, the left-most. An entry that is not
+// an address (RFC 7239's "unknown" or obfuscated identifiers, garbage)
+// stops the walk at the last trusted address before it: no proxy vouches
+// for what lies beyond.
+//
+// header is "Forwarded" (RFC 7239: the for= parameter of each element,
+// quoted or not, with an optional port and IPv6 in brackets) or the name
+// of a comma-separated list of addresses such as "X-Forwarded-For"; all
+// the request's fields of that name are read in order. Addresses are
+// returned without zone, and IPv4-mapped IPv6 addresses as IPv4.
+func ClientIP(r *http.Request, header string, trusted []netip.Prefix) netip.Addr {
+	peer := httpParseNode(r.RemoteAddr)
+	if !peer.IsValid() || !httpTrusted(peer, trusted) {
+		return peer
+	}
+	var nodes []string
+	values := r.Header.Values(header)
+	if http.CanonicalHeaderKey(header) == "Forwarded" {
+		nodes = httpForwardedFor(values)
+	} else {
+		for _, v := range values {
+			for n := range strings.SplitSeq(v, ",") {
+				nodes = append(nodes, n)
+			}
+		}
+	}
+	ip := peer
+	for i := len(nodes) - 1; i >= 0; i-- {
+		a := httpParseNode(nodes[i])
+		if !a.IsValid() {
+			break
+		}
+		ip = a
+		if !httpTrusted(a, trusted) {
+			break
+		}
+	}
+	return ip
+}
+
+func httpTrusted(a netip.Addr, trusted []netip.Prefix) bool {
+	for _, p := range trusted {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// httpParseNode parses an address with an optional port, IPv6 optionally in
+// brackets: "192.0.2.1", "192.0.2.1:80", "2001:db8::1", "[2001:db8::1]",
+// "[2001:db8::1]:80". It returns the zero Addr for anything else.
+func httpParseNode(s string) netip.Addr {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return netip.Addr{}
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		if ap, err := netip.ParseAddrPort(s); err == nil {
+			a = ap.Addr()
+		} else if len(s) > 2 && s[0] == '[' && s[len(s)-1] == ']' {
+			if a, err = netip.ParseAddr(s[1 : len(s)-1]); err != nil || !a.Is6() {
+				return netip.Addr{}
+			}
+		} else {
+			return netip.Addr{}
+		}
+	}
+	return a.WithZone("").Unmap()
+}
+
+// httpForwardedFor returns the for= value of each element of the Forwarded
+// field values (RFC 7239 §4), unquoted, in order; "" for an element
+// without one, or a malformed one.
+func httpForwardedFor(values []string) []string {
+	var nodes []string
+	for _, v := range values {
+		i := 0
+		for i <= len(v) {
+			// One element: pairs separated by ';', until ',' or the end.
+			node := ""
+			for {
+				for i < len(v) && (v[i] == ' ' || v[i] == '\t' || v[i] == ';') {
+					i++
+				}
+				if i >= len(v) || v[i] == ',' {
+					break
+				}
+				eq := strings.IndexAny(v[i:], "=,;")
+				if eq < 0 || v[i+eq] != '=' {
+					node, i = "", httpSkipElement(v, i)
+					break
+				}
+				key := strings.TrimSpace(v[i : i+eq])
+				i += eq + 1
+				val, n, ok := httpPairValue(v[i:])
+				if !ok {
+					node, i = "", httpSkipElement(v, i)
+					break
+				}
+				i += n
+				if strings.EqualFold(key, "for") {
+					node = val
+				}
+			}
+			nodes = append(nodes, node)
+			i++ // past ',' (or the end)
+		}
+	}
+	return nodes
+}
+
+// httpPairValue parses a token or quoted-string at the start of s and returns
+// it, unquoted, with the bytes it took.
+func httpPairValue(s string) (val string, n int, ok bool) {
+	if s == "" || s[0] != '"' {
+		end := strings.IndexAny(s, ";, \t")
+		if end < 0 {
+			end = len(s)
+		}
+		return s[:end], end, true
+	}
+	var b strings.Builder
+	for i := 1; i < len(s); i++ {
+		switch s[i] {
+		case '\\':
+			i++
+			if i == len(s) {
+				return "", 0, false
+			}
+			b.WriteByte(s[i])
+		case '"':
+			return b.String(), i + 1, true
+		default:
+			b.WriteByte(s[i])
+		}
+	}
+	return "", 0, false // unterminated
+}
+
+// httpSkipElement returns the index of the ',' ending the element at i, or
+// len(v), skipping quoted strings.
+func httpSkipElement(v string, i int) int {
+	quoted := false
+	for ; i < len(v); i++ {
+		switch c := v[i]; {
+		case quoted && c == '\\':
+			i++
+		case c == '"':
+			quoted = !quoted
+		case !quoted && c == ',':
+			return i
+		}
+	}
+	return len(v)
+}
