@@ -88,7 +88,7 @@ func newHarnessRules(t *testing.T, yaml string) *harness {
 }
 
 // compileRules parses and compiles the rules of yaml.
-func compileRules(t *testing.T, yaml string) *config.Rules {
+func compileRules(t testing.TB, yaml string) *config.Rules {
 	t.Helper()
 	domains, err := config.Parse(t.Name()+".yaml", []byte(yaml))
 	if err != nil {

@@ -54,7 +54,12 @@ type Decision struct {
 	// send with its answer (RateLimit-Policy and RateLimit, or the legacy
 	// X-RateLimit family, and Retry-After when refused), as the server is
 	// configured. For a Local decision they are those of the remembered
-	// answer, older than it by at most the refusal cache's maximum age.
+	// answer, counted down as its durations are: Retry-After is
+	// RetryAfter in seconds (rounded up, at least 1), and the t
+	// parameters of RateLimit (and the legacy RateLimit-Reset) lose the
+	// whole seconds elapsed since, not below 0; the rest, such as the
+	// remaining r, are as remembered, older by at most the refusal
+	// cache's maximum age.
 	Headers []Header
 	// Local reports that the Client refused by itself, remembering an
 	// earlier refusal of the same request, without calling ratelimitd. Its

@@ -17,3 +17,9 @@ func (c *Client) Refusals() int {
 
 // RefusalKey exports refusalKey.
 var RefusalKey = refusalKey
+
+// LocalHeaders exports localHeaders.
+var LocalHeaders = localHeaders
+
+// CountDownT exports countDownT.
+var CountDownT = countDownT

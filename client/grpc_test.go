@@ -83,7 +83,7 @@ func (e *grpcEnv) client(opts ...client.Option) *client.Client {
 
 // serveBufconn serves g over bufconn and returns a connection to it, and a
 // function that stops g (idempotent, also called by t.Cleanup).
-func serveBufconn(t *testing.T, g *grpc.Server, dialOpts ...grpc.DialOption) (*grpc.ClientConn, func()) {
+func serveBufconn(t testing.TB, g *grpc.Server, dialOpts ...grpc.DialOption) (*grpc.ClientConn, func()) {
 	t.Helper()
 	lis := bufconn.Listen(1 << 20)
 	served := make(chan error, 1)
@@ -116,7 +116,7 @@ type target struct {
 // newTarget serves the health service with the interceptors of opts,
 // called through a connection with dialOpts. It counts the calls (and
 // streams) that pass opts' interceptors.
-func newTarget(t *testing.T, opts []grpc.ServerOption, dialOpts ...grpc.DialOption) *target {
+func newTarget(t testing.TB, opts []grpc.ServerOption, dialOpts ...grpc.DialOption) *target {
 	t.Helper()
 	tg := &target{}
 	countUnary := func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
@@ -311,9 +311,16 @@ func TestServerInterceptorRefusalMemory(t *testing.T) {
 	if got := c.LocalRefusals(); got != 1 {
 		t.Errorf("LocalRefusals() = %d, want 1", got)
 	}
-	// The headers are the remembered answer's (see Decision.Headers).
-	if got, want := hdr.Get("retry-after"), []string{"60"}; !cmp.Equal(got, want) {
-		t.Errorf("local refusal: retry-after header %q, want %q", got, want)
+	// The headers are the remembered answer's, counted down as RetryInfo
+	// is (see Decision.Headers).
+	for k, want := range map[string][]string{
+		"retry-after":      {"40"},
+		"ratelimit":        {`"check";r=0;t=40`},
+		"ratelimit-policy": {`"check";q=2;w=60`},
+	} {
+		if got := hdr.Get(k); !cmp.Equal(got, want) {
+			t.Errorf("local refusal: %s header %q, want %q", k, got, want)
+		}
 	}
 }
 

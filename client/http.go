@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -232,9 +231,6 @@ func httpDefaultRoute(r *http.Request) string {
 }
 
 // httpSeconds returns d in whole seconds, rounded up.
-func httpSeconds(d time.Duration) int64 {
-	return int64((max(d, 0) + time.Second - 1) / time.Second)
-}
 
 // httpSetXRateLimit sets the X-RateLimit headers of the tightest limit of sts.
 func httpSetXRateLimit(h http.Header, sts []Status) {
@@ -261,7 +257,7 @@ func httpSetXRateLimit(h http.Header, sts []Status) {
 	s := sts[tight]
 	h.Set("X-RateLimit-Limit", strconv.FormatUint(uint64(s.Limit.Requests), 10))
 	h.Set("X-RateLimit-Remaining", strconv.FormatUint(s.Remaining, 10))
-	h.Set("X-RateLimit-Reset", strconv.FormatInt(httpSeconds(s.ResetAfter), 10))
+	h.Set("X-RateLimit-Reset", strconv.FormatInt(seconds(s.ResetAfter), 10))
 }
 
 // httpProblem is the 429 body: RFC 9457 plus the draft's extension.
@@ -275,7 +271,7 @@ type httpProblem struct {
 
 // httpWriteRefusal answers a refusal: 429, Retry-After, problem+json.
 func httpWriteRefusal(w http.ResponseWriter, d Decision) {
-	retry := max(httpSeconds(d.RetryAfter), 1)
+	retry := max(seconds(d.RetryAfter), 1)
 	p := httpProblem{
 		Type:   QuotaExceeded,
 		Title:  "Request cannot be satisfied as assigned quota has been exceeded",

@@ -2,6 +2,8 @@ package client
 
 import (
 	"encoding/binary"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -29,7 +31,8 @@ func newRefusals(maxAge time.Duration, size int) *refusals {
 }
 
 // get returns the refusal remembered under key at now, its durations
-// counted down to now.
+// counted down to now, in its statuses and in its headers (see
+// localHeaders).
 func (r *refusals) get(key []byte, now time.Time) (Decision, bool) {
 	r.mu.Lock()
 	f, ok := r.m[string(key)]
@@ -51,8 +54,139 @@ func (r *refusals) get(key []byte, now time.Time) (Decision, bool) {
 		s.RetryAfter = max(s.RetryAfter-elapsed, 0)
 		d.Statuses[i] = s
 	}
-	d.Headers = append([]Header(nil), f.d.Headers...)
+	d.Headers = localHeaders(f.d.Headers, elapsed, d.RetryAfter)
 	return d, true
+}
+
+// localHeaders returns a copy of hs, the headers of a refusal made elapsed
+// ago, with the values that count down counted down:
+//
+//   - Retry-After, in delta-seconds, becomes retryAfter (the refusal's,
+//     counted down) in seconds, rounded up, at least 1, as ratelimitd
+//     computes it (an HTTP-date, which does not go stale, is kept);
+//   - each t parameter of the IETF RateLimit field (an Integer parameter
+//     of a top-level member, such as "name";r=0;t=45), and the legacy
+//     RateLimit-Reset, lose elapsed in whole seconds (rounded down), not
+//     below 0. ratelimitd rounded them up from its reset times, so the
+//     results are those times, counted down and rounded up, or at most a
+//     second more: never less.
+//
+// The other headers and parameters, and values that do not change, are
+// kept as they are, without allocating.
+func localHeaders(hs []Header, elapsed, retryAfter time.Duration) []Header {
+	if len(hs) == 0 {
+		return nil
+	}
+	out := make([]Header, len(hs))
+	secs := int64(max(elapsed, 0) / time.Second)
+	for i, h := range hs {
+		switch {
+		case strings.EqualFold(h.Name, "Retry-After"):
+			if n, ok := deltaSeconds(h.Value); ok {
+				if want := max(seconds(retryAfter), 1); want != n {
+					h.Value = strconv.FormatInt(want, 10)
+				}
+			}
+		case strings.EqualFold(h.Name, "RateLimit"):
+			h.Value = countDownT(h.Value, secs)
+		case strings.EqualFold(h.Name, "RateLimit-Reset"):
+			if n, ok := deltaSeconds(h.Value); ok && secs > 0 && n > 0 {
+				h.Value = strconv.FormatInt(max(n-secs, 0), 10)
+			}
+		}
+		out[i] = h
+	}
+	return out
+}
+
+// seconds returns d in whole seconds, rounded up.
+func seconds(d time.Duration) int64 {
+	return int64((max(d, 0) + time.Second - 1) / time.Second)
+}
+
+// maxDigits is the most digits of a Structured Fields Integer (RFC 9651
+// §3.3.1), which also keeps deltaSeconds from overflowing.
+const maxDigits = 15
+
+// deltaSeconds parses s as a non-negative number of seconds: 1 to
+// maxDigits decimal digits, nothing else.
+func deltaSeconds(s string) (int64, bool) {
+	if s == "" || len(s) > maxDigits {
+		return 0, false
+	}
+	var n int64
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	return n, true
+}
+
+// countDownT returns v, a Structured Fields List (the IETF RateLimit
+// field), with the value of each non-negative Integer parameter named t
+// of its top-level members lowered by secs, not below 0. It returns v itself
+// when nothing changes (secs <= 0, no t, or all at 0). Anything it does
+// not recognise (Strings, whose quotes and escapes it skips, inner lists,
+// other parameters, negative or non-Integer t) is copied unchanged.
+func countDownT(v string, secs int64) string {
+	if secs <= 0 {
+		return v
+	}
+	var b strings.Builder // empty until the first change
+	last := 0             // v[last:] is not yet in b
+	depth := 0            // of inner lists
+	for i := 0; i < len(v); i++ {
+		switch v[i] {
+		case '"': // a String (or a Display String's quotes): skip it
+			for i++; i < len(v) && v[i] != '"'; i++ {
+				if v[i] == '\\' {
+					i++
+				}
+			}
+		case '(':
+			depth++
+		case ')':
+			depth = max(depth-1, 0)
+		case ';':
+			if depth > 0 {
+				continue
+			}
+			j := i + 1
+			for j < len(v) && v[j] == ' ' {
+				j++
+			}
+			if j+1 >= len(v) || v[j] != 't' || v[j+1] != '=' {
+				continue
+			}
+			start := j + 2
+			end := start
+			for end < len(v) && end-start <= maxDigits && '0' <= v[end] && v[end] <= '9' {
+				end++
+			}
+			if end == start || end-start > maxDigits || (end < len(v) && !strings.ContainsRune(";, \t)", rune(v[end]))) {
+				continue // not an Integer: a Decimal, a negative one, or garbage
+			}
+			t, _ := deltaSeconds(v[start:end])
+			if nt := max(t-secs, 0); nt != t {
+				if last == 0 {
+					b.Grow(len(v)) // nt has no more digits than t
+				}
+				var digits [maxDigits]byte
+				b.WriteString(v[last:start])
+				b.Write(strconv.AppendInt(digits[:0], nt, 10))
+				last = end
+			}
+			i = end - 1
+		}
+	}
+	if last == 0 {
+		return v
+	}
+	b.WriteString(v[last:])
+	return b.String()
 }
 
 // put remembers the refusal d, made at now, under key. When full, it
