@@ -2,6 +2,7 @@ package client
 
 import (
 	"encoding/binary"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -195,6 +196,8 @@ func countDownT(v string, secs int64) string {
 // those among a few arbitrary ones; and if none of those expired, one
 // arbitrary refusal.
 func (r *refusals) put(key []byte, d Decision, now time.Time) {
+	// Keep copies: the caller owns the Decision it was returned.
+	d.Statuses, d.Headers = slices.Clone(d.Statuses), slices.Clone(d.Headers)
 	f := refusal{at: now, expires: now.Add(min(d.RetryAfter, r.maxAge)), d: d}
 	r.mu.Lock()
 	defer r.mu.Unlock()
