@@ -1,6 +1,7 @@
 package redis
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -53,11 +54,11 @@ type ClientOptions struct {
 func NewClient(rawURL string, o ClientOptions) (goredis.UniversalClient, error) {
 	scheme, rest, ok := strings.Cut(rawURL, "://")
 	if !ok {
-		return nil, fmt.Errorf("redis URL %q: want scheme://host:port", redact(rawURL))
+		return nil, fmt.Errorf("redis URL %q: want scheme://host:port", Redact(rawURL))
 	}
 	base, kind, _ := strings.Cut(scheme, "-")
 	if base != "redis" && base != "rediss" || kind != "" && kind != "cluster" && kind != "sentinel" {
-		return nil, fmt.Errorf("redis URL %q: unknown scheme %q (want redis, rediss, redis-cluster or redis-sentinel)", redact(rawURL), scheme)
+		return nil, fmt.Errorf("redis URL %q: unknown scheme %q (want redis, rediss, redis-cluster or redis-sentinel)", Redact(rawURL), scheme)
 	}
 	plain := base + "://" + rest
 	tlsConf, err := o.tls()
@@ -65,31 +66,24 @@ func NewClient(rawURL string, o ClientOptions) (goredis.UniversalClient, error) 
 		return nil, err
 	}
 	if tlsConf != nil && base != "rediss" {
-		return nil, fmt.Errorf("redis URL %q: TLS files are set but the URL is not rediss://", redact(rawURL))
+		return nil, fmt.Errorf("redis URL %q: TLS files are set but the URL is not rediss://", Redact(rawURL))
 	}
 	switch kind {
 	case "":
 		opt, err := goredis.ParseURL(plain)
 		if err != nil {
-			return nil, fmt.Errorf("redis URL %q: %v", redact(rawURL), unwrapURLError(err))
+			return nil, fmt.Errorf("redis URL %q: %v", Redact(rawURL), unwrapURLError(err))
 		}
-		o.apply(&opt.PoolSize, &opt.DialTimeout, &opt.ReadTimeout, &opt.WriteTimeout, &opt.PoolTimeout, &opt.MaxRetries)
-		opt.DialerRetries, opt.DialerRetryTimeout = dialRetries(opt.DialerRetries, opt.DialerRetryTimeout)
-		opt.ContextTimeoutEnabled = true
-		opt.TLSConfig = mergeTLS(opt.TLSConfig, tlsConf)
+		o.settle(fields{&opt.PoolSize, &opt.MaxRetries, &opt.DialerRetries, &opt.DialTimeout, &opt.ReadTimeout,
+			&opt.WriteTimeout, &opt.PoolTimeout, &opt.DialerRetryTimeout, &opt.ContextTimeoutEnabled, &opt.TLSConfig}, tlsConf, false)
 		return goredis.NewClient(opt), nil
 	case "cluster":
 		opt, err := goredis.ParseClusterURL(plain)
 		if err != nil {
-			return nil, fmt.Errorf("redis URL %q: %v", redact(rawURL), unwrapURLError(err))
+			return nil, fmt.Errorf("redis URL %q: %v", Redact(rawURL), unwrapURLError(err))
 		}
-		o.apply(&opt.PoolSize, &opt.DialTimeout, &opt.ReadTimeout, &opt.WriteTimeout, &opt.PoolTimeout, &opt.MaxRetries)
-		opt.DialerRetries, opt.DialerRetryTimeout = dialRetries(opt.DialerRetries, opt.DialerRetryTimeout)
-		opt.ContextTimeoutEnabled = true
-		opt.TLSConfig = mergeTLS(opt.TLSConfig, tlsConf)
-		if opt.TLSConfig != nil {
-			opt.TLSConfig.ServerName = "" // each node's own host name, not the seed's
-		}
+		o.settle(fields{&opt.PoolSize, &opt.MaxRetries, &opt.DialerRetries, &opt.DialTimeout, &opt.ReadTimeout,
+			&opt.WriteTimeout, &opt.PoolTimeout, &opt.DialerRetryTimeout, &opt.ContextTimeoutEnabled, &opt.TLSConfig}, tlsConf, true)
 		// A Cluster client re-sends a command after a timeout or a
 		// dropped connection as a redirect; a script must run once.
 		if !strings.Contains(rest, "max_redirects=") {
@@ -99,52 +93,61 @@ func NewClient(rawURL string, o ClientOptions) (goredis.UniversalClient, error) 
 	default:
 		opt, err := goredis.ParseFailoverURL(plain)
 		if err != nil {
-			return nil, fmt.Errorf("redis URL %q: %v", redact(rawURL), unwrapURLError(err))
+			return nil, fmt.Errorf("redis URL %q: %v", Redact(rawURL), unwrapURLError(err))
 		}
 		if opt.MasterName == "" {
-			return nil, fmt.Errorf("redis URL %q: a sentinel URL needs master_name=NAME", redact(rawURL))
+			return nil, fmt.Errorf("redis URL %q: a sentinel URL needs master_name=NAME", Redact(rawURL))
 		}
-		o.apply(&opt.PoolSize, &opt.DialTimeout, &opt.ReadTimeout, &opt.WriteTimeout, &opt.PoolTimeout, &opt.MaxRetries)
-		opt.DialerRetries, opt.DialerRetryTimeout = dialRetries(opt.DialerRetries, opt.DialerRetryTimeout)
-		opt.ContextTimeoutEnabled = true
-		opt.TLSConfig = mergeTLS(opt.TLSConfig, tlsConf)
-		if opt.TLSConfig != nil {
-			opt.TLSConfig.ServerName = "" // the master's own host name, not the sentinel's
-		}
+		o.settle(fields{&opt.PoolSize, &opt.MaxRetries, &opt.DialerRetries, &opt.DialTimeout, &opt.ReadTimeout,
+			&opt.WriteTimeout, &opt.PoolTimeout, &opt.DialerRetryTimeout, &opt.ContextTimeoutEnabled, &opt.TLSConfig}, tlsConf, true)
 		return goredis.NewFailoverClient(opt), nil
 	}
 }
 
-// apply sets what the URL left at zero.
-func (o ClientOptions) apply(pool *int, dial, read, write, poolWait *time.Duration, retries *int) {
-	if *pool == 0 {
-		*pool = cmp(o.PoolSize, 10*runtime.GOMAXPROCS(0))
+// fields points at the settings that go-redis's Options, ClusterOptions
+// and FailoverOptions share and NewClient sets alike.
+type fields struct {
+	pool, retries, dialRetries               *int
+	dial, read, write, poolWait, dialBackoff *time.Duration
+	contextTimeout                           *bool
+	tls                                      **tls.Config
+}
+
+// settle sets what the URL left at zero, and the TLS files. With
+// manyHosts (Cluster, Sentinel), TLS checks each node's own host name,
+// not the one of the address in the URL.
+func (o ClientOptions) settle(f fields, files *tls.Config, manyHosts bool) {
+	if *f.pool == 0 {
+		*f.pool = cmp.Or(o.PoolSize, 10*runtime.GOMAXPROCS(0))
 	}
 	for _, d := range []struct {
 		field *time.Duration
 		v     time.Duration
-	}{{dial, o.DialTimeout}, {read, o.ReadTimeout}, {write, o.WriteTimeout}} {
+	}{{f.dial, o.DialTimeout}, {f.read, o.ReadTimeout}, {f.write, o.WriteTimeout}} {
 		if *d.field == 0 {
-			*d.field = cmp(d.v, DefaultIOTimeout)
+			*d.field = cmp.Or(d.v, DefaultIOTimeout)
 		}
 	}
-	if *poolWait == 0 {
-		*poolWait = *read // waiting for a free connection takes no longer than a read
+	if *f.poolWait == 0 {
+		*f.poolWait = *f.read // waiting for a free connection takes no longer than a read
 	}
-	if *retries == 0 {
-		*retries = -1
+	if *f.retries == 0 {
+		*f.retries = -1
 	}
-}
-
-// dialRetries returns the dial retries to use: one attempt, unless the URL
-// asked for more. go-redis's default (5 attempts 100 ms apart) would hold
-// every call on a refused connection until its deadline; the circuit
-// breaker, not the dialer, handles a Redis that is down.
-func dialRetries(n int, backoff time.Duration) (int, time.Duration) {
-	if n == 0 {
-		return 1, time.Millisecond
+	// One dial attempt, unless the URL asks for more: go-redis's default
+	// (5 attempts 100 ms apart) would hold every call on a refused
+	// connection until its deadline; the circuit breaker, not the dialer,
+	// handles a Redis that is down.
+	if *f.dialRetries == 0 {
+		*f.dialRetries, *f.dialBackoff = 1, time.Millisecond
 	}
-	return n, backoff
+	*f.contextTimeout = true
+	if *f.tls != nil && files != nil {
+		(*f.tls).RootCAs, (*f.tls).Certificates = files.RootCAs, files.Certificates
+	}
+	if *f.tls != nil && manyHosts {
+		(*f.tls).ServerName = ""
+	}
 }
 
 // tls returns the TLS settings of the CA, certificate and key files, or
@@ -177,16 +180,6 @@ func (o ClientOptions) tls() (*tls.Config, error) {
 	return c, nil
 }
 
-// mergeTLS adds files' CA and certificate to the URL's TLS settings; it
-// keeps plain connections plain.
-func mergeTLS(url, files *tls.Config) *tls.Config {
-	if url == nil || files == nil {
-		return url
-	}
-	url.RootCAs, url.Certificates = files.RootCAs, files.Certificates
-	return url
-}
-
 // unwrapURLError drops the URL that a url.Error quotes, password and all.
 func unwrapURLError(err error) error {
 	if ue, ok := errors.AsType[*url.Error](err); ok {
@@ -195,8 +188,9 @@ func unwrapURLError(err error) error {
 	return err
 }
 
-// redact hides a URL's password in messages.
-func redact(rawURL string) string {
+// Redact hides the password of a Redis URL, for messages; it works on
+// URLs that do not parse too.
+func Redact(rawURL string) string {
 	scheme, rest, ok := strings.Cut(rawURL, "://")
 	if !ok {
 		return rawURL

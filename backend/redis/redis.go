@@ -20,6 +20,7 @@
 package redis
 
 import (
+	"cmp"
 	"context"
 	_ "embed"
 	"errors"
@@ -127,8 +128,8 @@ func New(client goredis.UniversalClient, opts Options) (*Store, error) {
 	}
 	s := &Store{
 		client:   client,
-		prefix:   cmp(opts.Prefix, DefaultPrefix),
-		timeout:  cmp(opts.Timeout, DefaultTimeout),
+		prefix:   cmp.Or(opts.Prefix, DefaultPrefix),
+		timeout:  cmp.Or(opts.Timeout, DefaultTimeout),
 		now:      opts.Now,
 		log:      opts.Logger,
 		breakers: make(map[string]*gobreaker.TwoStepCircuitBreaker[struct{}]),
@@ -144,7 +145,7 @@ func New(client goredis.UniversalClient, opts Options) (*Store, error) {
 	if clock == nil {
 		clock = time.Now
 	}
-	if n := cmp(opts.LocalCache, DefaultLocalCache); n > 0 {
+	if n := cmp.Or(opts.LocalCache, DefaultLocalCache); n > 0 {
 		s.cache = newCache(n, clock)
 		if s.cluster != nil {
 			// A Cluster call over several slots may refuse on hits that
@@ -153,10 +154,10 @@ func New(client goredis.UniversalClient, opts Options) (*Store, error) {
 			s.cache.maxHold = clusterCacheHold
 		}
 	}
-	failures := uint32(cmp(opts.BreakerFailures, DefaultBreakerFailures))
+	failures := uint32(cmp.Or(opts.BreakerFailures, DefaultBreakerFailures))
 	s.breakerSettings = gobreaker.Settings{
 		MaxRequests: 1,
-		Timeout:     cmp(opts.BreakerOpenDelay, DefaultBreakerOpenDelay),
+		Timeout:     cmp.Or(opts.BreakerOpenDelay, DefaultBreakerOpenDelay),
 		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= failures },
 		IsExcluded:  func(err error) bool { return errors.Is(err, errCallerGone) },
 		OnStateChange: func(name string, from, to gobreaker.State) {
@@ -164,14 +165,6 @@ func New(client goredis.UniversalClient, opts Options) (*Store, error) {
 		},
 	}
 	return s, nil
-}
-
-func cmp[T comparable](v, def T) T {
-	var zero T
-	if v == zero {
-		return def
-	}
-	return v
 }
 
 // Close releases the store's own resources; it does not close the client.

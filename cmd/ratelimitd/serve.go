@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 
+	"github.com/ratelimitd/ratelimitd/backend/redis"
 	"github.com/ratelimitd/ratelimitd/config"
 	"github.com/ratelimitd/ratelimitd/server"
 )
@@ -71,7 +72,7 @@ func serve(ctx context.Context, f *flags, stderr io.Writer) error {
 	defer signal.Stop(hup)
 
 	log.Info("ratelimitd started", "version", version(), "grpc", grpcLis.Addr().String(), "http", httpLis.Addr().String(),
-		"config", f.config, "domains", len(rules.Domains()), "backend", redact(f.backend), "failure_mode", f.failureMode.String())
+		"config", f.config, "domains", len(rules.Domains()), "backend", redis.Redact(f.backend), "failure_mode", f.failureMode.String())
 
 	group, gctx := errgroup.WithContext(ctx)
 	group.Go(func() error { return g.Serve(grpcLis) })

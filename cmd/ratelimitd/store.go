@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"log/slog"
-	"net/url"
 
 	"github.com/ratelimitd/ratelimitd/backend"
 	"github.com/ratelimitd/ratelimitd/backend/memory"
@@ -51,16 +50,7 @@ func openStore(ctx context.Context, f *flags, log *slog.Logger) (backend.Store, 
 	defer cancel()
 	if err := client.Ping(pctx).Err(); err != nil {
 		log.Warn("Redis does not answer yet; the failure mode answers until it does",
-			"backend", redact(f.backend), "failure_mode", f.failureMode.String(), "err", err)
+			"backend", redis.Redact(f.backend), "failure_mode", f.failureMode.String(), "err", err)
 	}
 	return s, func() { s.Close(); client.Close() }, nil
-}
-
-// redact hides the password of a backend URL.
-func redact(backend string) string {
-	u, err := url.Parse(backend)
-	if err != nil || u.User == nil {
-		return backend
-	}
-	return u.Redacted()
 }
