@@ -92,7 +92,7 @@ func (st *State) Add(l Limit, now int64, hits uint64) {
 // time until hits more would be admitted, at now (µs).
 func (st *State) Result(l Limit, now int64, hits uint64, over bool) Result {
 	if l.Ban() {
-		reset := micro(windowEnd(l, now) - now)
+		reset := FromMicros(windowEnd(l, now) - now)
 		return Result{OverLimit: true, ResetAfter: reset, RetryAfter: reset}
 	}
 	st.advance(l, now)
@@ -101,31 +101,31 @@ func (st *State) Result(l Limit, now int64, hits uint64, over bool) Result {
 	switch l.Algorithm {
 	case FixedWindow:
 		r.Remaining = subSat(l.Requests, st.N)
-		r.ResetAfter = micro(st.T + w - now)
+		r.ResetAfter = FromMicros(st.T + w - now)
 	case SlidingWindow:
 		if left := float64(l.Requests) - (float64(st.N) + st.weightedPrev(l, now)); left > 0 {
 			r.Remaining = uint64(left)
 		}
-		r.ResetAfter = micro(st.T + w - now)
+		r.ResetAfter = FromMicros(st.T + w - now)
 	case SlidingLog:
 		r.Remaining = subSat(l.Requests, st.N)
 		if st.Log.Len() > 0 {
-			r.ResetAfter = micro(st.Log.at(0).t + w - now)
+			r.ResetAfter = FromMicros(st.Log.at(0).t + w - now)
 		}
 	case TokenBucket:
 		if st.Tokens > 0 {
 			r.Remaining = uint64(st.Tokens)
 		}
-		r.ResetAfter = micro(ceilDiv(float64(l.burst())-st.Tokens, l, w))
+		r.ResetAfter = FromMicros(ceilDiv(float64(l.burst())-st.Tokens, l, w))
 	case GCRA:
 		tat, t := max(st.T, now), l.interval()
 		if room := int64(l.burst())*t - (tat - now); room > 0 {
 			r.Remaining = uint64(room / t)
 		}
-		r.ResetAfter = micro(tat - now)
+		r.ResetAfter = FromMicros(tat - now)
 	}
 	if over {
-		r.RetryAfter = micro(st.retryAfter(l, now, hits))
+		r.RetryAfter = FromMicros(st.retryAfter(l, now, hits))
 	}
 	return r
 }
@@ -308,7 +308,9 @@ func ceilDiv(tokens float64, l Limit, w int64) int64 {
 	return int64(us)
 }
 
-func micro(us int64) time.Duration {
+// FromMicros converts µs, the unit of State, to a Duration: negative is
+// zero, and a duration too long for a Duration saturates.
+func FromMicros(us int64) time.Duration {
 	if us > math.MaxInt64/int64(time.Microsecond) {
 		return math.MaxInt64 // a saturated GCRA TAT
 	}

@@ -26,7 +26,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"net"
 	"strconv"
 	"strings"
@@ -354,22 +353,14 @@ func parse(vals []int64, per int, reqs []backend.Request, res []backend.Result, 
 		res[i] = backend.Result{
 			OverLimit:  v[0] != 0,
 			Remaining:  uint64(v[1]),
-			ResetAfter: micro(v[2]),
-			RetryAfter: micro(v[3]),
+			ResetAfter: backend.FromMicros(v[2]),
+			RetryAfter: backend.FromMicros(v[3]),
 		}
 		if per == 5 {
 			stamps[i] = v[4]
 		}
 	}
 	return nil
-}
-
-// micro converts µs to a Duration as backend.State does, saturating.
-func micro(us int64) time.Duration {
-	if us > math.MaxInt64/int64(time.Microsecond) {
-		return math.MaxInt64
-	}
-	return time.Duration(max(us, 0)) * time.Microsecond
 }
 
 // A call is the keys and arguments of one script run.
