@@ -2,8 +2,7 @@ package redis
 
 import (
 	"context"
-	"errors"
-	"strconv"
+	"fmt"
 	"sync"
 	"sync/atomic"
 
@@ -160,12 +159,8 @@ func (b *batcher) run(batch []*pending) {
 		if err != nil {
 			return err
 		}
-		n := 0
-		for _, p := range live {
-			n += len(p.reqs)
-		}
-		if len(vals) != 4*n {
-			return errors.New("script returned " + strconv.Itoa(len(vals)) + " numbers for " + strconv.Itoa(n) + " requests")
+		if len(vals) != 4*len(c.keys) { // one key and 4 numbers per request
+			return fmt.Errorf("script returned %d numbers for %d requests", len(vals), len(c.keys))
 		}
 		for _, p := range live {
 			if p.state.CompareAndSwap(waiting, claimed) {

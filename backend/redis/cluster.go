@@ -43,7 +43,7 @@ func (s *Store) takeCluster(ctx context.Context, reqs []backend.Request, res []b
 	}
 
 	stamps := make([]int64, len(reqs))
-	errs := s.runParts(ctx, "part", reqs, res, parts, tags, stamps)
+	errs := s.runParts(ctx, reqs, res, parts, tags, stamps)
 	failed := errors.Join(errs...)
 	refused := failed != nil || backend.Refused(reqs, res)
 	// Give back what a part took but the whole call does not: all of a
@@ -101,15 +101,15 @@ func (s *Store) takeCluster(ctx context.Context, reqs []backend.Request, res []b
 	return failed
 }
 
-// runParts runs op ("part") on every part in parallel and returns each
-// one's error.
-func (s *Store) runParts(ctx context.Context, op string, reqs []backend.Request, res []backend.Result, parts [][]int, tags []string, stamps []int64) []error {
+// runParts runs "part" on every part in parallel and returns each one's
+// error.
+func (s *Store) runParts(ctx context.Context, reqs []backend.Request, res []backend.Result, parts [][]int, tags []string, stamps []int64) []error {
 	errs := make([]error, len(parts))
 	var wg sync.WaitGroup
 	for p, idx := range parts[1:] {
-		wg.Go(func() { errs[p+1] = s.runPart(ctx, op, reqs, res, idx, tags[idx[0]], stamps) })
+		wg.Go(func() { errs[p+1] = s.runPart(ctx, "part", reqs, res, idx, tags[idx[0]], stamps) })
 	}
-	errs[0] = s.runPart(ctx, op, reqs, res, parts[0], tags[parts[0][0]], stamps)
+	errs[0] = s.runPart(ctx, "part", reqs, res, parts[0], tags[parts[0][0]], stamps)
 	wg.Wait()
 	return errs
 }

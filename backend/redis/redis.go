@@ -102,6 +102,7 @@ type Options struct {
 type Store struct {
 	client  goredis.UniversalClient
 	cluster *goredis.ClusterClient // nil unless client is one
+	addr    string                 // standalone Redis's address, for breaker probes
 	prefix  string
 	timeout time.Duration
 	now     func() time.Time // nil: Redis TIME
@@ -137,6 +138,11 @@ func New(client goredis.UniversalClient, opts Options) (*Store, error) {
 		s.log = slog.Default()
 	}
 	s.cluster, _ = client.(*goredis.ClusterClient)
+	// go-redis names a Sentinel client's address "FailoverClient": its
+	// master has no fixed address to probe.
+	if c, ok := client.(*goredis.Client); ok && c.Options().Addr != "FailoverClient" {
+		s.addr = c.Options().Addr
+	}
 	if s.cluster == nil && !opts.NoBatch {
 		s.batch = newBatcher(s)
 	}
@@ -291,20 +297,14 @@ func (s *Store) guard(ctx context.Context, node string, f func() error) error {
 	return err
 }
 
-// addrOf returns the address to probe for node: the node's own on Cluster,
-// the server's on standalone Redis, none on Sentinel (the master moves).
+// addrOf returns the address to probe for node: the node's own on Cluster
+// (nodes are named by address), the server's on standalone Redis, none on
+// Sentinel (the master moves).
 func (s *Store) addrOf(node string) string {
-	switch c := s.client.(type) {
-	case *goredis.ClusterClient:
-		if strings.Contains(node, ":") {
-			return node
-		}
-	case *goredis.Client:
-		if addr := c.Options().Addr; addr != "FailoverClient" { // go-redis's name for a Sentinel client's
-			return addr
-		}
+	if s.cluster != nil && strings.Contains(node, ":") {
+		return node
 	}
-	return ""
+	return s.addr
 }
 
 func (s *Store) breaker(node string) *gobreaker.TwoStepCircuitBreaker[struct{}] {
