@@ -40,18 +40,14 @@ func newClient(t *testing.T, url string) goredis.UniversalClient {
 // one Redis deployment.
 func conformance(t *testing.T, url string, opts redis.Options) {
 	client := newClient(t, url)
-	n := 0
 	backendtest.Run(t, func(t *testing.T, now func() time.Time) backend.Store {
-		n++
 		o := opts
-		o.Prefix = "t" + time.Now().Format("150405.000000") + "-" + string(rune('a'+n%26)) + itoa(n) + ":"
+		o.Prefix = t.Name() + ":" // one store per test, each on its own keys
 		o.Now = now
 		o.Timeout = 2 * time.Second // -race on a shared machine
 		return newStore(t, client, o)
 	})
 }
-
-func itoa(n int) string { return time.Duration(n).String() }
 
 func TestConformanceStandalone(t *testing.T) {
 	redistest.Require(t)
