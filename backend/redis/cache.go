@@ -17,6 +17,8 @@ type cache struct {
 	maxHold time.Duration // the longest an entry holds; zero means no bound
 	hits    atomic.Uint64
 
+	size atomic.Int64 // len(m), readable without mu: most calls find it empty
+
 	mu    sync.Mutex
 	m     map[cacheKey]cacheEntry
 	swept int64 // when the full cache was last swept, µs
@@ -51,6 +53,9 @@ func (c *cache) answer(reqs []backend.Request, res []backend.Result) bool {
 		if reqs[i].ConsumeWhenOver {
 			return false
 		}
+	}
+	if c.size.Load() == 0 {
+		return false // nothing refused lately: no lock on the common path
 	}
 	now := backend.Micros(c.now())
 	c.mu.Lock()
@@ -129,6 +134,7 @@ func (c *cache) remember(reqs []backend.Request, res []backend.Result) {
 			res:   res[i],
 		}
 	}
+	c.size.Store(int64(len(c.m)))
 }
 
 // sweep drops the entries that no longer hold.
@@ -138,4 +144,5 @@ func (c *cache) sweep(now int64) {
 			delete(c.m, k)
 		}
 	}
+	c.size.Store(int64(len(c.m)))
 }

@@ -315,6 +315,9 @@ func TestClusterNodeDown(t *testing.T) {
 	if _, err := take(t, s, other[0], withGroup(same[0], 1)); err == nil {
 		t.Error("Take over a live and a down slot: no error")
 	}
+	if got := s.Refunds(); got != 1 {
+		t.Errorf("Refunds() = %d, want 1: the live slot's part given back", got)
+	}
 	if after := mustTake(t, s, other[0])[0].Remaining; after != before-1 {
 		t.Errorf("remaining on the live slot went %d -> %d, want only the check's own hit counted", before, after)
 	}
