@@ -54,7 +54,7 @@ func (st *State) Admits(l Limit, now int64, hits uint64) bool {
 	case TokenBucket:
 		return st.Tokens >= float64(hits)
 	case GCRA:
-		b := l.burst()
+		b := l.Capacity()
 		if hits > b {
 			return false
 		}
@@ -116,10 +116,10 @@ func (st *State) Result(l Limit, now int64, hits uint64, over bool) Result {
 		if st.Tokens > 0 {
 			r.Remaining = uint64(st.Tokens)
 		}
-		r.ResetAfter = FromMicros(ceilDiv(float64(l.burst())-st.Tokens, l, w))
+		r.ResetAfter = FromMicros(ceilDiv(float64(l.Capacity())-st.Tokens, l, w))
 	case GCRA:
 		tat, t := max(st.T, now), l.interval()
-		if room := int64(l.burst())*t - (tat - now); room > 0 {
+		if room := int64(l.Capacity())*t - (tat - now); room > 0 {
 			r.Remaining = uint64(room / t)
 		}
 		r.ResetAfter = FromMicros(tat - now)
@@ -148,7 +148,7 @@ func (st *State) Expiry(l Limit) int64 {
 		if l.Ban() {
 			return 0
 		}
-		return addSatInt(st.T, ceilDiv(float64(l.burst())-st.Tokens, l, w))
+		return addSatInt(st.T, ceilDiv(float64(l.Capacity())-st.Tokens, l, w))
 	case GCRA:
 		return st.T
 	}
@@ -180,7 +180,7 @@ func (st *State) advance(l Limit, now int64) {
 		}
 		st.Log.shrink()
 	case TokenBucket:
-		b := float64(l.burst())
+		b := float64(l.Capacity())
 		if st.T == 0 {
 			st.T, st.Tokens = now, b // a fresh bucket starts full
 			return
@@ -275,12 +275,12 @@ func (st *State) retryAt(l Limit, now int64, hits uint64) (int64, bool) {
 		}
 		return now, true
 	case TokenBucket:
-		if hits > l.burst() {
+		if hits > l.Capacity() {
 			return 0, false
 		}
 		return addSatInt(now, ceilDiv(float64(hits)-st.Tokens, l, w)), true
 	case GCRA:
-		b := l.burst()
+		b := l.Capacity()
 		if hits > b {
 			return 0, false
 		}

@@ -55,7 +55,7 @@ func TestRetryAfterIsExact(t *testing.T) {
 				}
 				capacity := l.Requests
 				if a == TokenBucket || a == GCRA {
-					capacity = l.burst()
+					capacity = l.Capacity()
 				}
 				if hits > capacity {
 					if res.RetryAfter != l.Window {

@@ -96,8 +96,10 @@ type Limit struct {
 // Ban reports whether l refuses everything.
 func (l Limit) Ban() bool { return l.Requests == 0 }
 
-// burst returns the effective burst of a TokenBucket or GCRA limit.
-func (l Limit) burst() uint64 {
+// Capacity returns how many hits l admits at once, the most Remaining
+// can be: Burst, or Requests when Burst is zero (only TokenBucket and
+// GCRA limits have a Burst).
+func (l Limit) Capacity() uint64 {
 	if l.Burst == 0 {
 		return l.Requests
 	}
@@ -128,7 +130,7 @@ func (l Limit) Validate() error {
 			return fmt.Errorf("burst %d over the maximum %d", l.Burst, uint64(MaxRequests))
 		}
 		if l.Algorithm == GCRA && l.Requests > 0 {
-			if t := l.burst() * uint64(l.interval()); t > maxGCRATolerance || t/uint64(l.interval()) != l.burst() {
+			if t := l.Capacity() * uint64(l.interval()); t > maxGCRATolerance || t/uint64(l.interval()) != l.Capacity() {
 				return errors.New("gcra: burst × (window / requests) exceeds 285 years")
 			}
 		}

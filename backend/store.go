@@ -30,6 +30,11 @@ type Store interface {
 // ErrClosed is returned by a Store used after its Close.
 var ErrClosed = errors.New("backend: store closed")
 
+// ErrUnavailable is wrapped by the errors of a Store that did not try to
+// decide because it knows its counters are out of reach, such as a Redis
+// store whose circuit breaker is open.
+var ErrUnavailable = errors.New("backend: unavailable")
+
 // Mode says what a Request's over-limit does to the whole call.
 type Mode uint8
 

@@ -8,6 +8,9 @@ import (
 	"slices"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	otelcodes "go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -59,6 +62,9 @@ type desc struct {
 	first, n int    // the store requests of this descriptor, sc.reqs[first:first+n]
 	shadow   bool   // the rule is in shadow mode: report OK when over
 	path     string // name for headers when the limit has none
+	// metricPath is the rule label when the rule's metrics carry request
+	// values (see metricPath), else "".
+	metricPath string
 }
 
 // unlimited reports whether ds passes uncounted: its rule is unlimited
@@ -80,6 +86,7 @@ func (d *desc) limits() []config.RuleLimit {
 // scratch holds one request's working memory; Server pools them so the
 // hot path allocates only what the response keeps.
 type scratch struct {
+	domain   string
 	descs    []desc
 	reqs     []backend.Request
 	res      []backend.Result
@@ -92,6 +99,7 @@ type scratch struct {
 
 func (sc *scratch) reset() {
 	clear(sc.descs) // drop rule pointers so old rule sets can be collected
+	sc.domain = ""
 	sc.descs = sc.descs[:0]
 	clear(sc.reqs)
 	sc.reqs = sc.reqs[:0]
@@ -167,7 +175,9 @@ func addDescriptor[E config.Entry](sc *scratch, d *config.DomainRules, domain st
 	if rule != nil {
 		ds.shadow = rule.ShadowMode
 		ds.path = rule.Path
+		ds.metricPath = metricPath(rule, entries)
 	}
+	sc.domain = domain
 	if ovr != nil {
 		// The request's limit replaces the rule's limits, keeping the
 		// rule's algorithm, and the name of its limit if it has one; a
@@ -273,7 +283,10 @@ func (s *Server) decide(ctx context.Context, sc *scratch) error {
 			sc.reqs[i].Key = keys[sc.spans[i][0]:sc.spans[i][1]]
 		}
 		sc.res = slices.Grow(sc.res[:0], len(sc.reqs))[:len(sc.reqs)]
-		if err := s.store.Take(ctx, sc.reqs, sc.res); err != nil {
+		start := time.Now()
+		err := s.take(ctx, sc)
+		s.metrics.storeDuration.Observe(time.Since(start).Seconds())
+		if err != nil {
 			if err := s.storeError(ctx, err); err != nil {
 				return err
 			}
@@ -287,7 +300,9 @@ func (s *Server) decide(ctx context.Context, sc *scratch) error {
 	for i := range sc.descs {
 		ds := &sc.descs[i]
 		v := verdict{unlimited: ds.unlimited()}
-		if ds.n > 0 {
+		if ds.n == 0 {
+			s.countRule(sc.domain, ds, false, false, false, backend.Limit{}, backend.Result{})
+		} else {
 			// Report the limit that refused, else the one with the least
 			// remaining.
 			pick, over := ds.first, false
@@ -310,11 +325,34 @@ func (s *Server) decide(ctx context.Context, sc *scratch) error {
 				reset:     r.ResetAfter,
 				retry:     r.RetryAfter,
 			}
+			s.countRule(sc.domain, ds, true, over, v.shadow, v.limit, r)
 		}
 		dec.statuses = append(dec.statuses, v)
 	}
 	s.appendHeaders(sc)
 	return nil
+}
+
+// take calls the store with sc's requests, in a span of its own when
+// the request is traced.
+func (s *Server) take(ctx context.Context, sc *scratch) error {
+	if s.tracer == nil || !trace.SpanFromContext(ctx).IsRecording() {
+		return s.store.Take(ctx, sc.reqs, sc.res)
+	}
+	ctx, span := s.tracer.Start(ctx, "ratelimitd.backend.Take", trace.WithAttributes(
+		attribute.String("ratelimitd.domain", sc.domain),
+		attribute.Int("ratelimitd.descriptors", len(sc.descs)),
+		attribute.Int("ratelimitd.counters", len(sc.reqs)),
+	))
+	defer span.End()
+	err := s.store.Take(ctx, sc.reqs, sc.res)
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(otelcodes.Error, "counter store failed")
+	} else {
+		span.SetAttributes(attribute.Bool("ratelimitd.over_limit", backend.Refused(sc.reqs, sc.res)))
+	}
+	return err
 }
 
 // limitName returns the name of d's limit l: its name, or else the
@@ -338,6 +376,8 @@ func (s *Server) storeError(ctx context.Context, err error) error {
 		return status.Error(codes.Unavailable, "shutting down")
 	}
 	s.warnStore(err)
+	s.metrics.storeFailed(err)
+	s.metrics.failureAnswers.WithLabelValues(s.opts.FailureMode.String()).Inc()
 	if s.opts.FailureMode == FailError {
 		return status.Error(codes.Unavailable, fmt.Sprintf("counter store unavailable: %v", err))
 	}

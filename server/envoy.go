@@ -22,7 +22,7 @@ type envoyService struct {
 
 // ShouldRateLimit implements rlsv3.RateLimitServiceServer.
 func (e envoyService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
-	return e.s.decideEnvoy(ctx, req)
+	return e.s.decideEnvoy(ctx, apiEnvoy, req)
 }
 
 // addEnvoy checks req and adds its descriptors to sc.

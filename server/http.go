@@ -4,12 +4,17 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
+	"strings"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/ratelimitd/ratelimitd/config"
 )
 
 // Handler returns the server's HTTP endpoints:
@@ -18,6 +23,8 @@ import (
 //	GET  /readyz   200 once rules are loaded, 503 before and during shutdown,
 //	               and while the store is down unless the failure mode is
 //	               allow; the body names the store's state
+//	GET  /config   the rules in force, as YAML (503 before any are loaded)
+//	GET  /metrics  Prometheus metrics, when Options.Registry is set
 //	POST /json     a protojson envoy.service.ratelimit.v3.RateLimitRequest;
 //	               answers the protojson response with 200 (OK) or 429
 //	               (OVER_LIMIT), 400 for a bad request, 503 when the
@@ -38,8 +45,32 @@ func (s *Server) Handler() http.Handler {
 		}
 		fmt.Fprintf(w, "%s\nbackend: %s\nfailure_mode: %s\n", word, state, s.opts.FailureMode)
 	})
+	mux.HandleFunc("GET /config", s.serveConfig)
+	if s.opts.Registry != nil {
+		mux.Handle("GET /metrics", promhttp.InstrumentMetricHandler(s.opts.Registry,
+			promhttp.HandlerFor(s.opts.Registry, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelError)})))
+	}
 	mux.HandleFunc("POST /json", s.serveJSON)
 	return mux
+}
+
+// serveConfig writes the rules in force as YAML, preceded by a comment
+// that names their files.
+func (s *Server) serveConfig(w http.ResponseWriter, _ *http.Request) {
+	rules := s.rules.Load()
+	if rules == nil {
+		http.Error(w, "no rules loaded", http.StatusServiceUnavailable)
+		return
+	}
+	out, err := config.Marshal(rules.Domains())
+	if err != nil {
+		http.Error(w, "encoding rules: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/yaml; charset=utf-8")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	fmt.Fprintf(w, "# %d domains from %s\n", len(rules.Domains()), strings.Join(rules.Files(), ", "))
+	w.Write(out)
 }
 
 func (s *Server) serveJSON(w http.ResponseWriter, r *http.Request) {
@@ -57,7 +88,7 @@ func (s *Server) serveJSON(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "invalid RateLimitRequest: "+err.Error(), http.StatusBadRequest)
 		return
 	}
-	resp, err := s.decideEnvoy(r.Context(), &req)
+	resp, err := s.decideEnvoy(r.Context(), apiJSON, &req)
 	if err != nil {
 		st := status.Convert(err)
 		code := http.StatusInternalServerError

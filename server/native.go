@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"math"
+	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -17,8 +18,11 @@ type nativeService struct {
 }
 
 // ShouldRateLimit implements ratelimitv1.RateLimitServiceServer.
-func (n nativeService) ShouldRateLimit(ctx context.Context, req *ratelimitv1.ShouldRateLimitRequest) (*ratelimitv1.ShouldRateLimitResponse, error) {
+func (n nativeService) ShouldRateLimit(ctx context.Context, req *ratelimitv1.ShouldRateLimitRequest) (resp *ratelimitv1.ShouldRateLimitResponse, err error) {
 	s := n.s
+	defer func(start time.Time) {
+		s.metrics.decided(apiNative, start, resp.GetCode() == ratelimitv1.Code_CODE_OVER_LIMIT, err)
+	}(time.Now())
 	if err := checkRequest(req.GetDomain(), len(req.GetDescriptors())); err != nil {
 		return nil, err
 	}

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -10,6 +11,12 @@ import (
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
 	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
@@ -41,6 +48,18 @@ type Options struct {
 	// FailureMode is what the server answers when the store cannot
 	// decide; the zero value is FailAllow.
 	FailureMode FailureMode
+	// Registry, when set, receives the server's metrics (see metrics.go
+	// and docs/operations.md), and Handler serves everything registered
+	// on it at /metrics. Nil: no /metrics.
+	Registry *prometheus.Registry
+	// TracerProvider, when set, traces every RPC (otelgrpc, honouring the
+	// caller's trace context) and every store call within one. Nil: no
+	// tracing.
+	TracerProvider trace.TracerProvider
+	// NearLimitRatio is the share of a limit past which admitted hits
+	// count as near the limit (ratelimitd_rule_near_limit_total). Zero
+	// means 0.8.
+	NearLimitRatio float64
 }
 
 // FailureMode says how the server answers when its store fails
@@ -114,6 +133,10 @@ type Server struct {
 	rules  atomic.Pointer[config.Rules]
 	health *health.Server
 
+	metrics   *metrics
+	grpcProm  *grpcprom.ServerMetrics // nil without Options.Registry
+	tracer    trace.Tracer            // nil without Options.TracerProvider
+	nearRatio float64
 	stopping  atomic.Bool
 	scratches sync.Pool
 	warnings  rate.Sometimes // throttles store failure warnings
@@ -130,6 +153,17 @@ func New(store backend.Store, rules *config.Rules, opts Options) *Server {
 		log:      opts.Logger,
 		health:   health.NewServer(),
 		warnings: rate.Sometimes{First: 1, Interval: 10 * time.Second},
+		nearRatio: cmp.Or(opts.NearLimitRatio, 0.8),
+	}
+	var reg prometheus.Registerer // nil unless a Registry is set
+	if opts.Registry != nil {
+		reg = opts.Registry
+		s.grpcProm = grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram(grpcprom.WithHistogramBuckets(latencyBuckets)))
+		reg.MustRegister(s.grpcProm)
+	}
+	s.metrics = newMetrics(reg)
+	if opts.TracerProvider != nil {
+		s.tracer = opts.TracerProvider.Tracer("github.com/ratelimitd/ratelimitd/server")
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -145,6 +179,7 @@ func New(store backend.Store, rules *config.Rules, opts Options) *Server {
 // the rules they started with; readers never wait.
 func (s *Server) SetRules(r *config.Rules) {
 	s.rules.Store(r)
+	s.metrics.loaded()
 	if !s.stopping.Load() {
 		s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 		s.health.SetServingStatus(rlsv3.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
@@ -152,31 +187,58 @@ func (s *Server) SetRules(r *config.Rules) {
 	}
 }
 
+// RejectRules records that a new rule set failed to load (err says why):
+// the rules in force stay, and the metrics count the error.
+func (s *Server) RejectRules(err error) {
+	s.log.Error("invalid rules; keeping the previous ones", "err", err)
+	s.metrics.rejected()
+}
+
 // Rules returns the rules in force, nil if none were set.
 func (s *Server) Rules() *config.Rules { return s.rules.Load() }
 
 // GRPCOptions returns the options a grpc.Server serving s should have:
-// requests limited to MaxRecvMsgSize, and a handler panic (a bug) answered
-// as Internal and logged with its stack, instead of ending the process.
+// requests limited to MaxRecvMsgSize; a handler panic (a bug) answered as
+// Internal and logged with its stack, instead of ending the process; the
+// grpc_server_* metrics with Options.Registry, and tracing with
+// Options.TracerProvider.
 func (s *Server) GRPCOptions() []grpc.ServerOption {
 	rec := recovery.WithRecoveryHandler(func(p any) error {
 		s.log.Error("bug: gRPC handler panicked", "panic", p, "stack", string(debug.Stack()))
 		return status.Error(codes.Internal, "internal error")
 	})
-	return []grpc.ServerOption{
-		grpc.MaxRecvMsgSize(MaxRecvMsgSize),
-		grpc.ChainUnaryInterceptor(recovery.UnaryServerInterceptor(rec)),
-		grpc.ChainStreamInterceptor(recovery.StreamServerInterceptor(rec)),
+	unary := []grpc.UnaryServerInterceptor{recovery.UnaryServerInterceptor(rec)}
+	stream := []grpc.StreamServerInterceptor{recovery.StreamServerInterceptor(rec)}
+	if s.grpcProm != nil { // outside recovery, so that it counts panics as Internal
+		unary = append([]grpc.UnaryServerInterceptor{s.grpcProm.UnaryServerInterceptor()}, unary...)
+		stream = append([]grpc.StreamServerInterceptor{s.grpcProm.StreamServerInterceptor()}, stream...)
 	}
+	opts := []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(MaxRecvMsgSize),
+		grpc.ChainUnaryInterceptor(unary...),
+		grpc.ChainStreamInterceptor(stream...),
+	}
+	if s.opts.TracerProvider != nil {
+		opts = append(opts, grpc.StatsHandler(otelgrpc.NewServerHandler(
+			otelgrpc.WithTracerProvider(s.opts.TracerProvider),
+			otelgrpc.WithMeterProvider(noop.NewMeterProvider()), // metrics come from Prometheus
+			otelgrpc.WithPropagators(propagation.TraceContext{}),
+		)))
+	}
+	return opts
 }
 
 // Register registers Envoy's RateLimitService, the native RateLimitService,
-// gRPC health and server reflection on g.
+// gRPC health and server reflection on g, and with Options.Registry starts
+// g's grpc_server_* series at zero.
 func (s *Server) Register(g *grpc.Server) {
 	rlsv3.RegisterRateLimitServiceServer(g, s.Envoy())
 	ratelimitv1.RegisterRateLimitServiceServer(g, s.Native())
 	healthpb.RegisterHealthServer(g, s.health)
 	reflection.Register(g)
+	if s.grpcProm != nil {
+		s.grpcProm.InitializeMetrics(g)
+	}
 }
 
 // Envoy returns the server's envoy.service.ratelimit.v3.RateLimitService.
@@ -227,7 +289,10 @@ func (s *Server) warnStore(err error) {
 
 // decideEnvoy runs an Envoy request through the engine: shared by the
 // gRPC face and /json.
-func (s *Server) decideEnvoy(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+func (s *Server) decideEnvoy(ctx context.Context, a api, req *rlsv3.RateLimitRequest) (resp *rlsv3.RateLimitResponse, err error) {
+	defer func(start time.Time) {
+		s.metrics.decided(a, start, resp.GetOverallCode() == rlsv3.RateLimitResponse_OVER_LIMIT, err)
+	}(time.Now())
 	sc := s.getScratch()
 	defer s.putScratch(sc)
 	if err := s.addEnvoy(sc, req); err != nil {

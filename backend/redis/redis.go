@@ -58,8 +58,9 @@ var takeScript = goredis.NewScript(takeSource)
 const clusterCacheHold = time.Second
 
 // ErrUnavailable is returned, wrapped, when the store does not try Redis
-// because its circuit breaker is open after repeated failures.
-var ErrUnavailable = errors.New("redis: unavailable (circuit breaker open)")
+// because its circuit breaker is open after repeated failures. It wraps
+// backend.ErrUnavailable.
+var ErrUnavailable = fmt.Errorf("redis: circuit breaker open: %w", backend.ErrUnavailable)
 
 // Options configures a Store. The zero value means the defaults.
 type Options struct {
@@ -198,6 +199,21 @@ func (s *Store) State() string {
 		return "ok"
 	}
 	return worst.String()
+}
+
+// Breakers calls yield with every Redis node the store has used, by
+// address ("redis" on standalone and Sentinel), and the state of its
+// circuit breaker: "closed", "half-open" or "open".
+func (s *Store) Breakers(yield func(node, state string)) {
+	s.mu.Lock()
+	states := make(map[string]string, len(s.breakers))
+	for node, b := range s.breakers {
+		states[node] = b.State().String()
+	}
+	s.mu.Unlock()
+	for node, state := range states {
+		yield(node, state)
+	}
 }
 
 // LocalCacheHits reports how many calls the local over-limit cache

@@ -3,6 +3,7 @@ package redis_test
 import (
 	"context"
 	"errors"
+	"maps"
 	"strconv"
 	"strings"
 	"testing"
@@ -230,8 +231,8 @@ func TestRedisDown(t *testing.T) {
 		if err == nil {
 			t.Fatalf("call %d with Redis killed: no error", i)
 		}
-		if i >= 3 && !errors.Is(err, redis.ErrUnavailable) {
-			t.Errorf("call %d with Redis killed: %v, want the breaker's ErrUnavailable", i, err)
+		if i >= 3 && (!errors.Is(err, redis.ErrUnavailable) || !errors.Is(err, backend.ErrUnavailable)) {
+			t.Errorf("call %d with Redis killed: %v, want the breaker's ErrUnavailable, a backend.ErrUnavailable", i, err)
 		}
 	}
 	if slowest > timeout+100*time.Millisecond {
@@ -239,6 +240,11 @@ func TestRedisDown(t *testing.T) {
 	}
 	if got := s.State(); got != "open" {
 		t.Errorf("State() with Redis killed = %q, want open", got)
+	}
+	breakers := map[string]string{}
+	s.Breakers(func(node, state string) { breakers[node] = state })
+	if want := map[string]string{"redis": "open"}; !maps.Equal(breakers, want) {
+		t.Errorf("Breakers() with Redis killed = %v, want %v", breakers, want)
 	}
 	// A longer outage: the breaker probes every 250 ms.
 	for end := time.Now().Add(1500 * time.Millisecond); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {

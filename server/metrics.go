@@ -1,0 +1,271 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"math"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ratelimitd/ratelimitd/backend"
+	"github.com/ratelimitd/ratelimitd/config"
+)
+
+// An api is the face a decision came through, the "api" label.
+type api uint8
+
+const (
+	apiEnvoy  api = iota // envoy.service.ratelimit.v3 over gRPC
+	apiNative            // ratelimit.v1 over gRPC
+	apiJSON              // POST /json
+	numAPIs
+)
+
+var apiNames = [numAPIs]string{apiEnvoy: "envoy", apiNative: "native", apiJSON: "json"}
+
+// Decision outcomes, the "code" label of ratelimitd_decisions_total.
+const (
+	codeOK = iota
+	codeOverLimit
+	codeError
+	numCodes
+)
+
+var codeNames = [numCodes]string{codeOK: "ok", codeOverLimit: "over_limit", codeError: "error"}
+
+// metrics are the server's Prometheus metrics. They are counted whether or
+// not Options.Registry exports them.
+type metrics struct {
+	ruleHits, ruleOver, ruleNear, ruleWithin, ruleShadow *prometheus.CounterVec
+
+	decisions      [numAPIs][numCodes]prometheus.Counter
+	duration       [numAPIs]prometheus.Observer
+	storeDuration  prometheus.Histogram
+	storeErrors    *prometheus.CounterVec
+	failureAnswers *prometheus.CounterVec
+	configLoads    *prometheus.CounterVec
+	configOK       prometheus.Gauge
+	configTime     prometheus.Gauge
+
+	// rules caches each rule's counters, by *config.Rule; SetRules
+	// replaces it, so that the rules of old rule sets can be collected.
+	rules atomic.Pointer[sync.Map]
+}
+
+// ruleCounters are one rule's counters, resolved once.
+type ruleCounters struct {
+	hits, over, near, within, shadow prometheus.Counter
+}
+
+// Buckets of the decision latency histograms, in seconds: from the memory
+// store's tens of microseconds to Redis timeouts.
+var latencyBuckets = []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	rule := func(name, help string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, []string{"domain", "rule"})
+	}
+	m := &metrics{
+		ruleHits:   rule("ratelimitd_rule_hits_total", "Hits asked of each rule (hits_addend summed), labelled by domain and rule key path."),
+		ruleOver:   rule("ratelimitd_rule_over_limit_total", "Hits over each rule's limit, shadow-mode rules included."),
+		ruleNear:   rule("ratelimitd_rule_near_limit_total", "Admitted hits that took a rule's counter past the near-limit ratio of its limit."),
+		ruleWithin: rule("ratelimitd_rule_within_limit_total", "Hits within each rule's limit."),
+		ruleShadow: rule("ratelimitd_rule_shadow_mode_total", "Hits over a limit that shadow mode (the rule's or the daemon's) let through."),
+		storeDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "ratelimitd_backend_duration_seconds",
+			Help:    "Time the counter store took to decide a request's counters.",
+			Buckets: latencyBuckets,
+		}),
+		storeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ratelimitd_backend_errors_total",
+			Help: "Requests the counter store could not decide, by kind: timeout, breaker_open (not tried) or error.",
+		}, []string{"kind"}),
+		failureAnswers: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ratelimitd_failure_mode_answers_total",
+			Help: "Requests answered by --failure-mode (allow, deny or error) because the counter store failed.",
+		}, []string{"mode"}),
+		configLoads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ratelimitd_config_loads_total",
+			Help: "Rule set loads, by result: success, or error (the previous rules stayed in force).",
+		}, []string{"result"}),
+		configOK: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "ratelimitd_config_last_load_successful",
+			Help: "Whether the last rule set load succeeded (1) or failed (0).",
+		}),
+		configTime: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "ratelimitd_config_last_load_success_timestamp_seconds",
+			Help: "When the rules in force were loaded, in seconds since the Unix epoch.",
+		}),
+	}
+	decisions := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "ratelimitd_decisions_total",
+		Help: "Requests decided, by api (envoy, native or json) and code: ok, over_limit, or error (no decision).",
+	}, []string{"api", "code"})
+	duration := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "ratelimitd_decision_duration_seconds",
+		Help:    "Time to decide a request, from its arrival in the handler to its answer, by api.",
+		Buckets: latencyBuckets,
+	}, []string{"api"})
+	for a := range numAPIs {
+		for c := range numCodes {
+			m.decisions[a][c] = decisions.WithLabelValues(apiNames[a], codeNames[c])
+		}
+		m.duration[a] = duration.WithLabelValues(apiNames[a])
+	}
+	for _, mode := range failureModeNames {
+		m.failureAnswers.WithLabelValues(mode)
+	}
+	for _, kind := range []string{"timeout", "breaker_open", "error"} {
+		m.storeErrors.WithLabelValues(kind)
+	}
+	for _, result := range []string{"success", "error"} {
+		m.configLoads.WithLabelValues(result)
+	}
+	m.rules.Store(new(sync.Map))
+	if reg != nil {
+		reg.MustRegister(m.ruleHits, m.ruleOver, m.ruleNear, m.ruleWithin, m.ruleShadow,
+			decisions, duration, m.storeDuration, m.storeErrors, m.failureAnswers,
+			m.configLoads, m.configOK, m.configTime)
+	}
+	return m
+}
+
+// loaded records a rule set put in force.
+func (m *metrics) loaded() {
+	m.rules.Store(new(sync.Map))
+	m.configLoads.WithLabelValues("success").Inc()
+	m.configOK.Set(1)
+	m.configTime.SetToCurrentTime()
+}
+
+// rejected records a rule set that failed to load.
+func (m *metrics) rejected() {
+	m.configLoads.WithLabelValues("error").Inc()
+	m.configOK.Set(0)
+}
+
+// decided records a decision that started at start.
+func (m *metrics) decided(a api, start time.Time, over bool, err error) {
+	m.duration[a].Observe(time.Since(start).Seconds())
+	code := codeOK
+	switch {
+	case err != nil:
+		code = codeError
+	case over:
+		code = codeOverLimit
+	}
+	m.decisions[a][code].Inc()
+}
+
+// storeFailed records a store error that was not the caller's.
+func (m *metrics) storeFailed(err error) {
+	kind := "error"
+	switch {
+	case errors.Is(err, backend.ErrUnavailable):
+		kind = "breaker_open"
+	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded):
+		kind = "timeout"
+	}
+	m.storeErrors.WithLabelValues(kind).Inc()
+}
+
+// counters returns the counters of ds's rule in domain: resolved once per
+// rule, or per request for rules whose metrics carry request values
+// (detailed_metric, value_to_metric).
+func (m *metrics) counters(domain string, ds *desc) *ruleCounters {
+	if ds.metricPath != "" {
+		return m.resolve(domain, ds.metricPath)
+	}
+	rules := m.rules.Load()
+	if c, ok := rules.Load(ds.rule); ok {
+		return c.(*ruleCounters)
+	}
+	c, _ := rules.LoadOrStore(ds.rule, m.resolve(domain, ds.rule.Path))
+	return c.(*ruleCounters)
+}
+
+func (m *metrics) resolve(domain, rule string) *ruleCounters {
+	return &ruleCounters{
+		hits:   m.ruleHits.WithLabelValues(domain, rule),
+		over:   m.ruleOver.WithLabelValues(domain, rule),
+		near:   m.ruleNear.WithLabelValues(domain, rule),
+		within: m.ruleWithin.WithLabelValues(domain, rule),
+		shadow: m.ruleShadow.WithLabelValues(domain, rule),
+	}
+}
+
+// countRule adds ds's hits to its rule's counters, given its reported
+// result r under limit l: over the limit (and then in shadow mode or
+// not), or within it and perhaps near it. Descriptors that matched no rule
+// are not counted, so that request values never become labels unasked.
+func (s *Server) countRule(domain string, ds *desc, limited, over, shadow bool, l backend.Limit, r backend.Result) {
+	if ds.rule == nil || (!limited && !ds.unlimited()) {
+		return
+	}
+	c := s.metrics.counters(domain, ds)
+	hits := float64(ds.hits)
+	c.hits.Add(hits)
+	switch {
+	case over:
+		c.over.Add(hits)
+		if shadow {
+			c.shadow.Add(hits)
+		}
+	default:
+		c.within.Add(hits)
+		if near := s.nearLimit(ds.hits, l, r); near > 0 {
+			c.near.Add(float64(near))
+		}
+	}
+}
+
+// nearLimit returns how many of hits, admitted under l with result r,
+// took the counter past the near-limit threshold: the hits above
+// NearLimitRatio of the limit's capacity.
+func (s *Server) nearLimit(hits uint64, l backend.Limit, r backend.Result) uint64 {
+	capacity := l.Capacity()
+	if hits == 0 || capacity == 0 || r.Remaining > capacity {
+		return 0
+	}
+	used := capacity - r.Remaining
+	threshold := uint64(math.Floor(s.nearRatio * float64(capacity)))
+	if used <= threshold {
+		return 0
+	}
+	return min(hits, used-threshold)
+}
+
+// metricPath returns the rule label of a request that matched rule with
+// entries, when its metrics carry request values: with detailed_metric,
+// every entry as key=value; with value_to_metric on a level, that level's
+// value from the request. It returns "" for the usual label, rule.Path.
+func metricPath[E config.Entry](rule *config.Rule, entries []E) string {
+	values := rule.DetailedMetric
+	for _, lv := range rule.Levels {
+		values = values || lv.ValueToMetric
+	}
+	if !values {
+		return ""
+	}
+	var b strings.Builder
+	for j, e := range entries {
+		if j > 0 {
+			b.WriteByte('.')
+		}
+		b.WriteString(e.GetKey())
+		switch {
+		case rule.DetailedMetric || (j < len(rule.Levels) && rule.Levels[j].ValueToMetric):
+			b.WriteByte('=')
+			b.WriteString(e.GetValue())
+		case j < len(rule.Levels) && rule.Levels[j].Value != "":
+			b.WriteByte('=')
+			b.WriteString(rule.Levels[j].Value)
+		}
+	}
+	return b.String()
+}
