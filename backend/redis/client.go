@@ -12,9 +12,11 @@ import (
 	"os"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
+	"golang.org/x/time/rate"
 )
 
 // DefaultIOTimeout is the dial, read and write timeout of a client that
@@ -206,12 +208,26 @@ func Redact(rawURL string) string {
 }
 
 // SetLogger sends go-redis's own messages (Sentinel switches, pool
-// trouble) to log at info level, instead of the standard logger.
-// It sets a process-wide logger: call it once, from main.
-func SetLogger(log *slog.Logger) { goredis.SetLogger(slogPrinter{log}) }
+// trouble) to log at info level, instead of the standard logger, at most
+// one every 10 seconds: during an outage go-redis repeats itself at every
+// dial. It sets a process-wide logger: call it once, from main.
+func SetLogger(log *slog.Logger) {
+	goredis.SetLogger(&slogPrinter{log: log, every: rate.Sometimes{First: 1, Interval: 10 * time.Second}})
+}
 
-type slogPrinter struct{ log *slog.Logger }
+type slogPrinter struct {
+	log        *slog.Logger
+	every      rate.Sometimes
+	suppressed atomic.Int64 // messages dropped since the last one logged
+}
 
-func (p slogPrinter) Printf(ctx context.Context, format string, v ...any) {
-	p.log.InfoContext(ctx, fmt.Sprintf(format, v...))
+func (p *slogPrinter) Printf(ctx context.Context, format string, v ...any) {
+	logged := false
+	p.every.Do(func() {
+		logged = true
+		p.log.InfoContext(ctx, fmt.Sprintf(format, v...), "suppressed", p.suppressed.Swap(0))
+	})
+	if !logged {
+		p.suppressed.Add(1)
+	}
 }

@@ -167,7 +167,17 @@ func New(client goredis.UniversalClient, opts Options) (*Store, error) {
 		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= failures },
 		IsExcluded:  func(err error) bool { return errors.Is(err, errCallerGone) },
 		OnStateChange: func(name string, from, to gobreaker.State) {
-			s.log.Warn("redis circuit breaker", "node", name, "from", from.String(), "to", to.String())
+			// An outage opens the breaker once, then flaps between open
+			// and half-open at every probe: only its start and its end
+			// are worth a line at the default level.
+			level := slog.LevelDebug
+			switch {
+			case from == gobreaker.StateClosed:
+				level = slog.LevelWarn
+			case to == gobreaker.StateClosed:
+				level = slog.LevelInfo
+			}
+			s.log.Log(context.Background(), level, "redis circuit breaker", "node", name, "from", from.String(), "to", to.String())
 		},
 	}
 	return s, nil

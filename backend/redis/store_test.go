@@ -3,9 +3,11 @@ package redis_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"maps"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -219,7 +221,8 @@ func TestRedisDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { client.Close() })
-	s := newStore(t, client, redis.Options{Timeout: timeout, LocalCache: -1})
+	var logs breakerLog
+	s := newStore(t, client, redis.Options{Timeout: timeout, LocalCache: -1, Logger: slog.New(&logs)})
 	reqs := descriptors(1, hourly(1000))
 	mustTake(t, s, reqs...)
 	srv.Kill()
@@ -255,6 +258,38 @@ func TestRedisDown(t *testing.T) {
 	if got := s.State(); got != "ok" {
 		t.Errorf("State() after Redis returned = %q, want ok", got)
 	}
+	// The outage is logged once when it starts and once when it ends; the
+	// probes between are at debug level.
+	if got := logs.count(); got[slog.LevelWarn] != 1 || got[slog.LevelInfo] != 1 || got[slog.LevelDebug] < 2 {
+		t.Errorf("breaker log lines by level = %v, want 1 WARN, 1 INFO and the probes at DEBUG", got)
+	}
+}
+
+// breakerLog is a slog.Handler that counts the breaker's records by level.
+type breakerLog struct {
+	mu     sync.Mutex
+	levels map[slog.Level]int
+}
+
+func (*breakerLog) Enabled(context.Context, slog.Level) bool { return true }
+func (h *breakerLog) WithAttrs([]slog.Attr) slog.Handler     { return h }
+func (h *breakerLog) WithGroup(string) slog.Handler          { return h }
+func (h *breakerLog) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if r.Message == "redis circuit breaker" {
+		if h.levels == nil {
+			h.levels = map[slog.Level]int{}
+		}
+		h.levels[r.Level]++
+	}
+	return nil
+}
+
+func (h *breakerLog) count() map[slog.Level]int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return maps.Clone(h.levels)
 }
 
 // TestSentinelFailover: decisions resume within 5 s of SENTINEL FAILOVER,
