@@ -3,12 +3,14 @@ package memory_test
 import (
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
 	"unsafe"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/goleak"
 
 	"github.com/ratelimitd/ratelimitd/backend"
@@ -60,6 +62,18 @@ func TestMaxKeysEvicts(t *testing.T) {
 	}
 	if got := s.Evictions(); got != 150 {
 		t.Errorf("Evictions() = %d, want 150", got)
+	}
+	// The store exports both as metrics.
+	want := `
+# HELP ratelimitd_memory_evictions_total Live counters the memory store evicted to stay within its maximum number of keys.
+# TYPE ratelimitd_memory_evictions_total counter
+ratelimitd_memory_evictions_total 150
+# HELP ratelimitd_memory_keys Counters the memory store holds.
+# TYPE ratelimitd_memory_keys gauge
+ratelimitd_memory_keys 100
+`
+	if err := testutil.CollectAndCompare(s, strings.NewReader(want)); err != nil {
+		t.Errorf("metrics: %v", err)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/ratelimitd/ratelimitd/backend"
@@ -186,6 +187,14 @@ func TestLocalCache(t *testing.T) {
 	if got := s.LocalCacheHits(); got != 99 {
 		t.Errorf("LocalCacheHits() = %d, want 99", got)
 	}
+	want := `
+# HELP ratelimitd_local_cache_hits_total Calls the local over-limit cache refused without asking Redis.
+# TYPE ratelimitd_local_cache_hits_total counter
+ratelimitd_local_cache_hits_total 99
+`
+	if err := testutil.CollectAndCompare(s, strings.NewReader(want), "ratelimitd_local_cache_hits_total"); err != nil {
+		t.Errorf("local cache metrics: %v", err)
+	}
 	if !res[0].OverLimit || res[1].OverLimit || res[1].Remaining != 99 || res[0].RetryAfter != time.Hour {
 		t.Errorf("cached answer = %+v, want the first over (retry in 1h), the second not, 99 remaining", res)
 	}
@@ -248,6 +257,16 @@ func TestRedisDown(t *testing.T) {
 	s.Breakers(func(node, state string) { breakers[node] = state })
 	if want := map[string]string{"redis": "open"}; !maps.Equal(breakers, want) {
 		t.Errorf("Breakers() with Redis killed = %v, want %v", breakers, want)
+	}
+	want := `
+# HELP ratelimitd_backend_breaker_state State of each Redis node's circuit breaker: 1 for the state it is in (closed, half-open or open), 0 for the others.
+# TYPE ratelimitd_backend_breaker_state gauge
+ratelimitd_backend_breaker_state{node="redis",state="closed"} 0
+ratelimitd_backend_breaker_state{node="redis",state="half-open"} 0
+ratelimitd_backend_breaker_state{node="redis",state="open"} 1
+`
+	if err := testutil.CollectAndCompare(s, strings.NewReader(want), "ratelimitd_backend_breaker_state"); err != nil {
+		t.Errorf("breaker metrics with Redis killed: %v", err)
 	}
 	// A longer outage: the breaker probes every 250 ms.
 	for end := time.Now().Add(1500 * time.Millisecond); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
