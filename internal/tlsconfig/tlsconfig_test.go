@@ -521,6 +521,51 @@ func TestReloadClientCA(t *testing.T) {
 	}
 }
 
+// TestResumptionAfterClientCASwap checks that a client whose CA was
+// dropped cannot come back by resuming a TLS session from before the swap.
+func TestResumptionAfterClientCASwap(t *testing.T) {
+	scratch := t.TempDir()
+	ca := certtest.NewCA(t, "server CA")
+	caA := certtest.NewCA(t, "client CA A")
+	caB := certtest.NewCA(t, "client CA B")
+	v := newVolume(t, styles[1].write)
+	files := pair(ca.Server(t, scratch, "server", "localhost", "127.0.0.1"))
+	files[caName] = caA.CertPEM
+	v.put(t, files)
+	var clk clock
+	r := newReloader(t, tlsconfig.Options{
+		CertFile:     v.path(certName),
+		KeyFile:      v.path(keyName),
+		ClientCAFile: v.path(caName),
+		Now:          clk.Now,
+	})
+	addr := serveGRPC(t, r)
+	client := ca.ClientTLS(caA.Client(t, scratch, "a", "a.example"))
+	client.ClientSessionCache = tls.NewLRUClientSessionCache(4)
+
+	resumed := func() (bool, error) {
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		defer cancel()
+		var p peer.Peer
+		_, err := healthpb.NewHealthClient(dial(t, addr, client)).Check(ctx, &healthpb.HealthCheckRequest{}, grpc.Peer(&p))
+		if err != nil {
+			return false, err
+		}
+		return p.AuthInfo.(credentials.TLSInfo).State.DidResume, nil
+	}
+	if _, err := resumed(); err != nil {
+		t.Fatalf("first Check = %v", err)
+	}
+	if ok, err := resumed(); err != nil || !ok {
+		t.Fatalf("second Check = resumed %v, %v; want a resumed session", ok, err)
+	}
+	v.put(t, map[string][]byte{caName: caB.CertPEM})
+	clk.tick()
+	if ok, err := resumed(); err == nil {
+		t.Errorf("Check after dropping the client's CA = resumed %v, nil; want an error", ok)
+	}
+}
+
 func TestBadFilesKeepThePreviousOnes(t *testing.T) {
 	scratch := t.TempDir()
 	ca := certtest.NewCA(t, "test CA")
