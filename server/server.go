@@ -11,13 +11,13 @@ import (
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
-	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
-	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
 	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -148,11 +148,11 @@ type Server struct {
 // unknown and /readyz reports not ready.
 func New(store backend.Store, rules *config.Rules, opts Options) *Server {
 	s := &Server{
-		store:    store,
-		opts:     opts,
-		log:      opts.Logger,
-		health:   health.NewServer(),
-		warnings: rate.Sometimes{First: 1, Interval: 10 * time.Second},
+		store:     store,
+		opts:      opts,
+		log:       opts.Logger,
+		health:    health.NewServer(),
+		warnings:  rate.Sometimes{First: 1, Interval: 10 * time.Second},
 		nearRatio: cmp.Or(opts.NearLimitRatio, 0.8),
 	}
 	var reg prometheus.Registerer // nil unless a Registry is set

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ratelimitd/ratelimitd/internal/tlsconfig"
 	"github.com/ratelimitd/ratelimitd/server"
 )
 
@@ -41,6 +42,10 @@ type flags struct {
 	localCacheSize  int
 	redis           redisFlags
 	shutdownTimeout time.Duration
+	nearLimitRatio  float64
+	debugAddr       string
+	tracing         tracingFlags
+	tls             tlsFlags
 	logLevel        slog.Level
 	logFormat       string
 	version         bool
@@ -56,6 +61,20 @@ type redisFlags struct {
 	tlsCA, tlsCert, tlsKey   string
 	breakerFailures          int
 	breakerOpen              time.Duration
+}
+
+// tlsFlags are the listeners' TLS settings.
+type tlsFlags struct {
+	grpcCert, grpcKey, grpcClientCA string
+	grpcAllowedSANs                 []string
+	httpCert, httpKey               string
+}
+
+// tracingFlags are the OpenTelemetry tracing settings.
+type tracingFlags struct {
+	endpoint    string // OTLP/gRPC collector; "" turns tracing off
+	insecure    bool
+	sampleRatio float64
 }
 
 // envPrefix prefixes the environment variable of every flag.
@@ -74,7 +93,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*f
 	fs.SetOutput(stderr)
 	fs.StringVar(&f.config, "config", "", "rules: a YAML `file`, or a directory of *.yaml and *.yml files; watched for changes")
 	fs.StringVar(&f.grpcAddr, "grpc-addr", "127.0.0.1:8081", "gRPC listen `address` (Envoy RLS v3, ratelimit.v1, health, reflection)")
-	fs.StringVar(&f.httpAddr, "http-addr", "127.0.0.1:8080", "HTTP listen `address` (/healthz, /readyz, POST /json)")
+	fs.StringVar(&f.httpAddr, "http-addr", "127.0.0.1:8080", "HTTP listen `address` (/healthz, /readyz, /metrics, /config, POST /json)")
 	fs.StringVar(&f.backend, "backend", "memory", "counter store: memory, or a Redis `URL`: redis://[user:pass@]host:port[/db], rediss://... (TLS),\n"+
 		"redis-cluster://h1:p1?addr=h2:p2&addr=h3:p3, redis-sentinel://s1:26379?addr=s2:26379&master_name=NAME")
 	fs.TextVar(&f.failureMode, "failure-mode", server.FailAllow, "answer when the counter store fails: allow (OK, no limit), deny (OVER_LIMIT) or error (Unavailable)")
@@ -95,6 +114,21 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*f
 	fs.BoolVar(&f.shadowMode, "shadow-mode", false, "refuse nothing: report decisions, count only what fits")
 	fs.IntVar(&f.memoryMaxKeys, "memory-max-keys", 1_000_000, "most counters the memory store keeps; more evict the soonest to expire")
 	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long to drain in-flight requests on SIGTERM")
+	fs.StringVar(&f.tls.grpcCert, "grpc-tls-cert", "", "PEM `file` of the gRPC listener's certificate (and chain): serve TLS; reloaded when it changes")
+	fs.StringVar(&f.tls.grpcKey, "grpc-tls-key", "", "PEM `file` of the gRPC certificate's key")
+	fs.StringVar(&f.tls.grpcClientCA, "grpc-tls-client-ca", "", "PEM `file` of the CAs that sign client certificates: require mutual TLS on gRPC")
+	fs.Func("grpc-tls-allowed-sans", "comma-separated `SANs` a client certificate must carry one of: DNS names (*.example.com matches one label), URIs (spiffe://...), IPs or emails", func(v string) (err error) {
+		f.tls.grpcAllowedSANs, err = tlsconfig.ParseSANs(v)
+		return err
+	})
+	fs.StringVar(&f.tls.httpCert, "http-tls-cert", "", "PEM `file` of the HTTP listener's certificate: serve HTTPS; reloaded when it changes")
+	fs.StringVar(&f.tls.httpKey, "http-tls-key", "", "PEM `file` of the HTTP certificate's key")
+	fs.Float64Var(&f.nearLimitRatio, "near-limit-ratio", 0.8, "share of a limit past which admitted hits count as near the limit (ratelimitd_rule_near_limit_total)")
+	fs.StringVar(&f.debugAddr, "debug-addr", "", "listen `address` for /debug/pprof (off when empty; keep it private)")
+	fs.StringVar(&f.tracing.endpoint, "otlp-endpoint", "", "OpenTelemetry collector `host:port` (OTLP/gRPC) to send traces of ShouldRateLimit and store calls to; off when empty.\n"+
+		"The exporter's OTEL_EXPORTER_OTLP_* variables (headers, certificates) apply too")
+	fs.BoolVar(&f.tracing.insecure, "otlp-insecure", false, "send traces to --otlp-endpoint without TLS")
+	fs.Float64Var(&f.tracing.sampleRatio, "trace-sample-ratio", 0.01, "share of requests without a sampled parent span to trace (callers' sampling decisions are followed)")
 	fs.TextVar(&f.logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn or error")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
 	fs.BoolVar(&f.version, "version", false, "print the version and exit")
@@ -152,6 +186,24 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*f
 		return nil, exitError{2}
 	case f.redis.timeout <= 0 || f.redis.dialTimeout <= 0 || f.redis.readTimeout <= 0 || f.redis.writeTimeout <= 0:
 		fmt.Fprintln(stderr, "ratelimitd: the --redis-*-timeout flags must be positive")
+		return nil, exitError{2}
+	case !(f.nearLimitRatio > 0 && f.nearLimitRatio <= 1):
+		fmt.Fprintf(stderr, "ratelimitd: --near-limit-ratio %v: want more than 0 and at most 1\n", f.nearLimitRatio)
+		return nil, exitError{2}
+	case !(f.tracing.sampleRatio >= 0 && f.tracing.sampleRatio <= 1):
+		fmt.Fprintf(stderr, "ratelimitd: --trace-sample-ratio %v: want 0 to 1\n", f.tracing.sampleRatio)
+		return nil, exitError{2}
+	case (f.tls.grpcCert == "") != (f.tls.grpcKey == ""):
+		fmt.Fprintln(stderr, "ratelimitd: --grpc-tls-cert and --grpc-tls-key go together")
+		return nil, exitError{2}
+	case (f.tls.httpCert == "") != (f.tls.httpKey == ""):
+		fmt.Fprintln(stderr, "ratelimitd: --http-tls-cert and --http-tls-key go together")
+		return nil, exitError{2}
+	case f.tls.grpcClientCA != "" && f.tls.grpcCert == "":
+		fmt.Fprintln(stderr, "ratelimitd: --grpc-tls-client-ca needs --grpc-tls-cert and --grpc-tls-key")
+		return nil, exitError{2}
+	case len(f.tls.grpcAllowedSANs) > 0 && f.tls.grpcClientCA == "":
+		fmt.Fprintln(stderr, "ratelimitd: --grpc-tls-allowed-sans needs --grpc-tls-client-ca")
 		return nil, exitError{2}
 	case f.redis.breakerFailures <= 0 || f.redis.breakerOpen <= 0:
 		fmt.Fprintln(stderr, "ratelimitd: --redis-breaker-failures and --redis-breaker-open must be positive")

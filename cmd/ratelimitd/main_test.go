@@ -191,6 +191,7 @@ func (s *syncBuffer) String() string {
 // daemon is a ratelimitd started in-process on free loopback ports.
 type daemon struct {
 	grpcAddr, httpAddr string
+	debugAddr          string // with --debug-addr
 	logs               *syncBuffer
 	conn               *grpc.ClientConn
 }
@@ -224,9 +225,9 @@ func startDaemon(t *testing.T, args ...string) *daemon {
 		case <-time.After(10 * time.Millisecond):
 		}
 		for line := range strings.Lines(d.logs.String()) {
-			var rec struct{ Msg, GRPC, HTTP string }
+			var rec struct{ Msg, GRPC, HTTP, Debug string }
 			if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == "ratelimitd started" {
-				d.grpcAddr, d.httpAddr = rec.GRPC, rec.HTTP
+				d.grpcAddr, d.httpAddr, d.debugAddr = rec.GRPC, rec.HTTP, rec.Debug
 			}
 		}
 	}

@@ -8,13 +8,18 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
+	"runtime"
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 
 	"github.com/ratelimitd/ratelimitd/backend/redis"
 	"github.com/ratelimitd/ratelimitd/config"
@@ -29,40 +34,84 @@ func serve(ctx context.Context, f *flags, stderr io.Writer) error {
 		log.Error("invalid rules; not starting", "config", f.config, "err", err)
 		return exitError{1}
 	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name:        "ratelimitd_build_info",
+			Help:        "Always 1; the labels name the running build.",
+			ConstLabels: prometheus.Labels{"version": version(), "goversion": runtime.Version()},
+		}, func() float64 { return 1 }),
+	)
+	grpcTLS, httpTLS, err := openTLS(f, log, reg)
+	if err != nil {
+		log.Error("cannot use the TLS files; not starting", "err", err)
+		return exitError{1}
+	}
 	store, closeStore, err := openStore(ctx, f, log)
 	if err != nil {
 		log.Error("cannot use --backend; not starting", "err", err)
 		return exitError{1}
 	}
 	defer closeStore()
+	if c, ok := store.(prometheus.Collector); ok {
+		reg.MustRegister(c)
+	}
+	tp, stopTracing, err := startTracing(ctx, f.tracing)
+	if err != nil {
+		log.Error("cannot trace; not starting", "err", err)
+		return exitError{1}
+	}
+	defer stopTracing(log)
 
 	srv := server.New(store, rules, server.Options{
-		Headers:     f.headers,
-		ShadowMode:  f.shadowMode,
-		FailureMode: f.failureMode,
-		Logger:      log.With("component", "server"),
+		Headers:        f.headers,
+		ShadowMode:     f.shadowMode,
+		FailureMode:    f.failureMode,
+		Logger:         log.With("component", "server"),
+		Registry:       reg,
+		NearLimitRatio: f.nearLimitRatio,
+		TracerProvider: tp,
 	})
-	grpcLis, err := net.Listen("tcp", f.grpcAddr)
-	if err != nil {
-		return fmt.Errorf("gRPC listener: %w", err)
+	grpcOpts := srv.GRPCOptions()
+	if grpcTLS != nil {
+		grpcOpts = append(grpcOpts, grpc.Creds(credentials.NewTLS(grpcTLS.Config())))
 	}
-	httpLis, err := net.Listen("tcp", f.httpAddr)
-	if err != nil {
-		grpcLis.Close()
-		return fmt.Errorf("HTTP listener: %w", err)
-	}
-	g := grpc.NewServer(srv.GRPCOptions()...)
+	g := grpc.NewServer(grpcOpts...)
 	srv.Register(g)
 	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	if httpTLS != nil {
+		hs.TLSConfig = httpTLS.Config()
+	}
+	var ds *http.Server // /debug/pprof, with --debug-addr
+	if f.debugAddr != "" {
+		ds = &http.Server{Handler: debugHandler(), ReadHeaderTimeout: 10 * time.Second}
+	}
+
+	var lis listeners
+	defer lis.close()
+	grpcLis, err := lis.listen("gRPC", f.grpcAddr)
+	if err != nil {
+		return err
+	}
+	httpLis, err := lis.listen("HTTP", f.httpAddr)
+	if err != nil {
+		return err
+	}
+	var debugLis net.Listener
+	if ds != nil {
+		if debugLis, err = lis.listen("debug", f.debugAddr); err != nil {
+			return err
+		}
+	}
 
 	watcher := config.NewWatcher(f.config, config.WatchOptions{
 		OnLoad: func(r *config.Rules) {
 			srv.SetRules(r)
 			log.Info("rules reloaded", "config", f.config, "domains", len(r.Domains()), "files", len(r.Files()))
 		},
-		OnError: func(err error) {
-			log.Error("invalid rules; keeping the previous ones", "config", f.config, "err", err)
-		},
+		OnError: srv.RejectRules,
 	})
 
 	// Catch SIGHUP before announcing the start: its default action would
@@ -71,17 +120,34 @@ func serve(ctx context.Context, f *flags, stderr io.Writer) error {
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
 
-	log.Info("ratelimitd started", "version", version(), "grpc", grpcLis.Addr().String(), "http", httpLis.Addr().String(),
-		"config", f.config, "domains", len(rules.Domains()), "backend", redis.Redact(f.backend), "failure_mode", f.failureMode.String())
+	started := []any{"version", version(), "grpc", grpcLis.Addr().String(), "http", httpLis.Addr().String(),
+		"grpc_tls", tlsMode(grpcTLS != nil, f.tls.grpcClientCA != ""), "http_tls", httpTLS != nil,
+		"config", f.config, "domains", len(rules.Domains()), "backend", redis.Redact(f.backend), "failure_mode", f.failureMode.String()}
+	if debugLis != nil {
+		started = append(started, "debug", debugLis.Addr().String())
+	}
+	log.Info("ratelimitd started", started...)
 
 	group, gctx := errgroup.WithContext(ctx)
 	group.Go(func() error { return g.Serve(grpcLis) })
 	group.Go(func() error {
-		if err := hs.Serve(httpLis); !errors.Is(err, http.ErrServerClosed) {
+		serve := func() error { return hs.Serve(httpLis) }
+		if httpTLS != nil {
+			serve = func() error { return hs.ServeTLS(httpLis, "", "") }
+		}
+		if err := serve(); !errors.Is(err, http.ErrServerClosed) {
 			return err
 		}
 		return nil
 	})
+	if ds != nil {
+		group.Go(func() error {
+			if err := ds.Serve(debugLis); !errors.Is(err, http.ErrServerClosed) {
+				return err
+			}
+			return nil
+		})
+	}
 	group.Go(func() error { return watcher.Run(gctx, rules) })
 	group.Go(func() error {
 		for {
@@ -111,6 +177,9 @@ func serve(ctx context.Context, f *flags, stderr io.Writer) error {
 		}
 		hctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
+		if ds != nil {
+			ds.Shutdown(hctx)
+		}
 		return hs.Shutdown(hctx)
 	})
 	err = group.Wait()
@@ -119,6 +188,38 @@ func serve(ctx context.Context, f *flags, stderr io.Writer) error {
 		return nil
 	}
 	return err
+}
+
+// listeners opens the daemon's listeners and closes them all if one
+// fails.
+type listeners []net.Listener
+
+func (l *listeners) listen(name, addr string) (net.Listener, error) {
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("%s listener: %w", name, err)
+	}
+	*l = append(*l, lis)
+	return lis, nil
+}
+
+// close closes the listeners; the servers' own Close and Stop close them
+// too, and a second Close does no harm.
+func (l listeners) close() {
+	for _, lis := range l {
+		lis.Close()
+	}
+}
+
+// debugHandler serves net/http/pprof's profiles under /debug/pprof/.
+func debugHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	return mux
 }
 
 func newLogger(f *flags, w io.Writer) *slog.Logger {
