@@ -15,6 +15,10 @@ help: ## list the targets
 build: ## build bin/ratelimitd
 	$(GO) build -ldflags "-X main.mainVersion=$(VERSION)" -o $(BIN) ./cmd/ratelimitd
 
+.PHONY: docker
+docker: ## build the container image ratelimitd:$(VERSION) (needs a Docker engine)
+	docker build --build-arg VERSION=$(VERSION) -t ratelimitd:$(VERSION) .
+
 .PHONY: run
 run: build ## start ratelimitd on the memory store with examples/config.yaml
 	$(BIN) --config $(CONFIG)
