@@ -190,21 +190,31 @@ func unwrapURLError(err error) error {
 	return err
 }
 
-// Redact hides the password of a Redis URL, for messages; it works on
+// Redact hides the passwords of a Redis URL, for messages: the one in its
+// user information and the values of query parameters whose names
+// contain "password" (go-redis's sentinel_password, for one). It works on
 // URLs that do not parse too.
 func Redact(rawURL string) string {
 	scheme, rest, ok := strings.Cut(rawURL, "://")
 	if !ok {
 		return rawURL
 	}
-	userinfo, host, ok := strings.Cut(rest, "@")
-	if !ok {
-		return rawURL
+	rest, query, hasQuery := strings.Cut(rest, "?")
+	if at := strings.LastIndex(rest, "@"); at >= 0 {
+		if user, _, ok := strings.Cut(rest[:at], ":"); ok {
+			rest = user + ":xxxxx" + rest[at:]
+		}
 	}
-	if user, _, ok := strings.Cut(userinfo, ":"); ok {
-		return scheme + "://" + user + ":xxxxx@" + host
+	if hasQuery {
+		params := strings.Split(query, "&")
+		for i, p := range params {
+			if name, _, ok := strings.Cut(p, "="); ok && strings.Contains(strings.ToLower(name), "password") {
+				params[i] = name + "=xxxxx"
+			}
+		}
+		rest += "?" + strings.Join(params, "&")
 	}
-	return rawURL
+	return scheme + "://" + rest
 }
 
 // SetLogger sends go-redis's own messages (Sentinel switches, pool

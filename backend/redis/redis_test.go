@@ -106,3 +106,21 @@ func TestNewClient(t *testing.T) {
 		t.Error("NewClient with a missing CA file: no error")
 	}
 }
+
+func TestRedact(t *testing.T) {
+	for _, tt := range []struct{ url, want string }{
+		{"redis://h:6379/0", "redis://h:6379/0"},
+		{"redis://user:secret@h:6379/0", "redis://user:xxxxx@h:6379/0"},
+		{"redis://:secret@h:6379", "redis://:xxxxx@h:6379"},
+		{"redis://user:p@ss@h:6379", "redis://user:xxxxx@h:6379"},
+		{"redis://user@h:6379", "redis://user@h:6379"},
+		{"redis://user:secret@h:notaport/0", "redis://user:xxxxx@h:notaport/0"},
+		{"redis-sentinel://s1:26379?addr=s2:26379&master_name=m&sentinel_password=secret&password=secret",
+			"redis-sentinel://s1:26379?addr=s2:26379&master_name=m&sentinel_password=xxxxx&password=xxxxx"},
+		{"h:6379", "h:6379"},
+	} {
+		if got := redis.Redact(tt.url); got != tt.want {
+			t.Errorf("Redact(%q) = %q, want %q", tt.url, got, tt.want)
+		}
+	}
+}
