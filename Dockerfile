@@ -1,0 +1,39 @@
+# syntax=docker/dockerfile:1
+#
+# The ratelimitd image: a static binary on distroless, run as a non-root
+# user, serving examples/config.yaml unless RATELIMITD_CONFIG names other
+# rules. Build it from the repository's root:
+#
+#   docker build --build-arg VERSION=$(git describe --tags --always --dirty) -t ratelimitd .
+#
+# cmd/ratelimitd/packaging_test.go checks this file: the RATELIMITD_*
+# variables, the default rules, and the build command, which it runs.
+
+FROM --platform=$BUILDPLATFORM golang:1.26-bookworm AS build
+WORKDIR /src
+# The modules first, so that a change to the code reuses this layer.
+COPY go.mod go.sum ./
+RUN --mount=type=cache,target=/go/pkg/mod go mod download
+COPY . .
+ARG VERSION=devel
+# Set by BuildKit to the platform being built (docker buildx build
+# --platform linux/arm64): Go cross-compiles, no emulation needed.
+ARG TARGETOS
+ARG TARGETARCH
+RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
+    CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH \
+    go build -trimpath -ldflags "-s -w -X main.mainVersion=$VERSION" -o /out/ratelimitd ./cmd/ratelimitd
+
+FROM gcr.io/distroless/static-debian12:nonroot
+COPY --from=build /out/ratelimitd /usr/local/bin/ratelimitd
+COPY examples/config.yaml /etc/ratelimitd/config.yaml
+# The defaults listen on loopback only; in a container, listen on every
+# interface.
+ENV RATELIMITD_GRPC_ADDR=:8081 \
+    RATELIMITD_HTTP_ADDR=:8080 \
+    RATELIMITD_CONFIG=/etc/ratelimitd/config.yaml
+# distroless's nonroot user, by number, so that Kubernetes's runAsNonRoot
+# can verify it.
+USER 65532:65532
+EXPOSE 8081 8080
+ENTRYPOINT ["/usr/local/bin/ratelimitd"]
