@@ -317,14 +317,20 @@ func scrapeHTTPS(t *testing.T, client *http.Client, d *daemon) map[string]*dto.M
 // collector is an OTLP/gRPC trace receiver that keeps what it receives.
 type collector struct {
 	coltracepb.UnimplementedTraceServiceServer
-	mu    sync.Mutex
-	spans []*tracepb.Span
+	mu      sync.Mutex
+	spans   []*tracepb.Span
+	service string // the resource's service.name
 }
 
 func (c *collector) Export(_ context.Context, req *coltracepb.ExportTraceServiceRequest) (*coltracepb.ExportTraceServiceResponse, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, rs := range req.GetResourceSpans() {
+		for _, kv := range rs.GetResource().GetAttributes() {
+			if kv.GetKey() == "service.name" {
+				c.service = kv.GetValue().GetStringValue()
+			}
+		}
 		for _, ss := range rs.GetScopeSpans() {
 			c.spans = append(c.spans, ss.GetSpans()...)
 		}
@@ -348,6 +354,7 @@ func (c *collector) find(name string) *tracepb.Span {
 // trace, with the store call as its child.
 func TestTracing(t *testing.T) {
 	t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "50") // export within 50 ms
+	t.Setenv("OTEL_SERVICE_NAME", "edge-ratelimit")
 	col := &collector{}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -382,6 +389,11 @@ func TestTracing(t *testing.T) {
 	if got := hex.EncodeToString(server.GetParentSpanId()); got != parentID {
 		t.Errorf("server span parent = %s, want the caller's span %s", got, parentID)
 	}
+	col.mu.Lock()
+	if col.service != "edge-ratelimit" {
+		t.Errorf("service.name = %q, want OTEL_SERVICE_NAME's edge-ratelimit", col.service)
+	}
+	col.mu.Unlock()
 	if server.GetKind() != tracepb.Span_SPAN_KIND_SERVER {
 		t.Errorf("server span kind = %v, want SERVER", server.GetKind())
 	}

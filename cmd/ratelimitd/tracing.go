@@ -26,10 +26,19 @@ func startTracing(ctx context.Context, f tracingFlags) (trace.TracerProvider, fu
 	if err != nil {
 		return nil, nil, err
 	}
+	// OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES, read last, win.
+	res, err := resource.New(ctx,
+		resource.WithSchemaURL(semconv.SchemaURL),
+		resource.WithAttributes(semconv.ServiceName("ratelimitd"), semconv.ServiceVersion(version())),
+		resource.WithTelemetrySDK(),
+		resource.WithFromEnv(),
+	)
+	if err != nil {
+		return nil, nil, err
+	}
 	tp := sdktrace.NewTracerProvider(
 		sdktrace.WithBatcher(exporter),
-		sdktrace.WithResource(resource.NewWithAttributes(semconv.SchemaURL,
-			semconv.ServiceName("ratelimitd"), semconv.ServiceVersion(version()))),
+		sdktrace.WithResource(res),
 		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(f.sampleRatio))),
 	)
 	stop := func(log *slog.Logger) {
