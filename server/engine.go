@@ -2,6 +2,8 @@ package server
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"math"
@@ -23,7 +25,7 @@ const (
 	maxDomain      = 256
 	maxDescriptors = 64
 	maxEntries     = 32
-	maxEntryBytes  = 1024
+	maxEntryBytes  = 1024 // of a key; a longer value is counted by its hash (see keyValue)
 	maxHits        = math.MaxUint32
 )
 
@@ -140,14 +142,12 @@ func checkEntries[E config.Entry](i int, entries []E) error {
 		return invalid("descriptor %d has %d entries, over the maximum %d", i, len(entries), maxEntries)
 	}
 	for j, e := range entries {
-		k, v := e.GetKey(), e.GetValue()
+		k := e.GetKey()
 		switch {
 		case k == "":
 			return invalid("descriptor %d entry %d has an empty key", i, j)
 		case len(k) > maxEntryBytes:
 			return invalid("descriptor %d entry %d: key is %d bytes, over the maximum %d", i, j, len(k), maxEntryBytes)
-		case len(v) > maxEntryBytes:
-			return invalid("descriptor %d entry %d (%.64q): value is %d bytes, over the maximum %d", i, j, k, len(v), maxEntryBytes)
 		}
 	}
 	return nil
@@ -214,7 +214,7 @@ func addDescriptor[E config.Entry](sc *scratch, d *config.DomainRules, domain st
 			}
 		}
 		sc.keys = backend.AppendKeyPart(sc.keys, e.GetKey())
-		sc.keys = backend.AppendKeyPart(sc.keys, v)
+		sc.keys = backend.AppendKeyPart(sc.keys, keyValue(v))
 	}
 	ds.key = [2]int{start, len(sc.keys)}
 	if ds.unlimited() {
@@ -225,6 +225,19 @@ func addDescriptor[E config.Entry](sc *scratch, d *config.DomainRules, domain st
 	}
 	sc.descs = append(sc.descs, ds)
 	return nil
+}
+
+// keyValue returns the form of a request value in counter keys and
+// metric labels: the value itself, or for a value over maxEntryBytes a
+// digest of it. Values come from clients (Envoy copies request headers
+// into them): refusing long ones would make every request carrying a
+// 2 KiB header an error, which Envoy by default lets through unlimited.
+func keyValue(v string) string {
+	if len(v) <= maxEntryBytes {
+		return v
+	}
+	sum := sha256.Sum256([]byte(v))
+	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
 // keyPath names an unmatched descriptor by its keys, as Rule.Path does.

@@ -261,7 +261,7 @@ func metricPath[E config.Entry](rule *config.Rule, entries []E) string {
 		switch {
 		case rule.DetailedMetric || (j < len(rule.Levels) && rule.Levels[j].ValueToMetric):
 			b.WriteByte('=')
-			b.WriteString(e.GetValue())
+			b.WriteString(keyValue(e.GetValue()))
 		case j < len(rule.Levels) && rule.Levels[j].Value != "":
 			b.WriteByte('=')
 			b.WriteString(rule.Levels[j].Value)

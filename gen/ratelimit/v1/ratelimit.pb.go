@@ -286,7 +286,8 @@ type Entry struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The key, such as "remote_address". Required; at most 1024 bytes.
 	Key string `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
-	// The value, such as "10.0.0.1". At most 1024 bytes.
+	// The value, such as "10.0.0.1". A value over 1024 bytes is counted
+	// under a SHA-256 digest of itself.
 	Value         string `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
