@@ -138,6 +138,8 @@ type Server struct {
 	tracer    trace.Tracer            // nil without Options.TracerProvider
 	nearRatio float64
 	stopping  atomic.Bool
+	stopOnce  sync.Once
+	stopped   chan struct{} // closed by Shutdown
 	scratches sync.Pool
 	warnings  rate.Sometimes // throttles store failure warnings
 	failures  atomic.Uint64  // requests answered by the failure mode
@@ -152,6 +154,7 @@ func New(store backend.Store, rules *config.Rules, opts Options) *Server {
 		opts:      opts,
 		log:       opts.Logger,
 		health:    health.NewServer(),
+		stopped:   make(chan struct{}),
 		warnings:  rate.Sometimes{First: 1, Interval: 10 * time.Second},
 		nearRatio: cmp.Or(opts.NearLimitRatio, 0.8),
 	}
@@ -234,7 +237,7 @@ func (s *Server) GRPCOptions() []grpc.ServerOption {
 func (s *Server) Register(g *grpc.Server) {
 	rlsv3.RegisterRateLimitServiceServer(g, s.Envoy())
 	ratelimitv1.RegisterRateLimitServiceServer(g, s.Native())
-	healthpb.RegisterHealthServer(g, s.health)
+	healthpb.RegisterHealthServer(g, healthService{Server: s.health, stopped: s.stopped})
 	reflection.Register(g)
 	if s.grpcProm != nil {
 		s.grpcProm.InitializeMetrics(g)
@@ -248,11 +251,13 @@ func (s *Server) Envoy() rlsv3.RateLimitServiceServer { return envoyService{s: s
 func (s *Server) Native() ratelimitv1.RateLimitServiceServer { return nativeService{s: s} }
 
 // Shutdown reports NOT_SERVING on gRPC health and not ready on /readyz, so
-// that load balancers stop sending new requests; requests keep being
-// answered until the caller stops its listeners.
+// that load balancers stop sending new requests, and ends gRPC health
+// Watch streams, which would otherwise hold a graceful stop; requests keep
+// being answered until the caller stops its listeners.
 func (s *Server) Shutdown() {
 	s.stopping.Store(true)
 	s.health.Shutdown()
+	s.stopOnce.Do(func() { close(s.stopped) })
 }
 
 // FailureAnswers reports how many requests the server answered by its
