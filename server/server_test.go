@@ -320,6 +320,50 @@ func TestHealth(t *testing.T) {
 	}
 }
 
+// TestHealthWatchEndsAtShutdown: a health watcher sees NOT_SERVING at
+// Shutdown and then its stream ends, so that it cannot hold a graceful
+// stop until its timeout.
+func TestHealthWatchEndsAtShutdown(t *testing.T) {
+	h := newHarness(t, loadRules(t, "gateway.yaml"), server.Options{})
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second) // past it, the stream did not end
+	defer cancel()
+	stream, err := healthpb.NewHealthClient(h.conn).Watch(ctx, &healthpb.HealthCheckRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := stream.Recv(); err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("first Watch status = %v, %v; want SERVING", resp, err)
+	}
+	h.srv.Shutdown()
+	var got []healthpb.HealthCheckResponse_ServingStatus
+	for {
+		resp, err := stream.Recv()
+		if err != nil {
+			if status.Code(err) != codes.Unavailable {
+				t.Errorf("Watch ended with %v, want Unavailable (at Shutdown)", err)
+			}
+			break
+		}
+		got = append(got, resp.GetStatus())
+	}
+	if len(got) != 1 || got[0] != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Errorf("Watch statuses after Shutdown = %v, want one NOT_SERVING", got)
+	}
+	// A watch started after Shutdown ends at once too.
+	late, err := healthpb.NewHealthClient(h.conn).Watch(ctx, &healthpb.HealthCheckRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := late.Recv(); err != nil {
+			if status.Code(err) != codes.Unavailable {
+				t.Errorf("a Watch started after Shutdown ended with %v, want Unavailable", err)
+			}
+			break
+		}
+	}
+}
+
 func TestReflection(t *testing.T) {
 	h := newHarness(t, loadRules(t, "gateway.yaml"), server.Options{})
 	ctx, cancel := context.WithCancel(t.Context())
