@@ -42,6 +42,7 @@ type flags struct {
 	localCacheSize  int
 	redis           redisFlags
 	shutdownTimeout time.Duration
+	shutdownDelay   time.Duration
 	nearLimitRatio  float64
 	debugAddr       string
 	tracing         tracingFlags
@@ -114,6 +115,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*f
 	fs.BoolVar(&f.shadowMode, "shadow-mode", false, "refuse nothing: report decisions, count only what fits")
 	fs.IntVar(&f.memoryMaxKeys, "memory-max-keys", 1_000_000, "most counters the memory store keeps; more evict the soonest to expire")
 	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long to drain in-flight requests on SIGTERM")
+	fs.DurationVar(&f.shutdownDelay, "shutdown-delay", 0, "on SIGTERM, how long to keep serving while reporting not ready, so that load balancers stop sending first")
 	fs.StringVar(&f.tls.grpcCert, "grpc-tls-cert", "", "PEM `file` of the gRPC listener's certificate (and chain): serve TLS; reloaded when it changes")
 	fs.StringVar(&f.tls.grpcKey, "grpc-tls-key", "", "PEM `file` of the gRPC certificate's key")
 	fs.StringVar(&f.tls.grpcClientCA, "grpc-tls-client-ca", "", "PEM `file` of the CAs that sign client certificates: require mutual TLS on gRPC")
@@ -204,6 +206,9 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*f
 		return nil, exitError{2}
 	case len(f.tls.grpcAllowedSANs) > 0 && f.tls.grpcClientCA == "":
 		fmt.Fprintln(stderr, "ratelimitd: --grpc-tls-allowed-sans needs --grpc-tls-client-ca")
+		return nil, exitError{2}
+	case f.shutdownDelay < 0 || f.shutdownTimeout < 0:
+		fmt.Fprintln(stderr, "ratelimitd: --shutdown-delay and --shutdown-timeout must not be negative")
 		return nil, exitError{2}
 	case f.redis.breakerFailures <= 0 || f.redis.breakerOpen <= 0:
 		fmt.Fprintln(stderr, "ratelimitd: --redis-breaker-failures and --redis-breaker-open must be positive")

@@ -162,8 +162,11 @@ func serve(ctx context.Context, f *flags, stderr io.Writer) error {
 	})
 	group.Go(func() error {
 		<-gctx.Done()
-		log.Info("shutting down", "timeout", f.shutdownTimeout)
+		log.Info("shutting down", "delay", f.shutdownDelay, "timeout", f.shutdownTimeout)
 		srv.Shutdown()
+		// Keep serving while load balancers see NOT_SERVING and 503
+		// and take this replica out.
+		time.Sleep(f.shutdownDelay)
 		stopped := make(chan struct{})
 		go func() { g.GracefulStop(); close(stopped) }()
 		timer := time.NewTimer(f.shutdownTimeout)

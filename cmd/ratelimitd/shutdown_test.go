@@ -340,3 +340,29 @@ func TestShutdownTimeout(t *testing.T) {
 		}
 	}
 }
+
+// TestShutdownDelay: with --shutdown-delay, after SIGTERM the process
+// reports NOT_SERVING but keeps answering, on new connections too, until
+// the delay is over; then it drains and exits 0.
+func TestShutdownDelay(t *testing.T) {
+	path := writeRules(t, "domain: f\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 1000000}\n")
+	p := startProcess(t, "--config", path, "--shutdown-delay", "3s")
+	w := watchHealth(t, p)
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := recvWithin(w, 10*time.Second); err != nil || resp.Status != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Fatalf("health Watch after SIGTERM = %v, %v; want NOT_SERVING", resp, err)
+	}
+	// Within the delay (3 s, far more than these calls take): still served.
+	c := dialSent(t, p.grpc)
+	if _, _, err := callSent(t.Context(), c, rlRequest("f", "k", "late")); err != nil {
+		t.Errorf("a call on a new connection during --shutdown-delay: %v, want an answer", err)
+	}
+	select {
+	case <-p.exited:
+		t.Fatal("ratelimitd exited before its --shutdown-delay was over")
+	default:
+	}
+	waitExit(t, p, 20*time.Second)
+}
