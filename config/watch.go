@@ -33,7 +33,9 @@ type WatchOptions struct {
 // updates, which swap a "..data" symlink in the mounted directory. It
 // watches the directory (for a file, the file's directory), waits for
 // events to settle, and loads only when the content of the rule files
-// changed. An invalid change is reported and the previous rules stay.
+// changed and reads the same twice in a row, Debounce (or Poll, if
+// shorter) apart. An invalid
+// change is reported and the previous rules stay.
 type Watcher struct {
 	path string
 	opts WatchOptions
@@ -86,15 +88,38 @@ func (w *Watcher) Run(ctx context.Context, current *Rules) error {
 		return fmt.Errorf("config: watch %s: %w", dir, err)
 	}
 
+	debounce := time.NewTimer(time.Hour)
+	debounce.Stop()
+	defer debounce.Stop()
+
 	last := "" // the digest of the files behind the rules in force
 	if current != nil {
 		last = current.digest
 	}
+	// A change is loaded once the files read the same twice, settle apart
+	// and with no file event between: a file written in place is empty or
+	// cut short for a moment, and a poll, or an event of an earlier change,
+	// may read it then.
+	settle := min(w.opts.Debounce, w.opts.Poll)
+	var (
+		pending      string    // a changed digest, not loaded yet
+		pendingSince time.Time // when it was first read
+	)
 	load := func(force bool) {
 		d, err := w.digest()
 		if err == nil && d == last && !force {
+			pending = ""
 			return
 		}
+		if !force && d != pending {
+			pending, pendingSince = d, time.Now()
+			debounce.Reset(w.opts.Debounce)
+			return
+		}
+		if !force && time.Since(pendingSince) < settle {
+			return // the debounce timer looks again
+		}
+		pending = ""
 		rules, err := Load(w.path)
 		if err != nil {
 			if d != last || force {
@@ -103,16 +128,17 @@ func (w *Watcher) Run(ctx context.Context, current *Rules) error {
 			last = d // report a bad change once, not at every poll
 			return
 		}
-		last = d
+		if rules.digest != d && !force {
+			debounce.Reset(w.opts.Debounce) // changed again while loading
+			return
+		}
+		last = rules.digest
 		w.opts.OnLoad(rules)
 	}
 	if current == nil {
 		load(true)
 	}
 
-	debounce := time.NewTimer(time.Hour)
-	debounce.Stop()
-	defer debounce.Stop()
 	poll := time.NewTicker(w.opts.Poll)
 	defer poll.Stop()
 	for {
@@ -123,6 +149,7 @@ func (w *Watcher) Run(ctx context.Context, current *Rules) error {
 			if !ok {
 				return errors.New("config: watcher closed")
 			}
+			pending = "" // the files are changing: what was read may be gone
 			debounce.Reset(w.opts.Debounce)
 		case err, ok := <-fw.Errors:
 			if !ok {

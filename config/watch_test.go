@@ -219,3 +219,41 @@ func TestWatchMissingPath(t *testing.T) {
 		t.Error("Run(missing directory) = nil, want an error")
 	}
 }
+
+// TestWatchHalfWrittenFile: a file seen half-written (here by a poll) is
+// not loaded; only its complete content is, once it reads the same twice.
+func TestWatchHalfWrittenFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "rules.yaml")
+	write(t, path, rulesYAML(1))
+	current, err := config.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	loads := make(chan *config.Rules, 10)
+	w := config.NewWatcher(path, config.WatchOptions{
+		OnLoad:   func(r *config.Rules) { loads <- r },
+		Poll:     200 * time.Millisecond, // a poll may catch the half-written file
+		Debounce: 500 * time.Millisecond,
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- w.Run(ctx, current) }()
+	defer func() { cancel(); <-done }()
+
+	// The first half is valid on its own: a domain with no limits.
+	for range 10 { // so that some poll reads it
+		write(t, path, "domain: d\ndescriptors:\n")
+		time.Sleep(40 * time.Millisecond)
+		write(t, path, rulesYAML(2))
+		time.Sleep(15 * time.Millisecond)
+	}
+	r := waitLoad(t, loads, nil)
+	if got := requestsOf(t, r); got != 2 {
+		t.Fatalf("first load after the writes: limit %d, want the complete file's 2", got)
+	}
+	select {
+	case r := <-loads:
+		t.Errorf("a second load: %v", r.Domains())
+	case <-time.After(100 * time.Millisecond):
+	}
+}
