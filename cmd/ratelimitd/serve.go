@@ -178,7 +178,7 @@ func serve(ctx context.Context, f *flags, stderr io.Writer) error {
 			g.Stop()
 			<-stopped
 		}
-		hctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		hctx, cancel := context.WithTimeout(context.WithoutCancel(gctx), time.Second)
 		defer cancel()
 		if ds != nil {
 			ds.Shutdown(hctx)
