@@ -1,6 +1,7 @@
 package memory_test
 
 import (
+	"errors"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -171,7 +172,7 @@ func TestClose(t *testing.T) {
 		t.Errorf("second Close() error: %v", err)
 	}
 	err := s.Take(t.Context(), []backend.Request{{Key: "a", Limit: minute, Hits: 1}}, make([]backend.Result, 1))
-	if err != backend.ErrClosed {
+	if !errors.Is(err, backend.ErrClosed) {
 		t.Errorf("Take() after Close error = %v, want backend.ErrClosed", err)
 	}
 }

@@ -310,7 +310,7 @@ func (s *Store) guard(ctx context.Context, node string, f func() error) error {
 		conn, err := d.DialContext(ctx, "tcp", addr)
 		if err != nil {
 			done(err)
-			return fmt.Errorf("%w: %s: %v", ErrUnavailable, node, err)
+			return fmt.Errorf("%w: %s: %w", ErrUnavailable, node, err)
 		}
 		conn.Close()
 	}
