@@ -46,7 +46,9 @@ func ratelimitd() (*grpc.ClientConn, func()) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		g.Serve(lis)
+		if err := g.Serve(lis); err != nil {
+			log.Print(err)
+		}
 	}()
 	conn, err := grpc.NewClient("passthrough:///ratelimitd",
 		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
