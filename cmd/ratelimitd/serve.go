@@ -181,7 +181,7 @@ func serve(ctx context.Context, f *flags, stderr io.Writer) error {
 		hctx, cancel := context.WithTimeout(context.WithoutCancel(gctx), time.Second)
 		defer cancel()
 		if ds != nil {
-			ds.Shutdown(hctx)
+			_ = ds.Shutdown(hctx) // a profile being taken outlasts the drain, and that is no failure
 		}
 		return hs.Shutdown(hctx)
 	})
