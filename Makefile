@@ -1,6 +1,7 @@
 # ratelimitd: `make help` lists the targets.
 GO      ?= go
 TOOL    := $(GO) tool -modfile=tools/go.mod
+LINT    := $(GO) tool -modfile=tools/lint/go.mod
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
 BIN     := bin/ratelimitd
 CONFIG  ?= examples/config.yaml
@@ -44,7 +45,8 @@ vet: ## go vet
 	$(GO) vet ./...
 
 .PHONY: lint
-lint: ## buf lint and buf format on proto/
+lint: ## golangci-lint (.golangci.yml), then buf lint and buf format on proto/
+	$(LINT) golangci-lint run
 	$(TOOL) buf lint
 	$(TOOL) buf format --diff --exit-code
 
@@ -64,8 +66,9 @@ check-generate: generate ## fail if gen/ is not what proto/ generates
 	@test -z "$$(git status --porcelain -- gen)" || { git status --porcelain -- gen; echo "gen/ has files proto/ does not generate"; exit 1; }
 
 .PHONY: tidy
-tidy: ## fail if go.mod or go.sum is not tidy
+tidy: ## fail if go.mod or go.sum (the product's, and golangci-lint's) is not tidy
 	$(GO) mod tidy -diff
+	cd tools/lint && $(GO) mod tidy -diff
 
 .PHONY: bench
 bench: ## run the Go benchmarks

@@ -39,12 +39,12 @@ var ErrUnavailable = errors.New("backend: unavailable")
 type Mode uint8
 
 const (
-	// Enforce: the call is refused when this request's group is over.
+	// Enforce refuses the call when this request's group is over.
 	Enforce Mode = iota
-	// Shadow: an over-limit is reported but refuses nothing (a rule's
+	// Shadow reports an over-limit but refuses nothing (a rule's
 	// shadow_mode, or the daemon's global shadow mode).
 	Shadow
-	// Quota: the call is refused only when every Quota group of the call is
+	// Quota refuses the call only when every Quota group of the call is
 	// over (a rule's quota_mode).
 	Quota
 )

@@ -639,5 +639,5 @@ func TestD(t *testing.T) {
 			t.Error("D(odd count) did not panic")
 		}
 	}()
-	client.D("path")
+	client.D("path") //nolint:staticcheck // SA5012: the odd count is the point
 }

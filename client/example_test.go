@@ -46,7 +46,9 @@ func ratelimitd() (*grpc.ClientConn, func()) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		g.Serve(lis)
+		// nil after stop, or ErrServerStopped when an example stops
+		// ratelimitd before Serve begins.
+		_ = g.Serve(lis)
 	}()
 	conn, err := grpc.NewClient("passthrough:///ratelimitd",
 		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),

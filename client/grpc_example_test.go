@@ -35,7 +35,9 @@ func ExampleUnaryServerInterceptor() {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		srv.Serve(lis)
+		if err := srv.Serve(lis); err != nil {
+			log.Print(err)
+		}
 	}()
 	defer func() { srv.Stop(); <-done }()
 

@@ -313,6 +313,8 @@ func httpWriteRefusal(w http.ResponseWriter, d Decision) {
 // of a comma-separated list of addresses such as "X-Forwarded-For"; all
 // the request's fields of that name are read in order. Addresses are
 // returned without zone, and IPv4-mapped IPv6 addresses as IPv4.
+//
+//nolint:revive // "client" is the HTTP request's here, not this package: client.IP would not say whose
 func ClientIP(r *http.Request, header string, trusted []netip.Prefix) netip.Addr {
 	peer := httpParseNode(r.RemoteAddr)
 	if !peer.IsValid() || !httpTrusted(peer, trusted) {

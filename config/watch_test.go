@@ -200,8 +200,14 @@ func TestWatchPollsWithoutEvents(t *testing.T) {
 		Poll:     100 * time.Millisecond,
 	})
 	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	go w.Run(ctx, current)
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx, current) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run() = %v after cancel, want nil", err)
+		}
+	}()
 	write(t, path, rulesYAML(5))
 	select {
 	case r := <-loads:

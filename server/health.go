@@ -35,7 +35,7 @@ func (h healthService) Watch(in *healthpb.HealthCheckRequest, stream healthpb.He
 	case <-h.stopped:
 	}
 	cancel()
-	<-done // w is ours again
+	<-done //nolint:errcheck // w is ours again; Watch's error is only our cancel
 	final := healthpb.HealthCheckResponse_SERVICE_UNKNOWN
 	if resp, err := h.Server.Check(stream.Context(), in); err == nil {
 		final = resp.Status

@@ -63,8 +63,14 @@ func TestPanicIsInternal(t *testing.T) {
 		}},
 	}, struct{}{})
 	lis := bufconn.Listen(1 << 20)
-	go g.Serve(lis)
-	t.Cleanup(g.Stop)
+	served := make(chan error, 1)
+	go func() { served <- g.Serve(lis) }()
+	t.Cleanup(func() {
+		g.Stop()
+		if err := <-served; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
 	conn, err := grpc.NewClient("passthrough:///bufnet",
 		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
 		grpc.WithTransportCredentials(insecure.NewCredentials()))

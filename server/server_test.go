@@ -418,7 +418,9 @@ func TestReflection(t *testing.T) {
 		} else if len(resp.GetFileDescriptorResponse().GetFileDescriptorProto()) == 0 {
 			t.Errorf("FileContainingSymbol(%s): no file descriptors", sym)
 		}
-		stream.CloseSend()
+		if err := stream.CloseSend(); err != nil {
+			t.Errorf("CloseSend: %v", err)
+		}
 	}
 }
 

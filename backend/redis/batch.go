@@ -154,7 +154,7 @@ func (b *batcher) run(batch []*pending) {
 		c.appendRequests(s, p.reqs, nil, "", nil, nil)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
-	err := s.guard(ctx, s.nodeOf(""), func() error {
+	err := s.guard(ctx, s.nodeOf(ctx, ""), func() error {
 		vals, err := takeScript.Run(ctx, s.client, c.keys, c.args...).Int64Slice()
 		if err != nil {
 			return err

@@ -74,7 +74,7 @@ func NewClient(rawURL string, o ClientOptions) (goredis.UniversalClient, error) 
 	case "":
 		opt, err := goredis.ParseURL(plain)
 		if err != nil {
-			return nil, fmt.Errorf("redis URL %q: %v", Redact(rawURL), unwrapURLError(err))
+			return nil, fmt.Errorf("redis URL %q: %w", Redact(rawURL), unwrapURLError(err))
 		}
 		o.settle(fields{&opt.PoolSize, &opt.MaxRetries, &opt.DialerRetries, &opt.DialTimeout, &opt.ReadTimeout,
 			&opt.WriteTimeout, &opt.PoolTimeout, &opt.DialerRetryTimeout, &opt.ContextTimeoutEnabled, &opt.TLSConfig}, tlsConf, false)
@@ -82,7 +82,7 @@ func NewClient(rawURL string, o ClientOptions) (goredis.UniversalClient, error) 
 	case "cluster":
 		opt, err := goredis.ParseClusterURL(plain)
 		if err != nil {
-			return nil, fmt.Errorf("redis URL %q: %v", Redact(rawURL), unwrapURLError(err))
+			return nil, fmt.Errorf("redis URL %q: %w", Redact(rawURL), unwrapURLError(err))
 		}
 		o.settle(fields{&opt.PoolSize, &opt.MaxRetries, &opt.DialerRetries, &opt.DialTimeout, &opt.ReadTimeout,
 			&opt.WriteTimeout, &opt.PoolTimeout, &opt.DialerRetryTimeout, &opt.ContextTimeoutEnabled, &opt.TLSConfig}, tlsConf, true)
@@ -95,7 +95,7 @@ func NewClient(rawURL string, o ClientOptions) (goredis.UniversalClient, error) 
 	default:
 		opt, err := goredis.ParseFailoverURL(plain)
 		if err != nil {
-			return nil, fmt.Errorf("redis URL %q: %v", Redact(rawURL), unwrapURLError(err))
+			return nil, fmt.Errorf("redis URL %q: %w", Redact(rawURL), unwrapURLError(err))
 		}
 		if opt.MasterName == "" {
 			return nil, fmt.Errorf("redis URL %q: a sentinel URL needs master_name=NAME", Redact(rawURL))

@@ -123,7 +123,7 @@ func (s *Store) runPart(ctx context.Context, op string, reqs []backend.Request, 
 	if op == "part" {
 		per = 5
 	}
-	return s.guard(ctx, s.nodeOf(c.keys[0]), func() error {
+	return s.guard(ctx, s.nodeOf(ctx, c.keys[0]), func() error {
 		vals, err := takeScript.Run(ctx, s.client, c.keys, c.args...).Int64Slice()
 		if err != nil {
 			return err

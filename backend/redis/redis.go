@@ -282,7 +282,7 @@ func (s *Store) takeOne(ctx context.Context, reqs []backend.Request, res []backe
 	}
 	call := s.newCall("take", reqs, nil, "")
 	defer call.free()
-	return s.guard(ctx, s.nodeOf(""), func() error {
+	return s.guard(ctx, s.nodeOf(ctx, ""), func() error {
 		vals, err := takeScript.Run(ctx, s.client, call.keys, call.args...).Int64Slice()
 		if err != nil {
 			return err
@@ -310,7 +310,7 @@ func (s *Store) guard(ctx context.Context, node string, f func() error) error {
 		conn, err := d.DialContext(ctx, "tcp", addr)
 		if err != nil {
 			done(err)
-			return fmt.Errorf("%w: %s: %v", ErrUnavailable, node, err)
+			return fmt.Errorf("%w: %s: %w", ErrUnavailable, node, err)
 		}
 		conn.Close()
 	}
@@ -347,13 +347,13 @@ func (s *Store) breaker(node string) *gobreaker.TwoStepCircuitBreaker[struct{}] 
 }
 
 // nodeOf names the Redis node that serves key, for its circuit breaker.
-func (s *Store) nodeOf(key string) string {
+func (s *Store) nodeOf(ctx context.Context, key string) string {
 	if s.cluster == nil {
 		return "redis"
 	}
 	// The slot map is cached by go-redis; an error here (no slots yet)
 	// falls back to one breaker for unknown nodes.
-	c, err := s.cluster.MasterForKey(context.Background(), key)
+	c, err := s.cluster.MasterForKey(ctx, key)
 	if err != nil {
 		return "cluster"
 	}

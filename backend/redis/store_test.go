@@ -270,7 +270,7 @@ ratelimitd_backend_breaker_state{node="redis",state="open"} 1
 	}
 	// A longer outage: the breaker probes every 250 ms.
 	for end := time.Now().Add(1500 * time.Millisecond); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
-		take(t, s, reqs...)
+		_, _ = take(t, s, reqs...) // fails: Redis is down
 	}
 	srv.Restart(t)
 	waitTake(t, s, 750*time.Millisecond, reqs...)

@@ -159,7 +159,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*f
 		}
 		if v := getenv(envName(fl.Name)); v != "" {
 			if err := fl.Value.Set(v); err != nil {
-				bad = fmt.Errorf("%s=%q: %v", envName(fl.Name), v, err)
+				bad = fmt.Errorf("%s=%q: %w", envName(fl.Name), v, err)
 			}
 		}
 	})

@@ -362,8 +362,14 @@ func TestTracing(t *testing.T) {
 	}
 	g := grpc.NewServer()
 	coltracepb.RegisterTraceServiceServer(g, col)
-	go g.Serve(lis)
-	t.Cleanup(g.Stop)
+	served := make(chan error, 1)
+	go func() { served <- g.Serve(lis) }()
+	t.Cleanup(func() {
+		g.Stop()
+		if err := <-served; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
 
 	path := filepath.Join(t.TempDir(), "rules.yaml")
 	writeFile(t, path, goodRules)

@@ -56,6 +56,7 @@ func startProcess(t *testing.T, args ...string) *process {
 	addrs := make(chan [2]string, 1)
 	var logMu sync.Mutex
 	var log []string
+	var exit error // cmd.Wait's, read once p.exited is closed
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
@@ -67,20 +68,20 @@ func startProcess(t *testing.T, args ...string) *process {
 				addrs <- [2]string{rec.GRPC, rec.HTTP}
 			}
 		}
-		cmd.Wait()
+		exit = cmd.Wait()
 		close(p.exited)
 	}()
 	t.Cleanup(func() {
-		cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Process.Signal(syscall.SIGTERM) // fails only if it has exited already
 		select {
 		case <-p.exited:
 		case <-time.After(10 * time.Second):
-			cmd.Process.Kill()
+			_ = cmd.Process.Kill() // likewise
 			<-p.exited
 		}
 		if t.Failed() {
 			logMu.Lock()
-			t.Logf("ratelimitd %v log:\n%s", args, strings.Join(log, "\n"))
+			t.Logf("ratelimitd %v (exit: %v) log:\n%s", args, exit, strings.Join(log, "\n"))
 			logMu.Unlock()
 		}
 	})
@@ -88,7 +89,7 @@ func startProcess(t *testing.T, args ...string) *process {
 	case a := <-addrs:
 		p.grpc, p.http = a[0], a[1]
 	case <-p.exited:
-		t.Fatalf("ratelimitd %v exited at start:\n%s", args, strings.Join(log, "\n"))
+		t.Fatalf("ratelimitd %v exited at start (%v):\n%s", args, exit, strings.Join(log, "\n"))
 	case <-time.After(20 * time.Second):
 		t.Fatalf("ratelimitd %v did not start", args)
 	}

@@ -178,10 +178,10 @@ func serve(ctx context.Context, f *flags, stderr io.Writer) error {
 			g.Stop()
 			<-stopped
 		}
-		hctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		hctx, cancel := context.WithTimeout(context.WithoutCancel(gctx), time.Second)
 		defer cancel()
 		if ds != nil {
-			ds.Shutdown(hctx)
+			_ = ds.Shutdown(hctx) // a profile being taken outlasts the drain, and that is no failure
 		}
 		return hs.Shutdown(hctx)
 	})

@@ -33,7 +33,7 @@ func openStore(ctx context.Context, f *flags, log *slog.Logger) (backend.Store, 
 	if !f.localCache {
 		cache = -1
 	}
-	s, err := redis.New(client, redis.Options{
+	s, err := redis.New(client, redis.Options{ //nolint:contextcheck // New does no I/O; its breaker logs state changes with a Background ctx
 		Prefix:           f.redis.keyPrefix,
 		Timeout:          f.redis.timeout,
 		LocalCache:       cache,

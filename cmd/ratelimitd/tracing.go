@@ -42,7 +42,7 @@ func startTracing(ctx context.Context, f tracingFlags) (trace.TracerProvider, fu
 		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(f.sampleRatio))),
 	)
 	stop := func(log *slog.Logger) {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
 		if err := tp.Shutdown(ctx); err != nil {
 			log.Warn("flushing traces", "err", err)

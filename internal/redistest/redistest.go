@@ -233,10 +233,16 @@ func waitPing(addr string, p *process) error {
 			return nil
 		}
 		if p.exited() {
-			return fmt.Errorf("process exited: %v", p.err)
+			if p.err == nil {
+				return errors.New("process exited")
+			}
+			return fmt.Errorf("process exited: %w", p.err)
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("no PONG after %v (last: %q, %v)", readyTimeout, reply, err)
+			if err != nil {
+				return fmt.Errorf("no PONG after %v: %w", readyTimeout, err)
+			}
+			return fmt.Errorf("no PONG after %v (last reply %q)", readyTimeout, reply)
 		}
 		time.Sleep(pollInterval)
 	}

@@ -109,7 +109,7 @@ var styles = []struct {
 		// Kubernetes writes every file of the new version, so keep the
 		// ones not being replaced.
 		old, _ := os.Readlink(filepath.Join(dir, "..data"))
-		ts, err := os.MkdirTemp(dir, "..2026_01_01_")
+		ts, err := os.MkdirTemp(dir, "..2026_01_01_") //nolint:usetesting // Kubernetes's ..timestamp directory inside dir, not a fresh temp dir
 		if err != nil {
 			t.Fatal(err)
 		}
