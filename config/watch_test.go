@@ -244,7 +244,12 @@ func TestWatchHalfWrittenFile(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
 	go func() { done <- w.Run(ctx, current) }()
-	defer func() { cancel(); <-done }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run() = %v after cancel, want nil", err)
+		}
+	}()
 
 	// The first half is valid on its own: a domain with no limits.
 	for range 10 { // so that some poll reads it
