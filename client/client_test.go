@@ -102,8 +102,11 @@ func compileRules(t testing.TB, yaml string) *config.Rules {
 }
 
 // client returns a Client on h's connection, reading h's clock.
+// client returns a Client of h's ratelimitd. Its call budget is long, so
+// that a loaded machine does not turn answers into failure-policy ones;
+// tests of the budget set their own.
 func (h *harness) client(opts ...client.Option) *client.Client {
-	return client.New(h.conn, append([]client.Option{client.WithNow(h.clock.Now)}, opts...)...)
+	return client.New(h.conn, append([]client.Option{client.WithNow(h.clock.Now), client.WithTimeout(10 * time.Second)}, opts...)...)
 }
 
 // at moves h's clock to t0+d.
@@ -115,6 +118,9 @@ func ask(t *testing.T, c *client.Client, domain string, ds ...client.Descriptor)
 	d, err := c.ShouldRateLimit(t.Context(), domain, ds...)
 	if err != nil {
 		t.Fatalf("ShouldRateLimit(%q, %v): %v", domain, ds, err)
+	}
+	if d.Err != nil {
+		t.Fatalf("ShouldRateLimit(%q, %v) was answered by the failure policy: %v", domain, ds, d.Err)
 	}
 	return d
 }

@@ -76,9 +76,10 @@ func newGRPCEnv(t *testing.T) *grpcEnv {
 }
 
 // client returns a Client of ratelimitd reading e's clock, without
-// refusal memory unless opts turn it on.
+// refusal memory unless opts turn it on, and with a call budget long
+// enough for a loaded machine (tests of the budget set their own).
 func (e *grpcEnv) client(opts ...client.Option) *client.Client {
-	return client.New(e.conn, append([]client.Option{client.WithNow(e.clock.Now), client.WithRefusalCache(0)}, opts...)...)
+	return client.New(e.conn, append([]client.Option{client.WithNow(e.clock.Now), client.WithRefusalCache(0), client.WithTimeout(10 * time.Second)}, opts...)...)
 }
 
 // serveBufconn serves g over bufconn and returns a connection to it, and a

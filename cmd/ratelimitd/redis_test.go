@@ -283,8 +283,8 @@ func TestRedisFaults(t *testing.T) {
 				t.Errorf("%s with Redis down answered %s %d times", m, answer, o.count)
 			}
 			// The timeout bounds the wait; the slack covers -race on a
-			// shared machine.
-			if o.slow > timeout+150*time.Millisecond {
+			// shared, loaded machine (the reference stalls for seconds).
+			if o.slow > timeout+400*time.Millisecond {
 				t.Errorf("%s with Redis down: slowest %s took %v, want within the timeout %v", m, answer, o.slow, timeout)
 			}
 		}
