@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
@@ -217,6 +218,7 @@ func (s *Server) GRPCOptions() []grpc.ServerOption {
 		stream = append([]grpc.StreamServerInterceptor{s.grpcProm.StreamServerInterceptor()}, stream...)
 	}
 	opts := []grpc.ServerOption{
+		grpc.NumStreamWorkers(streamWorkers()),
 		grpc.MaxRecvMsgSize(MaxRecvMsgSize),
 		grpc.ChainUnaryInterceptor(unary...),
 		grpc.ChainStreamInterceptor(stream...),
@@ -230,6 +232,13 @@ func (s *Server) GRPCOptions() []grpc.ServerOption {
 	}
 	return opts
 }
+
+// streamWorkers is how many goroutines serve gRPC streams, 32 per CPU up
+// to 1024. Without them grpc-go starts a goroutine per RPC, whose stack
+// then grows through the interceptors and handler at every call; the
+// load benchmark measured 2.4 µs of CPU per decision (7%) for that. When
+// every worker is busy, grpc-go starts a goroutine as before.
+func streamWorkers() uint32 { return uint32(min(32*runtime.GOMAXPROCS(0), 1024)) }
 
 // Register registers Envoy's RateLimitService, the native RateLimitService,
 // gRPC health and server reflection on g, and with Options.Registry starts
