@@ -69,7 +69,7 @@ func (s *Server) serveConfig(w http.ResponseWriter, _ *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/yaml; charset=utf-8")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
-	fmt.Fprintf(w, "# %d domains from %s\n", len(rules.Domains()), strings.Join(rules.Files(), ", "))
+	fmt.Fprintf(w, "# the rules in force, loaded from %s\n", strings.Join(rules.Files(), ", "))
 	w.Write(out)
 }
 
