@@ -214,7 +214,11 @@ func addDescriptor[E config.Entry](sc *scratch, d *config.DomainRules, domain st
 			}
 		}
 		sc.keys = backend.AppendKeyPart(sc.keys, e.GetKey())
-		sc.keys = backend.AppendKeyPart(sc.keys, keyValue(v))
+		if len(v) > maxEntryBytes {
+			sum := sha256.Sum256([]byte(v))
+			v = longValueMark + string(sum[:])
+		}
+		sc.keys = backend.AppendKeyPart(sc.keys, v)
 	}
 	ds.key = [2]int{start, len(sc.keys)}
 	if ds.unlimited() {
@@ -227,12 +231,18 @@ func addDescriptor[E config.Entry](sc *scratch, d *config.DomainRules, domain st
 	return nil
 }
 
-// keyValue returns the form of a request value in counter keys and
-// metric labels: the value itself, or for a value over maxEntryBytes a
-// digest of it. Values come from clients (Envoy copies request headers
-// into them): refusing long ones would make every request carrying a
-// 2 KiB header an error, which Envoy by default lets through unlimited.
-func keyValue(v string) string {
+// A request value over maxEntryBytes is counted under its SHA-256 digest,
+// marked with a byte that no request value holds (protobuf strings are
+// valid UTF-8, and 0xff never is), so that it shares no counter with a
+// value that reads like a digest. Values come from clients (Envoy copies
+// request headers into them): refusing long ones would make every request
+// carrying a 2 KiB header an error, which Envoy by default lets through
+// unlimited.
+const longValueMark = "\xff"
+
+// labelValue returns the form of a request value in metric labels: the
+// value itself, or for a value over maxEntryBytes its digest in hex.
+func labelValue(v string) string {
 	if len(v) <= maxEntryBytes {
 		return v
 	}
@@ -314,7 +324,7 @@ func (s *Server) decide(ctx context.Context, sc *scratch) error {
 		ds := &sc.descs[i]
 		v := verdict{unlimited: ds.unlimited()}
 		if ds.n == 0 {
-			s.countRule(sc.domain, ds, false, false, false, backend.Limit{}, backend.Result{})
+			s.countRule(sc.domain, ds, false, false, false, false, backend.Limit{}, backend.Result{})
 		} else {
 			// Report the limit that refused, else the one with the least
 			// remaining.
@@ -338,7 +348,7 @@ func (s *Server) decide(ctx context.Context, sc *scratch) error {
 				reset:     r.ResetAfter,
 				retry:     r.RetryAfter,
 			}
-			s.countRule(sc.domain, ds, true, over, v.shadow, v.limit, r)
+			s.countRule(sc.domain, ds, true, over, v.shadow, dec.over, v.limit, r)
 		}
 		dec.statuses = append(dec.statuses, v)
 	}

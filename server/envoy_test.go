@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"crypto/sha256"
 	"fmt"
 	"math"
 	"strings"
@@ -866,7 +867,12 @@ descriptors:
 	for i, tt := range []struct {
 		value string
 		want  rlsv3.RateLimitResponse_Code
-	}{{a, ok}, {a, ok}, {a, over}, {b, ok}, {b, ok}, {b, over}, {long(1024), ok}} {
+	}{
+		{a, ok}, {a, ok}, {a, over}, {b, ok}, {b, ok}, {b, over}, {long(1024), ok},
+		// A value that reads like a's digest has a counter of its own.
+		{fmt.Sprintf("sha256:%x", sha256.Sum256([]byte(a))), ok},
+		{fmt.Sprintf("%x", sha256.Sum256([]byte(a))), ok},
+	} {
 		resp := h.should(t, request("l", desc("user_agent", tt.value)))
 		if got := resp.GetOverallCode(); got != tt.want {
 			t.Errorf("call %d with a %d-byte value: %v, want %v", i, len(tt.value), got, tt.want)

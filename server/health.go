@@ -10,17 +10,17 @@ import (
 )
 
 // healthService is grpc-go's health service whose Watch streams end at
-// Shutdown: grpc-go keeps them open for as long as the client wants, and
+// EndHealthWatches: grpc-go keeps them open for as long as the client wants, and
 // grpc.Server.GracefulStop waits for every stream, so one watcher (a gRPC
 // client doing client-side health checking) would hold a drain until its
 // timeout, and then be cut off.
 type healthService struct {
 	*health.Server
-	stopped <-chan struct{} // closed by Server.Shutdown
+	stopped <-chan struct{} // closed by Server.EndHealthWatches
 }
 
-// Watch implements healthpb.HealthServer. Until Shutdown, it is
-// health.Server's Watch. At Shutdown it sends the final status
+// Watch implements healthpb.HealthServer. Until EndHealthWatches, it is
+// health.Server's Watch. Then it sends the final status
 // (NOT_SERVING, or SERVICE_UNKNOWN) unless already sent, and ends the
 // stream with Unavailable.
 func (h healthService) Watch(in *healthpb.HealthCheckRequest, stream healthpb.Health_WatchServer) error {

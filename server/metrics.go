@@ -201,9 +201,10 @@ func (m *metrics) resolve(domain, rule string) *ruleCounters {
 
 // countRule adds ds's hits to its rule's counters, given its reported
 // result r under limit l: over the limit (and then in shadow mode or
-// not), or within it and perhaps near it. Descriptors that matched no rule
-// are not counted, so that request values never become labels unasked.
-func (s *Server) countRule(domain string, ds *desc, limited, over, shadow bool, l backend.Limit, r backend.Result) {
+// not), or within it and, if the call was admitted (not refused), perhaps
+// near it. Descriptors that matched no rule are not counted, so that
+// request values never become labels unasked.
+func (s *Server) countRule(domain string, ds *desc, limited, over, shadow, refused bool, l backend.Limit, r backend.Result) {
 	if ds.rule == nil || (!limited && !ds.unlimited()) {
 		return
 	}
@@ -218,7 +219,7 @@ func (s *Server) countRule(domain string, ds *desc, limited, over, shadow bool, 
 		}
 	default:
 		c.within.Add(hits)
-		if near := s.nearLimit(ds.hits, l, r); near > 0 {
+		if near := s.nearLimit(ds.hits, l, r); near > 0 && !refused {
 			c.near.Add(float64(near))
 		}
 	}
@@ -261,7 +262,7 @@ func metricPath[E config.Entry](rule *config.Rule, entries []E) string {
 		switch {
 		case rule.DetailedMetric || (j < len(rule.Levels) && rule.Levels[j].ValueToMetric):
 			b.WriteByte('=')
-			b.WriteString(keyValue(e.GetValue()))
+			b.WriteString(labelValue(e.GetValue()))
 		case j < len(rule.Levels) && rule.Levels[j].Value != "":
 			b.WriteByte('=')
 			b.WriteString(rule.Levels[j].Value)

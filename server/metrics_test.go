@@ -41,6 +41,8 @@ descriptors:
         rate_limit: {unit: minute, requests_per_unit: 10}
   - key: free
     rate_limit: {unlimited: true}
+  - key: ten
+    rate_limit: {unit: minute, requests_per_unit: 10}
 `
 
 // scrape GETs /metrics from ts and returns its families by name, after
@@ -141,6 +143,13 @@ func TestMetrics(t *testing.T) {
 	h.should(t, request("m", desc("nope", "x"))) // matches no rule: no series
 	_, err := h.envoy.ShouldRateLimit(t.Context(), request("", desc("k", "v")))
 	wantCode(t, "ShouldRateLimit with an empty domain", err, codes.InvalidArgument)
+	// ten=x: 9 hits take it past 8, the near threshold (1 near); then,
+	// in a call that k=v refuses, 1 more hit is within its limit but
+	// consumes nothing, so it is not near it.
+	h.should(t, request("m", hits(9, desc("ten", "x"))))
+	if resp := h.should(t, request("m", desc("k", "v"), desc("ten", "x"))); resp.GetOverallCode() != over {
+		t.Fatalf("k=v with ten=x: overall %v, want OVER_LIMIT", resp.GetOverallCode())
+	}
 	h.shouldNative(t, nrequest("m", ndesc("k", "v")))
 	if code, body, _ := do(t, ts, "POST", "/json", `{"domain":"m","descriptors":[{"entries":[{"key":"k","value":"v"}]}]}`); code != http.StatusTooManyRequests {
 		t.Fatalf("POST /json = %d %s, want 429", code, body)
@@ -148,10 +157,12 @@ func TestMetrics(t *testing.T) {
 
 	mfs := scrape(t, ts)
 	wantSamples(t, mfs, map[string]float64{
-		`ratelimitd_rule_hits_total{domain=m,rule=k=v}`:            7,
+		`ratelimitd_rule_hits_total{domain=m,rule=k=v}`:            8,
 		`ratelimitd_rule_within_limit_total{domain=m,rule=k=v}`:    3,
 		`ratelimitd_rule_near_limit_total{domain=m,rule=k=v}`:      1,
-		`ratelimitd_rule_over_limit_total{domain=m,rule=k=v}`:      4,
+		`ratelimitd_rule_over_limit_total{domain=m,rule=k=v}`:      5,
+		`ratelimitd_rule_within_limit_total{domain=m,rule=ten}`:    10,
+		`ratelimitd_rule_near_limit_total{domain=m,rule=ten}`:      1,
 		`ratelimitd_rule_shadow_mode_total{domain=m,rule=k=v}`:     0,
 		`ratelimitd_rule_hits_total{domain=m,rule=s}`:              2,
 		`ratelimitd_rule_within_limit_total{domain=m,rule=s}`:      1,
@@ -164,21 +175,22 @@ func TestMetrics(t *testing.T) {
 		`ratelimitd_rule_hits_total{domain=m,rule=free}`:           1,
 		`ratelimitd_rule_within_limit_total{domain=m,rule=free}`:   1,
 
-		`ratelimitd_decisions_total{api=envoy,code=ok}`:          10,
-		`ratelimitd_decisions_total{api=envoy,code=over_limit}`:  2,
+		`ratelimitd_decisions_total{api=envoy,code=ok}`:          11,
+		`ratelimitd_decisions_total{api=envoy,code=over_limit}`:  3,
 		`ratelimitd_decisions_total{api=envoy,code=error}`:       1,
 		`ratelimitd_decisions_total{api=native,code=over_limit}`: 1,
 		`ratelimitd_decisions_total{api=json,code=over_limit}`:   1,
-		`ratelimitd_decision_duration_seconds{api=envoy}`:        13,
+		`ratelimitd_decision_duration_seconds{api=envoy}`:        15,
 		`ratelimitd_decision_duration_seconds{api=native}`:       1,
-		// Every request with a limit to count called the store: k=v 7
-		// times, s twice, user twice and path once.
-		`ratelimitd_backend_duration_seconds`:           12,
+		// Every request with a limit to count called the store: k=v 8
+		// times (once with ten=x), ten=x alone once, s twice, user twice
+		// and path once.
+		`ratelimitd_backend_duration_seconds`:           14,
 		`ratelimitd_backend_errors_total{kind=error}`:   0,
 		`ratelimitd_config_loads_total{result=success}`: 1,
 		`ratelimitd_config_last_load_successful`:        1,
 
-		`grpc_server_handled_total{grpc_type=unary,grpc_service=envoy.service.ratelimit.v3.RateLimitService,grpc_method=ShouldRateLimit,grpc_code=OK}`:              12,
+		`grpc_server_handled_total{grpc_type=unary,grpc_service=envoy.service.ratelimit.v3.RateLimitService,grpc_method=ShouldRateLimit,grpc_code=OK}`:              14,
 		`grpc_server_handled_total{grpc_type=unary,grpc_service=envoy.service.ratelimit.v3.RateLimitService,grpc_method=ShouldRateLimit,grpc_code=InvalidArgument}`: 1,
 		`grpc_server_handled_total{grpc_type=unary,grpc_service=ratelimit.v1.RateLimitService,grpc_method=ShouldRateLimit,grpc_code=OK}`:                            1,
 	})
@@ -279,8 +291,8 @@ func TestConfigEndpoint(t *testing.T) {
 	if err != nil {
 		t.Fatalf("GET /config is not a valid rules file: %v\n%s", err, body)
 	}
-	if len(domains) != 1 || domains[0].Domain != "m" || len(domains[0].Descriptors) != 5 {
-		t.Errorf("GET /config = %q, want domain m with its 5 descriptors", body)
+	if len(domains) != 1 || domains[0].Domain != "m" || len(domains[0].Descriptors) != 6 {
+		t.Errorf("GET /config = %q, want domain m with its 6 descriptors", body)
 	}
 	if code, _, _ := do(t, ts, "GET", "/metrics", ""); code != http.StatusNotFound {
 		t.Errorf("GET /metrics without a Registry = %d, want 404", code)

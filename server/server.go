@@ -140,7 +140,7 @@ type Server struct {
 	nearRatio float64
 	stopping  atomic.Bool
 	stopOnce  sync.Once
-	stopped   chan struct{} // closed by Shutdown
+	stopped   chan struct{} // closed by EndHealthWatches
 	scratches sync.Pool
 	warnings  rate.Sometimes // throttles store failure warnings
 	failures  atomic.Uint64  // requests answered by the failure mode
@@ -260,12 +260,20 @@ func (s *Server) Envoy() rlsv3.RateLimitServiceServer { return envoyService{s: s
 func (s *Server) Native() ratelimitv1.RateLimitServiceServer { return nativeService{s: s} }
 
 // Shutdown reports NOT_SERVING on gRPC health and not ready on /readyz, so
-// that load balancers stop sending new requests, and ends gRPC health
-// Watch streams, which would otherwise hold a graceful stop; requests keep
-// being answered until the caller stops its listeners.
+// that load balancers stop sending new requests; requests keep being
+// answered until the caller stops its listeners. Health Watch streams
+// stay open, reporting NOT_SERVING, until EndHealthWatches: a client
+// whose stream ends reconnects at once, and would spin until then.
 func (s *Server) Shutdown() {
 	s.stopping.Store(true)
 	s.health.Shutdown()
+}
+
+// EndHealthWatches ends every gRPC health Watch stream, and those opened
+// later at once, after a last NOT_SERVING. grpc.Server.GracefulStop waits
+// for every stream, and a watcher's lasts as long as its client wants:
+// call EndHealthWatches after Shutdown, right before GracefulStop.
+func (s *Server) EndHealthWatches() {
 	s.stopOnce.Do(func() { close(s.stopped) })
 }
 

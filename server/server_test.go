@@ -321,8 +321,9 @@ func TestHealth(t *testing.T) {
 }
 
 // TestHealthWatchEndsAtShutdown: a health watcher sees NOT_SERVING at
-// Shutdown and then its stream ends, so that it cannot hold a graceful
-// stop until its timeout.
+// Shutdown and its stream stays open (a client whose stream ends
+// reconnects at once); at EndHealthWatches it ends, so that it cannot
+// hold a graceful stop until its timeout.
 func TestHealthWatchEndsAtShutdown(t *testing.T) {
 	h := newHarness(t, loadRules(t, "gateway.yaml"), server.Options{})
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second) // past it, the stream did not end
@@ -335,21 +336,36 @@ func TestHealthWatchEndsAtShutdown(t *testing.T) {
 		t.Fatalf("first Watch status = %v, %v; want SERVING", resp, err)
 	}
 	h.srv.Shutdown()
+	if resp, err := stream.Recv(); err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Fatalf("Watch status after Shutdown = %v, %v; want NOT_SERVING", resp, err)
+	}
+	// Still open: a Watch started now gets NOT_SERVING, and no end.
+	during, err := healthpb.NewHealthClient(h.conn).Watch(ctx, &healthpb.HealthCheckRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := during.Recv(); err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Fatalf("a Watch started after Shutdown: %v, %v; want NOT_SERVING", resp, err)
+	}
+	h.srv.EndHealthWatches()
 	var got []healthpb.HealthCheckResponse_ServingStatus
 	for {
 		resp, err := stream.Recv()
 		if err != nil {
 			if status.Code(err) != codes.Unavailable {
-				t.Errorf("Watch ended with %v, want Unavailable (at Shutdown)", err)
+				t.Errorf("Watch ended with %v, want Unavailable (at EndHealthWatches)", err)
 			}
 			break
 		}
 		got = append(got, resp.GetStatus())
 	}
-	if len(got) != 1 || got[0] != healthpb.HealthCheckResponse_NOT_SERVING {
-		t.Errorf("Watch statuses after Shutdown = %v, want one NOT_SERVING", got)
+	if len(got) != 0 {
+		t.Errorf("Watch statuses after EndHealthWatches = %v, want none: NOT_SERVING was sent", got)
 	}
-	// A watch started after Shutdown ends at once too.
+	if _, err := during.Recv(); status.Code(err) != codes.Unavailable {
+		t.Errorf("the second Watch after EndHealthWatches: %v, want Unavailable", err)
+	}
+	// A watch started after EndHealthWatches ends at once.
 	late, err := healthpb.NewHealthClient(h.conn).Watch(ctx, &healthpb.HealthCheckRequest{})
 	if err != nil {
 		t.Fatal(err)
@@ -357,7 +373,7 @@ func TestHealthWatchEndsAtShutdown(t *testing.T) {
 	for {
 		if _, err := late.Recv(); err != nil {
 			if status.Code(err) != codes.Unavailable {
-				t.Errorf("a Watch started after Shutdown ended with %v, want Unavailable", err)
+				t.Errorf("a Watch started after EndHealthWatches ended with %v, want Unavailable", err)
 			}
 			break
 		}
