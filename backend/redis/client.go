@@ -199,12 +199,18 @@ func Redact(rawURL string) string {
 	if !ok {
 		return rawURL
 	}
-	rest, query, hasQuery := strings.Cut(rest, "?")
+	// The user information ends at the last "@": a password may hold "?"
+	// or "/" (unescaped, the URL does not parse, and it is logged then).
+	// An "@" in the query makes this hide too much, never too little.
+	userinfo := ""
 	if at := strings.LastIndex(rest, "@"); at >= 0 {
-		if user, _, ok := strings.Cut(rest[:at], ":"); ok {
-			rest = user + ":xxxxx" + rest[at:]
+		userinfo, rest = rest[:at+1], rest[at+1:]
+		if user, _, ok := strings.Cut(userinfo, ":"); ok {
+			userinfo = user + ":xxxxx@"
 		}
 	}
+	rest, query, hasQuery := strings.Cut(rest, "?")
+	rest = userinfo + rest
 	if hasQuery {
 		params := strings.Split(query, "&")
 		for i, p := range params {

@@ -115,6 +115,8 @@ func TestRedact(t *testing.T) {
 		{"redis://user:p@ss@h:6379", "redis://user:xxxxx@h:6379"},
 		{"redis://user@h:6379", "redis://user@h:6379"},
 		{"redis://user:secret@h:notaport/0", "redis://user:xxxxx@h:notaport/0"},
+		{"redis://user:pa?ss@h:6379", "redis://user:xxxxx@h:6379"},
+		{"redis://user:pa/ss@h:6379/1", "redis://user:xxxxx@h:6379/1"},
 		{"redis-sentinel://s1:26379?addr=s2:26379&master_name=m&sentinel_password=secret&password=secret",
 			"redis-sentinel://s1:26379?addr=s2:26379&master_name=m&sentinel_password=xxxxx&password=xxxxx"},
 		{"h:6379", "h:6379"},
