@@ -19,6 +19,10 @@ type WatchOptions struct {
 	OnLoad func(*Rules)
 	// OnError receives every failed load; the caller keeps its rules.
 	OnError func(error)
+	// OnWatchError receives the errors of the file watch itself (an
+	// overflow of events, say), which say nothing of the rules: the
+	// watcher goes on, and polls. Nil discards them.
+	OnWatchError func(error)
 	// Debounce is how long the watcher waits for a burst of file events to
 	// settle before it loads. Zero means 100ms.
 	Debounce time.Duration
@@ -53,6 +57,9 @@ func NewWatcher(path string, opts WatchOptions) *Watcher {
 	}
 	if opts.OnLoad == nil {
 		opts.OnLoad = func(*Rules) {}
+	}
+	if opts.OnWatchError == nil {
+		opts.OnWatchError = func(error) {}
 	}
 	if opts.OnError == nil {
 		opts.OnError = func(error) {}
@@ -107,6 +114,9 @@ func (w *Watcher) Run(ctx context.Context, current *Rules) error {
 	)
 	load := func(force bool) {
 		d, err := w.digest()
+		if err != nil {
+			d = "error: " + err.Error() // which must settle too, as a change
+		}
 		if err == nil && d == last && !force {
 			pending = ""
 			return
@@ -155,7 +165,7 @@ func (w *Watcher) Run(ctx context.Context, current *Rules) error {
 			if !ok {
 				return errors.New("config: watcher closed")
 			}
-			w.opts.OnError(fmt.Errorf("config: watch %s: %w", dir, err))
+			w.opts.OnWatchError(fmt.Errorf("config: watch %s: %w", dir, err))
 		case <-debounce.C:
 			load(false)
 		case <-poll.C:

@@ -25,7 +25,8 @@ import (
 //	               allow; the body names the store's state
 //	GET  /config   the rules in force, as YAML (503 before any are loaded)
 //	GET  /metrics  Prometheus metrics, when Options.Registry is set
-//	POST /json     a protojson envoy.service.ratelimit.v3.RateLimitRequest;
+//	POST /json     (unless Options.DisableJSON) a protojson
+//	               envoy.service.ratelimit.v3.RateLimitRequest;
 //	               answers the protojson response with 200 (OK) or 429
 //	               (OVER_LIMIT), 400 for a bad request, 503 when the
 //	               counters are unavailable
@@ -50,7 +51,9 @@ func (s *Server) Handler() http.Handler {
 		mux.Handle("GET /metrics", promhttp.InstrumentMetricHandler(s.opts.Registry,
 			promhttp.HandlerFor(s.opts.Registry, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelError)})))
 	}
-	mux.HandleFunc("POST /json", s.serveJSON)
+	if !s.opts.DisableJSON {
+		mux.HandleFunc("POST /json", s.serveJSON)
+	}
 	return mux
 }
 

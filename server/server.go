@@ -53,6 +53,9 @@ type Options struct {
 	// and docs/operations.md), and Handler serves everything registered
 	// on it at /metrics. Nil: no /metrics.
 	Registry *prometheus.Registry
+	// DisableJSON leaves POST /json out of Handler, for deployments where
+	// only gRPC callers, authenticated by mutual TLS, may spend quota.
+	DisableJSON bool
 	// TracerProvider, when set, traces every RPC (otelgrpc, honouring the
 	// caller's trace context) and every store call within one. Nil: no
 	// tracing.

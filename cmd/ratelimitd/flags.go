@@ -45,6 +45,7 @@ type flags struct {
 	shutdownDelay   time.Duration
 	nearLimitRatio  float64
 	debugAddr       string
+	httpJSON        bool
 	tracing         tracingFlags
 	tls             tlsFlags
 	logLevel        slog.Level
@@ -126,11 +127,12 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*f
 	fs.StringVar(&f.tls.httpCert, "http-tls-cert", "", "PEM `file` of the HTTP listener's certificate: serve HTTPS; reloaded when it changes")
 	fs.StringVar(&f.tls.httpKey, "http-tls-key", "", "PEM `file` of the HTTP certificate's key")
 	fs.Float64Var(&f.nearLimitRatio, "near-limit-ratio", 0.8, "share of a limit past which admitted hits count as near the limit (ratelimitd_rule_near_limit_total)")
+	fs.BoolVar(&f.httpJSON, "http-json", true, "serve POST /json on --http-addr (decisions over HTTP, without the gRPC listener's mutual TLS)")
 	fs.StringVar(&f.debugAddr, "debug-addr", "", "listen `address` for /debug/pprof (off when empty; keep it private)")
 	fs.StringVar(&f.tracing.endpoint, "otlp-endpoint", "", "OpenTelemetry collector `host:port` (OTLP/gRPC) to send traces of ShouldRateLimit and store calls to; off when empty.\n"+
 		"The exporter's OTEL_EXPORTER_OTLP_* variables (headers, certificates) apply too")
 	fs.BoolVar(&f.tracing.insecure, "otlp-insecure", false, "send traces to --otlp-endpoint without TLS")
-	fs.Float64Var(&f.tracing.sampleRatio, "trace-sample-ratio", 0.01, "share of requests without a sampled parent span to trace (callers' sampling decisions are followed)")
+	fs.Float64Var(&f.tracing.sampleRatio, "trace-sample-ratio", 0.01, "share of requests without a parent span to trace (a parent's sampling decision is followed)")
 	fs.TextVar(&f.logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn or error")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
 	fs.BoolVar(&f.version, "version", false, "print the version and exit")

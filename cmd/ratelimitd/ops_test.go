@@ -164,6 +164,27 @@ func TestMetricsEndpoint(t *testing.T) {
 	}
 }
 
+// TestHTTPJSONOff: --http-json=false leaves POST /json out.
+func TestHTTPJSONOff(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "rules.yaml")
+	writeFile(t, path, goodRules)
+	body := `{"domain":"d","descriptors":[{"entries":[{"key":"k","value":"v"}]}]}`
+	for _, tt := range []struct {
+		args []string
+		want int
+	}{{nil, http.StatusOK}, {[]string{"--http-json=false"}, http.StatusNotFound}} {
+		d := startDaemon(t, append([]string{"--config", path}, tt.args...)...)
+		resp, err := http.Post("http://"+d.httpAddr+"/json", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != tt.want {
+			t.Errorf("%v: POST /json = %d, want %d", tt.args, resp.StatusCode, tt.want)
+		}
+	}
+}
+
 // TestDebugAddr: pprof is served on --debug-addr only, and not at all
 // without it.
 func TestDebugAddr(t *testing.T) {
@@ -268,6 +289,10 @@ func TestTLS(t *testing.T) {
 	t.Cleanup(https.CloseIdleConnections)
 	if code, _ := get(t, https, "https://"+d.httpAddr+"/healthz"); code != http.StatusOK {
 		t.Errorf("GET https://…/healthz = %d, want 200", code)
+	}
+	// POST /json is not behind the gRPC listener's mTLS: the daemon warns.
+	if !strings.Contains(d.logs.String(), "POST /json on the HTTP listener decides without") {
+		t.Errorf("no warning that /json bypasses mTLS; logs:\n%s", d.logs)
 	}
 
 	// A new certificate, written by an atomic rename, is served to new

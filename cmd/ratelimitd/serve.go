@@ -73,7 +73,11 @@ func serve(ctx context.Context, f *flags, stderr io.Writer) error {
 		Registry:       reg,
 		NearLimitRatio: f.nearLimitRatio,
 		TracerProvider: tp,
+		DisableJSON:    !f.httpJSON,
 	})
+	if f.tls.grpcClientCA != "" && f.httpJSON {
+		log.Warn("POST /json on the HTTP listener decides without the gRPC listener's mutual TLS: set --http-json=false, or keep --http-addr private")
+	}
 	grpcOpts := srv.GRPCOptions()
 	if grpcTLS != nil {
 		grpcOpts = append(grpcOpts, grpc.Creds(credentials.NewTLS(grpcTLS.Config())))
@@ -112,6 +116,9 @@ func serve(ctx context.Context, f *flags, stderr io.Writer) error {
 			log.Info("rules reloaded", "config", f.config, "domains", len(r.Domains()), "files", len(r.Files()))
 		},
 		OnError: srv.RejectRules,
+		OnWatchError: func(err error) {
+			log.Warn("watching the rules; polling goes on", "err", err)
+		},
 	})
 
 	// Catch SIGHUP before announcing the start: its default action would
@@ -129,7 +136,13 @@ func serve(ctx context.Context, f *flags, stderr io.Writer) error {
 	log.Info("ratelimitd started", started...)
 
 	group, gctx := errgroup.WithContext(ctx)
-	group.Go(func() error { return g.Serve(grpcLis) })
+	group.Go(func() error {
+		// A signal right after the start may stop g before it serves.
+		if err := g.Serve(grpcLis); !errors.Is(err, grpc.ErrServerStopped) {
+			return err
+		}
+		return nil
+	})
 	group.Go(func() error {
 		serve := func() error { return hs.Serve(httpLis) }
 		if httpTLS != nil {
@@ -167,23 +180,30 @@ func serve(ctx context.Context, f *flags, stderr io.Writer) error {
 		// Keep serving while load balancers see NOT_SERVING and 503
 		// and take this replica out.
 		time.Sleep(f.shutdownDelay)
+		srv.EndHealthWatches()
+		if ds != nil {
+			_ = ds.Close() // a profile being taken is not worth waiting for
+		}
+		// gRPC and HTTP (/json, a scrape) drain together, within
+		// --shutdown-timeout; what is left then is closed, which is no
+		// failure of the process.
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(gctx), f.shutdownTimeout)
+		defer cancel()
+		httpDrained := make(chan error, 1)
+		go func() { httpDrained <- hs.Shutdown(dctx) }()
 		stopped := make(chan struct{})
 		go func() { g.GracefulStop(); close(stopped) }()
-		timer := time.NewTimer(f.shutdownTimeout)
-		defer timer.Stop()
 		select {
 		case <-stopped:
-		case <-timer.C:
+		case <-dctx.Done():
 			log.Warn("drain timed out; closing remaining connections")
 			g.Stop()
 			<-stopped
 		}
-		hctx, cancel := context.WithTimeout(context.WithoutCancel(gctx), time.Second)
-		defer cancel()
-		if ds != nil {
-			_ = ds.Shutdown(hctx) // a profile being taken outlasts the drain, and that is no failure
+		if err := <-httpDrained; err != nil {
+			_ = hs.Close()
 		}
-		return hs.Shutdown(hctx)
+		return nil
 	})
 	err = group.Wait()
 	if ctx.Err() != nil && err == nil {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -268,6 +270,31 @@ func startHeld(t *testing.T, n int, args ...string) (p *process, health healthpb
 	return p, health, ch, unpause
 }
 
+// jsonResult is the outcome of a POST /json.
+type jsonResult struct {
+	code int
+	err  error
+}
+
+// heldJSON sends a POST /json to p, whose Redis is paused, and returns
+// once it has had a second to reach the server; its outcome arrives on
+// the channel.
+func heldJSON(p *process) <-chan jsonResult {
+	ch := make(chan jsonResult, 1)
+	go func() {
+		body := `{"domain":"d","descriptors":[{"entries":[{"key":"k","value":"held-json"}]}]}`
+		resp, err := http.Post("http://"+p.http+"/json", "application/json", strings.NewReader(body))
+		if err != nil {
+			ch <- jsonResult{err: err}
+			return
+		}
+		resp.Body.Close()
+		ch <- jsonResult{code: resp.StatusCode}
+	}()
+	time.Sleep(time.Second)
+	return ch
+}
+
 // checkHeld fails t if a held call has ended.
 func checkHeld(t *testing.T, calls <-chan heldCall) {
 	t.Helper()
@@ -284,6 +311,7 @@ func checkHeld(t *testing.T, calls <-chan heldCall) {
 func TestShutdownDrainsHeldRPCs(t *testing.T) {
 	const n = 16
 	p, health, calls, unpause := startHeld(t, n)
+	posted := heldJSON(p)
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -317,8 +345,11 @@ func TestShutdownDrainsHeldRPCs(t *testing.T) {
 			t.Errorf("a call in flight at SIGTERM = %v, %v (sent=%t); want OK with the limit", c.resp, c.err, c.sent)
 		}
 	}
+	if r := <-posted; r.err != nil || r.code != http.StatusOK {
+		t.Errorf("POST /json in flight at SIGTERM = %d, %v; want 200", r.code, r.err)
+	}
 	waitExit(t, p, 20*time.Second)
-	t.Logf("%d calls in flight at SIGTERM, all answered after it", n)
+	t.Logf("%d calls and a POST /json in flight at SIGTERM, all answered after it", n)
 }
 
 // TestShutdownTimeout: calls held by a paused Redis past
@@ -328,11 +359,15 @@ func TestShutdownDrainsHeldRPCs(t *testing.T) {
 func TestShutdownTimeout(t *testing.T) {
 	const n = 4
 	p, health, calls, _ := startHeld(t, n, "--shutdown-timeout", "300ms", "--redis-timeout", "2s")
+	posted := heldJSON(p) // cut off too, and no reason to exit 1
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	checkShutdownHealth(t, health)
 	waitExit(t, p, 20*time.Second) // Redis stays paused for 30s
+	if r := <-posted; r.err == nil && r.code == http.StatusOK {
+		t.Error("POST /json held past --shutdown-timeout was answered 200, want it cut off")
+	}
 	for range n {
 		c := <-calls
 		if status.Code(c.err) != codes.Unavailable {
