@@ -433,16 +433,35 @@ func TestTracing(t *testing.T) {
 	}
 
 	// The default sampler follows the caller: an unsampled call exports
-	// nothing.
+	// nothing. A sampled call after it is exported; by then, the unsampled
+	// one would have been too.
 	col.mu.Lock()
 	col.spans = nil
 	col.mu.Unlock()
-	ctx = metadata.AppendToOutgoingContext(t.Context(), "traceparent", "00-"+strings.Repeat("1", 32)+"-"+parentID+"-00")
-	if _, err := shouldRateLimit(ctx, d.conn); err != nil {
-		t.Fatal(err)
+	unsampled, sampled := strings.Repeat("1", 32), strings.Repeat("2", 32)
+	for _, tp := range []string{"00-" + unsampled + "-" + parentID + "-00", "00-" + sampled + "-" + parentID + "-01"} {
+		if _, err := shouldRateLimit(metadata.AppendToOutgoingContext(t.Context(), "traceparent", tp), d.conn); err != nil {
+			t.Fatal(err)
+		}
 	}
-	time.Sleep(300 * time.Millisecond) // six export periods
-	if s := col.find(rpc); s != nil {
-		t.Errorf("an unsampled call was exported: %v", s)
+	for deadline := time.Now().Add(10 * time.Second); !col.hasTrace(sampled); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the sampled call's spans were not exported; logs:\n%s", d.logs)
+		}
 	}
+	if col.hasTrace(unsampled) {
+		t.Error("an unsampled call was exported")
+	}
+}
+
+// hasTrace reports whether c received a span of the trace with the hex ID.
+func (c *collector) hasTrace(id string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, s := range c.spans {
+		if hex.EncodeToString(s.GetTraceId()) == id {
+			return true
+		}
+	}
+	return false
 }
