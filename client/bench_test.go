@@ -13,6 +13,7 @@ import (
 
 	"github.com/ratelimitd/ratelimitd/backend/memory"
 	"github.com/ratelimitd/ratelimitd/client"
+	"github.com/ratelimitd/ratelimitd/internal/grpctest"
 	"github.com/ratelimitd/ratelimitd/server"
 )
 
@@ -36,7 +37,7 @@ func newBenchClient(b *testing.B, opts ...client.Option) *client.Client {
 	srv := server.New(store, compileRules(b, benchRules), server.Options{})
 	g := grpc.NewServer(srv.GRPCOptions()...)
 	srv.Register(g)
-	conn, _ := serveBufconn(b, g)
+	conn, _ := grpctest.Serve(b, g)
 	return client.New(conn, opts...)
 }
 

@@ -23,6 +23,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/backend/memory"
 	"github.com/ratelimitd/ratelimitd/client"
 	"github.com/ratelimitd/ratelimitd/config"
+	"github.com/ratelimitd/ratelimitd/internal/grpctest"
 	"github.com/ratelimitd/ratelimitd/server"
 )
 
@@ -83,7 +84,7 @@ func newHarnessRules(t *testing.T, yaml string) *harness {
 	}
 	g := grpc.NewServer(append(srv.GRPCOptions(), grpc.ChainUnaryInterceptor(count))...)
 	srv.Register(g)
-	h.conn, h.stop = serveBufconn(t, g)
+	h.conn, h.stop = grpctest.Serve(t, g)
 	return h
 }
 

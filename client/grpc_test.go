@@ -2,10 +2,7 @@ package client_test
 
 import (
 	"context"
-	"errors"
-	"net"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -15,18 +12,17 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-	"google.golang.org/grpc/test/bufconn"
 	"google.golang.org/protobuf/testing/protocmp"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/ratelimitd/ratelimitd/backend/backendtest"
 	"github.com/ratelimitd/ratelimitd/backend/memory"
 	"github.com/ratelimitd/ratelimitd/client"
+	"github.com/ratelimitd/ratelimitd/internal/grpctest"
 	"github.com/ratelimitd/ratelimitd/server"
 )
 
@@ -71,7 +67,7 @@ func newGRPCEnv(t *testing.T) *grpcEnv {
 	srv := server.New(store, compileRules(t, grpcRules), server.Options{})
 	g := grpc.NewServer(srv.GRPCOptions()...)
 	srv.Register(g)
-	e.conn, e.stop = serveBufconn(t, g)
+	e.conn, e.stop = grpctest.Serve(t, g)
 	return e
 }
 
@@ -80,31 +76,6 @@ func newGRPCEnv(t *testing.T) *grpcEnv {
 // enough for a loaded machine (tests of the budget set their own).
 func (e *grpcEnv) client(opts ...client.Option) *client.Client {
 	return client.New(e.conn, append([]client.Option{client.WithNow(e.clock.Now), client.WithRefusalCache(0), client.WithTimeout(10 * time.Second)}, opts...)...)
-}
-
-// serveBufconn serves g over bufconn and returns a connection to it, and a
-// function that stops g (idempotent, also called by t.Cleanup).
-func serveBufconn(t testing.TB, g *grpc.Server, dialOpts ...grpc.DialOption) (*grpc.ClientConn, func()) {
-	t.Helper()
-	lis := bufconn.Listen(1 << 20)
-	served := make(chan error, 1)
-	go func() { served <- g.Serve(lis) }()
-	stop := sync.OnceFunc(func() {
-		g.Stop()
-		if err := <-served; err != nil && !errors.Is(err, grpc.ErrServerStopped) { // stopped before serving
-			t.Errorf("Serve: %v", err)
-		}
-	})
-	t.Cleanup(stop)
-	conn, err := grpc.NewClient("passthrough:///bufnet", append([]grpc.DialOption{
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-	}, dialOpts...)...)
-	if err != nil {
-		t.Fatalf("grpc.NewClient: %v", err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	return conn, stop
 }
 
 // A target is the protected service, grpc.health.v1.Health, counting the
@@ -131,7 +102,7 @@ func newTarget(t testing.TB, opts []grpc.ServerOption, dialOpts ...grpc.DialOpti
 	g := grpc.NewServer(append(opts[:len(opts):len(opts)],
 		grpc.ChainUnaryInterceptor(countUnary), grpc.ChainStreamInterceptor(countStream))...)
 	healthpb.RegisterHealthServer(g, health.NewServer())
-	conn, _ := serveBufconn(t, g, dialOpts...)
+	conn, _ := grpctest.Serve(t, g, dialOpts...)
 	tg.health = healthpb.NewHealthClient(conn)
 	return tg
 }

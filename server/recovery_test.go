@@ -4,20 +4,18 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
-	"net"
 	"strings"
 	"sync"
 	"testing"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
-	"google.golang.org/grpc/test/bufconn"
 	"google.golang.org/protobuf/types/known/emptypb"
 
 	"github.com/ratelimitd/ratelimitd/backend/memory"
+	"github.com/ratelimitd/ratelimitd/internal/grpctest"
 	"github.com/ratelimitd/ratelimitd/server"
 )
 
@@ -62,24 +60,9 @@ func TestPanicIsInternal(t *testing.T) {
 			},
 		}},
 	}, struct{}{})
-	lis := bufconn.Listen(1 << 20)
-	served := make(chan error, 1)
-	go func() { served <- g.Serve(lis) }()
-	t.Cleanup(func() {
-		g.Stop()
-		if err := <-served; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	})
-	conn, err := grpc.NewClient("passthrough:///bufnet",
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
-		grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
+	conn, _ := grpctest.Serve(t, g)
 
-	err = conn.Invoke(t.Context(), "/test.Panic/Boom", &emptypb.Empty{}, &emptypb.Empty{})
+	err := conn.Invoke(t.Context(), "/test.Panic/Boom", &emptypb.Empty{}, &emptypb.Empty{})
 	if status.Code(err) != codes.Internal {
 		t.Errorf("a panicking handler answered %v, want Internal", err)
 	}

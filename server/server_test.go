@@ -3,7 +3,6 @@ package server_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -18,11 +17,9 @@ import (
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
-	"google.golang.org/grpc/test/bufconn"
 	"google.golang.org/protobuf/encoding/prototext"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/testing/protocmp"
@@ -33,6 +30,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/backend/memory"
 	"github.com/ratelimitd/ratelimitd/config"
 	ratelimitv1 "github.com/ratelimitd/ratelimitd/gen/ratelimit/v1"
+	"github.com/ratelimitd/ratelimitd/internal/grpctest"
 	"github.com/ratelimitd/ratelimitd/server"
 )
 
@@ -65,28 +63,9 @@ func newHarness(t *testing.T, rules *config.Rules, opts server.Options) *harness
 	t.Cleanup(func() { store.Close() })
 	srv := server.New(store, rules, opts)
 
-	lis := bufconn.Listen(1 << 20)
 	g := grpc.NewServer(srv.GRPCOptions()...)
 	srv.Register(g)
-	served := make(chan error, 1)
-	go func() { served <- g.Serve(lis) }()
-	t.Cleanup(func() {
-		g.Stop()
-		if err := <-served; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	})
-
-	conn, err := grpc.NewClient("passthrough:///bufnet",
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
-			return lis.DialContext(ctx)
-		}),
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-	)
-	if err != nil {
-		t.Fatalf("grpc.NewClient: %v", err)
-	}
-	t.Cleanup(func() { conn.Close() })
+	conn, _ := grpctest.Serve(t, g)
 	return &harness{
 		clock:  clock,
 		store:  store,

@@ -5,9 +5,7 @@ package envoy_test
 
 import (
 	"cmp"
-	"context"
 	"encoding/json"
-	"net"
 	"os"
 	"regexp"
 	"slices"
@@ -26,8 +24,6 @@ import (
 	"go.uber.org/goleak"
 	"go.yaml.in/yaml/v3"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/test/bufconn"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -36,6 +32,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/backend/backendtest"
 	"github.com/ratelimitd/ratelimitd/backend/memory"
 	"github.com/ratelimitd/ratelimitd/config"
+	"github.com/ratelimitd/ratelimitd/internal/grpctest"
 	"github.com/ratelimitd/ratelimitd/server"
 )
 
@@ -325,24 +322,9 @@ func rls(t *testing.T, rules *config.Rules) rlsv3.RateLimitServiceClient {
 	store := memory.New(memory.Options{Now: backendtest.NewClock(backendtest.T0).Now})
 	t.Cleanup(func() { store.Close() })
 	srv := server.New(store, rules, server.Options{})
-	lis := bufconn.Listen(1 << 20)
 	g := grpc.NewServer(srv.GRPCOptions()...)
 	srv.Register(g)
-	served := make(chan error, 1)
-	go func() { served <- g.Serve(lis) }()
-	t.Cleanup(func() {
-		g.Stop()
-		if err := <-served; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	})
-	conn, err := grpc.NewClient("passthrough:///bufnet",
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
-		grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
+	conn, _ := grpctest.Serve(t, g)
 	return rlsv3.NewRateLimitServiceClient(conn)
 }
 
