@@ -11,14 +11,11 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	"google.golang.org/grpc/codes"
 
 	"github.com/ratelimitd/ratelimitd/backend"
 	"github.com/ratelimitd/ratelimitd/config"
+	"github.com/ratelimitd/ratelimitd/internal/metricstest"
 	"github.com/ratelimitd/ratelimitd/server"
 )
 
@@ -45,79 +42,10 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 10}
 `
 
-// scrape GETs /metrics from ts and returns its families by name, after
-// checking that promlint finds nothing wrong with them.
-func scrape(t *testing.T, ts *httptest.Server) map[string]*dto.MetricFamily {
+// scrape GETs ts's /metrics, checked by promlint.
+func scrape(t *testing.T, ts *httptest.Server) metricstest.Families {
 	t.Helper()
-	code, body, _ := do(t, ts, "GET", "/metrics", "")
-	if code != http.StatusOK {
-		t.Fatalf("GET /metrics = %d: %s", code, body)
-	}
-	problems, err := promlint.New(strings.NewReader(body)).Lint()
-	if err != nil {
-		t.Fatalf("promlint: %v", err)
-	}
-	for _, p := range problems {
-		t.Errorf("promlint: %s: %s", p.Metric, p.Text)
-	}
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	mfs, err := parser.TextToMetricFamilies(strings.NewReader(body))
-	if err != nil {
-		t.Fatalf("parsing /metrics: %v", err)
-	}
-	return mfs
-}
-
-// sample returns the value of the series name{labels} in mfs (a counter's
-// or gauge's value, a histogram's count), and whether it exists. labels
-// is "k=v,k=v".
-func sample(mfs map[string]*dto.MetricFamily, name, labels string) (float64, bool) {
-	want := map[string]string{}
-	if labels != "" {
-		for kv := range strings.SplitSeq(labels, ",") {
-			k, v, _ := strings.Cut(kv, "=")
-			want[k] = v
-		}
-	}
-	mf := mfs[name]
-	if mf == nil {
-		return 0, false
-	}
-next:
-	for _, m := range mf.GetMetric() {
-		if len(m.GetLabel()) != len(want) {
-			continue
-		}
-		for _, lp := range m.GetLabel() {
-			if v, ok := want[lp.GetName()]; !ok || v != lp.GetValue() {
-				continue next
-			}
-		}
-		switch {
-		case m.Counter != nil:
-			return m.GetCounter().GetValue(), true
-		case m.Gauge != nil:
-			return m.GetGauge().GetValue(), true
-		case m.Histogram != nil:
-			return float64(m.GetHistogram().GetSampleCount()), true
-		}
-	}
-	return 0, false
-}
-
-// wantSamples checks series values: name{labels} → value.
-func wantSamples(t *testing.T, mfs map[string]*dto.MetricFamily, want map[string]float64) {
-	t.Helper()
-	for series, v := range want {
-		name, labels, _ := strings.Cut(strings.TrimSuffix(series, "}"), "{")
-		got, ok := sample(mfs, name, labels)
-		switch {
-		case !ok:
-			t.Errorf("%s: no such series", series)
-		case got != v:
-			t.Errorf("%s = %v, want %v", series, got, v)
-		}
-	}
+	return metricstest.Scrape(t, ts.Client(), ts.URL+"/metrics")
 }
 
 // TestMetrics: after known traffic over every face, /metrics has the
@@ -156,7 +84,7 @@ func TestMetrics(t *testing.T) {
 	}
 
 	mfs := scrape(t, ts)
-	wantSamples(t, mfs, map[string]float64{
+	mfs.Want(t, map[string]float64{
 		`ratelimitd_rule_hits_total{domain=m,rule=k=v}`:            8,
 		`ratelimitd_rule_within_limit_total{domain=m,rule=k=v}`:    3,
 		`ratelimitd_rule_near_limit_total{domain=m,rule=k=v}`:      1,
@@ -203,18 +131,18 @@ func TestMetrics(t *testing.T) {
 			}
 		}
 	}
-	if v, ok := sample(mfs, "ratelimitd_config_last_load_success_timestamp_seconds", ""); !ok || v == 0 {
+	if v, ok := mfs.Value("ratelimitd_config_last_load_success_timestamp_seconds", ""); !ok || v == 0 {
 		t.Errorf("ratelimitd_config_last_load_success_timestamp_seconds = %v, %v; want the load time", v, ok)
 	}
 
 	// A rejected rule set counts an error; the next good one clears it.
 	h.srv.RejectRules(errors.New("rules.yaml:3:1: bad"))
-	wantSamples(t, scrape(t, ts), map[string]float64{
+	scrape(t, ts).Want(t, map[string]float64{
 		`ratelimitd_config_loads_total{result=error}`: 1,
 		`ratelimitd_config_last_load_successful`:      0,
 	})
 	h.srv.SetRules(parseRules(t, metricsRules))
-	wantSamples(t, scrape(t, ts), map[string]float64{
+	scrape(t, ts).Want(t, map[string]float64{
 		`ratelimitd_config_loads_total{result=success}`: 2,
 		`ratelimitd_config_last_load_successful`:        1,
 	})
@@ -227,7 +155,7 @@ func TestNearLimitRatio(t *testing.T) {
 	for range 3 { // limit 3, threshold floor(0.9) = 0: every hit is near
 		h.should(t, request("m", desc("k", "v")))
 	}
-	wantSamples(t, scrape(t, httpServer(t, h)), map[string]float64{
+	scrape(t, httpServer(t, h)).Want(t, map[string]float64{
 		`ratelimitd_rule_near_limit_total{domain=m,rule=k=v}`: 3,
 	})
 }
@@ -261,12 +189,12 @@ func TestStoreFailureMetrics(t *testing.T) {
 				ts := httptest.NewServer(srv.Handler())
 				defer ts.Close()
 				mfs := scrape(t, ts)
-				wantSamples(t, mfs, map[string]float64{
+				mfs.Want(t, map[string]float64{
 					"ratelimitd_backend_errors_total{kind=" + tt.kind + "}":             2,
 					"ratelimitd_failure_mode_answers_total{mode=" + mode.String() + "}": 2,
 				})
 				// Nothing was decided, so no rule counted anything.
-				if v, ok := sample(mfs, "ratelimitd_rule_hits_total", "domain=m,rule=k=v"); ok {
+				if v, ok := mfs.Value("ratelimitd_rule_hits_total", "domain=m,rule=k=v"); ok {
 					t.Errorf("ratelimitd_rule_hits_total{rule=k=v} = %v after store failures, want no series", v)
 				}
 			})

@@ -17,10 +17,6 @@ import (
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/grpc"
@@ -28,6 +24,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/ratelimitd/ratelimitd/internal/certtest"
+	"github.com/ratelimitd/ratelimitd/internal/metricstest"
 )
 
 // get GETs url with client (nil: http.DefaultClient) and returns the
@@ -49,53 +46,10 @@ func get(t *testing.T, client *http.Client, url string) (int, string) {
 	return resp.StatusCode, string(body)
 }
 
-// scrapeDaemon GETs /metrics, fails the test on any promlint problem, and
-// returns the families by name.
-func scrapeDaemon(t *testing.T, d *daemon) map[string]*dto.MetricFamily {
+// scrapeDaemon GETs d's /metrics, checked by promlint.
+func scrapeDaemon(t *testing.T, d *daemon) metricstest.Families {
 	t.Helper()
-	code, body := get(t, nil, "http://"+d.httpAddr+"/metrics")
-	if code != http.StatusOK {
-		t.Fatalf("GET /metrics = %d", code)
-	}
-	problems, err := promlint.New(strings.NewReader(body)).Lint()
-	if err != nil {
-		t.Fatalf("promlint: %v", err)
-	}
-	for _, p := range problems {
-		t.Errorf("promlint: %s: %s", p.Metric, p.Text)
-	}
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	mfs, err := parser.TextToMetricFamilies(strings.NewReader(body))
-	if err != nil {
-		t.Fatalf("parsing /metrics: %v", err)
-	}
-	return mfs
-}
-
-// value returns the value of the counter or gauge name whose labels
-// include labels ("k=v,k=v"), and whether there is one.
-func value(mfs map[string]*dto.MetricFamily, name, labels string) (float64, bool) {
-next:
-	for _, m := range mfs[name].GetMetric() {
-		for kv := range strings.SplitSeq(labels, ",") {
-			if kv == "" {
-				continue
-			}
-			k, v, _ := strings.Cut(kv, "=")
-			found := false
-			for _, lp := range m.GetLabel() {
-				found = found || (lp.GetName() == k && lp.GetValue() == v)
-			}
-			if !found {
-				continue next
-			}
-		}
-		if m.Counter != nil {
-			return m.GetCounter().GetValue(), true
-		}
-		return m.GetGauge().GetValue(), true
-	}
-	return 0, false
+	return metricstest.Scrape(t, nil, "http://"+d.httpAddr+"/metrics")
 }
 
 // TestMetricsEndpoint: the daemon's /metrics carries its own, the store's,
@@ -128,7 +82,7 @@ func TestMetricsEndpoint(t *testing.T) {
 		{"go_goroutines", "", -1},
 		{"process_cpu_seconds_total", "", -1},
 	} {
-		got, ok := value(mfs, tt.name, tt.labels)
+		got, ok := mfs.Value(tt.name, tt.labels)
 		switch {
 		case !ok:
 			t.Errorf("%s{%s}: no such series", tt.name, tt.labels)
@@ -142,8 +96,8 @@ func TestMetricsEndpoint(t *testing.T) {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		mfs := scrapeDaemon(t, d)
-		if v, _ := value(mfs, "ratelimitd_config_loads_total", "result=error"); v == 1 {
-			if ok, _ := value(mfs, "ratelimitd_config_last_load_successful", ""); ok != 0 {
+		if v, _ := mfs.Value("ratelimitd_config_loads_total", "result=error"); v == 1 {
+			if ok, _ := mfs.Value("ratelimitd_config_last_load_successful", ""); ok != 0 {
 				t.Errorf("ratelimitd_config_last_load_successful = %v after an invalid change, want 0", ok)
 			}
 			break
@@ -319,24 +273,9 @@ func TestTLS(t *testing.T) {
 	if _, err := shouldRateLimit(t.Context(), dialTLS(t, d.grpcAddr, ca.ClientTLS(envoy))); err != nil {
 		t.Errorf("ShouldRateLimit after the swap: %v", err)
 	}
-	if v, _ := value(scrapeHTTPS(t, https, d), "ratelimitd_tls_reloads_total", "listener=grpc"); v < 1 {
+	if v, _ := metricstest.Scrape(t, https, "https://"+d.httpAddr+"/metrics").Value("ratelimitd_tls_reloads_total", "listener=grpc"); v < 1 {
 		t.Errorf("ratelimitd_tls_reloads_total{listener=grpc} = %v after a swap, want at least 1", v)
 	}
-}
-
-// scrapeHTTPS is scrapeDaemon over HTTPS.
-func scrapeHTTPS(t *testing.T, client *http.Client, d *daemon) map[string]*dto.MetricFamily {
-	t.Helper()
-	code, body := get(t, client, "https://"+d.httpAddr+"/metrics")
-	if code != http.StatusOK {
-		t.Fatalf("GET /metrics = %d", code)
-	}
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	mfs, err := parser.TextToMetricFamilies(strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return mfs
 }
 
 // collector is an OTLP/gRPC trace receiver that keeps what it receives.

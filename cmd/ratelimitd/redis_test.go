@@ -233,13 +233,13 @@ func TestRedisFaults(t *testing.T) {
 	for _, m := range modes {
 		mfs := scrapeDaemon(t, &daemon{httpAddr: procs[m].http})
 		// Open, or half-open if a probe is due.
-		if v, ok := value(mfs, "ratelimitd_backend_breaker_state", "node=redis,state=closed"); !ok || v != 0 {
+		if v, ok := mfs.Value("ratelimitd_backend_breaker_state", "node=redis,state=closed"); !ok || v != 0 {
 			t.Errorf("%s with Redis down: ratelimitd_backend_breaker_state{state=closed} = %v (%v), want 0", m, v, ok)
 		}
-		if v, _ := value(mfs, "ratelimitd_failure_mode_answers_total", "mode="+m); v == 0 {
+		if v, _ := mfs.Value("ratelimitd_failure_mode_answers_total", "mode="+m); v == 0 {
 			t.Errorf("%s with Redis down: ratelimitd_failure_mode_answers_total{mode=%s} = 0", m, m)
 		}
-		if v, _ := value(mfs, "ratelimitd_backend_errors_total", "kind=breaker_open"); v == 0 {
+		if v, _ := mfs.Value("ratelimitd_backend_errors_total", "kind=breaker_open"); v == 0 {
 			t.Errorf("%s with Redis down: ratelimitd_backend_errors_total{kind=breaker_open} = 0", m)
 		}
 	}
