@@ -12,29 +12,30 @@ import (
 // TLS, and exports their expiry and reloads as metrics labelled by
 // listener.
 func openTLS(f *flags, log *slog.Logger, reg prometheus.Registerer) (grpcTLS, httpTLS *tlsconfig.Reloader, err error) {
-	if f.tls.grpcCert != "" {
-		grpcTLS, err = tlsconfig.New(tlsconfig.Options{
-			CertFile:     f.tls.grpcCert,
-			KeyFile:      f.tls.grpcKey,
-			ClientCAFile: f.tls.grpcClientCA,
-			AllowedSANs:  f.tls.grpcAllowedSANs,
-			Logger:       log.With("component", "tls", "listener", "grpc"),
-		})
-		if err != nil {
-			return nil, nil, err
+	open := func(listener string, o tlsconfig.Options) (*tlsconfig.Reloader, error) {
+		if o.CertFile == "" {
+			return nil, nil
 		}
-		registerTLS(reg, "grpc", grpcTLS)
+		o.Logger = log.With("component", "tls", "listener", listener)
+		r, err := tlsconfig.New(o)
+		if err != nil {
+			return nil, err
+		}
+		registerTLS(reg, listener, r)
+		return r, nil
 	}
-	if f.tls.httpCert != "" {
-		httpTLS, err = tlsconfig.New(tlsconfig.Options{
-			CertFile: f.tls.httpCert,
-			KeyFile:  f.tls.httpKey,
-			Logger:   log.With("component", "tls", "listener", "http"),
-		})
-		if err != nil {
-			return nil, nil, err
-		}
-		registerTLS(reg, "http", httpTLS)
+	grpcTLS, err = open("grpc", tlsconfig.Options{
+		CertFile:     f.tls.grpcCert,
+		KeyFile:      f.tls.grpcKey,
+		ClientCAFile: f.tls.grpcClientCA,
+		AllowedSANs:  f.tls.grpcAllowedSANs,
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	httpTLS, err = open("http", tlsconfig.Options{CertFile: f.tls.httpCert, KeyFile: f.tls.httpKey})
+	if err != nil {
+		return nil, nil, err
 	}
 	return grpcTLS, httpTLS, nil
 }
