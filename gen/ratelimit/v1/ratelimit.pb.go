@@ -287,8 +287,20 @@ type Entry struct {
 	// The key, such as "remote_address". Required; at most 1024 bytes.
 	Key string `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
 	// The value, such as "10.0.0.1". A value over 1024 bytes is counted
-	// under a SHA-256 digest of itself.
-	Value         string `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	// under a SHA-256 digest of itself. It must be valid UTF-8, as every
+	// protobuf string: a value that is not (an HTTP header may carry any
+	// byte) goes in raw_value instead.
+	Value string `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	// The value as bytes, for values that are not valid UTF-8. When set it
+	// is the entry's value, and value must be empty. A value is the same
+	// counter whichever field carries it: raw_value "a" counts with value
+	// "a".
+	RawValue []byte `protobuf:"bytes,3,opt,name=raw_value,json=rawValue,proto3" json:"raw_value,omitempty"`
+	// The SHA-256 digest (32 bytes) of a value over 1024 bytes, sent in its
+	// place to keep requests small: the server counts every value over 1024
+	// bytes under its digest, so the digest counts with the value itself.
+	// When set, value and raw_value must be empty.
+	ValueSha256   []byte `protobuf:"bytes,4,opt,name=value_sha256,json=valueSha256,proto3" json:"value_sha256,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -335,6 +347,20 @@ func (x *Entry) GetValue() string {
 		return x.Value
 	}
 	return ""
+}
+
+func (x *Entry) GetRawValue() []byte {
+	if x != nil {
+		return x.RawValue
+	}
+	return nil
+}
+
+func (x *Entry) GetValueSha256() []byte {
+	if x != nil {
+		return x.ValueSha256
+	}
+	return nil
 }
 
 // LimitOverride is a limit given by the caller instead of the configuration.
@@ -704,10 +730,12 @@ const file_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"\aentries\x18\x01 \x03(\v2\x13.ratelimit.v1.EntryR\aentries\x12\x17\n" +
 	"\x04hits\x18\x02 \x01(\x04H\x00R\x04hits\x88\x01\x01\x121\n" +
 	"\x05limit\x18\x03 \x01(\v2\x1b.ratelimit.v1.LimitOverrideR\x05limitB\a\n" +
-	"\x05_hits\"/\n" +
+	"\x05_hits\"o\n" +
 	"\x05Entry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value\"^\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value\x12\x1b\n" +
+	"\traw_value\x18\x03 \x01(\fR\brawValue\x12!\n" +
+	"\fvalue_sha256\x18\x04 \x01(\fR\vvalueSha256\"^\n" +
 	"\rLimitOverride\x12\x1a\n" +
 	"\brequests\x18\x01 \x01(\rR\brequests\x121\n" +
 	"\x06window\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x06window\"\xad\x01\n" +
