@@ -5,16 +5,14 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"math"
 	"slices"
 	"time"
+	"unicode/utf8"
 
 	"go.opentelemetry.io/otel/attribute"
 	otelcodes "go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/ratelimitd/ratelimitd/backend"
 	"github.com/ratelimitd/ratelimitd/config"
@@ -41,6 +39,7 @@ type decision struct {
 // A verdict is the decision on one request descriptor.
 type verdict struct {
 	over      bool // reported code: OVER_LIMIT (false for a shadow-mode rule)
+	overLimit bool // the limit refused the hits, whatever the reported code
 	shadow    bool // not enforced: a shadow-mode rule, or the daemon in shadow mode
 	limited   bool // a limit applied: limit, name and the counts below are set
 	unlimited bool // the rule is unlimited: nothing was counted
@@ -88,6 +87,8 @@ func (d *desc) limits() []config.RuleLimit {
 // scratch holds one request's working memory; Server pools them so the
 // hot path allocates only what the response keeps.
 type scratch struct {
+	req      request     // what the face decoded
+	envoy    []envoyDesc // Envoy's descriptors, while an Envoy face decodes
 	domain   string
 	descs    []desc
 	reqs     []backend.Request
@@ -100,6 +101,8 @@ type scratch struct {
 }
 
 func (sc *scratch) reset() {
+	sc.req.reset()
+	sc.envoy = sc.envoy[:0]
 	clear(sc.descs) // drop rule pointers so old rule sets can be collected
 	sc.domain = ""
 	sc.descs = sc.descs[:0]
@@ -111,11 +114,6 @@ func (sc *scratch) reset() {
 	sc.replaced = sc.replaced[:0]
 	clear(sc.dec.statuses)
 	sc.dec = decision{statuses: sc.dec.statuses[:0], headers: sc.dec.headers[:0]}
-}
-
-// invalid returns an InvalidArgument status error.
-func invalid(format string, args ...any) error {
-	return status.Errorf(codes.InvalidArgument, format, args...)
 }
 
 // checkRequest checks the request-wide bounds.
@@ -134,7 +132,7 @@ func checkRequest(domain string, descriptors int) error {
 }
 
 // checkEntries checks one descriptor's entries.
-func checkEntries[E config.Entry](i int, entries []E) error {
+func checkEntries(i int, entries []entry) error {
 	switch {
 	case len(entries) == 0:
 		return invalid("descriptor %d has no entries", i)
@@ -142,12 +140,11 @@ func checkEntries[E config.Entry](i int, entries []E) error {
 		return invalid("descriptor %d has %d entries, over the maximum %d", i, len(entries), maxEntries)
 	}
 	for j, e := range entries {
-		k := e.GetKey()
 		switch {
-		case k == "":
+		case e.key == "":
 			return invalid("descriptor %d entry %d has an empty key", i, j)
-		case len(k) > maxEntryBytes:
-			return invalid("descriptor %d entry %d: key is %d bytes, over the maximum %d", i, j, len(k), maxEntryBytes)
+		case len(e.key) > maxEntryBytes:
+			return invalid("descriptor %d entry %d: key is %d bytes, over the maximum %d", i, j, len(e.key), maxEntryBytes)
 		}
 	}
 	return nil
@@ -160,67 +157,56 @@ func checkHits(i int, hits uint64) error {
 	return nil
 }
 
+// match checks sc.req, matches each of its descriptors against the rules
+// in force and appends them to sc.descs with their counter keys' prefixes.
+func (s *Server) match(sc *scratch) error {
+	r := &sc.req
+	if err := checkRequest(r.domain, len(r.descs)); err != nil {
+		return err
+	}
+	d := s.rules.Load().Domain(r.domain)
+	sc.domain = r.domain
+	for i := range r.descs {
+		if err := addDescriptor(sc, d, &r.descs[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // addDescriptor matches one request descriptor against d and appends it
-// to sc. ovr, when override is set, is the request's own limit for it.
-func addDescriptor[E config.Entry](sc *scratch, d *config.DomainRules, domain string, entries []E, hits uint64, ovr *backend.Limit) error {
+// to sc.
+func addDescriptor(sc *scratch, d *config.DomainRules, rd *descriptor) error {
 	i := len(sc.descs)
+	entries := sc.req.entriesOf(rd)
 	if err := checkEntries(i, entries); err != nil {
 		return err
 	}
-	if err := checkHits(i, hits); err != nil {
+	if err := checkHits(i, rd.hits); err != nil {
 		return err
 	}
 	rule := config.Match(d, entries)
-	ds := desc{rule: rule, hits: hits}
+	ds := desc{rule: rule, hits: rd.hits}
 	if rule != nil {
 		ds.shadow = rule.ShadowMode
 		ds.path = rule.Path
 		ds.metricPath = metricPath(rule, entries)
 	}
-	sc.domain = domain
-	if ovr != nil {
-		// The request's limit replaces the rule's limits, keeping the
-		// rule's algorithm, and the name of its limit if it has one; a
-		// rule with several limits names the override by its path.
-		ds.override = true
-		o := &ds.ovr[0]
-		o.Limit = *ovr
-		if rule != nil && len(rule.Limits) > 0 {
-			o.Algorithm = rule.Limits[0].Algorithm
-			if len(rule.Limits) == 1 {
-				o.Name = rule.Limits[0].Name
-			}
-		}
-		if o.Algorithm == backend.SlidingLog && o.Requests > backend.MaxSlidingLog {
-			o.Requests = backend.MaxSlidingLog // the cap on a log's memory
-		}
-		if err := o.Validate(); err != nil {
+	if rd.hasLimit {
+		l, err := overrideLimit(rule, rd.limit)
+		if err != nil {
 			return invalid("descriptor %d: limit override: %v", i, err)
 		}
-		if ds.path == "" {
-			ds.path = keyPath(entries)
-		}
-	}
-	// The counter key's prefix: domain and every entry; a wildcard rule
-	// with share_threshold puts its pattern in place of the value, so
-	// every matching value shares one counter.
-	start := len(sc.keys)
-	sc.keys = backend.AppendKeyPart(sc.keys, domain)
-	for j, e := range entries {
-		v := e.GetValue()
-		if rule != nil && j < len(rule.Levels) {
-			if lv := rule.Levels[j]; lv.ShareThreshold && lv.Wildcard {
-				v = lv.Value
+		if d != nil { // overrides apply in a known domain only
+			ds.override, ds.ovr[0] = true, l
+			if ds.path == "" {
+				ds.path = keyPath(entries)
 			}
 		}
-		sc.keys = backend.AppendKeyPart(sc.keys, e.GetKey())
-		if len(v) > maxEntryBytes {
-			sum := sha256.Sum256([]byte(v))
-			v = longValueMark + string(sum[:])
-		}
-		sc.keys = backend.AppendKeyPart(sc.keys, v)
 	}
-	ds.key = [2]int{start, len(sc.keys)}
+	ds.key = [2]int{len(sc.keys), 0}
+	sc.keys = appendKeyPrefix(sc.keys, sc.domain, rule, entries)
+	ds.key[1] = len(sc.keys)
 	if ds.unlimited() {
 		sc.replaced = append(sc.replaced, ds.rule.Replaces...)
 	}
@@ -231,44 +217,119 @@ func addDescriptor[E config.Entry](sc *scratch, d *config.DomainRules, domain st
 	return nil
 }
 
-// A request value over maxEntryBytes is counted under its SHA-256 digest,
-// marked with a byte that no request value holds (protobuf strings are
-// valid UTF-8, and 0xff never is), so that it shares no counter with a
-// value that reads like a digest. Values come from clients (Envoy copies
-// request headers into them): refusing long ones would make every request
-// carrying a 2 KiB header an error, which Envoy by default lets through
-// unlimited.
-const longValueMark = "\xff"
+// overrideLimit turns a request's limit for a descriptor that matched rule
+// (nil if none) into the limit to apply: the rule's algorithm, and the
+// name of its limit if it has just one (a rule with several limits names
+// the override by its path). A sliding log's requests are capped at
+// backend.MaxSlidingLog, the bound of a log's memory.
+func overrideLimit(rule *config.Rule, o override) (config.RuleLimit, error) {
+	l := config.RuleLimit{Limit: backend.Limit{Requests: o.requests, Window: o.window}}
+	if rule != nil && len(rule.Limits) > 0 {
+		l.Algorithm = rule.Limits[0].Algorithm
+		if len(rule.Limits) == 1 {
+			l.Name = rule.Limits[0].Name
+		}
+	}
+	if l.Algorithm == backend.SlidingLog && l.Requests > backend.MaxSlidingLog {
+		l.Requests = backend.MaxSlidingLog
+	}
+	return l, l.Validate()
+}
+
+// appendKeyPrefix appends to b the prefix of the counter keys of a
+// descriptor of domain made of entries that matched rule (nil if none):
+// the domain, then each entry's key and value, each part length-prefixed
+// (backend.AppendKeyPart), so that any bytes make a key of their own.
+//
+// A value counts as itself, except that: under a wildcard rule with
+// share_threshold, the rule's pattern stands for every value it matches;
+// under a rule with ip_prefix, an IP address counts by its network; and a
+// value over maxEntryBytes counts by its SHA-256 digest, in a part that
+// no value can spell (backend.AppendKeyDigest), as does a digest the
+// request sent in its place.
+func appendKeyPrefix(b []byte, domain string, rule *config.Rule, entries []entry) []byte {
+	b = backend.AppendKeyPart(b, domain)
+	for j, e := range entries {
+		b = backend.AppendKeyPart(b, e.key)
+		v := e.value
+		if e.digest {
+			b = backend.AppendKeyDigest(b, v)
+			continue
+		}
+		if rule != nil && j < len(rule.Levels) {
+			switch lv := rule.Levels[j]; {
+			case lv.ShareThreshold && lv.Wildcard:
+				v = lv.Value
+				// IPPREFIX-MERGE case lv.IPPrefix.Set():
+				//	v = lv.IPPrefix.Apply(v)
+			}
+		}
+		if len(v) > maxEntryBytes {
+			b = backend.AppendKeyDigest(b, sha256Of(v))
+			continue
+		}
+		b = backend.AppendKeyPart(b, v)
+	}
+	return b
+}
+
+// sha256Of returns the SHA-256 digest of v.
+func sha256Of(v string) []byte {
+	sum := sha256.Sum256([]byte(v))
+	return sum[:]
+}
+
+// printable returns s as valid UTF-8 for the places that echo request
+// bytes (responses, metric labels, trace attributes): s itself when it
+// is, else "hex:" and its bytes in hex. (Counters never use this form:
+// two values that print alike still count apart.)
+func printable(s string) string {
+	if utf8.ValidString(s) {
+		return s
+	}
+	return "hex:" + hex.EncodeToString([]byte(s))
+}
 
 // labelValue returns the form of a request value in metric labels: the
-// value itself, or for a value over maxEntryBytes its digest in hex.
-func labelValue(v string) string {
-	if len(v) <= maxEntryBytes {
-		return v
+// value itself (see printable), or for a value over maxEntryBytes, or one
+// sent as a digest, the digest in hex.
+func labelValue(e entry) string {
+	switch {
+	case e.digest:
+		return "sha256:" + hex.EncodeToString([]byte(e.value))
+	case len(e.value) > maxEntryBytes:
+		sum := sha256.Sum256([]byte(e.value))
+		return "sha256:" + hex.EncodeToString(sum[:])
 	}
-	sum := sha256.Sum256([]byte(v))
-	return "sha256:" + hex.EncodeToString(sum[:])
+	return printable(e.value)
 }
 
 // keyPath names an unmatched descriptor by its keys, as Rule.Path does.
-func keyPath[E config.Entry](entries []E) string {
+func keyPath(entries []entry) string {
 	var b []byte
 	for j, e := range entries {
 		if j > 0 {
 			b = append(b, '.')
 		}
-		b = append(b, e.GetKey()...)
+		b = append(b, e.key...)
 	}
-	return string(b)
+	return printable(string(b))
 }
 
-// decide takes the hits of sc's descriptors from the store and fills
-// sc.dec. It returns a status error when the store cannot decide.
+// decide decides sc.req: it matches its descriptors, takes their hits
+// from the store and fills sc.dec. It returns an *invalidError for a
+// request it refuses to decide, errStoreUnavailable or errShuttingDown
+// when the store cannot decide and the failure mode does not answer, or
+// the caller's context error.
 func (s *Server) decide(ctx context.Context, sc *scratch) error {
+	if err := s.match(sc); err != nil {
+		return err
+	}
 	// Build one store request per limit that applies and was not replaced;
 	// its key is the descriptor's prefix and the limit's suffix, appended
 	// after every prefix.
 	keysFrom := len(sc.keys)
+	bans := 0
 	for i := range sc.descs {
 		ds := &sc.descs[i]
 		ds.first = len(sc.reqs)
@@ -285,6 +346,9 @@ func (s *Server) decide(ctx context.Context, sc *scratch) error {
 		for _, l := range ds.limits() {
 			if l.Name != "" && slices.Contains(sc.replaced, l.Name) {
 				continue
+			}
+			if l.Ban() {
+				bans++
 			}
 			start := len(sc.keys) - keysFrom
 			sc.keys = append(sc.keys, sc.keys[ds.key[0]:ds.key[1]]...)
@@ -306,26 +370,50 @@ func (s *Server) decide(ctx context.Context, sc *scratch) error {
 			sc.reqs[i].Key = keys[sc.spans[i][0]:sc.spans[i][1]]
 		}
 		sc.res = slices.Grow(sc.res[:0], len(sc.reqs))[:len(sc.reqs)]
-		start := time.Now()
-		err := s.take(ctx, sc)
-		s.metrics.storeDuration.Observe(time.Since(start).Seconds())
-		if err != nil {
-			if err := s.storeError(ctx, err); err != nil {
-				return err
+		if bans == len(sc.reqs) {
+			s.decideBans(sc) // a ban needs no counter: no store call
+		} else {
+			start := time.Now()
+			err := s.take(ctx, sc)
+			s.metrics.storeDuration.Observe(time.Since(start).Seconds())
+			if err != nil {
+				return s.storeFailed(ctx, sc, err)
 			}
-			s.failureAnswer(sc)
-			return nil
 		}
 	}
+	s.verdicts(sc, backend.Refused(sc.reqs, sc.res))
+	s.appendHeaders(sc)
+	return nil
+}
 
+// decideBans writes into sc.res the result of every ban of sc.reqs, and
+// an empty result for the other requests; it reports whether the bans
+// alone refuse the call, whatever the other requests' results would be.
+// Bans are decided without the store, so that they hold when it is down.
+func (s *Server) decideBans(sc *scratch) (refused bool) {
+	now := backend.Micros(s.now())
+	for i, rq := range sc.reqs {
+		sc.res[i] = backend.Result{}
+		if rq.Limit.Ban() {
+			var st backend.State // a ban reads no state
+			sc.res[i] = st.Result(rq.Limit, now, rq.Hits, true)
+		}
+	}
+	// With every other request within its limits, the call is refused
+	// only when a ban refuses it: an enforced one, or bans on every quota
+	// group.
+	return backend.Refused(sc.reqs, sc.res)
+}
+
+// verdicts fills sc.dec's overall code and statuses from sc.res (refused
+// is the overall verdict), and counts them in the rule metrics.
+func (s *Server) verdicts(sc *scratch, refused bool) {
 	dec := &sc.dec
-	dec.over = !s.opts.ShadowMode && backend.Refused(sc.reqs, sc.res)
+	dec.over = !s.opts.ShadowMode && refused
 	for i := range sc.descs {
 		ds := &sc.descs[i]
 		v := verdict{unlimited: ds.unlimited()}
-		if ds.n == 0 {
-			s.countRule(sc.domain, ds, false, false, false, false, backend.Limit{}, backend.Result{})
-		} else {
+		if ds.n > 0 {
 			// Report the limit that refused, else the one with the least
 			// remaining.
 			pick, over := ds.first, false
@@ -340,6 +428,7 @@ func (s *Server) decide(ctx context.Context, sc *scratch) error {
 			r := sc.res[pick]
 			v = verdict{
 				over:      over && !ds.shadow,
+				overLimit: over,
 				shadow:    ds.shadow || s.opts.ShadowMode,
 				limited:   true,
 				limit:     sc.reqs[pick].Limit,
@@ -348,12 +437,10 @@ func (s *Server) decide(ctx context.Context, sc *scratch) error {
 				reset:     r.ResetAfter,
 				retry:     r.RetryAfter,
 			}
-			s.countRule(sc.domain, ds, true, over, v.shadow, dec.over, v.limit, r)
 		}
+		s.countRule(sc.domain, ds, v, dec.over)
 		dec.statuses = append(dec.statuses, v)
 	}
-	s.appendHeaders(sc)
-	return nil
 }
 
 // take calls the store with sc's requests, in a span of its own when
@@ -363,7 +450,7 @@ func (s *Server) take(ctx context.Context, sc *scratch) error {
 		return s.store.Take(ctx, sc.reqs, sc.res)
 	}
 	ctx, span := s.tracer.Start(ctx, "ratelimitd.backend.Take", trace.WithAttributes(
-		attribute.String("ratelimitd.domain", sc.domain),
+		attribute.String("ratelimitd.domain", printable(sc.domain)),
 		attribute.Int("ratelimitd.descriptors", len(sc.descs)),
 		attribute.Int("ratelimitd.counters", len(sc.reqs)),
 	))
@@ -389,38 +476,68 @@ func (d *desc) limitName(l backend.Limit) string {
 	return d.path
 }
 
-// storeError turns a store failure into a status error, or nil when the
-// failure mode answers instead (see failureAnswer).
-func (s *Server) storeError(ctx context.Context, err error) error {
+// storeFailed answers a call whose store failed with err: the caller's
+// context error if the caller gave up, errShuttingDown if the store is
+// closed, else the failure mode's answer (nil, with sc.dec filled) or
+// errStoreUnavailable. Bans are decided all the same: a ban refuses
+// under every failure mode, and a call that bans alone refuse is
+// answered OVER_LIMIT even under FailError. The store's error, which may
+// name internal addresses, goes to the log and never to the caller.
+func (s *Server) storeFailed(ctx context.Context, sc *scratch, err error) error {
 	if ctxErr := ctx.Err(); ctxErr != nil {
-		return status.FromContextError(ctxErr).Err()
+		return ctxErr
 	}
 	if errors.Is(err, backend.ErrClosed) {
-		return status.Error(codes.Unavailable, "shutting down")
+		return errShuttingDown
 	}
 	s.warnStore(err)
 	s.metrics.storeFailed(err)
 	s.metrics.failureAnswers.WithLabelValues(s.opts.FailureMode.String()).Inc()
-	if s.opts.FailureMode == FailError {
-		return status.Error(codes.Unavailable, fmt.Sprintf("counter store unavailable: %v", err))
+	refused := s.decideBans(sc)
+	if s.opts.FailureMode == FailError && !refused {
+		return errStoreUnavailable
 	}
 	s.failures.Add(1)
+	s.failureAnswer(sc, refused)
 	return nil
 }
 
-// failureAnswer fills sc.dec without counts, by the failure mode: under
-// FailAllow every descriptor is OK with no limit; under FailDeny every
-// descriptor a limit applies to is OVER_LIMIT (but shadow ones).
-func (s *Server) failureAnswer(sc *scratch) {
+// failureAnswer fills sc.dec when the store failed, from the bans'
+// results in sc.res (refused: the bans alone refuse the call). A
+// descriptor with a ban reports it; the others answer by the failure
+// mode, without counts: under FailAllow OK with no limit; under FailDeny
+// OVER_LIMIT when a limit applies (but in shadow mode).
+func (s *Server) failureAnswer(sc *scratch, refused bool) {
 	dec := &sc.dec
 	deny := s.opts.FailureMode == FailDeny && !s.opts.ShadowMode
+	dec.over = !s.opts.ShadowMode && refused
 	for i := range sc.descs {
 		ds := &sc.descs[i]
 		v := verdict{unlimited: ds.unlimited()}
-		if deny && ds.n > 0 && !ds.shadow {
+		for k := ds.first; k < ds.first+ds.n; k++ {
+			if rq := sc.reqs[k]; rq.Limit.Ban() {
+				r := sc.res[k]
+				v = verdict{
+					over:      !ds.shadow,
+					overLimit: true,
+					shadow:    ds.shadow || s.opts.ShadowMode,
+					limited:   true,
+					limit:     rq.Limit,
+					name:      ds.limitName(rq.Limit),
+					reset:     r.ResetAfter,
+					retry:     r.RetryAfter,
+				}
+				break
+			}
+		}
+		if !v.limited && deny && ds.n > 0 && !ds.shadow {
 			v.over = true
 			dec.over = true
 		}
+		if v.limited {
+			s.countRule(sc.domain, ds, v, dec.over)
+		}
 		dec.statuses = append(dec.statuses, v)
 	}
+	s.appendHeaders(sc)
 }

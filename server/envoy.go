@@ -20,55 +20,37 @@ type envoyService struct {
 	s *Server
 }
 
-// ShouldRateLimit implements rlsv3.RateLimitServiceServer.
+// ShouldRateLimit implements rlsv3.RateLimitServiceServer, for callers
+// that hold a decoded request (the gRPC server decodes Envoy's wire itself:
+// see decideWire).
 func (e envoyService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
-	return e.s.decideEnvoy(ctx, apiEnvoy, req)
+	resp, err := e.s.decideEnvoy(ctx, apiEnvoy, func(sc *scratch) error { return envoyFromProto(sc, req) })
+	return resp, grpcError(err)
 }
 
-// addEnvoy checks req and adds its descriptors to sc.
-func (s *Server) addEnvoy(sc *scratch, req *rlsv3.RateLimitRequest) error {
-	if err := checkRequest(req.GetDomain(), len(req.GetDescriptors())); err != nil {
-		return err
-	}
-	d := s.rules.Load().Domain(req.Domain)
-	hits := uint64(req.HitsAddend)
-	if hits == 0 {
-		hits = 1
-	}
-	var ovr backend.Limit
-	for i, rd := range req.Descriptors {
-		if rd.GetIsNegativeHits() {
-			return invalid("descriptor %d: is_negative_hits is not supported", i)
+// envoyFromProto fills sc.req from a decoded Envoy request, whose strings
+// are valid UTF-8 (/json's, or a Go caller's).
+func envoyFromProto(sc *scratch, req *rlsv3.RateLimitRequest) error {
+	r := &sc.req
+	r.domain = req.GetDomain()
+	for _, rd := range req.GetDescriptors() {
+		d := envoyDesc{entries: [2]int{len(r.entries), len(r.entries)}, negative: rd.GetIsNegativeHits()}
+		for _, e := range rd.GetEntries() {
+			r.entries = append(r.entries, entry{key: e.GetKey(), value: e.GetValue()})
 		}
-		h := hits
-		if rd.GetHitsAddend() != nil {
-			h = rd.HitsAddend.Value // 0 checks without consuming
+		d.entries[1] = len(r.entries)
+		if h := rd.GetHitsAddend(); h != nil {
+			d.hasHits, d.hits = true, h.GetValue()
 		}
-		var o *backend.Limit
 		if lo := rd.GetLimit(); lo != nil {
-			w, ok := envoyWindow(lo.Unit)
-			if !ok {
-				return invalid("descriptor %d: limit override has unit %v", i, lo.Unit)
-			}
+			d.hasLimit, d.rpu, d.unit = true, lo.GetRequestsPerUnit(), int32(lo.GetUnit())
 			if m := lo.GetUnitMultiplier(); m != nil {
-				if m.Value == 0 {
-					return invalid("descriptor %d: limit override unit_multiplier is 0", i)
-				}
-				if time.Duration(m.Value) > backend.MaxWindow/w {
-					return invalid("descriptor %d: limit override window of %d × %v is over the maximum of 100 years", i, m.Value, lo.Unit)
-				}
-				w *= time.Duration(m.Value)
-			}
-			ovr = backend.Limit{Requests: uint64(lo.RequestsPerUnit), Window: w}
-			if d != nil { // overrides apply in a known domain only
-				o = &ovr
+				d.hasMult, d.mult = true, m.GetValue()
 			}
 		}
-		if err := addDescriptor(sc, d, req.Domain, rd.GetEntries(), h, o); err != nil {
-			return err
-		}
+		sc.envoy = append(sc.envoy, d)
 	}
-	return nil
+	return envoyRequest(sc, uint64(req.GetHitsAddend()))
 }
 
 var envoyUnits = [...]time.Duration{
@@ -80,12 +62,20 @@ var envoyUnits = [...]time.Duration{
 	typev3.RateLimitUnit_YEAR:   365 * 24 * time.Hour,
 }
 
-// envoyWindow returns the length of Envoy unit u.
-func envoyWindow(u typev3.RateLimitUnit) (time.Duration, bool) {
-	if u <= 0 || int(u) >= len(envoyUnits) {
+// envoyWindow returns the length of Envoy unit u (a typev3.RateLimitUnit).
+func envoyWindow(u int32) (time.Duration, bool) {
+	if u <= 0 || int(u) >= len(envoyUnits) || envoyUnits[u] == 0 {
 		return 0, false
 	}
 	return envoyUnits[u], true
+}
+
+// multiply returns w times m, false past backend.MaxWindow.
+func multiply(w time.Duration, m uint32) (time.Duration, bool) {
+	if time.Duration(m) > backend.MaxWindow/w {
+		return 0, false
+	}
+	return w * time.Duration(m), true
 }
 
 // envoyUnit returns the unit whose length is w, or UNKNOWN.

@@ -7,7 +7,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/google/go-cmp/cmp"
@@ -15,6 +17,7 @@ import (
 	"google.golang.org/protobuf/testing/protocmp"
 
 	"github.com/ratelimitd/ratelimitd/backend"
+	"github.com/ratelimitd/ratelimitd/backend/backendtest"
 	ratelimitv1 "github.com/ratelimitd/ratelimitd/gen/ratelimit/v1"
 	"github.com/ratelimitd/ratelimitd/server"
 )
@@ -61,7 +64,12 @@ func TestFailureMode(t *testing.T) {
 			srv := server.New(downStore{}, loadRules(t, "gateway.yaml"), server.Options{FailureMode: tt.mode})
 			resp, err := srv.Envoy().ShouldRateLimit(t.Context(), req)
 			if tt.want == nil {
-				wantCode(t, "ShouldRateLimit on a down store", err, codes.Unavailable, "connection refused")
+				// The store's error names an internal address: it goes to
+				// the log, and callers learn only that the store is away.
+				wantCode(t, "ShouldRateLimit on a down store", err, codes.Unavailable, "counter store unavailable")
+				if strings.Contains(err.Error(), "127.0.0.1") {
+					t.Errorf("ShouldRateLimit on a down store: %v, names the store's address", err)
+				}
 			} else {
 				if err != nil {
 					t.Fatalf("ShouldRateLimit on a down store: %v", err)
@@ -123,4 +131,94 @@ func TestParseFailureMode(t *testing.T) {
 	if _, err := server.ParseFailureMode("open"); err == nil {
 		t.Error(`ParseFailureMode("open") error = nil, want an error`)
 	}
+}
+
+// countingDownStore is a downStore that counts its calls.
+type countingDownStore struct {
+	downStore
+	calls atomic.Int64
+}
+
+func (s *countingDownStore) Take(ctx context.Context, reqs []backend.Request, res []backend.Result) error {
+	s.calls.Add(1)
+	return s.downStore.Take(ctx, reqs, res)
+}
+
+// TestBansWithoutStore: a ban (requests_per_unit: 0) needs no counter, so
+// it refuses while the store is down, under every failure mode; a request
+// of bans alone never reaches the store; and the other descriptors of a
+// request answer by the failure mode as before.
+func TestBansWithoutStore(t *testing.T) {
+	rules := parseRules(t, `
+domain: g
+descriptors:
+  - key: blocked_agent
+    rate_limit: {unit: hour, requests_per_unit: 0}
+  - key: shadow_ban
+    shadow_mode: true
+    rate_limit: {unit: hour, requests_per_unit: 0}
+  - key: quota_ban
+    quota_mode: true
+    rate_limit: {unit: hour, requests_per_unit: 0}
+  - key: quota
+    quota_mode: true
+    rate_limit: {unit: hour, requests_per_unit: 10}
+  - key: remote_address
+    rate_limit: {unit: minute, requests_per_unit: 10}
+`)
+	ban := limited(over, "blocked_agent", 0, hour, 0, time.Hour)
+	const (
+		allow, deny, fail = server.FailAllow, server.FailDeny, server.FailError
+	)
+	for _, tt := range []struct {
+		name  string
+		req   *rlsv3.RateLimitRequest
+		store bool // the request reaches the store
+		want  map[server.FailureMode]*rlsv3.RateLimitResponse
+	}{
+		{"ban alone", request("g", desc("blocked_agent", "scrapy")), false, map[server.FailureMode]*rlsv3.RateLimitResponse{
+			allow: response(over, ban), deny: response(over, ban), fail: response(over, ban),
+		}},
+		{"ban with a limited descriptor", request("g", desc("remote_address", "a"), desc("blocked_agent", "scrapy")), true, map[server.FailureMode]*rlsv3.RateLimitResponse{
+			allow: response(over, okStatus(), ban), deny: response(over, okWith(over), ban), fail: response(over, okStatus(), ban),
+		}},
+		{"shadow ban", request("g", desc("remote_address", "a"), desc("shadow_ban", "x")), true, map[server.FailureMode]*rlsv3.RateLimitResponse{
+			allow: response(ok, okStatus(), limited(ok, "shadow_ban", 0, hour, 0, time.Hour)),
+			deny:  response(over, okWith(over), limited(ok, "shadow_ban", 0, hour, 0, time.Hour)),
+			fail:  nil,
+		}},
+		{"quota ban beside an open quota", request("g", desc("quota_ban", "x"), desc("quota", "y")), true, map[server.FailureMode]*rlsv3.RateLimitResponse{
+			allow: response(ok, limited(over, "quota_ban", 0, hour, 0, time.Hour), okStatus()),
+			deny:  response(over, limited(over, "quota_ban", 0, hour, 0, time.Hour), okWith(over)),
+			fail:  nil,
+		}},
+	} {
+		for _, mode := range []server.FailureMode{allow, deny, fail} {
+			t.Run(tt.name+"/"+mode.String(), func(t *testing.T) {
+				store := new(countingDownStore)
+				clock := backendtest.NewClock(t0)
+				srv := server.New(store, rules, server.Options{FailureMode: mode, Now: clock.Now, Headers: server.HeadersOff})
+				resp, err := srv.Envoy().ShouldRateLimit(t.Context(), tt.req)
+				want := tt.want[mode]
+				if want == nil {
+					wantCode(t, "ShouldRateLimit", err, codes.Unavailable)
+				} else {
+					if err != nil {
+						t.Fatalf("ShouldRateLimit: %v", err)
+					}
+					if diff := cmp.Diff(want, resp, protocmp.Transform()); diff != "" {
+						t.Errorf("ShouldRateLimit mismatch (-want +got):\n%s", diff)
+					}
+				}
+				if got := store.calls.Load() > 0; got != tt.store {
+					t.Errorf("the store was called: %v, want %v", got, tt.store)
+				}
+			})
+		}
+	}
+}
+
+// okWith returns a status of code without a limit, as failure answers are.
+func okWith(code rlsv3.RateLimitResponse_Code) *rlsv3.RateLimitResponse_DescriptorStatus {
+	return &rlsv3.RateLimitResponse_DescriptorStatus{Code: code}
 }

@@ -133,7 +133,10 @@ func appendItem(b []byte, name string) []byte {
 
 // seconds returns d in whole seconds, rounded up.
 func seconds(d time.Duration) int64 {
-	return int64((d + time.Second - 1) / time.Second)
+	if d <= 0 {
+		return 0
+	}
+	return int64((d-1)/time.Second) + 1 // d+time.Second-1 would overflow near the largest Duration
 }
 
 // MarshalText implements encoding.TextMarshaler.

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -10,8 +11,6 @@ import (
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/ratelimitd/ratelimitd/config"
@@ -91,19 +90,19 @@ func (s *Server) serveJSON(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "invalid RateLimitRequest: "+err.Error(), http.StatusBadRequest)
 		return
 	}
-	resp, err := s.decideEnvoy(r.Context(), apiJSON, &req)
+	resp, err := s.decideEnvoy(r.Context(), apiJSON, func(sc *scratch) error { return envoyFromProto(sc, &req) })
 	if err != nil {
-		st := status.Convert(err)
+		var inv *invalidError
 		code := http.StatusInternalServerError
-		switch st.Code() {
-		case codes.InvalidArgument:
+		switch {
+		case errors.As(err, &inv):
 			code = http.StatusBadRequest
-		case codes.Unavailable:
+		case errors.Is(err, errStoreUnavailable), errors.Is(err, errShuttingDown):
 			code = http.StatusServiceUnavailable
-		case codes.Canceled, codes.DeadlineExceeded:
+		case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 			code = http.StatusGatewayTimeout
 		}
-		http.Error(w, st.Message(), code)
+		http.Error(w, err.Error(), code)
 		return
 	}
 	out, err := protojson.Marshal(resp)

@@ -199,41 +199,41 @@ func (m *metrics) resolve(domain, rule string) *ruleCounters {
 	}
 }
 
-// countRule adds ds's hits to its rule's counters, given its reported
-// result r under limit l: over the limit (and then in shadow mode or
-// not), or within it and, if the call was admitted (not refused), perhaps
-// near it. Descriptors that matched no rule are not counted, so that
-// request values never become labels unasked.
-func (s *Server) countRule(domain string, ds *desc, limited, over, shadow, refused bool, l backend.Limit, r backend.Result) {
-	if ds.rule == nil || (!limited && !ds.unlimited()) {
+// countRule adds ds's hits to its rule's counters, given its verdict v
+// in a call that refused is the overall verdict of: over the limit (and
+// then in shadow mode or not), or within it and, if the call was
+// admitted, perhaps near it. Descriptors that matched no rule are not
+// counted, so that request values never become labels unasked.
+func (s *Server) countRule(domain string, ds *desc, v verdict, refused bool) {
+	if ds.rule == nil || (!v.limited && !ds.unlimited()) {
 		return
 	}
 	c := s.metrics.counters(domain, ds)
 	hits := float64(ds.hits)
 	c.hits.Add(hits)
 	switch {
-	case over:
+	case v.overLimit:
 		c.over.Add(hits)
-		if shadow {
+		if v.shadow {
 			c.shadow.Add(hits)
 		}
 	default:
 		c.within.Add(hits)
-		if near := s.nearLimit(ds.hits, l, r); near > 0 && !refused {
+		if near := s.nearLimit(ds.hits, v.limit, v.remaining); near > 0 && !refused {
 			c.near.Add(float64(near))
 		}
 	}
 }
 
-// nearLimit returns how many of hits, admitted under l with result r,
-// took the counter past the near-limit threshold: the hits above
+// nearLimit returns how many of hits, admitted under l with remaining
+// left, took the counter past the near-limit threshold: the hits above
 // NearLimitRatio of the limit's capacity.
-func (s *Server) nearLimit(hits uint64, l backend.Limit, r backend.Result) uint64 {
+func (s *Server) nearLimit(hits uint64, l backend.Limit, remaining uint64) uint64 {
 	capacity := l.Capacity()
-	if hits == 0 || capacity == 0 || r.Remaining > capacity {
+	if hits == 0 || capacity == 0 || remaining > capacity {
 		return 0
 	}
-	used := capacity - r.Remaining
+	used := capacity - remaining
 	threshold := uint64(math.Floor(s.nearRatio * float64(capacity)))
 	if used <= threshold {
 		return 0
@@ -245,7 +245,7 @@ func (s *Server) nearLimit(hits uint64, l backend.Limit, r backend.Result) uint6
 // entries, when its metrics carry request values: with detailed_metric,
 // every entry as key=value; with value_to_metric on a level, that level's
 // value from the request. It returns "" for the usual label, rule.Path.
-func metricPath[E config.Entry](rule *config.Rule, entries []E) string {
+func metricPath(rule *config.Rule, entries []entry) string {
 	values := rule.DetailedMetric
 	for _, lv := range rule.Levels {
 		values = values || lv.ValueToMetric
@@ -258,11 +258,11 @@ func metricPath[E config.Entry](rule *config.Rule, entries []E) string {
 		if j > 0 {
 			b.WriteByte('.')
 		}
-		b.WriteString(e.GetKey())
+		b.WriteString(printable(e.key))
 		switch {
 		case rule.DetailedMetric || (j < len(rule.Levels) && rule.Levels[j].ValueToMetric):
 			b.WriteByte('=')
-			b.WriteString(labelValue(e.GetValue()))
+			b.WriteString(labelValue(e))
 		case j < len(rule.Levels) && rule.Levels[j].Value != "":
 			b.WriteByte('=')
 			b.WriteString(rule.Levels[j].Value)

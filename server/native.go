@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/sha256"
 	"math"
 	"time"
 
@@ -23,46 +24,65 @@ func (n nativeService) ShouldRateLimit(ctx context.Context, req *ratelimitv1.Sho
 	defer func(start time.Time) {
 		s.metrics.decided(apiNative, start, resp.GetCode() == ratelimitv1.Code_CODE_OVER_LIMIT, err)
 	}(time.Now())
-	if err := checkRequest(req.GetDomain(), len(req.GetDescriptors())); err != nil {
-		return nil, err
-	}
-	if req.Hits > maxHits {
-		return nil, invalid("hits %d over the maximum %d", req.Hits, uint64(maxHits))
-	}
 	sc := s.getScratch()
 	defer s.putScratch(sc)
-	d := s.rules.Load().Domain(req.Domain)
-	hits := req.Hits
+	if err := nativeRequest(sc, req); err != nil {
+		return nil, grpcError(err)
+	}
+	if err := s.decide(ctx, sc); err != nil {
+		return nil, grpcError(err)
+	}
+	return nativeResponse(sc), nil
+}
+
+// nativeRequest fills sc.req from a native request.
+func nativeRequest(sc *scratch, req *ratelimitv1.ShouldRateLimitRequest) error {
+	if req.GetHits() > maxHits {
+		return invalid("hits %d over the maximum %d", req.GetHits(), uint64(maxHits))
+	}
+	hits := req.GetHits()
 	if hits == 0 {
 		hits = 1
 	}
-	var ovr backend.Limit
-	for i, rd := range req.Descriptors {
+	r := &sc.req
+	r.domain = req.GetDomain()
+	for i, rd := range req.GetDescriptors() {
+		from := len(r.entries)
+		for j, e := range rd.GetEntries() {
+			ent := entry{key: e.GetKey(), value: e.GetValue()}
+			set := 0
+			for _, f := range [...]bool{e.GetValue() != "", len(e.GetRawValue()) > 0, len(e.GetValueSha256()) > 0} {
+				if f {
+					set++
+				}
+			}
+			switch {
+			case set > 1:
+				return invalid("descriptor %d entry %d: set one of value, raw_value and value_sha256", i, j)
+			case len(e.GetRawValue()) > 0:
+				ent.value = string(e.GetRawValue())
+			case len(e.GetValueSha256()) > 0:
+				if len(e.GetValueSha256()) != sha256.Size {
+					return invalid("descriptor %d entry %d: value_sha256 is %d bytes, want %d", i, j, len(e.GetValueSha256()), sha256.Size)
+				}
+				ent.value, ent.digest = string(e.GetValueSha256()), true
+			}
+			r.entries = append(r.entries, ent)
+		}
 		h := hits
 		if rd != nil && rd.Hits != nil {
-			h = *rd.Hits // 0 checks without consuming
+			h = rd.GetHits() // 0 checks without consuming
 		}
-		var o *backend.Limit
+		d := r.add(from, h)
 		if lo := rd.GetLimit(); lo != nil {
 			if err := lo.GetWindow().CheckValid(); err != nil {
-				return nil, invalid("descriptor %d: limit override window: %v", i, err)
+				return invalid("descriptor %d: limit override window: %v", i, err)
 			}
-			ovr = backend.Limit{Requests: uint64(lo.Requests), Window: lo.Window.AsDuration()}
-			if err := ovr.Validate(); err != nil {
-				return nil, invalid("descriptor %d: limit override: %v", i, err)
-			}
-			if d != nil { // overrides apply in a known domain only
-				o = &ovr
-			}
-		}
-		if err := addDescriptor(sc, d, req.Domain, rd.GetEntries(), h, o); err != nil {
-			return nil, err
+			d.hasLimit = true
+			d.limit = override{requests: uint64(lo.GetRequests()), window: lo.GetWindow().AsDuration()}
 		}
 	}
-	if err := s.decide(ctx, sc); err != nil {
-		return nil, err
-	}
-	return nativeResponse(sc), nil
+	return nil
 }
 
 // nativeStatus holds the messages of one descriptor's status, allocated

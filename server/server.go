@@ -3,6 +3,7 @@ package server
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"runtime"
@@ -64,6 +65,9 @@ type Options struct {
 	// count as near the limit (ratelimitd_rule_near_limit_total). Zero
 	// means 0.8.
 	NearLimitRatio float64
+	// Now is the clock of the decisions the server makes without its
+	// store (bans); nil means time.Now.
+	Now func() time.Time
 }
 
 // FailureMode says how the server answers when its store fails
@@ -147,6 +151,7 @@ type Server struct {
 	scratches sync.Pool
 	warnings  rate.Sometimes // throttles store failure warnings
 	failures  atomic.Uint64  // requests answered by the failure mode
+	now       func() time.Time
 }
 
 // New returns a Server deciding with store under rules. rules may be nil
@@ -174,6 +179,10 @@ func New(store backend.Store, rules *config.Rules, opts Options) *Server {
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
+	}
+	s.now = opts.Now
+	if s.now == nil {
+		s.now = time.Now
 	}
 	s.scratches.New = func() any { return new(scratch) }
 	if rules != nil {
@@ -204,8 +213,9 @@ func (s *Server) RejectRules(err error) {
 // Rules returns the rules in force, nil if none were set.
 func (s *Server) Rules() *config.Rules { return s.rules.Load() }
 
-// GRPCOptions returns the options a grpc.Server serving s should have:
-// requests limited to MaxRecvMsgSize; a handler panic (a bug) answered as
+// GRPCOptions returns the options a grpc.Server serving s should have,
+// and must have for Register: the codec that takes Envoy's requests as
+// bytes (see envoyWire); requests limited to MaxRecvMsgSize; a handler panic (a bug) answered as
 // Internal and logged with its stack, instead of ending the process; the
 // grpc_server_* metrics with Options.Registry, and tracing with
 // Options.TracerProvider.
@@ -221,6 +231,7 @@ func (s *Server) GRPCOptions() []grpc.ServerOption {
 		stream = append([]grpc.StreamServerInterceptor{s.grpcProm.StreamServerInterceptor()}, stream...)
 	}
 	opts := []grpc.ServerOption{
+		grpc.ForceServerCodecV2(newCodec()), // Envoy's requests are decoded as bytes: see envoyWire
 		grpc.NumStreamWorkers(streamWorkers()),
 		grpc.MaxRecvMsgSize(MaxRecvMsgSize),
 		grpc.ChainUnaryInterceptor(unary...),
@@ -245,9 +256,10 @@ func streamWorkers() uint32 { return uint32(min(32*runtime.GOMAXPROCS(0), 1024))
 
 // Register registers Envoy's RateLimitService, the native RateLimitService,
 // gRPC health and server reflection on g, and with Options.Registry starts
-// g's grpc_server_* series at zero.
+// g's grpc_server_* series at zero. g must have been built with
+// GRPCOptions, whose codec Envoy's service needs.
 func (s *Server) Register(g *grpc.Server) {
-	rlsv3.RegisterRateLimitServiceServer(g, s.Envoy())
+	g.RegisterService(&envoyServiceDesc, s)
 	ratelimitv1.RegisterRateLimitServiceServer(g, s.Native())
 	healthpb.RegisterHealthServer(g, healthService{Server: s.health, stopped: s.stopped})
 	reflection.Register(g)
@@ -312,19 +324,36 @@ func (s *Server) warnStore(err error) {
 	})
 }
 
-// decideEnvoy runs an Envoy request through the engine: shared by the
-// gRPC face and /json.
-func (s *Server) decideEnvoy(ctx context.Context, a api, req *rlsv3.RateLimitRequest) (resp *rlsv3.RateLimitResponse, err error) {
+// decideEnvoy runs an Envoy request through the engine, fill decoding it
+// into the scratch: shared by the gRPC face and /json. Its errors are the
+// engine's; each face maps them.
+func (s *Server) decideEnvoy(ctx context.Context, a api, fill func(*scratch) error) (resp *rlsv3.RateLimitResponse, err error) {
 	defer func(start time.Time) {
 		s.metrics.decided(a, start, resp.GetOverallCode() == rlsv3.RateLimitResponse_OVER_LIMIT, err)
 	}(time.Now())
 	sc := s.getScratch()
 	defer s.putScratch(sc)
-	if err := s.addEnvoy(sc, req); err != nil {
+	if err := fill(sc); err != nil {
 		return nil, err
 	}
 	if err := s.decide(ctx, sc); err != nil {
 		return nil, err
 	}
 	return envoyResponse(sc), nil
+}
+
+// grpcError maps an engine error to a gRPC status error.
+func grpcError(err error) error {
+	var inv *invalidError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &inv):
+		return status.Error(codes.InvalidArgument, inv.msg)
+	case errors.Is(err, errStoreUnavailable), errors.Is(err, errShuttingDown):
+		return status.Error(codes.Unavailable, err.Error())
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return status.FromContextError(err).Err()
+	}
+	return status.Error(codes.Internal, "internal error")
 }

@@ -56,11 +56,14 @@ type harness struct {
 
 // newHarness starts a server deciding under rules (nil: none yet) and
 // stops everything in t.Cleanup.
-func newHarness(t *testing.T, rules *config.Rules, opts server.Options) *harness {
+func newHarness(t testing.TB, rules *config.Rules, opts server.Options) *harness {
 	t.Helper()
 	clock := backendtest.NewClock(t0)
 	store := memory.New(memory.Options{Now: clock.Now})
 	t.Cleanup(func() { store.Close() })
+	if opts.Now == nil {
+		opts.Now = clock.Now
+	}
 	srv := server.New(store, rules, opts)
 
 	g := grpc.NewServer(srv.GRPCOptions()...)

@@ -1,0 +1,59 @@
+package server
+
+import (
+	"testing"
+
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"github.com/google/go-cmp/cmp"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+)
+
+// FuzzDecodeEnvoy checks decodeEnvoy against protobuf-go: any message
+// protobuf-go reads as a RateLimitRequest, decodeEnvoy reads the same
+// (as envoyFromProto turns the decoded message), and it refuses nothing
+// protobuf-go accepts.
+func FuzzDecodeEnvoy(f *testing.F) {
+	for _, r := range []*rlsv3.RateLimitRequest{
+		{Domain: "d"},
+		{Domain: "d", HitsAddend: 3},
+		{Domain: "d", Descriptors: []*rlv3.RateLimitDescriptor{{
+			Entries:    []*rlv3.RateLimitDescriptor_Entry{{Key: "a", Value: "b"}, {Key: "c"}},
+			HitsAddend: wrapperspb.UInt64(0),
+			Limit: &rlv3.RateLimitDescriptor_RateLimitOverride{
+				RequestsPerUnit: 5, Unit: typev3.RateLimitUnit_HOUR, UnitMultiplier: wrapperspb.UInt32(2),
+			},
+		}, {IsNegativeHits: true}}},
+	} {
+		b, err := proto.Marshal(r)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var msg rlsv3.RateLimitRequest
+		protoErr := proto.Unmarshal(b, &msg)
+		var got, want scratch
+		gotErr := decodeEnvoy(&got, string(b))
+		if protoErr != nil {
+			return // invalid UTF-8 among others: decodeEnvoy may accept it
+		}
+		wantErr := envoyFromProto(&want, &msg)
+		if (gotErr == nil) != (wantErr == nil) {
+			t.Fatalf("decodeEnvoy: %v; from protobuf-go's message: %v", gotErr, wantErr)
+		}
+		if gotErr != nil {
+			if gotErr.Error() != wantErr.Error() {
+				t.Errorf("decodeEnvoy: %v, want %v", gotErr, wantErr)
+			}
+			return
+		}
+		opt := cmp.AllowUnexported(request{}, descriptor{}, entry{}, override{})
+		if diff := cmp.Diff(want.req, got.req, opt); diff != "" {
+			t.Errorf("decodeEnvoy mismatch (-protobuf-go +decodeEnvoy):\n%s", diff)
+		}
+	})
+}
