@@ -23,3 +23,6 @@ var LocalHeaders = localHeaders
 
 // CountDownT exports countDownT.
 var CountDownT = countDownT
+
+// Seconds exports seconds.
+var Seconds = seconds

@@ -230,8 +230,6 @@ func httpDefaultRoute(r *http.Request) string {
 	return r.URL.Path
 }
 
-// httpSeconds returns d in whole seconds, rounded up.
-
 // httpSetXRateLimit sets the X-RateLimit headers of the tightest limit of sts.
 func httpSetXRateLimit(h http.Header, sts []Status) {
 	tight := -1

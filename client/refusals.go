@@ -100,9 +100,19 @@ func localHeaders(hs []Header, elapsed, retryAfter time.Duration) []Header {
 	return out
 }
 
-// seconds returns d in whole seconds, rounded up.
+// seconds returns d in whole seconds, rounded up; 0 for a negative d. It
+// does not overflow on saturated durations (such as a Duration decoded
+// from a far larger one, which saturates at the largest Duration): it
+// divides before rounding, rather than adding a second first.
 func seconds(d time.Duration) int64 {
-	return int64((max(d, 0) + time.Second - 1) / time.Second)
+	if d <= 0 {
+		return 0
+	}
+	s := int64(d / time.Second)
+	if d%time.Second != 0 {
+		s++
+	}
+	return s
 }
 
 // maxDigits is the most digits of a Structured Fields Integer (RFC 9651
