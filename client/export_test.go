@@ -26,3 +26,9 @@ var CountDownT = countDownT
 
 // Seconds exports seconds.
 var Seconds = seconds
+
+// Check exports check.
+var Check = check
+
+// Request exports request.
+var Request = request
