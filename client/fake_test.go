@@ -23,8 +23,8 @@ import (
 // nothing.
 type fakeRLS struct {
 	ratelimitv1.UnimplementedRateLimitServiceServer
-	limit      uint64        // hits admitted per descriptor; 0 admits everything
-	retryAfter time.Duration // of a refusal; an hour when 0
+	limit      uint64               // hits admitted per descriptor; 0 admits everything
+	retryAfter *durationpb.Duration // of a refusal; an hour when nil
 
 	mu     sync.Mutex
 	reqs   []*ratelimitv1.ShouldRateLimitRequest // guarded by mu
@@ -54,8 +54,8 @@ func (f *fakeRLS) ShouldRateLimit(_ context.Context, req *ratelimitv1.ShouldRate
 	defer f.mu.Unlock()
 	f.reqs = append(f.reqs, proto.CloneOf(req))
 	retry := f.retryAfter
-	if retry == 0 {
-		retry = time.Hour
+	if retry == nil {
+		retry = durationpb.New(time.Hour)
 	}
 	resp := &ratelimitv1.ShouldRateLimitResponse{Code: ratelimitv1.Code_CODE_OK}
 	keys := make([]string, len(req.GetDescriptors()))
@@ -70,7 +70,7 @@ func (f *fakeRLS) ShouldRateLimit(_ context.Context, req *ratelimitv1.ShouldRate
 			st.Limit = &ratelimitv1.Limit{Name: d.GetEntries()[0].GetKey(), Requests: uint32(f.limit), Window: durationpb.New(time.Hour)}
 			if used := f.counts[keys[i]]; used+hits[i] > f.limit {
 				st.Code = ratelimitv1.Code_CODE_OVER_LIMIT
-				st.RetryAfter = durationpb.New(retry)
+				st.RetryAfter = retry
 				resp.Code = ratelimitv1.Code_CODE_OVER_LIMIT
 			} else {
 				st.Remaining = f.limit - used - hits[i]
