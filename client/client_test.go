@@ -659,6 +659,28 @@ func TestRefusalKey(t *testing.T) {
 		}
 		seen[k] = i
 	}
+	// A long value is keyed by its digest, as ratelimitd counts it: the key
+	// stays small, and tells long values apart from each other and from
+	// short ones.
+	long1 := client.RefusalKey(nil, "a", []client.Descriptor{client.D("b", strings.Repeat("x", 2<<20))})
+	long2 := client.RefusalKey(nil, "a", []client.Descriptor{client.D("b", strings.Repeat("x", 2<<20-1)+"y")})
+	long1again := client.RefusalKey(nil, "a", []client.Descriptor{client.D("b", strings.Repeat("x", 2<<20))})
+	if len(long1) > 64 {
+		t.Errorf("key of a 2 MiB value: %d bytes, want its digest's few", len(long1))
+	}
+	if string(long1) == string(long2) || string(long1) != string(long1again) {
+		t.Errorf("keys of long values: same value differs or different values share one")
+	}
+	for k := range seen {
+		if k == string(long1) {
+			t.Errorf("a long value shares its key with a short one")
+		}
+	}
+	short := client.RefusalKey(nil, "a", []client.Descriptor{client.D("b", strings.Repeat("x", 1024))})
+	if len(short) < 1024 {
+		t.Errorf("key of a 1024-byte value: %d bytes, want the value itself", len(short))
+	}
+
 	// Hits 0 means 1.
 	a := client.RefusalKey(nil, "a", []client.Descriptor{client.D("b", "c")})
 	b := client.RefusalKey(nil, "a", []client.Descriptor{hits(1, client.D("b", "c"))})

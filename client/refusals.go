@@ -1,6 +1,7 @@
 package client
 
 import (
+	"crypto/sha256"
 	"encoding/binary"
 	"slices"
 	"strconv"
@@ -261,13 +262,23 @@ func (r *refusals) len() int {
 
 // refusalKey appends to buf an unambiguous encoding of a request: every
 // string is length-prefixed, and hits are encoded as sent (0 for a check
-// only, otherwise at least 1).
+// only, otherwise at least 1). A value over maxValue bytes is encoded as
+// ratelimitd counts it, by its SHA-256 digest, after the prefix
+// maxValue+1, which no other value has: a remembered refusal then holds at
+// most a few KiB per descriptor, however long the headers a flood of
+// refused requests carries.
 func refusalKey(buf []byte, domain string, descriptors []Descriptor) []byte {
 	buf = appendString(buf, domain)
 	for _, d := range descriptors {
 		buf = binary.AppendUvarint(buf, uint64(len(d.Entries)))
 		for _, e := range d.Entries {
 			buf = appendString(buf, e.Key)
+			if len(e.Value) > maxValue {
+				sum := sha256.Sum256([]byte(e.Value))
+				buf = binary.AppendUvarint(buf, maxValue+1)
+				buf = append(buf, sum[:]...)
+				continue
+			}
 			buf = appendString(buf, e.Value)
 		}
 		hits := max(d.Hits, 1)
