@@ -2,9 +2,12 @@ package client
 
 import (
 	"context"
+	"crypto/sha256"
 	"fmt"
+	"math"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -53,9 +56,10 @@ func (c *Client) LocalRefusals() uint64 { return c.local.Load() }
 // ratelimitd fails or is slower than the budget, the failure policy
 // decides, reporting ratelimitd's error in Decision.Err, and the error is
 // nil. ShouldRateLimit returns a non-nil error, and the zero Decision, only
-// for a malformed request (codes.InvalidArgument, whatever the policy) or
-// when ctx ends first (the error then wraps ctx.Err()). See the package
-// documentation.
+// for a malformed request, one that ratelimitd would refuse or that cannot
+// be sent (codes.InvalidArgument, whatever the policy), or when ctx ends
+// first (the error then wraps ctx.Err()). Values may hold any bytes, of
+// any length: see the package documentation.
 func (c *Client) ShouldRateLimit(ctx context.Context, domain string, descriptors ...Descriptor) (Decision, error) {
 	if err := check(domain, descriptors); err != nil {
 		return Decision{}, err
@@ -69,22 +73,9 @@ func (c *Client) ShouldRateLimit(ctx context.Context, domain string, descriptors
 		}
 	}
 
-	req := &ratelimitv1.ShouldRateLimitRequest{
-		Domain:      domain,
-		Descriptors: make([]*ratelimitv1.Descriptor, len(descriptors)),
-	}
-	for i, d := range descriptors {
-		rd := &ratelimitv1.Descriptor{Entries: make([]*ratelimitv1.Entry, len(d.Entries))}
-		for j, e := range d.Entries {
-			rd.Entries[j] = &ratelimitv1.Entry{Key: e.Key, Value: e.Value}
-		}
-		switch {
-		case d.CheckOnly:
-			rd.Hits = proto.Uint64(0)
-		case d.Hits != 0:
-			rd.Hits = proto.Uint64(d.Hits)
-		}
-		req.Descriptors[i] = rd
+	req, err := request(domain, descriptors)
+	if err != nil {
+		return Decision{}, err
 	}
 
 	callCtx := ctx
@@ -127,27 +118,109 @@ func ended(ctx, callCtx context.Context, err error) error {
 	return nil
 }
 
+// ratelimitd's bounds on a request, which the Client checks before
+// sending it.
+const (
+	maxDomain      = 256
+	maxDescriptors = 64
+	maxEntries     = 32
+	maxKey         = 1024
+	maxValue       = 1024 // a longer value is sent as its SHA-256 digest
+	maxHits        = math.MaxUint32
+	maxRequest     = 1 << 20 // bytes of the encoded request
+)
+
 // check returns InvalidArgument for the malformed requests ratelimitd
 // would refuse whatever its rules, so that they are reported even while
-// ratelimitd is away. ratelimitd checks the rest (such as sizes).
+// ratelimitd is away, and for those it could not encode: a domain or key
+// that is not valid UTF-8. (Values may hold any bytes: see entry.)
 func check(domain string, descriptors []Descriptor) error {
-	if domain == "" {
+	switch {
+	case domain == "":
 		return status.Error(codes.InvalidArgument, "client: domain is empty")
-	}
-	if len(descriptors) == 0 {
+	case len(domain) > maxDomain:
+		return status.Errorf(codes.InvalidArgument, "client: domain is %d bytes, over the maximum %d", len(domain), maxDomain)
+	case !utf8.ValidString(domain):
+		return status.Errorf(codes.InvalidArgument, "client: domain %q is not valid UTF-8", domain)
+	case len(descriptors) == 0:
 		return status.Error(codes.InvalidArgument, "client: no descriptors")
+	case len(descriptors) > maxDescriptors:
+		return status.Errorf(codes.InvalidArgument, "client: %d descriptors, over the maximum %d", len(descriptors), maxDescriptors)
 	}
 	for i, d := range descriptors {
-		if len(d.Entries) == 0 {
+		switch {
+		case len(d.Entries) == 0:
 			return status.Errorf(codes.InvalidArgument, "client: descriptor %d has no entries", i)
+		case len(d.Entries) > maxEntries:
+			return status.Errorf(codes.InvalidArgument, "client: descriptor %d has %d entries, over the maximum %d", i, len(d.Entries), maxEntries)
+		case !d.CheckOnly && d.Hits > maxHits:
+			return status.Errorf(codes.InvalidArgument, "client: descriptor %d: hits %d over the maximum %d", i, d.Hits, uint64(maxHits))
 		}
 		for j, e := range d.Entries {
-			if e.Key == "" {
+			switch {
+			case e.Key == "":
 				return status.Errorf(codes.InvalidArgument, "client: descriptor %d entry %d has an empty key", i, j)
+			case len(e.Key) > maxKey:
+				return status.Errorf(codes.InvalidArgument, "client: descriptor %d entry %d: key is %d bytes, over the maximum %d", i, j, len(e.Key), maxKey)
+			case !utf8.ValidString(e.Key):
+				return status.Errorf(codes.InvalidArgument, "client: descriptor %d entry %d: key %q is not valid UTF-8", i, j, e.Key)
 			}
 		}
 	}
 	return nil
+}
+
+// request returns the request to send for descriptors, checked by check,
+// or InvalidArgument when it would exceed ratelimitd's largest request
+// even with long values digested. Every request it returns can be encoded.
+func request(domain string, descriptors []Descriptor) (*ratelimitv1.ShouldRateLimitRequest, error) {
+	req := &ratelimitv1.ShouldRateLimitRequest{
+		Domain:      domain,
+		Descriptors: make([]*ratelimitv1.Descriptor, len(descriptors)),
+	}
+	// bound is at least the encoded size: each field's bytes plus a
+	// generous allowance for tags and lengths (at most 6 bytes per entry
+	// field and its embedding, 15 per descriptor with its hits, 3 for the
+	// domain), so that only requests near the limit are measured exactly.
+	bound := len(domain) + 16
+	for i, d := range descriptors {
+		rd := &ratelimitv1.Descriptor{Entries: make([]*ratelimitv1.Entry, len(d.Entries))}
+		for j, e := range d.Entries {
+			re := entry(e)
+			rd.Entries[j] = re
+			bound += len(re.Key) + len(re.Value) + len(re.RawValue) + len(re.ValueSha256) + 16
+		}
+		switch {
+		case d.CheckOnly:
+			rd.Hits = proto.Uint64(0)
+		case d.Hits != 0:
+			rd.Hits = proto.Uint64(d.Hits)
+		}
+		bound += 16
+		req.Descriptors[i] = rd
+	}
+	if bound > maxRequest {
+		if n := proto.Size(req); n > maxRequest {
+			return nil, status.Errorf(codes.InvalidArgument, "client: request is %d bytes, over the maximum %d", n, maxRequest)
+		}
+	}
+	return req, nil
+}
+
+// entry converts e. A value is sent as it is ratelimitd counts it, in the
+// smallest form that can be encoded: over maxValue bytes, as its SHA-256
+// digest (ratelimitd counts every such value by that digest); else, when
+// it is not valid UTF-8 (which a protobuf string must be, and an HTTP
+// header or path need not), as bytes; else as a string.
+func entry(e Entry) *ratelimitv1.Entry {
+	switch {
+	case len(e.Value) > maxValue:
+		sum := sha256.Sum256([]byte(e.Value))
+		return &ratelimitv1.Entry{Key: e.Key, ValueSha256: sum[:]}
+	case !utf8.ValidString(e.Value):
+		return &ratelimitv1.Entry{Key: e.Key, RawValue: []byte(e.Value)}
+	}
+	return &ratelimitv1.Entry{Key: e.Key, Value: e.Value}
 }
 
 // decision converts ratelimitd's answer.

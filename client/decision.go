@@ -9,8 +9,7 @@ import (
 // first, against the nested rules of the request's domain (for example
 // [tenant=acme, path=/search]).
 type Descriptor struct {
-	// Entries are the key/value pairs, outermost first. At least one is
-	// required, and every key must be non-empty.
+	// Entries are the key/value pairs, outermost first: 1 to 32 of them.
 	Entries []Entry
 	// Hits is how much the work consumes on this descriptor (requests,
 	// tokens, bytes...); 0 means 1.
@@ -22,7 +21,12 @@ type Descriptor struct {
 
 // An Entry is one key/value pair of a Descriptor.
 type Entry struct {
-	Key, Value string
+	// Key names the entry, such as "remote_address": 1 to 1024 bytes of
+	// valid UTF-8.
+	Key string
+	// Value may hold any bytes, of any length: see the package
+	// documentation on values.
+	Value string
 }
 
 // D returns a Descriptor of one hit whose entries are kv, given as key,

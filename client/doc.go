@@ -34,9 +34,27 @@
 // headers as response metadata. UnaryClientInterceptor and
 // StreamClientInterceptor throttle outbound calls. Client.Limiter plugs into
 // go-grpc-middleware's ratelimit interceptor. HTTPMiddleware protects a
-// net/http handler: it keys by API key, client IP (behind trusted proxies),
-// route and method, sends the IETF RateLimit-Policy and RateLimit headers,
-// and refuses with 429, Retry-After and an application/problem+json body.
+// net/http handler: it keys by API key, client network (behind trusted
+// proxies: each IPv4 address, and each IPv6 /64, since one IPv6 host
+// commonly holds a whole /64; see WithClientIPPrefix), route and method,
+// sends the IETF RateLimit-Policy and RateLimit headers, and refuses with
+// 429, Retry-After and an application/problem+json body. A request it
+// cannot send to ratelimitd, which only its own configuration can build
+// (see HTTPMiddleware), is answered 500 and never let through unlimited.
+//
+// # Values
+//
+// An entry's value may hold any bytes, of any length, as HTTP headers,
+// paths and binary gRPC metadata do: the Client sends each value in the
+// form ratelimitd counts it by, and a value never makes a request fail.
+// A value that is not valid UTF-8 (which protobuf strings must be) is sent
+// as bytes; it counts with the same bytes sent as a string. A value over
+// 1024 bytes is sent as its SHA-256 digest, so that requests stay small:
+// ratelimitd counts every value over 1024 bytes by that digest, so it
+// counts with the value itself, but a digested value only matches rules
+// that match any value (a rule on its key alone, or a wildcard matching
+// every value), never a rule naming a value or a prefix of one. Keys and
+// the domain, which come from the caller's code, must be valid UTF-8.
 //
 // # Errors and the failure policy
 //
@@ -44,11 +62,17 @@
 // non-nil error from ShouldRateLimit means there is no decision at all, and
 // happens in two cases only:
 //
-//   - the request is malformed (an empty domain, no descriptors, a
-//     descriptor without entries, an empty key, or anything ratelimitd
-//     answers with InvalidArgument): status.Code(err) is
-//     codes.InvalidArgument. This is a bug in the caller, so the failure
-//     policy does not hide it, even when ratelimitd is down;
+//   - the request is malformed or cannot be sent: an empty domain, no
+//     descriptors, a descriptor without entries, an empty key, a domain or
+//     key that is not valid UTF-8, anything over ratelimitd's bounds (a
+//     domain over 256 bytes, over 64 descriptors, over 32 entries in a
+//     descriptor, a key over 1024 bytes, over 4294967295 hits, or a
+//     request over 1 MiB once long values are digested), or anything
+//     ratelimitd answers with InvalidArgument: status.Code(err) is
+//     codes.InvalidArgument. The Client finds all but the last itself,
+//     before any RPC. This is a bug in the caller, so the failure policy
+//     does not hide it, even when ratelimitd is down: a request the Client
+//     could not send is never let through as if ratelimitd had failed;
 //   - ctx ended before ratelimitd answered: errors.Is(err, ctx.Err()).
 //
 // When ratelimitd itself fails (unreachable, stopped, slower than the

@@ -23,3 +23,12 @@ var LocalHeaders = localHeaders
 
 // CountDownT exports countDownT.
 var CountDownT = countDownT
+
+// Seconds exports seconds.
+var Seconds = seconds
+
+// Check exports check.
+var Check = check
+
+// Request exports request.
+var Request = request

@@ -227,8 +227,13 @@ func headerMD(d Decision) metadata.MD {
 // ratelimitd fails, the Client's failure policy decides: the call
 // proceeds (fail open, the default), or fails with codes.Unavailable
 // (WithFailClosed). A call whose context ends first fails with its
-// status; a malformed request, which only a faulty WithDescriptors makes,
-// fails with codes.Internal, as a bug of the server, not of its caller.
+// status. A request that cannot be sent (malformed, or over ratelimitd's
+// bounds: see the package documentation), which only the interceptor's
+// configuration makes (the domain, WithMetadataKey's keys, WithDescriptors),
+// fails the call with codes.Internal, as a bug of the server, not of its
+// caller; it is never let through. Metadata values may hold any bytes
+// (binary "-bin" metadata included) and any length: they are sent as
+// ratelimitd counts them, and never fail the call.
 //
 // Usage:
 //

@@ -2,6 +2,7 @@ package client
 
 import (
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/netip"
@@ -24,6 +25,8 @@ type httpOptions struct {
 	apiKeyHeader string // "" when not keyed by API key
 	clientIP     bool
 	trusted      []netip.Prefix
+	ipv4Bits     int // the client IP's prefix length, IPv4
+	ipv6Bits     int // the client IP's prefix length, IPv6
 	proxyHeader  string
 	route        bool
 	routeFunc    func(*http.Request) string
@@ -39,18 +42,36 @@ func WithAPIKeyHeader(name string) HTTPOption {
 	return func(o *httpOptions) { o.apiKeyHeader = name }
 }
 
-// WithClientIP adds the descriptor [remote_address=<client IP>], the IP
-// that ClientIP returns: the connection's peer, or, only when the peer is
-// in one of the trusted proxy prefixes, the right-most address of the
-// proxy header (X-Forwarded-For by default, see WithProxyHeader) that is
-// not trusted. Without trusted prefixes, the headers are never read. A
-// request whose client IP is unknown (a peer that is not an IP address,
-// as on a Unix socket) gets no such descriptor.
+// WithClientIP adds the descriptor [remote_address=<client network>]: the
+// network of the IP that ClientIP returns, which is the connection's peer,
+// or, only when the peer is in one of the trusted proxy prefixes, the
+// right-most address of the proxy header (X-Forwarded-For by default, see
+// WithProxyHeader) that is not trusted. Without trusted prefixes, the
+// headers are never read. A request whose client IP is unknown (a peer
+// that is not an IP address, as on a Unix socket) gets no such descriptor.
+//
+// The network is the address itself for IPv4, and its /64 for IPv6 (see
+// WithClientIPPrefix), written as the masked address: 192.0.2.1, or
+// 2001:db8:1:2:: for any of 2001:db8:1:2::/64. A single IPv6 host is
+// commonly given a whole /64, so counting each IPv6 address apart would
+// give one client 2^64 counters. IPv4-mapped IPv6 addresses
+// (::ffff:192.0.2.1) count as IPv4.
 func WithClientIP(trusted ...netip.Prefix) HTTPOption {
 	return func(o *httpOptions) {
 		o.clientIP = true
 		o.trusted = append(o.trusted[:0:0], trusted...)
 	}
+}
+
+// WithClientIPPrefix sets how many leading bits of the client IP make
+// the network that WithClientIP counts: v4 (1 to 32, by default 32: each
+// IPv4 address apart) and v6 (1 to 128, by default 64: each IPv6 /64
+// apart). WithClientIPPrefix(24, 48) counts per IPv4 /24 and IPv6 /48.
+// HTTPMiddleware panics when a length is out of range. The option does not
+// add the descriptor by itself: it shapes the one of WithClientIP, or of
+// the default set.
+func WithClientIPPrefix(v4, v6 int) HTTPOption {
+	return func(o *httpOptions) { o.ipv4Bits, o.ipv6Bits = v4, v6 }
 }
 
 // WithProxyHeader sets the header through which trusted proxies report
@@ -82,8 +103,10 @@ func WithRoute(route func(*http.Request) string) HTTPOption {
 
 // WithHTTPDescriptors adds the descriptors f returns for each request
 // (such as [tenant=<id>, plan=<plan>] from an authenticated identity),
-// after the others. Descriptors f returns malformed (without entries, or
-// with an empty key) make the middleware answer 500.
+// after the others. Values may hold any bytes, but descriptors that are
+// malformed or over ratelimitd's bounds (see HTTPMiddleware) make the
+// middleware answer 500: keep keys to fixed names, and put what the
+// request carries in values.
 func WithHTTPDescriptors(f func(*http.Request) []Descriptor) HTTPOption {
 	return func(o *httpOptions) { o.descriptors = f }
 }
@@ -112,12 +135,20 @@ func WithHTTPLogger(l *slog.Logger) HTTPOption {
 // Each request is one hit on each of its descriptors, in this order:
 //
 //	[api_key=<header value>]             WithAPIKeyHeader
-//	[remote_address=<client IP>]         WithClientIP
+//	[remote_address=<client network>]    WithClientIP, WithClientIPPrefix
 //	[path=<route>, method=<method>]      WithRoute
 //	...                                  WithHTTPDescriptors
 //
+// Values are sent whatever their bytes and length (see the package
+// documentation): a header or path that is not valid UTF-8 (such as
+// X-API-Key: k\xff, or /items/%FF) is sent as bytes, and a value over
+// 1024 bytes as its SHA-256 digest. Neither fails the request, nor drops
+// any descriptor: the client's network and the route are counted
+// whatever the other headers hold.
+//
 // Without any of these options, the default set is WithClientIP() (the
-// peer's address, no proxy trusted) and WithRoute(nil). A request that
+// peer's network: its IPv4 address, or its IPv6 /64; no proxy trusted)
+// and WithRoute(nil). A request that
 // ends up with no descriptors (say, only WithAPIKeyHeader and no key
 // sent) is passed on without asking ratelimitd, as Envoy does.
 //
@@ -137,18 +168,31 @@ func WithHTTPLogger(l *slog.Logger) HTTPOption {
 //     answers 503 Service Unavailable, with a plain-text body and no
 //     Retry-After: the caller did not exceed any quota, and a 429 would
 //     tell it so and invite it to blame itself.
-//   - The middleware built a malformed request (an empty domain, or bad
-//     descriptors from WithHTTPDescriptors): 500 Internal Server Error,
-//     with a plain-text body, logged with WithHTTPLogger. This is a bug in
-//     the configuration, so no failure policy hides it.
+//   - The middleware built a request it cannot send: malformed (an empty
+//     domain, or descriptors from WithHTTPDescriptors without entries or
+//     with an empty key), or over ratelimitd's bounds (a domain over 256
+//     bytes, over 64 descriptors, over 32 entries in one, a key over 1024
+//     bytes, a domain or key that is not valid UTF-8, or a request over
+//     1 MiB even with long values digested). It answers 500 Internal
+//     Server Error, with a plain-text body, logged with WithHTTPLogger,
+//     and next is not called: the request is refused, never let through
+//     unlimited. Only the middleware's configuration (the domain, and
+//     WithHTTPDescriptors) can make such a request, never what the HTTP
+//     client sends, so the answer is a 5xx, and no failure policy hides
+//     it.
 //   - The request's context ended before ratelimitd answered: 503, and
 //     next is not called.
 //
-// The middleware is safe for concurrent use by multiple goroutines.
+// HTTPMiddleware panics when given prefix lengths out of range (see
+// WithClientIPPrefix). The middleware is safe for concurrent use by
+// multiple goroutines.
 func HTTPMiddleware(c *Client, domain string, opts ...HTTPOption) func(http.Handler) http.Handler {
-	o := httpOptions{proxyHeader: "X-Forwarded-For"}
+	o := httpOptions{proxyHeader: "X-Forwarded-For", ipv4Bits: 32, ipv6Bits: 64}
 	for _, opt := range opts {
 		opt(&o)
+	}
+	if o.ipv4Bits < 1 || o.ipv4Bits > 32 || o.ipv6Bits < 1 || o.ipv6Bits > 128 {
+		panic(fmt.Sprintf("client: WithClientIPPrefix(%d, %d): want an IPv4 length of 1 to 32 and an IPv6 length of 1 to 128", o.ipv4Bits, o.ipv6Bits))
 	}
 	if o.apiKeyHeader == "" && !o.clientIP && !o.route && o.descriptors == nil {
 		o.clientIP, o.route = true, true
@@ -210,7 +254,7 @@ func (o *httpOptions) requestDescriptors(r *http.Request) []Descriptor {
 	}
 	if o.clientIP {
 		if ip := ClientIP(r, o.proxyHeader, o.trusted); ip.IsValid() {
-			ds = append(ds, D("remote_address", ip.String()))
+			ds = append(ds, D("remote_address", o.network(ip)))
 		}
 	}
 	if o.route {
@@ -222,6 +266,20 @@ func (o *httpOptions) requestDescriptors(r *http.Request) []Descriptor {
 	return ds
 }
 
+// network returns the network of ip (valid, zone-less and unmapped, as
+// ClientIP returns it) that WithClientIP counts, as its masked address.
+func (o *httpOptions) network(ip netip.Addr) string {
+	bits := o.ipv6Bits
+	if ip.Is4() {
+		bits = o.ipv4Bits
+	}
+	p, err := ip.Prefix(bits)
+	if err != nil { // cannot happen: bits is checked, ip valid
+		return ip.String()
+	}
+	return p.Addr().String()
+}
+
 // httpDefaultRoute is r.Pattern when set, else r.URL.Path.
 func httpDefaultRoute(r *http.Request) string {
 	if r.Pattern != "" {
@@ -229,8 +287,6 @@ func httpDefaultRoute(r *http.Request) string {
 	}
 	return r.URL.Path
 }
-
-// httpSeconds returns d in whole seconds, rounded up.
 
 // httpSetXRateLimit sets the X-RateLimit headers of the tightest limit of sts.
 func httpSetXRateLimit(h http.Header, sts []Status) {

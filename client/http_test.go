@@ -292,22 +292,25 @@ func TestHTTPFailurePolicy(t *testing.T) {
 	}
 }
 
-// TestHTTPMalformed: a malformed request built from the middleware's own
-// configuration answers 500 with a plain body, even when ratelimitd is
-// stopped and the Client fails open.
+// TestHTTPMalformed: a malformed request, or one over ratelimitd's bounds,
+// built from the middleware's own configuration answers 500 with a plain
+// body, even when ratelimitd is stopped and the Client fails open.
 func TestHTTPMalformed(t *testing.T) {
 	h := newHTTPHarness(t)
 	c := h.client()
 	h.stop()
-	bad := client.WithHTTPDescriptors(func(*http.Request) []client.Descriptor {
-		return []client.Descriptor{client.D("", "x")}
-	})
+	bad := func(ds ...client.Descriptor) client.HTTPOption {
+		return client.WithHTTPDescriptors(func(*http.Request) []client.Descriptor { return ds })
+	}
 	for _, tc := range []struct {
 		name   string
 		domain string
 		opts   []client.HTTPOption
 	}{
-		{"empty key", "web", []client.HTTPOption{bad}},
+		{"empty key", "web", []client.HTTPOption{bad(client.D("", "x"))}},
+		{"key not UTF-8", "web", []client.HTTPOption{bad(client.D("k\xff", "x"))}},
+		{"too many entries", "web", []client.HTTPOption{bad(client.Descriptor{Entries: make33()})}},
+		{"too many descriptors", "web", []client.HTTPOption{bad(make65()...)}},
 		{"empty domain", "", nil},
 	} {
 		n := &next{}

@@ -1,6 +1,7 @@
 package client
 
 import (
+	"crypto/sha256"
 	"encoding/binary"
 	"slices"
 	"strconv"
@@ -100,9 +101,19 @@ func localHeaders(hs []Header, elapsed, retryAfter time.Duration) []Header {
 	return out
 }
 
-// seconds returns d in whole seconds, rounded up.
+// seconds returns d in whole seconds, rounded up; 0 for a negative d. It
+// does not overflow on saturated durations (such as a Duration decoded
+// from a far larger one, which saturates at the largest Duration): it
+// divides before rounding, rather than adding a second first.
 func seconds(d time.Duration) int64 {
-	return int64((max(d, 0) + time.Second - 1) / time.Second)
+	if d <= 0 {
+		return 0
+	}
+	s := int64(d / time.Second)
+	if d%time.Second != 0 {
+		s++
+	}
+	return s
 }
 
 // maxDigits is the most digits of a Structured Fields Integer (RFC 9651
@@ -251,13 +262,23 @@ func (r *refusals) len() int {
 
 // refusalKey appends to buf an unambiguous encoding of a request: every
 // string is length-prefixed, and hits are encoded as sent (0 for a check
-// only, otherwise at least 1).
+// only, otherwise at least 1). A value over maxValue bytes is encoded as
+// ratelimitd counts it, by its SHA-256 digest, after the prefix
+// maxValue+1, which no other value has: a remembered refusal then holds at
+// most a few KiB per descriptor, however long the headers a flood of
+// refused requests carries.
 func refusalKey(buf []byte, domain string, descriptors []Descriptor) []byte {
 	buf = appendString(buf, domain)
 	for _, d := range descriptors {
 		buf = binary.AppendUvarint(buf, uint64(len(d.Entries)))
 		for _, e := range d.Entries {
 			buf = appendString(buf, e.Key)
+			if len(e.Value) > maxValue {
+				sum := sha256.Sum256([]byte(e.Value))
+				buf = binary.AppendUvarint(buf, maxValue+1)
+				buf = append(buf, sum[:]...)
+				continue
+			}
 			buf = appendString(buf, e.Value)
 		}
 		hits := max(d.Hits, 1)

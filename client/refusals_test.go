@@ -1,6 +1,7 @@
 package client_test
 
 import (
+	"math"
 	"slices"
 	"testing"
 	"time"
@@ -184,5 +185,40 @@ func TestCountDownTAllocs(t *testing.T) {
 	hs := []client.Header{{"RateLimit-Policy", `"a";q=2;w=60`}, {"RateLimit", `"a";r=0;t=60`}, {"Retry-After", "60"}}
 	if got := testing.AllocsPerRun(100, func() { client.LocalHeaders(hs, 500*time.Millisecond, 59*time.Second+500*time.Millisecond) }); got != 1 {
 		t.Errorf("LocalHeaders, nothing to change: %v allocations, want 1 (the copy)", got)
+	}
+}
+
+// TestSeconds: durations in whole seconds, rounded up, never negative and
+// never wrapping, even for the saturated durations that a far-off
+// retry-after decodes to.
+func TestSeconds(t *testing.T) {
+	for _, tc := range []struct {
+		d    time.Duration
+		want int64
+	}{
+		{math.MinInt64, 0},
+		{-time.Second, 0},
+		{0, 0},
+		{1, 1},
+		{time.Second, 1},
+		{time.Second + 1, 2},
+		{9223372036 * time.Second, 9223372036},
+		{9223372036*time.Second + 1, 9223372037},
+		{math.MaxInt64, 9223372037}, // 9223372036.854775807 s
+	} {
+		if got := client.Seconds(tc.d); got != tc.want {
+			t.Errorf("seconds(%d) = %d, want %d", int64(tc.d), got, tc.want)
+		}
+	}
+}
+
+// TestLocalHeadersSaturated: a remembered refusal whose retry-after is the
+// largest Duration keeps a huge Retry-After, not a wrapped one.
+func TestLocalHeadersSaturated(t *testing.T) {
+	hs := []client.Header{{"Retry-After", "9223372037"}, {"RateLimit", `"a";r=0;t=9223372037`}}
+	got := client.LocalHeaders(hs, 500*time.Millisecond, math.MaxInt64-500*time.Millisecond)
+	want := hs // 9223372036.35 s, rounded up; no whole second elapsed
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("LocalHeaders mismatch (-want +got):\n%s", diff)
 	}
 }
