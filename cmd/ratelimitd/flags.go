@@ -183,7 +183,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*f
 		fmt.Fprintf(stderr, "ratelimitd: --memory-max-keys %d: want at least 1\n", f.memoryMaxKeys)
 		return nil, exitError{2}
 	case f.backend != "memory" && !isRedisURL(f.backend):
-		fmt.Fprintf(stderr, "ratelimitd: --backend %q: want memory or a redis://, rediss://, redis-cluster:// or redis-sentinel:// URL\n", f.backend)
+		fmt.Fprintf(stderr, "ratelimitd: --backend %q: want memory or a redis://, rediss://, redis-cluster:// or redis-sentinel:// URL\n", redactBackend(f.backend))
 		return nil, exitError{2}
 	case f.localCacheSize <= 0:
 		fmt.Fprintf(stderr, "ratelimitd: --local-cache-size %d: want at least 1\n", f.localCacheSize)

@@ -21,7 +21,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
-	"github.com/ratelimitd/ratelimitd/backend/redis"
 	"github.com/ratelimitd/ratelimitd/config"
 	"github.com/ratelimitd/ratelimitd/server"
 )
@@ -129,7 +128,7 @@ func serve(ctx context.Context, f *flags, stderr io.Writer) error {
 
 	started := []any{"version", version(), "grpc", grpcLis.Addr().String(), "http", httpLis.Addr().String(),
 		"grpc_tls", tlsMode(grpcTLS != nil, f.tls.grpcClientCA != ""), "http_tls", httpTLS != nil,
-		"config", f.config, "domains", len(rules.Domains()), "backend", redis.Redact(f.backend), "failure_mode", f.failureMode.String()}
+		"config", f.config, "domains", len(rules.Domains()), "backend", redactBackend(f.backend), "failure_mode", f.failureMode.String()}
 	if debugLis != nil {
 		started = append(started, "debug", debugLis.Addr().String())
 	}
@@ -234,11 +233,13 @@ func (l listeners) close() {
 	}
 }
 
-// debugHandler serves net/http/pprof's profiles under /debug/pprof/.
+// debugHandler serves net/http/pprof's profiles under /debug/pprof/,
+// all but /debug/pprof/cmdline: the command line may carry --backend's
+// password.
 func debugHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/cmdline", http.NotFound)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
