@@ -77,19 +77,19 @@ func serve(ctx context.Context, f *flags, stderr io.Writer) error {
 	if f.tls.grpcClientCA != "" && f.httpJSON {
 		log.Warn("POST /json on the HTTP listener decides without the gRPC listener's mutual TLS: set --http-json=false, or keep --http-addr private")
 	}
-	grpcOpts := srv.GRPCOptions()
+	grpcOpts := append(srv.GRPCOptions(), f.grpcConn.options()...)
 	if grpcTLS != nil {
 		grpcOpts = append(grpcOpts, grpc.Creds(credentials.NewTLS(grpcTLS.Config())))
 	}
 	g := grpc.NewServer(grpcOpts...)
 	srv.Register(g)
-	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	hs := httpServer(srv.Handler(), f.httpConn)
 	if httpTLS != nil {
 		hs.TLSConfig = httpTLS.Config()
 	}
 	var ds *http.Server // /debug/pprof, with --debug-addr
 	if f.debugAddr != "" {
-		ds = &http.Server{Handler: debugHandler(), ReadHeaderTimeout: 10 * time.Second}
+		ds = httpServer(debugHandler(), f.httpConn)
 	}
 
 	var lis listeners
