@@ -171,8 +171,11 @@ func TestHTTPIdleConnectionClosed(t *testing.T) {
 			if err != nil {
 				t.Fatalf("GET %s: %v", tt.path, err)
 			}
-			io.Copy(io.Discard, resp.Body)
+			_, err = io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
+			if err != nil {
+				t.Fatalf("GET %s: %v", tt.path, err)
+			}
 			if resp.StatusCode != http.StatusOK || resp.Close {
 				t.Fatalf("GET %s = %d (close: %v), want 200 on a kept-alive connection", tt.path, resp.StatusCode, resp.Close)
 			}
