@@ -268,3 +268,42 @@ func TestGRPCConnectionClosed(t *testing.T) {
 		})
 	}
 }
+
+// TestGRPCMaxConcurrentStreams: past --grpc-max-concurrent-streams, a
+// connection's next RPC waits for one in flight to end.
+func TestGRPCMaxConcurrentStreams(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "rules.yaml")
+	writeFile(t, path, goodRules)
+	d := startDaemon(t, "--config", path, "--grpc-max-concurrent-streams", "1")
+	health := healthpb.NewHealthClient(d.conn)
+	firstCtx, endFirst := context.WithTimeout(t.Context(), 10*time.Second)
+	defer endFirst()
+	first, err := health.Watch(firstCtx, &healthpb.HealthCheckRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := first.Recv(); err != nil {
+		t.Fatalf("first Watch: %v", err)
+	}
+	// The first Watch holds the connection's one stream: the second
+	// waits for it to end.
+	secondCtx, endSecond := context.WithTimeout(t.Context(), 10*time.Second)
+	defer endSecond()
+	answered := make(chan error, 1)
+	go func() {
+		s, err := health.Watch(secondCtx, &healthpb.HealthCheckRequest{})
+		if err == nil {
+			_, err = s.Recv()
+		}
+		answered <- err
+	}()
+	select {
+	case err := <-answered:
+		t.Fatalf("a second Watch answered (err: %v) while the first held the connection's one stream", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	endFirst()
+	if err := <-answered; err != nil {
+		t.Errorf("the second Watch, once the first ended: %v", err)
+	}
+}
