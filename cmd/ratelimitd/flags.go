@@ -48,6 +48,8 @@ type flags struct {
 	httpJSON        bool
 	tracing         tracingFlags
 	tls             tlsFlags
+	httpConn        httpConnFlags
+	grpcConn        grpcConnFlags
 	logLevel        slog.Level
 	logFormat       string
 	version         bool
@@ -126,6 +128,22 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*f
 	})
 	fs.StringVar(&f.tls.httpCert, "http-tls-cert", "", "PEM `file` of the HTTP listener's certificate: serve HTTPS; reloaded when it changes")
 	fs.StringVar(&f.tls.httpKey, "http-tls-key", "", "PEM `file` of the HTTP certificate's key")
+	fs.DurationVar(&f.httpConn.readTimeout, "http-read-timeout", defaultHTTPReadTimeout, "longest the HTTP and debug listeners wait for a whole request, headers and body (0: no limit, but 10s for the headers);\n"+
+		"a decision is a few hundred bytes, so a slower client is stalled or hostile")
+	fs.DurationVar(&f.httpConn.writeTimeout, "http-write-timeout", defaultHTTPWriteTimeout, "longest an HTTP request may take from the end of its headers to the end of its answer (0: no limit);\n"+
+		"on --debug-addr, profiles and traces get their ?seconds= on top")
+	fs.DurationVar(&f.httpConn.idleTimeout, "http-idle-timeout", defaultHTTPIdleTimeout, "how long an HTTP keep-alive connection may wait for its next request (0: --http-read-timeout);\n"+
+		"above Go clients' 90s, so that clients close idle connections first")
+	fs.IntVar(&f.httpConn.maxHeaderBytes, "http-max-header-bytes", defaultHTTPMaxHeaderBytes, "largest HTTP request header, in bytes (0: Go's 1 MiB); room for Envoy's 60 KiB")
+	fs.UintVar(&f.grpcConn.maxConcurrentStreams, "grpc-max-concurrent-streams", defaultGRPCMaxConcurrentStreams, "most RPCs in flight on one gRPC connection (0: no limit); Envoy opens another connection past it")
+	fs.DurationVar(&f.grpcConn.keepaliveMinTime, "grpc-keepalive-min-time", defaultGRPCKeepaliveMinTime, "shortest interval between a client's keepalive pings: a client pinging faster gets GOAWAY ENHANCE_YOUR_CALM;\n"+
+		"grpc-go clients ping no more often than every 10s; do not set Envoy's connection_keepalive interval below it")
+	fs.BoolVar(&f.grpcConn.keepalivePermitWithoutStream, "grpc-keepalive-permit-without-stream", defaultGRPCKeepalivePermitWithoutStream, "accept keepalive pings on gRPC connections with no RPC in flight (Envoy's connection_keepalive sends them)")
+	fs.DurationVar(&f.grpcConn.maxConnectionIdle, "grpc-max-connection-idle", defaultGRPCMaxConnectionIdle, "close (GOAWAY) a gRPC connection without an RPC for this long (0: never); the client reconnects when it next calls")
+	fs.DurationVar(&f.grpcConn.maxConnectionAge, "grpc-max-connection-age", defaultGRPCMaxConnectionAge, "close (GOAWAY) a gRPC connection this old, ±10% (0: never), so that clients spread over replicas added since")
+	fs.DurationVar(&f.grpcConn.ageGrace, "grpc-max-connection-age-grace", defaultGRPCMaxConnectionAgeGrace, "how long RPCs in flight may go on after --grpc-max-connection-age (0: no limit); health Watch streams end then, and clients watch again")
+	fs.DurationVar(&f.grpcConn.keepaliveTime, "grpc-keepalive-time", defaultGRPCKeepaliveTime, "ping a gRPC client silent for this long, to find peers gone without closing (0: never)")
+	fs.DurationVar(&f.grpcConn.keepaliveTimeout, "grpc-keepalive-timeout", defaultGRPCKeepaliveTimeout, "close a gRPC connection whose ping, or sent data, goes unacknowledged this long")
 	fs.Float64Var(&f.nearLimitRatio, "near-limit-ratio", 0.8, "share of a limit past which admitted hits count as near the limit (ratelimitd_rule_near_limit_total)")
 	fs.BoolVar(&f.httpJSON, "http-json", true, "serve POST /json on --http-addr (decisions over HTTP, without the gRPC listener's mutual TLS)")
 	fs.StringVar(&f.debugAddr, "debug-addr", "", "listen `address` for /debug/pprof (off when empty; keep it private)")
@@ -183,7 +201,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*f
 		fmt.Fprintf(stderr, "ratelimitd: --memory-max-keys %d: want at least 1\n", f.memoryMaxKeys)
 		return nil, exitError{2}
 	case f.backend != "memory" && !isRedisURL(f.backend):
-		fmt.Fprintf(stderr, "ratelimitd: --backend %q: want memory or a redis://, rediss://, redis-cluster:// or redis-sentinel:// URL\n", f.backend)
+		fmt.Fprintf(stderr, "ratelimitd: --backend %q: want memory or a redis://, rediss://, redis-cluster:// or redis-sentinel:// URL\n", redactBackend(f.backend))
 		return nil, exitError{2}
 	case f.localCacheSize <= 0:
 		fmt.Fprintf(stderr, "ratelimitd: --local-cache-size %d: want at least 1\n", f.localCacheSize)
@@ -214,6 +232,10 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*f
 		return nil, exitError{2}
 	case f.redis.breakerFailures <= 0 || f.redis.breakerOpen <= 0:
 		fmt.Fprintln(stderr, "ratelimitd: --redis-breaker-failures and --redis-breaker-open must be positive")
+		return nil, exitError{2}
+	}
+	if err := errors.Join(f.httpConn.check(), f.grpcConn.check()); err != nil {
+		fmt.Fprintln(stderr, "ratelimitd:", err)
 		return nil, exitError{2}
 	}
 	return f, nil

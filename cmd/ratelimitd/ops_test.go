@@ -139,8 +139,8 @@ func TestHTTPJSONOff(t *testing.T) {
 	}
 }
 
-// TestDebugAddr: pprof is served on --debug-addr only, and not at all
-// without it.
+// TestDebugAddr: pprof, but for the command line, is served on
+// --debug-addr only, and not at all without it.
 func TestDebugAddr(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "rules.yaml")
 	writeFile(t, path, goodRules)
@@ -148,10 +148,14 @@ func TestDebugAddr(t *testing.T) {
 	if d.debugAddr == "" {
 		t.Fatalf("no debug address in the start-up line; logs:\n%s", d.logs)
 	}
-	for _, p := range []string{"/debug/pprof/", "/debug/pprof/cmdline", "/debug/pprof/goroutine?debug=1"} {
+	for _, p := range []string{"/debug/pprof/", "/debug/pprof/goroutine?debug=1"} {
 		if code, _ := get(t, nil, "http://"+d.debugAddr+p); code != http.StatusOK {
 			t.Errorf("GET %s on --debug-addr = %d, want 200", p, code)
 		}
+	}
+	// The command line may carry --backend's password.
+	if code, body := get(t, nil, "http://"+d.debugAddr+"/debug/pprof/cmdline"); code != http.StatusNotFound {
+		t.Errorf("GET /debug/pprof/cmdline on --debug-addr = %d %q, want 404", code, body)
 	}
 	if code, _ := get(t, nil, "http://"+d.httpAddr+"/debug/pprof/"); code != http.StatusNotFound {
 		t.Errorf("GET /debug/pprof/ on --http-addr = %d, want 404", code)

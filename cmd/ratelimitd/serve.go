@@ -21,7 +21,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
-	"github.com/ratelimitd/ratelimitd/backend/redis"
 	"github.com/ratelimitd/ratelimitd/config"
 	"github.com/ratelimitd/ratelimitd/server"
 )
@@ -78,19 +77,19 @@ func serve(ctx context.Context, f *flags, stderr io.Writer) error {
 	if f.tls.grpcClientCA != "" && f.httpJSON {
 		log.Warn("POST /json on the HTTP listener decides without the gRPC listener's mutual TLS: set --http-json=false, or keep --http-addr private")
 	}
-	grpcOpts := srv.GRPCOptions()
+	grpcOpts := append(srv.GRPCOptions(), f.grpcConn.options()...)
 	if grpcTLS != nil {
 		grpcOpts = append(grpcOpts, grpc.Creds(credentials.NewTLS(grpcTLS.Config())))
 	}
 	g := grpc.NewServer(grpcOpts...)
 	srv.Register(g)
-	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	hs := httpServer(srv.Handler(), f.httpConn)
 	if httpTLS != nil {
 		hs.TLSConfig = httpTLS.Config()
 	}
 	var ds *http.Server // /debug/pprof, with --debug-addr
 	if f.debugAddr != "" {
-		ds = &http.Server{Handler: debugHandler(), ReadHeaderTimeout: 10 * time.Second}
+		ds = httpServer(debugHandler(), f.httpConn)
 	}
 
 	var lis listeners
@@ -129,7 +128,7 @@ func serve(ctx context.Context, f *flags, stderr io.Writer) error {
 
 	started := []any{"version", version(), "grpc", grpcLis.Addr().String(), "http", httpLis.Addr().String(),
 		"grpc_tls", tlsMode(grpcTLS != nil, f.tls.grpcClientCA != ""), "http_tls", httpTLS != nil,
-		"config", f.config, "domains", len(rules.Domains()), "backend", redis.Redact(f.backend), "failure_mode", f.failureMode.String()}
+		"config", f.config, "domains", len(rules.Domains()), "backend", redactBackend(f.backend), "failure_mode", f.failureMode.String()}
 	if debugLis != nil {
 		started = append(started, "debug", debugLis.Addr().String())
 	}
@@ -234,11 +233,13 @@ func (l listeners) close() {
 	}
 }
 
-// debugHandler serves net/http/pprof's profiles under /debug/pprof/.
+// debugHandler serves net/http/pprof's profiles under /debug/pprof/,
+// all but /debug/pprof/cmdline: the command line may carry --backend's
+// password.
 func debugHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/cmdline", http.NotFound)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
