@@ -123,12 +123,12 @@ func (s *Store) runPart(ctx context.Context, op string, reqs []backend.Request, 
 	if op == "part" {
 		per = 5
 	}
-	return s.guard(ctx, s.nodeOf(ctx, c.keys[0]), func() error {
+	return s.guard(s.nodeOf(ctx, c.keys[0]), func() error {
 		vals, err := takeScript.Run(ctx, s.client, c.keys, c.args...).Int64Slice()
 		if err != nil {
 			return err
 		}
-		return parse(vals, per, reqs, res, idx, stamps)
+		return parse(vals, per, res, idx, stamps)
 	})
 }
 
@@ -143,7 +143,7 @@ func (s *Store) refund(ctx context.Context, reqs []backend.Request, res []backen
 	if err != nil {
 		return err
 	}
-	return parse(vals, 4, reqs, res, idx, nil)
+	return parse(vals, 4, res, idx, nil)
 }
 
 // groupOver reports whether a request of reqs[i]'s group among idx (the

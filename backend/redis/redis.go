@@ -23,10 +23,9 @@ import (
 	"cmp"
 	"context"
 	_ "embed"
-	"errors"
 	"fmt"
 	"log/slog"
-	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -111,11 +110,18 @@ type Store struct {
 	log     *slog.Logger
 
 	breakerSettings gobreaker.Settings
+	openDelay       time.Duration
 	mu              sync.Mutex
-	breakers        map[string]*gobreaker.TwoStepCircuitBreaker[struct{}] // by node address
+	breakers        map[string]*node // by name (see breaker.go); requires mu
 
-	refunds atomic.Uint64
-	batch   *batcher // nil on Cluster or with NoBatch
+	refunds        atomic.Uint64
+	refundFailures atomic.Uint64
+	batch          *batcher // nil on Cluster or with NoBatch
+
+	stop     chan struct{} // closed by Close: probes end
+	closeMu  sync.RWMutex
+	closed   bool           // requires closeMu
+	inflight sync.WaitGroup // Redis calls whose caller may be gone, and probes; Add requires closeMu and !closed
 }
 
 var _ backend.Store = (*Store)(nil)
@@ -133,7 +139,8 @@ func New(client goredis.UniversalClient, opts Options) (*Store, error) {
 		timeout:  cmp.Or(opts.Timeout, DefaultTimeout),
 		now:      opts.Now,
 		log:      opts.Logger,
-		breakers: make(map[string]*gobreaker.TwoStepCircuitBreaker[struct{}]),
+		breakers: make(map[string]*node),
+		stop:     make(chan struct{}),
 	}
 	if s.log == nil {
 		s.log = slog.Default()
@@ -161,11 +168,11 @@ func New(client goredis.UniversalClient, opts Options) (*Store, error) {
 		}
 	}
 	failures := uint32(cmp.Or(opts.BreakerFailures, DefaultBreakerFailures))
+	s.openDelay = cmp.Or(opts.BreakerOpenDelay, DefaultBreakerOpenDelay)
 	s.breakerSettings = gobreaker.Settings{
 		MaxRequests: 1,
-		Timeout:     cmp.Or(opts.BreakerOpenDelay, DefaultBreakerOpenDelay),
+		Timeout:     s.openDelay,
 		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= failures },
-		IsExcluded:  func(err error) bool { return errors.Is(err, errCallerGone) },
 		OnStateChange: func(name string, from, to gobreaker.State) {
 			// An outage opens the breaker once, then flaps between open
 			// and half-open at every probe: only its start and its end
@@ -183,47 +190,35 @@ func New(client goredis.UniversalClient, opts Options) (*Store, error) {
 	return s, nil
 }
 
-// Close releases the store's own resources; it does not close the client.
+// Close releases the store's own resources, after the Redis calls in
+// flight have ended (within the store's timeout); it does not close the
+// client. Take fails with backend.ErrClosed afterwards.
 func (s *Store) Close() error {
+	s.closeMu.Lock()
+	if s.closed {
+		s.closeMu.Unlock()
+		return nil
+	}
+	s.closed = true
+	close(s.stop)
+	s.closeMu.Unlock()
 	if s.batch != nil {
 		s.batch.close()
 	}
+	s.inflight.Wait()
 	return nil
 }
 
-// State reports the store's health: "ok" when every circuit breaker is
-// closed, else "open" or "half-open" for the worst of them.
-func (s *Store) State() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	worst := gobreaker.StateClosed
-	for _, b := range s.breakers {
-		switch st := b.State(); {
-		case st == gobreaker.StateOpen:
-			worst = st
-		case st == gobreaker.StateHalfOpen && worst == gobreaker.StateClosed:
-			worst = st
-		}
+// begin registers a goroutine of the store's in inflight, unless the
+// store is closed.
+func (s *Store) begin() bool {
+	s.closeMu.RLock()
+	defer s.closeMu.RUnlock()
+	if s.closed {
+		return false
 	}
-	if worst == gobreaker.StateClosed {
-		return "ok"
-	}
-	return worst.String()
-}
-
-// Breakers calls yield with every Redis node the store has used, by
-// address ("redis" on standalone and Sentinel), and the state of its
-// circuit breaker: "closed", "half-open" or "open".
-func (s *Store) Breakers(yield func(node, state string)) {
-	s.mu.Lock()
-	states := make(map[string]string, len(s.breakers))
-	for node, b := range s.breakers {
-		states[node] = b.State().String()
-	}
-	s.mu.Unlock()
-	for node, state := range states {
-		yield(node, state)
-	}
+	s.inflight.Add(1)
+	return true
 }
 
 // LocalCacheHits reports how many calls the local over-limit cache
@@ -239,11 +234,15 @@ func (s *Store) LocalCacheHits() uint64 {
 // slot took, because another slot refused.
 func (s *Store) Refunds() uint64 { return s.refunds.Load() }
 
-// errCallerGone marks a failure that is the caller's (its context ended),
-// which says nothing of Redis's health.
-var errCallerGone = errors.New("caller gone")
-
 // Take implements backend.Store.
+//
+// The call's Redis work runs on a context of the store's: the caller's
+// values, not its cancellation, and the store's Timeout. Take returns at
+// the caller's deadline or cancellation if that comes first, and the
+// Redis call goes on without it, so that a Redis slower than the timeout
+// still counts for its node's breaker and a caller's short deadline never
+// does (see breaker.go). Hits of a call whose caller has gone may still be
+// counted, as for any call cut short in flight.
 func (s *Store) Take(ctx context.Context, reqs []backend.Request, res []backend.Result) error {
 	if len(res) != len(reqs) {
 		return fmt.Errorf("redis: take: %d results for %d requests", len(res), len(reqs))
@@ -257,13 +256,11 @@ func (s *Store) Take(ctx context.Context, reqs []backend.Request, res []backend.
 	if s.cache != nil && s.cache.answer(reqs, res) {
 		return nil
 	}
-	rctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
 	var err error
-	if s.cluster == nil {
-		err = s.takeOne(rctx, reqs, res)
+	if s.batch != nil && !heavy(reqs) {
+		err = s.batch.take(ctx, time.Now().Add(s.timeout), s.encode(reqs), res)
 	} else {
-		err = s.takeCluster(rctx, reqs, res)
+		err = s.detach(ctx, reqs, res)
 	}
 	if err != nil {
 		return fmt.Errorf("redis: take: %w", err)
@@ -274,96 +271,56 @@ func (s *Store) Take(ctx context.Context, reqs []backend.Request, res []backend.
 	return nil
 }
 
-// takeOne decides the call with one script on a standalone or Sentinel
-// Redis: batched with concurrent calls, unless NoBatch.
-func (s *Store) takeOne(ctx context.Context, reqs []backend.Request, res []backend.Result) error {
-	if s.batch != nil {
-		return s.batch.take(ctx, reqs, res)
+// detach decides the call in a script run of its own (or one per slot on
+// Cluster) on a goroutine, with the store's context, and waits for it or
+// for ctx. The goroutine works on copies of reqs and res: the caller may
+// reuse them once Take has returned.
+func (s *Store) detach(ctx context.Context, reqs []backend.Request, res []backend.Result) error {
+	if !s.begin() {
+		return backend.ErrClosed
 	}
+	own := slices.Clone(reqs)
+	out := make([]backend.Result, len(res))
+	done := make(chan error, 1)
+	go func() {
+		defer s.inflight.Done()
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
+		defer cancel()
+		if s.cluster != nil {
+			done <- s.takeCluster(rctx, own, out)
+		} else {
+			done <- s.takeOne(rctx, own, out)
+		}
+	}()
+	select {
+	case err := <-done:
+		if err == nil {
+			copy(res, out)
+		}
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// takeOne decides the call with one script on a standalone or Sentinel
+// Redis; ctx is the store's.
+func (s *Store) takeOne(ctx context.Context, reqs []backend.Request, res []backend.Result) error {
 	call := s.newCall("take", reqs, nil, "")
 	defer call.free()
-	return s.guard(ctx, s.nodeOf(ctx, ""), func() error {
+	return s.guard("redis", func() error {
 		vals, err := takeScript.Run(ctx, s.client, call.keys, call.args...).Int64Slice()
 		if err != nil {
 			return err
 		}
-		return parse(vals, 4, reqs, res, nil, nil)
+		return parse(vals, 4, res, nil, nil)
 	})
-}
-
-// guard runs f under the circuit breaker of node.
-//
-// A half-open breaker's probe first dials the node on a connection of its
-// own: go-redis's pool, after as many failed dials as it has connections,
-// stops dialing and retries only once a second, which would hold decisions
-// back for up to a second after Redis returns. Probing outside the pool
-// keeps its count of failed dials low during an outage.
-func (s *Store) guard(ctx context.Context, node string, f func() error) error {
-	b := s.breaker(node)
-	halfOpen := b.State() == gobreaker.StateHalfOpen
-	done, err := b.Allow()
-	if err != nil {
-		return fmt.Errorf("%w: %s", ErrUnavailable, node)
-	}
-	if addr := s.addrOf(node); halfOpen && addr != "" {
-		var d net.Dialer
-		conn, err := d.DialContext(ctx, "tcp", addr)
-		if err != nil {
-			done(err)
-			return fmt.Errorf("%w: %s: %w", ErrUnavailable, node, err)
-		}
-		conn.Close()
-	}
-	err = f()
-	report := err
-	if err != nil && errors.Is(ctx.Err(), context.Canceled) {
-		report = errCallerGone // the caller gave up: no sign of Redis's health
-	}
-	done(report)
-	return err
-}
-
-// addrOf returns the address to probe for node: the node's own on Cluster
-// (nodes are named by address), the server's on standalone Redis, none on
-// Sentinel (the master moves).
-func (s *Store) addrOf(node string) string {
-	if s.cluster != nil && strings.Contains(node, ":") {
-		return node
-	}
-	return s.addr
-}
-
-func (s *Store) breaker(node string) *gobreaker.TwoStepCircuitBreaker[struct{}] {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	b, ok := s.breakers[node]
-	if !ok {
-		st := s.breakerSettings
-		st.Name = node
-		b = gobreaker.NewTwoStepCircuitBreaker[struct{}](st)
-		s.breakers[node] = b
-	}
-	return b
-}
-
-// nodeOf names the Redis node that serves key, for its circuit breaker.
-func (s *Store) nodeOf(ctx context.Context, key string) string {
-	if s.cluster == nil {
-		return "redis"
-	}
-	// The slot map is cached by go-redis; an error here (no slots yet)
-	// falls back to one breaker for unknown nodes.
-	c, err := s.cluster.MasterForKey(ctx, key)
-	if err != nil {
-		return "cluster"
-	}
-	return c.Options().Addr
 }
 
 // parse reads per fields numbers per request of idx from vals into res
 // (and, with per 5, the stamps).
-func parse(vals []int64, per int, reqs []backend.Request, res []backend.Result, idx []int, stamps []int64) error {
-	n := len(reqs)
+func parse(vals []int64, per int, res []backend.Result, idx []int, stamps []int64) error {
+	n := len(res)
 	if idx != nil {
 		n = len(idx)
 	}
