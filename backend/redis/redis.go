@@ -234,6 +234,11 @@ func (s *Store) LocalCacheHits() uint64 {
 // slot took, because another slot refused.
 func (s *Store) Refunds() uint64 { return s.refunds.Load() }
 
+// RefundFailures reports how many Cluster refunds failed (after retries
+// within the store's timeout): the hits of a refused call that stay
+// counted on one slot.
+func (s *Store) RefundFailures() uint64 { return s.refundFailures.Load() }
+
 // Take implements backend.Store.
 //
 // The call's Redis work runs on a context of the store's: the caller's

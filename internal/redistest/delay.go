@@ -22,6 +22,31 @@ type Faults struct {
 	fail   []byte        // requires mu; writes containing it fail; nil: none
 	failed int           // requires mu; writes failed so far
 	limit  int           // requires mu; how many writes to fail at most; 0: all
+
+	delayed int           // requires mu; writes delayed so far
+	changed chan struct{} // requires mu; closed when delayed grows
+}
+
+// WaitDelayed waits until n writes have been held back in all, or ctx
+// ends.
+func (f *Faults) WaitDelayed(ctx context.Context, n int) error {
+	for {
+		f.mu.Lock()
+		if f.delayed >= n {
+			f.mu.Unlock()
+			return nil
+		}
+		if f.changed == nil {
+			f.changed = make(chan struct{})
+		}
+		ch := f.changed
+		f.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 }
 
 // Delay holds back every write by d from now on; zero ends the delay.
@@ -75,6 +100,11 @@ func (f *Faults) verdict(b []byte) (time.Duration, bool) {
 		return 0, true
 	}
 	if f.delay > 0 && (f.slow == nil || bytes.Contains(b, f.slow)) {
+		f.delayed++
+		if f.changed != nil {
+			close(f.changed)
+			f.changed = nil
+		}
 		return f.delay, false
 	}
 	return 0, false
