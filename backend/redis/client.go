@@ -225,6 +225,13 @@ func unwrapURLError(err error) error {
 func Redact(rawURL string) string {
 	scheme, rest, ok := strings.Cut(rawURL, "://")
 	if !ok {
+		// Not a URL ("redis:/:pass@host"): hide everything from the first
+		// ":" to the last "@", where a password would be.
+		if at := strings.LastIndex(rawURL, "@"); at >= 0 {
+			if colon := strings.Index(rawURL[:at], ":"); colon >= 0 {
+				return rawURL[:colon] + ":xxxxx" + rawURL[at:]
+			}
+		}
 		return rawURL
 	}
 	// The user information ends at the last "@": a password may hold "?"

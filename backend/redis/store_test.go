@@ -329,9 +329,12 @@ func TestSentinelFailover(t *testing.T) {
 // the others keep deciding.
 func TestClusterNodeDown(t *testing.T) {
 	c := redistest.StartCluster(t, 3)
-	s := newStore(t, newClient(t, c.URL()), redis.Options{LocalCache: -1, Timeout: 200 * time.Millisecond})
+	client := newClient(t, c.URL())
 	reqs := descriptors(30, hourly(1000))
-	mustTake(t, s, reqs...)
+	// Warm up with a patient store: the client dials its connections
+	// (each checks the node's version) and loads the script on every node.
+	mustTake(t, newStore(t, client, redis.Options{LocalCache: -1, Timeout: 5 * time.Second}), reqs...)
+	s := newStore(t, client, redis.Options{LocalCache: -1, Timeout: 200 * time.Millisecond})
 
 	// The node of the first request's slot goes down.
 	var nodes []*goredis.Client
