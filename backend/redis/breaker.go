@@ -150,12 +150,6 @@ func (s *Store) probeOnce(n *node) bool {
 		return false
 	}
 	err = topoErr
-	if err == nil && n.name == clusterFallback {
-		// The slot map is known again: calls go to the nodes' own
-		// breakers, and locate has dropped this one.
-		done(nil)
-		return true
-	}
 	if err == nil {
 		err = ping(ctx, client, addr)
 	}
@@ -204,7 +198,9 @@ func (s *Store) locate(ctx context.Context, name string) (client goredis.Univers
 	s.prune(func(name string) bool { _, ok := masters[name]; return ok })
 	c, ok := masters[name]
 	if !ok {
-		return nil, "", name == clusterFallback, nil
+		// Not a master (any more), or the fallback breaker, which the
+		// known slot map makes useless: calls go to the nodes' own.
+		return nil, "", false, nil
 	}
 	return c, name, true, nil
 }

@@ -6,10 +6,16 @@
 // all of its keys: one round trip, decided atomically inside Redis, on
 // Redis's own clock (TIME), so replicas with skewed clocks agree. On
 // standalone Redis and Sentinel, the calls that arrive while a script run
-// is on the wire are decided together by the next one (batch.go). On Redis
+// is on the wire are decided together by the next one (batch.go), but for
+// heavy calls, which run alone. On Redis
 // Cluster the keys of one descriptor share a hash tag; a call whose
 // descriptors live in several slots runs one script per slot, in parallel,
 // and gives back what the admitted slots took when another slot refuses.
+//
+// Circuit breakers, one per Redis node, count only the store's own
+// failures, and the store probes a node whose breaker is open
+// (breaker.go). Redis must be MinVersion or later; clients of NewClient
+// check it on first contact with each node.
 //
 // Usage:
 //
@@ -66,19 +72,24 @@ type Options struct {
 	// Prefix starts every key the store writes. Empty means
 	// DefaultPrefix; it must not contain '{' (Cluster hash tags).
 	Prefix string
-	// Timeout bounds the Redis work of one Take, on top of the caller's
-	// context. Zero means DefaultTimeout.
+	// Timeout bounds each Redis call, on the store's own context: a call
+	// that outlasts it fails, and counts for its node's breaker, whether
+	// or not its caller still waits. A caller waits at most Timeout, or
+	// until its own context ends. Zero means DefaultTimeout.
 	Timeout time.Duration
 	// LocalCache is how many over-limit counters the store remembers
 	// locally (see Store). Zero means DefaultLocalCache; negative, none.
 	LocalCache int
 	// BreakerFailures is how many consecutive failures of one Redis node
 	// open its circuit breaker: calls to it then fail at once with
-	// ErrUnavailable, until a probe call after BreakerOpenDelay succeeds.
-	// Zero means DefaultBreakerFailures.
+	// ErrUnavailable, until the store's own probe of the node (a PING)
+	// succeeds. Only the store's failures count, never a caller's
+	// deadline or cancellation (see breaker.go). Zero means
+	// DefaultBreakerFailures.
 	BreakerFailures int
-	// BreakerOpenDelay is how long a breaker stays open before it lets a
-	// probe call through. Zero means DefaultBreakerOpenDelay.
+	// BreakerOpenDelay is how long a breaker stays open before the store
+	// probes its node, and the pause between probes. Zero means
+	// DefaultBreakerOpenDelay.
 	BreakerOpenDelay time.Duration
 	// Now, when set, is the clock the scripts decide on instead of Redis
 	// TIME, and the local cache's clock: for tests on a manual clock.
