@@ -35,7 +35,8 @@ func faultyStore(t *testing.T, url string, faults *redistest.Faults, opts redis.
 }
 
 // topologies are the deployments the breaker tests run on: standalone
-// Redis batched and one script per call, and Cluster.
+// Redis batched and one script per call, Sentinel (one script per call:
+// batched, it is standalone's code) and Cluster.
 func topologies(t *testing.T) map[string]func(*testing.T) (string, redis.Options) {
 	t.Helper()
 	return map[string]func(*testing.T) (string, redis.Options){
@@ -44,6 +45,9 @@ func topologies(t *testing.T) map[string]func(*testing.T) (string, redis.Options
 		},
 		"standalone unbatched": func(t *testing.T) (string, redis.Options) {
 			return "redis://" + redistest.Start(t).Addr, redis.Options{NoBatch: true}
+		},
+		"sentinel": func(t *testing.T) (string, redis.Options) {
+			return redistest.StartSentinel(t).URL(), redis.Options{NoBatch: true}
 		},
 		"cluster": func(t *testing.T) (string, redis.Options) {
 			return redistest.StartCluster(t, 3).URL(), redis.Options{}
