@@ -113,7 +113,7 @@ func (s *Store) probe(n *node) {
 	defer t.Stop()
 	for {
 		select {
-		case <-s.stop:
+		case <-s.base.Done():
 			n.probing.Store(false)
 			return
 		case <-t.C:
@@ -133,7 +133,7 @@ func (s *Store) probe(n *node) {
 // probeOnce probes n once it is half-open, and reports whether probing is
 // over: the breaker is closed, or n was dropped.
 func (s *Store) probeOnce(n *node) bool {
-	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+	ctx, cancel := context.WithTimeout(s.base, s.timeout)
 	defer cancel()
 	client, addr, inUse, topoErr := s.locate(ctx, n.name)
 	if !inUse {

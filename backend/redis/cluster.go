@@ -128,6 +128,7 @@ func (s *Store) runPart(ctx context.Context, op string, reqs []backend.Request, 
 	if op == "part" {
 		per = 5
 	}
+	//nolint:contextcheck // a probe that guard may start runs on the store's context, never a call's
 	return s.guard(s.nodeOf(ctx, c.keys[0]), func() error {
 		vals, err := takeScript.Run(ctx, s.client, c.keys, c.args...).Int64Slice()
 		if err != nil {

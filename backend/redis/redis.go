@@ -129,7 +129,8 @@ type Store struct {
 	refundFailures atomic.Uint64
 	batch          *batcher // nil on Cluster or with NoBatch
 
-	stop     chan struct{} // closed by Close: probes end
+	base     context.Context // the store's own, for its probes; Close cancels it
+	cancel   context.CancelFunc
 	closeMu  sync.RWMutex
 	closed   bool           // requires closeMu
 	inflight sync.WaitGroup // Redis calls whose caller may be gone, and probes; Add requires closeMu and !closed
@@ -151,8 +152,8 @@ func New(client goredis.UniversalClient, opts Options) (*Store, error) {
 		now:      opts.Now,
 		log:      opts.Logger,
 		breakers: make(map[string]*node),
-		stop:     make(chan struct{}),
 	}
+	s.base, s.cancel = context.WithCancel(context.Background())
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -211,7 +212,7 @@ func (s *Store) Close() error {
 		return nil
 	}
 	s.closed = true
-	close(s.stop)
+	s.cancel()
 	s.closeMu.Unlock()
 	if s.batch != nil {
 		s.batch.close()
@@ -324,6 +325,7 @@ func (s *Store) detach(ctx context.Context, reqs []backend.Request, res []backen
 func (s *Store) takeOne(ctx context.Context, reqs []backend.Request, res []backend.Result) error {
 	call := s.newCall("take", reqs, nil, "")
 	defer call.free()
+	//nolint:contextcheck // a probe that guard may start runs on the store's context, never a call's
 	return s.guard("redis", func() error {
 		vals, err := takeScript.Run(ctx, s.client, call.keys, call.args...).Int64Slice()
 		if err != nil {
