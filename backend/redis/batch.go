@@ -29,7 +29,11 @@ import (
 // every call in it fails. So that one call cannot fail others:
 //
 //   - Heavy calls (see heavy) are not batched: each runs in a script run
-//     of its own, beside the flusher, and on a connection of its own.
+//     of its own, beside the flusher, and on a connection of its own. At
+//     most half the connection pool serves heavy calls (Store.heavySlots),
+//     so that a flood of them cannot starve the batches of connections; a
+//     heavy call that finds no slot within the store's timeout fails with
+//     ErrHeavyBusy.
 //   - Each caller waits until its own deadline: the store's Timeout from
 //     its Take, or its context's if sooner. A batch runs until the latest
 //     deadline of its calls, and fails (and counts for the breaker) only

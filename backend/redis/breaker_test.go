@@ -16,12 +16,13 @@ import (
 )
 
 // faultyStore returns a store on url whose client dials through faults,
-// with Redis I/O timeouts far above any delay the tests inject, after one
-// call that dials a connection and loads the script.
-func faultyStore(t *testing.T, url string, faults *redistest.Faults, opts redis.Options) *redis.Store {
+// with Redis I/O timeouts far above any delay the tests inject and pool
+// connections per node (0: the default), after one call that dials a
+// connection and loads the script.
+func faultyStore(t *testing.T, url string, faults *redistest.Faults, opts redis.Options, pool int) *redis.Store {
 	t.Helper()
 	client, err := redis.NewClient(url, redis.ClientOptions{
-		Dialer:      faults.Dial,
+		Dialer: faults.Dial, PoolSize: pool,
 		DialTimeout: 5 * time.Second, ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second,
 	})
 	if err != nil {
@@ -80,7 +81,7 @@ func TestCallerDeadlineKeepsBreakerClosed(t *testing.T) {
 			url, opts := start(t)
 			var faults redistest.Faults
 			opts.Timeout = 3 * time.Second
-			s := faultyStore(t, url, &faults, opts)
+			s := faultyStore(t, url, &faults, opts, 0)
 			faults.Delay(100 * time.Millisecond)
 			shortTakes(t, s, 5)
 			s.Close() // waits for the calls the callers left
@@ -108,7 +109,7 @@ func TestSlowRedisCountsWithoutCallers(t *testing.T) {
 			var faults redistest.Faults
 			opts.Timeout = 100 * time.Millisecond
 			opts.BreakerOpenDelay = time.Hour // no probe meanwhile
-			s := faultyStore(t, url, &faults, opts)
+			s := faultyStore(t, url, &faults, opts, 0)
 			faults.Delay(300 * time.Millisecond)
 			shortTakes(t, s, 3)
 			s.Close()
@@ -163,28 +164,32 @@ func TestClusterStartsUnreachable(t *testing.T) {
 	waitTake(t, s, 5*time.Second, reqs...)
 }
 
-// TestHeavyCallFailsAlone: one heavy call (64 sliding_log descriptors)
-// made slower than the store's timeout fails alone: 32 ordinary callers
-// beside it, with the store's ordinary deadline, all get their decisions.
-func TestHeavyCallFailsAlone(t *testing.T) {
+// TestHeavyCallsFailAlone: heavy calls (64 sliding_log descriptors each)
+// made slower than the store's timeout fail alone: 32 ordinary callers
+// beside them, with the store's ordinary deadline, all get their
+// decisions. There are more heavy calls than connections in the pool:
+// they may take only half of it.
+func TestHeavyCallsFailAlone(t *testing.T) {
 	srv := redistest.Start(t)
 	var faults redistest.Faults
-	const timeout = time.Second
-	s := faultyStore(t, "redis://"+srv.Addr, &faults, redis.Options{Timeout: timeout, BreakerFailures: 100})
+	const timeout, pool, heavyCalls = time.Second, 4, 8
+	s := faultyStore(t, "redis://"+srv.Addr, &faults, redis.Options{Timeout: timeout, BreakerFailures: 100}, pool)
 	heavy := descriptors(64, backend.Limit{Algorithm: backend.SlidingLog, Requests: 10000, Window: time.Hour})
 	for i := range heavy {
 		heavy[i].Key = "heavy" + heavy[i].Key
 	}
-	// Every write that carries the heavy call is held back three timeouts.
+	// Every write that carries a heavy call is held back three timeouts.
 	faults.DelayMatching(3*timeout, []byte("heavy"))
 
-	heavyErr := make(chan error, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		heavyErr <- s.Take(ctx, heavy, make([]backend.Result, len(heavy)))
-	}()
-	if err := faults.WaitDelayed(t.Context(), 1); err != nil { // the heavy call is on the wire
+	heavyErrs := make(chan error, heavyCalls)
+	for range heavyCalls {
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			heavyErrs <- s.Take(ctx, heavy, make([]backend.Result, len(heavy)))
+		}()
+	}
+	if err := faults.WaitDelayed(t.Context(), 1); err != nil { // heavy calls are on the wire
 		t.Fatal(err)
 	}
 
@@ -205,14 +210,16 @@ func TestHeavyCallFailsAlone(t *testing.T) {
 	failed := 0
 	for err := range errs {
 		if failed++; failed == 1 {
-			t.Errorf("an ordinary call beside a slow heavy one failed: %v", err)
+			t.Errorf("an ordinary call beside slow heavy ones failed: %v", err)
 		}
 	}
 	if failed > 0 {
-		t.Errorf("%d of 160 ordinary calls failed beside one slow heavy call, want none", failed)
+		t.Errorf("%d of 160 ordinary calls failed beside %d slow heavy calls, want none", failed, heavyCalls)
 	}
-	if err := <-heavyErr; err == nil {
-		t.Error("the heavy call, held back three timeouts: no error")
+	for range heavyCalls {
+		if err := <-heavyErrs; err == nil {
+			t.Error("a heavy call, held back three timeouts: no error")
+		}
 	}
 }
 
@@ -222,7 +229,7 @@ func TestHeavyCallFailsAlone(t *testing.T) {
 func TestClusterRefund(t *testing.T) {
 	c := redistest.StartCluster(t, 3)
 	var faults redistest.Faults
-	s := faultyStore(t, c.URL(), &faults, redis.Options{Timeout: time.Second})
+	s := faultyStore(t, c.URL(), &faults, redis.Options{Timeout: time.Second}, 0)
 	reqs := descriptors(2, hourly(100))
 	reqs[0].Limit = hourly(1)
 	for i := range reqs {

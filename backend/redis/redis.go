@@ -31,6 +31,7 @@ import (
 	_ "embed"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -128,6 +129,11 @@ type Store struct {
 	refunds        atomic.Uint64
 	refundFailures atomic.Uint64
 	batch          *batcher // nil on Cluster or with NoBatch
+	// heavySlots holds a token per heavy call in flight beside the
+	// batches (see heavy): at most half the connection pool, so that
+	// heavy calls cannot take every connection from the batches. Nil
+	// without batches.
+	heavySlots chan struct{}
 
 	base     context.Context // the store's own, for its probes; Close cancels it
 	cancel   context.CancelFunc
@@ -165,6 +171,11 @@ func New(client goredis.UniversalClient, opts Options) (*Store, error) {
 	}
 	if s.cluster == nil && !opts.NoBatch {
 		s.batch = newBatcher(s)
+		pool := 10 * runtime.GOMAXPROCS(0) // go-redis's default
+		if c, ok := client.(*goredis.Client); ok && c.Options().PoolSize > 0 {
+			pool = c.Options().PoolSize
+		}
+		s.heavySlots = make(chan struct{}, max(pool/2, 1))
 	}
 	clock := opts.Now
 	if clock == nil {
@@ -293,7 +304,11 @@ func (s *Store) Take(ctx context.Context, reqs []backend.Request, res []backend.
 // for ctx. The goroutine works on copies of reqs and res: the caller may
 // reuse them once Take has returned.
 func (s *Store) detach(ctx context.Context, reqs []backend.Request, res []backend.Result) error {
+	if err := s.acquireHeavy(ctx); err != nil {
+		return err
+	}
 	if !s.begin() {
+		s.releaseHeavy()
 		return backend.ErrClosed
 	}
 	own := slices.Clone(reqs)
@@ -301,6 +316,7 @@ func (s *Store) detach(ctx context.Context, reqs []backend.Request, res []backen
 	done := make(chan error, 1)
 	go func() {
 		defer s.inflight.Done()
+		defer s.releaseHeavy()
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
 		defer cancel()
 		if s.cluster != nil {
@@ -317,6 +333,41 @@ func (s *Store) detach(ctx context.Context, reqs []backend.Request, res []backen
 		return err
 	case <-ctx.Done():
 		return ctx.Err()
+	}
+}
+
+// ErrHeavyBusy is returned, wrapped, when a heavy call finds as many
+// heavy calls in flight as the store allows, for the store's timeout.
+// It wraps backend.ErrUnavailable.
+var ErrHeavyBusy = fmt.Errorf("redis: too many heavy calls in flight: %w", backend.ErrUnavailable)
+
+// acquireHeavy takes a slot for a heavy call beside the batches, waiting
+// for one up to the store's timeout or ctx; it does nothing without
+// batches.
+func (s *Store) acquireHeavy(ctx context.Context) error {
+	if s.heavySlots == nil {
+		return nil
+	}
+	select {
+	case s.heavySlots <- struct{}{}:
+		return nil
+	default:
+	}
+	t := time.NewTimer(s.timeout)
+	defer t.Stop()
+	select {
+	case s.heavySlots <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return ErrHeavyBusy
+	}
+}
+
+func (s *Store) releaseHeavy() {
+	if s.heavySlots != nil {
+		<-s.heavySlots
 	}
 }
 
