@@ -323,6 +323,10 @@ func TestSentinelFailover(t *testing.T) {
 	if res[0].OverLimit || res[0].Remaining > 998 {
 		t.Errorf("after failover: %+v, want the counter kept (at most 998 remaining)", res[0])
 	}
+	// The breaker follows the group, not the former master's address.
+	if got := s.State(); got != "ok" {
+		t.Errorf("State() once decisions resumed after failover = %q, want ok", got)
+	}
 }
 
 // TestClusterNodeDown: a Cluster node down fails the calls on its slots;
