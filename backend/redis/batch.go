@@ -1,10 +1,12 @@
 package redis
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/ratelimitd/ratelimitd/backend"
 )
@@ -22,21 +24,77 @@ import (
 // CPU per decision, since fewer flushers make bigger batches. Redis runs
 // one script at a time anyway; a second batch on the wire would only
 // overlap the network's round trip.
+//
+// A script run cannot be partly cancelled: if it outlasts its deadline,
+// every call in it fails. So that one call cannot fail others:
+//
+//   - Heavy calls (see heavy) are not batched: each runs in a script run
+//     of its own, beside the flusher, and on a connection of its own. At
+//     most half the connection pool serves heavy calls (Store.heavySlots),
+//     so that a flood of them cannot starve the batches of connections; a
+//     heavy call that finds no slot within the store's timeout fails with
+//     ErrHeavyBusy.
+//   - Each caller waits until its own deadline: the store's Timeout from
+//     its Take, or its context's if sooner. A batch runs until the latest
+//     deadline of its calls, and fails (and counts for the breaker) only
+//     when Redis has not answered by then: no call in it could still be
+//     answered in time.
+//   - A call whose caller has gone (its deadline passed, its context
+//     ended) before its batch is sent is dropped from the batch: it is
+//     neither counted nor decided. Once its batch is on the wire the call
+//     is decided and its hits counted, answered or not, as any call cut
+//     short in flight.
+//
+// Redis runs one script at a time, so a heavy call that keeps Redis busy
+// longer than the store's timeout still delays the calls sent after it:
+// that is a Redis slower than the timeout, and counts as one.
 
 const (
 	// flushers is how many batches may be on the wire at once.
 	flushers = 1
 	// maxBatch bounds the calls of one batch.
 	maxBatch = 128
+	// heavyRequests is the most requests a batched call may have.
+	heavyRequests = 16
+	// heavyLog is the largest sliding_log limit a batched call may have:
+	// the script reads and writes a log whole, and a log holds up to one
+	// entry per request of its limit (10,000 at most).
+	heavyLog = 1000
 )
+
+// heavy reports whether a call is decided in a script run of its own
+// rather than batched: it has more than heavyRequests requests, or a
+// sliding_log limit above heavyLog requests.
+func heavy(reqs []backend.Request) bool {
+	if len(reqs) > heavyRequests {
+		return true
+	}
+	for i := range reqs {
+		if reqs[i].Limit.Algorithm == backend.SlidingLog && reqs[i].Limit.Requests > heavyLog {
+			return true
+		}
+	}
+	return false
+}
+
+// encode returns a call's share of a "multi" script run: its number of
+// requests, then their keys and fields. The caller encodes it, so that
+// the batch never reads the caller's requests.
+func (s *Store) encode(reqs []backend.Request) *call {
+	c := callPool.Get().(*call)
+	c.keys, c.args = c.keys[:0], append(c.args[:0], len(reqs))
+	c.appendRequests(s, reqs, nil, "", nil, nil)
+	return c
+}
 
 // A pending call waits in the queue for its batch.
 type pending struct {
-	ctx  context.Context
-	reqs []backend.Request
-	res  []backend.Result
-	err  error
-	done chan struct{}
+	ctx      context.Context // the caller's, ending at deadline at the latest
+	deadline time.Time       // the store's Timeout after the call's Take
+	call     *call           // the call's encoding, owned by the batcher once queued
+	res      []backend.Result
+	err      error
+	done     chan struct{}
 	// state is waiting until the batch claims the call to write its
 	// results, or the caller abandons it (its context ended): res is then
 	// the caller's again, and the batch must not touch it.
@@ -72,6 +130,7 @@ func (b *batcher) close() {
 	for {
 		select {
 		case p := <-b.queue:
+			p.call.free()
 			p.err = backend.ErrClosed
 			close(p.done)
 		default:
@@ -80,19 +139,25 @@ func (b *batcher) close() {
 	}
 }
 
-// take queues a call and waits for its batch, or for ctx.
-func (b *batcher) take(ctx context.Context, reqs []backend.Request, res []backend.Result) error {
+// take queues a call, encoded as c, and waits for its batch until ctx ends
+// or deadline passes.
+func (b *batcher) take(ctx context.Context, deadline time.Time, c *call, res []backend.Result) error {
+	ctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
 	select {
 	case <-b.stop:
+		c.free()
 		return backend.ErrClosed
 	default:
 	}
-	p := &pending{ctx: ctx, reqs: reqs, res: res, done: make(chan struct{})}
+	p := &pending{ctx: ctx, deadline: deadline, call: c, res: res, done: make(chan struct{})}
 	select {
 	case b.queue <- p:
 	case <-b.stop:
+		c.free()
 		return backend.ErrClosed
 	case <-ctx.Done():
+		c.free()
 		return ctx.Err()
 	}
 	select {
@@ -100,7 +165,7 @@ func (b *batcher) take(ctx context.Context, reqs []backend.Request, res []backen
 		return p.err
 	case <-ctx.Done():
 		if p.state.CompareAndSwap(waiting, abandoned) {
-			return ctx.Err() // the batch may still count it, but writes nothing
+			return ctx.Err() // dropped if its batch has not gone yet; else counted, not written
 		}
 		<-p.done // claimed: the batch is writing res, without I/O
 		return p.err
@@ -132,29 +197,37 @@ func (b *batcher) flush() {
 	}
 }
 
-// run decides batch in one script run and completes its calls.
+// run decides batch in one script run, until the latest deadline of its
+// calls, and completes its calls.
 func (b *batcher) run(batch []*pending) {
 	s := b.s
-	live := batch[:0:0]
+	c := callPool.Get().(*call)
+	defer c.free()
+	c.keys, c.args = c.keys[:0], append(c.args[:0], s.nowArg(), "multi", 0)
+	live := batch[:0]
+	var deadline time.Time
 	for _, p := range batch {
-		if err := p.ctx.Err(); err != nil {
-			p.err = err // the caller has gone: nothing to decide
+		if err := p.ctx.Err(); err != nil || p.state.Load() != waiting {
+			// The caller has gone: nothing to decide.
+			p.call.free()
+			p.err = cmp.Or(err, context.Canceled)
 			close(p.done)
 			continue
+		}
+		c.keys = append(c.keys, p.call.keys...)
+		c.args = append(c.args, p.call.args...)
+		p.call.free()
+		if p.deadline.After(deadline) {
+			deadline = p.deadline
 		}
 		live = append(live, p)
 	}
 	if len(live) == 0 {
 		return
 	}
-	c := callPool.Get().(*call)
-	c.keys, c.args = c.keys[:0], append(c.args[:0], s.nowArg(), "multi", len(live))
-	for _, p := range live {
-		c.args = append(c.args, len(p.reqs))
-		c.appendRequests(s, p.reqs, nil, "", nil, nil)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
-	err := s.guard(ctx, s.nodeOf(ctx, ""), func() error {
+	c.args[2] = len(live)
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	err := s.guard("redis", func() error {
 		vals, err := takeScript.Run(ctx, s.client, c.keys, c.args...).Int64Slice()
 		if err != nil {
 			return err
@@ -163,15 +236,15 @@ func (b *batcher) run(batch []*pending) {
 			return fmt.Errorf("script returned %d numbers for %d requests", len(vals), len(c.keys))
 		}
 		for _, p := range live {
+			n := len(p.res)
 			if p.state.CompareAndSwap(waiting, claimed) {
-				p.err = parse(vals[:4*len(p.reqs)], 4, p.reqs, p.res, nil, nil)
+				p.err = parse(vals[:4*n], 4, p.res, nil, nil)
 			}
-			vals = vals[4*len(p.reqs):]
+			vals = vals[4*n:]
 		}
 		return nil
 	})
 	cancel()
-	c.free()
 	for _, p := range live {
 		if err != nil {
 			p.err = err

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/url"
 	"os"
 	"runtime"
@@ -36,6 +37,10 @@ type ClientOptions struct {
 	// CA that signs the server's certificate (else the system's), and a
 	// client certificate for mutual TLS.
 	CAFile, CertFile, KeyFile string
+	// Dialer, when set, opens the client's connections instead of
+	// go-redis's dialer, which also does TLS: for tests that slow or break
+	// connections.
+	Dialer func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 // NewClient returns a go-redis client for a URL of one of these forms:
@@ -53,6 +58,11 @@ type ClientOptions struct {
 // max_redirects): a retry after a timeout could count hits twice. It
 // dials once per attempt (DialerRetries 1) and honours context deadlines
 // (ContextTimeoutEnabled).
+//
+// Every new connection first checks the node's Redis version (INFO
+// server): on a node older than Redis 5.0, which cannot run the store's
+// script, the connection fails with an error naming the node and its
+// version. NewClient itself does no I/O: Redis may come up later.
 func NewClient(rawURL string, o ClientOptions) (goredis.UniversalClient, error) {
 	scheme, rest, ok := strings.Cut(rawURL, "://")
 	if !ok {
@@ -78,6 +88,10 @@ func NewClient(rawURL string, o ClientOptions) (goredis.UniversalClient, error) 
 		}
 		o.settle(fields{&opt.PoolSize, &opt.MaxRetries, &opt.DialerRetries, &opt.DialTimeout, &opt.ReadTimeout,
 			&opt.WriteTimeout, &opt.PoolTimeout, &opt.DialerRetryTimeout, &opt.ContextTimeoutEnabled, &opt.TLSConfig}, tlsConf, false)
+		if o.Dialer != nil {
+			opt.Dialer = o.Dialer
+		}
+		opt.OnConnect = checkVersion(opt.Addr, true)
 		return goredis.NewClient(opt), nil
 	case "cluster":
 		opt, err := goredis.ParseClusterURL(plain)
@@ -91,6 +105,14 @@ func NewClient(rawURL string, o ClientOptions) (goredis.UniversalClient, error) 
 		if !strings.Contains(rest, "max_redirects=") {
 			opt.MaxRedirects = -1
 		}
+		if o.Dialer != nil {
+			opt.Dialer = o.Dialer
+		}
+		// Each node's client checks its own node.
+		opt.NewClient = func(node *goredis.Options) *goredis.Client {
+			node.OnConnect = checkVersion(node.Addr, true)
+			return goredis.NewClient(node)
+		}
 		return goredis.NewClusterClient(opt), nil
 	default:
 		opt, err := goredis.ParseFailoverURL(plain)
@@ -102,6 +124,12 @@ func NewClient(rawURL string, o ClientOptions) (goredis.UniversalClient, error) 
 		}
 		o.settle(fields{&opt.PoolSize, &opt.MaxRetries, &opt.DialerRetries, &opt.DialTimeout, &opt.ReadTimeout,
 			&opt.WriteTimeout, &opt.PoolTimeout, &opt.DialerRetryTimeout, &opt.ContextTimeoutEnabled, &opt.TLSConfig}, tlsConf, true)
+		if o.Dialer != nil {
+			opt.Dialer = o.Dialer
+		}
+		// The master moves: name it by its group (the Sentinels' own
+		// connections are not checked, see checkVersion).
+		opt.OnConnect = checkVersion("master "+opt.MasterName, false)
 		return goredis.NewFailoverClient(opt), nil
 	}
 }
@@ -197,6 +225,13 @@ func unwrapURLError(err error) error {
 func Redact(rawURL string) string {
 	scheme, rest, ok := strings.Cut(rawURL, "://")
 	if !ok {
+		// Not a URL ("redis:/:pass@host"): hide everything from the first
+		// ":" to the last "@", where a password would be.
+		if at := strings.LastIndex(rawURL, "@"); at >= 0 {
+			if colon := strings.Index(rawURL[:at], ":"); colon >= 0 {
+				return rawURL[:colon] + ":xxxxx" + rawURL[at:]
+			}
+		}
 		return rawURL
 	}
 	// The user information ends at the last "@": a password may hold "?"

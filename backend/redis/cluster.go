@@ -3,9 +3,13 @@ package redis
 import (
 	"context"
 	"errors"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/ratelimitd/ratelimitd/backend"
 )
@@ -87,14 +91,15 @@ func (s *Store) takeCluster(ctx context.Context, reqs []backend.Request, res []b
 		errs := make([]error, len(back))
 		var wg sync.WaitGroup
 		for k, idx := range back {
-			wg.Go(func() { errs[k] = s.refund(rctx, reqs, res, idx, tags[idx[0]], stamps, extra) })
+			wg.Go(func() { errs[k] = s.refundRetry(rctx, reqs, res, idx, tags[idx[0]], stamps, extra) })
 		}
 		wg.Wait()
 		for _, err := range errs {
 			if err != nil {
-				// The hits stay counted until their window ends; the
-				// call's decision stands.
-				s.log.Warn("redis cluster refund failed", "err", err)
+				// The hits stay counted until their window ends (or the
+				// bucket refills); the call's decision stands.
+				s.refundFailures.Add(1)
+				s.log.Warn("redis cluster refund failed: the refused call's hits on this slot stay counted", "err", err)
 			}
 		}
 	}
@@ -123,13 +128,59 @@ func (s *Store) runPart(ctx context.Context, op string, reqs []backend.Request, 
 	if op == "part" {
 		per = 5
 	}
-	return s.guard(ctx, s.nodeOf(ctx, c.keys[0]), func() error {
+	//nolint:contextcheck // a probe that guard may start runs on the store's context, never a call's
+	return s.guard(s.nodeOf(ctx, c.keys[0]), func() error {
 		vals, err := takeScript.Run(ctx, s.client, c.keys, c.args...).Int64Slice()
 		if err != nil {
 			return err
 		}
-		return parse(vals, per, reqs, res, idx, stamps)
+		return parse(vals, per, res, idx, stamps)
 	})
+}
+
+// refundBackoff is the pause between two attempts at a refund.
+const refundBackoff = 5 * time.Millisecond
+
+// refundRetry runs refund until it succeeds, fails in a way that may have
+// run the script, or ctx ends. A refund is not idempotent (run twice, it
+// gives back twice), so it is retried only after errors that say the
+// script did not run: see unsent.
+func (s *Store) refundRetry(ctx context.Context, reqs []backend.Request, res []backend.Result, idx []int, tag string, stamps, extra []int64) error {
+	t := time.NewTimer(refundBackoff)
+	defer t.Stop()
+	for {
+		err := s.refund(ctx, reqs, res, idx, tag, stamps, extra)
+		if err == nil || !unsent(err) {
+			return err
+		}
+		t.Reset(refundBackoff)
+		select {
+		case <-ctx.Done():
+			return err
+		case <-t.C:
+		}
+	}
+}
+
+// unsent reports whether err says that a command surely did not run: it
+// was never sent whole (a failed dial or write: Redis runs no half-sent
+// command), no connection was free, or Redis refused it before running
+// it (redirected, cluster down, loading, busy with another script).
+func unsent(err error) bool {
+	if ne, ok := errors.AsType[*net.OpError](err); ok {
+		return ne.Op == "dial" || ne.Op == "write"
+	}
+	if errors.Is(err, goredis.ErrPoolTimeout) {
+		return true
+	}
+	if _, ok := errors.AsType[goredis.Error](err); ok {
+		for _, prefix := range []string{"MOVED ", "ASK ", "TRYAGAIN ", "CLUSTERDOWN ", "LOADING ", "BUSY ", "MASTERDOWN "} {
+			if strings.HasPrefix(err.Error(), prefix) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // refund gives back the hits of the requests of idx flagged in extra, and
@@ -143,7 +194,7 @@ func (s *Store) refund(ctx context.Context, reqs []backend.Request, res []backen
 	if err != nil {
 		return err
 	}
-	return parse(vals, 4, reqs, res, idx, nil)
+	return parse(vals, 4, res, idx, nil)
 }
 
 // groupOver reports whether a request of reqs[i]'s group among idx (the

@@ -12,18 +12,22 @@ var (
 		"Refusals the local over-limit cache remembers.", nil, nil)
 	refundsDesc = prometheus.NewDesc("ratelimitd_backend_refunds_total",
 		"Redis Cluster calls that gave back the hits an admitted slot took because another slot refused.", nil, nil)
+	refundFailuresDesc = prometheus.NewDesc("ratelimitd_backend_refund_failures_total",
+		"Redis Cluster refunds that failed: a refused call's hits on one slot that stay counted.", nil, nil)
 )
 
 // breakerStates are the values of the state label.
 var breakerStates = [...]string{"closed", "half-open", "open"}
 
 // Describe implements prometheus.Collector: a Store exports its breakers'
-// states, its local cache's hits and size, and its Cluster refunds.
+// states, its local cache's hits and size, and its Cluster refunds and their
+// failures.
 func (s *Store) Describe(ch chan<- *prometheus.Desc) {
 	ch <- breakerDesc
 	ch <- cacheHitsDesc
 	ch <- cacheSizeDesc
 	ch <- refundsDesc
+	ch <- refundFailuresDesc
 }
 
 // Collect implements prometheus.Collector.
@@ -44,4 +48,5 @@ func (s *Store) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(cacheHitsDesc, prometheus.CounterValue, float64(s.LocalCacheHits()))
 	ch <- prometheus.MustNewConstMetric(cacheSizeDesc, prometheus.GaugeValue, float64(size))
 	ch <- prometheus.MustNewConstMetric(refundsDesc, prometheus.CounterValue, float64(s.Refunds()))
+	ch <- prometheus.MustNewConstMetric(refundFailuresDesc, prometheus.CounterValue, float64(s.RefundFailures()))
 }

@@ -6,10 +6,16 @@
 // all of its keys: one round trip, decided atomically inside Redis, on
 // Redis's own clock (TIME), so replicas with skewed clocks agree. On
 // standalone Redis and Sentinel, the calls that arrive while a script run
-// is on the wire are decided together by the next one (batch.go). On Redis
+// is on the wire are decided together by the next one (batch.go), but for
+// heavy calls, which run alone. On Redis
 // Cluster the keys of one descriptor share a hash tag; a call whose
 // descriptors live in several slots runs one script per slot, in parallel,
 // and gives back what the admitted slots took when another slot refuses.
+//
+// Circuit breakers, one per Redis node, count only the store's own
+// failures, and the store probes a node whose breaker is open
+// (breaker.go). Redis must be MinVersion or later; clients of NewClient
+// check it on first contact with each node.
 //
 // Usage:
 //
@@ -23,10 +29,10 @@ import (
 	"cmp"
 	"context"
 	_ "embed"
-	"errors"
 	"fmt"
 	"log/slog"
-	"net"
+	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -67,19 +73,24 @@ type Options struct {
 	// Prefix starts every key the store writes. Empty means
 	// DefaultPrefix; it must not contain '{' (Cluster hash tags).
 	Prefix string
-	// Timeout bounds the Redis work of one Take, on top of the caller's
-	// context. Zero means DefaultTimeout.
+	// Timeout bounds each Redis call, on the store's own context: a call
+	// that outlasts it fails, and counts for its node's breaker, whether
+	// or not its caller still waits. A caller waits at most Timeout, or
+	// until its own context ends. Zero means DefaultTimeout.
 	Timeout time.Duration
 	// LocalCache is how many over-limit counters the store remembers
 	// locally (see Store). Zero means DefaultLocalCache; negative, none.
 	LocalCache int
 	// BreakerFailures is how many consecutive failures of one Redis node
 	// open its circuit breaker: calls to it then fail at once with
-	// ErrUnavailable, until a probe call after BreakerOpenDelay succeeds.
-	// Zero means DefaultBreakerFailures.
+	// ErrUnavailable, until the store's own probe of the node (a PING)
+	// succeeds. Only the store's failures count, never a caller's
+	// deadline or cancellation (see breaker.go). Zero means
+	// DefaultBreakerFailures.
 	BreakerFailures int
-	// BreakerOpenDelay is how long a breaker stays open before it lets a
-	// probe call through. Zero means DefaultBreakerOpenDelay.
+	// BreakerOpenDelay is how long a breaker stays open before the store
+	// probes its node, and the pause between probes. Zero means
+	// DefaultBreakerOpenDelay.
 	BreakerOpenDelay time.Duration
 	// Now, when set, is the clock the scripts decide on instead of Redis
 	// TIME, and the local cache's clock: for tests on a manual clock.
@@ -111,11 +122,24 @@ type Store struct {
 	log     *slog.Logger
 
 	breakerSettings gobreaker.Settings
+	openDelay       time.Duration
 	mu              sync.Mutex
-	breakers        map[string]*gobreaker.TwoStepCircuitBreaker[struct{}] // by node address
+	breakers        map[string]*node // by name (see breaker.go); requires mu
 
-	refunds atomic.Uint64
-	batch   *batcher // nil on Cluster or with NoBatch
+	refunds        atomic.Uint64
+	refundFailures atomic.Uint64
+	batch          *batcher // nil on Cluster or with NoBatch
+	// heavySlots holds a token per heavy call in flight beside the
+	// batches (see heavy): at most half the connection pool, so that
+	// heavy calls cannot take every connection from the batches. Nil
+	// without batches.
+	heavySlots chan struct{}
+
+	base     context.Context // the store's own, for its probes; Close cancels it
+	cancel   context.CancelFunc
+	closeMu  sync.RWMutex
+	closed   bool           // requires closeMu
+	inflight sync.WaitGroup // Redis calls whose caller may be gone, and probes; Add requires closeMu and !closed
 }
 
 var _ backend.Store = (*Store)(nil)
@@ -133,8 +157,9 @@ func New(client goredis.UniversalClient, opts Options) (*Store, error) {
 		timeout:  cmp.Or(opts.Timeout, DefaultTimeout),
 		now:      opts.Now,
 		log:      opts.Logger,
-		breakers: make(map[string]*gobreaker.TwoStepCircuitBreaker[struct{}]),
+		breakers: make(map[string]*node),
 	}
+	s.base, s.cancel = context.WithCancel(context.Background())
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -146,6 +171,11 @@ func New(client goredis.UniversalClient, opts Options) (*Store, error) {
 	}
 	if s.cluster == nil && !opts.NoBatch {
 		s.batch = newBatcher(s)
+		pool := 10 * runtime.GOMAXPROCS(0) // go-redis's default
+		if c, ok := client.(*goredis.Client); ok && c.Options().PoolSize > 0 {
+			pool = c.Options().PoolSize
+		}
+		s.heavySlots = make(chan struct{}, max(pool/2, 1))
 	}
 	clock := opts.Now
 	if clock == nil {
@@ -161,11 +191,11 @@ func New(client goredis.UniversalClient, opts Options) (*Store, error) {
 		}
 	}
 	failures := uint32(cmp.Or(opts.BreakerFailures, DefaultBreakerFailures))
+	s.openDelay = cmp.Or(opts.BreakerOpenDelay, DefaultBreakerOpenDelay)
 	s.breakerSettings = gobreaker.Settings{
 		MaxRequests: 1,
-		Timeout:     cmp.Or(opts.BreakerOpenDelay, DefaultBreakerOpenDelay),
+		Timeout:     s.openDelay,
 		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= failures },
-		IsExcluded:  func(err error) bool { return errors.Is(err, errCallerGone) },
 		OnStateChange: func(name string, from, to gobreaker.State) {
 			// An outage opens the breaker once, then flaps between open
 			// and half-open at every probe: only its start and its end
@@ -183,47 +213,35 @@ func New(client goredis.UniversalClient, opts Options) (*Store, error) {
 	return s, nil
 }
 
-// Close releases the store's own resources; it does not close the client.
+// Close releases the store's own resources, after the Redis calls in
+// flight have ended (within the store's timeout); it does not close the
+// client. Take fails with backend.ErrClosed afterwards.
 func (s *Store) Close() error {
+	s.closeMu.Lock()
+	if s.closed {
+		s.closeMu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.cancel()
+	s.closeMu.Unlock()
 	if s.batch != nil {
 		s.batch.close()
 	}
+	s.inflight.Wait()
 	return nil
 }
 
-// State reports the store's health: "ok" when every circuit breaker is
-// closed, else "open" or "half-open" for the worst of them.
-func (s *Store) State() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	worst := gobreaker.StateClosed
-	for _, b := range s.breakers {
-		switch st := b.State(); {
-		case st == gobreaker.StateOpen:
-			worst = st
-		case st == gobreaker.StateHalfOpen && worst == gobreaker.StateClosed:
-			worst = st
-		}
+// begin registers a goroutine of the store's in inflight, unless the
+// store is closed.
+func (s *Store) begin() bool {
+	s.closeMu.RLock()
+	defer s.closeMu.RUnlock()
+	if s.closed {
+		return false
 	}
-	if worst == gobreaker.StateClosed {
-		return "ok"
-	}
-	return worst.String()
-}
-
-// Breakers calls yield with every Redis node the store has used, by
-// address ("redis" on standalone and Sentinel), and the state of its
-// circuit breaker: "closed", "half-open" or "open".
-func (s *Store) Breakers(yield func(node, state string)) {
-	s.mu.Lock()
-	states := make(map[string]string, len(s.breakers))
-	for node, b := range s.breakers {
-		states[node] = b.State().String()
-	}
-	s.mu.Unlock()
-	for node, state := range states {
-		yield(node, state)
-	}
+	s.inflight.Add(1)
+	return true
 }
 
 // LocalCacheHits reports how many calls the local over-limit cache
@@ -239,11 +257,20 @@ func (s *Store) LocalCacheHits() uint64 {
 // slot took, because another slot refused.
 func (s *Store) Refunds() uint64 { return s.refunds.Load() }
 
-// errCallerGone marks a failure that is the caller's (its context ended),
-// which says nothing of Redis's health.
-var errCallerGone = errors.New("caller gone")
+// RefundFailures reports how many Cluster refunds failed (after retries
+// within the store's timeout): the hits of a refused call that stay
+// counted on one slot.
+func (s *Store) RefundFailures() uint64 { return s.refundFailures.Load() }
 
 // Take implements backend.Store.
+//
+// The call's Redis work runs on a context of the store's: the caller's
+// values, not its cancellation, and the store's Timeout. Take returns at
+// the caller's deadline or cancellation if that comes first, and the
+// Redis call goes on without it, so that a Redis slower than the timeout
+// still counts for its node's breaker and a caller's short deadline never
+// does (see breaker.go). Hits of a call whose caller has gone may still be
+// counted, as for any call cut short in flight.
 func (s *Store) Take(ctx context.Context, reqs []backend.Request, res []backend.Result) error {
 	if len(res) != len(reqs) {
 		return fmt.Errorf("redis: take: %d results for %d requests", len(res), len(reqs))
@@ -257,13 +284,11 @@ func (s *Store) Take(ctx context.Context, reqs []backend.Request, res []backend.
 	if s.cache != nil && s.cache.answer(reqs, res) {
 		return nil
 	}
-	rctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
 	var err error
-	if s.cluster == nil {
-		err = s.takeOne(rctx, reqs, res)
+	if s.batch != nil && !heavy(reqs) {
+		err = s.batch.take(ctx, time.Now().Add(s.timeout), s.encode(reqs), res)
 	} else {
-		err = s.takeCluster(rctx, reqs, res)
+		err = s.detach(ctx, reqs, res)
 	}
 	if err != nil {
 		return fmt.Errorf("redis: take: %w", err)
@@ -274,96 +299,97 @@ func (s *Store) Take(ctx context.Context, reqs []backend.Request, res []backend.
 	return nil
 }
 
-// takeOne decides the call with one script on a standalone or Sentinel
-// Redis: batched with concurrent calls, unless NoBatch.
-func (s *Store) takeOne(ctx context.Context, reqs []backend.Request, res []backend.Result) error {
-	if s.batch != nil {
-		return s.batch.take(ctx, reqs, res)
+// detach decides the call in a script run of its own (or one per slot on
+// Cluster) on a goroutine, with the store's context, and waits for it or
+// for ctx. The goroutine works on copies of reqs and res: the caller may
+// reuse them once Take has returned.
+func (s *Store) detach(ctx context.Context, reqs []backend.Request, res []backend.Result) error {
+	if err := s.acquireHeavy(ctx); err != nil {
+		return err
 	}
+	if !s.begin() {
+		s.releaseHeavy()
+		return backend.ErrClosed
+	}
+	own := slices.Clone(reqs)
+	out := make([]backend.Result, len(res))
+	done := make(chan error, 1)
+	go func() {
+		defer s.inflight.Done()
+		defer s.releaseHeavy()
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
+		defer cancel()
+		if s.cluster != nil {
+			done <- s.takeCluster(rctx, own, out)
+		} else {
+			done <- s.takeOne(rctx, own, out)
+		}
+	}()
+	select {
+	case err := <-done:
+		if err == nil {
+			copy(res, out)
+		}
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// ErrHeavyBusy is returned, wrapped, when a heavy call finds as many
+// heavy calls in flight as the store allows, for the store's timeout.
+// It wraps backend.ErrUnavailable.
+var ErrHeavyBusy = fmt.Errorf("redis: too many heavy calls in flight: %w", backend.ErrUnavailable)
+
+// acquireHeavy takes a slot for a heavy call beside the batches, waiting
+// for one up to the store's timeout or ctx; it does nothing without
+// batches.
+func (s *Store) acquireHeavy(ctx context.Context) error {
+	if s.heavySlots == nil {
+		return nil
+	}
+	select {
+	case s.heavySlots <- struct{}{}:
+		return nil
+	default:
+	}
+	t := time.NewTimer(s.timeout)
+	defer t.Stop()
+	select {
+	case s.heavySlots <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return ErrHeavyBusy
+	}
+}
+
+func (s *Store) releaseHeavy() {
+	if s.heavySlots != nil {
+		<-s.heavySlots
+	}
+}
+
+// takeOne decides the call with one script on a standalone or Sentinel
+// Redis; ctx is the store's.
+func (s *Store) takeOne(ctx context.Context, reqs []backend.Request, res []backend.Result) error {
 	call := s.newCall("take", reqs, nil, "")
 	defer call.free()
-	return s.guard(ctx, s.nodeOf(ctx, ""), func() error {
+	//nolint:contextcheck // a probe that guard may start runs on the store's context, never a call's
+	return s.guard("redis", func() error {
 		vals, err := takeScript.Run(ctx, s.client, call.keys, call.args...).Int64Slice()
 		if err != nil {
 			return err
 		}
-		return parse(vals, 4, reqs, res, nil, nil)
+		return parse(vals, 4, res, nil, nil)
 	})
-}
-
-// guard runs f under the circuit breaker of node.
-//
-// A half-open breaker's probe first dials the node on a connection of its
-// own: go-redis's pool, after as many failed dials as it has connections,
-// stops dialing and retries only once a second, which would hold decisions
-// back for up to a second after Redis returns. Probing outside the pool
-// keeps its count of failed dials low during an outage.
-func (s *Store) guard(ctx context.Context, node string, f func() error) error {
-	b := s.breaker(node)
-	halfOpen := b.State() == gobreaker.StateHalfOpen
-	done, err := b.Allow()
-	if err != nil {
-		return fmt.Errorf("%w: %s", ErrUnavailable, node)
-	}
-	if addr := s.addrOf(node); halfOpen && addr != "" {
-		var d net.Dialer
-		conn, err := d.DialContext(ctx, "tcp", addr)
-		if err != nil {
-			done(err)
-			return fmt.Errorf("%w: %s: %w", ErrUnavailable, node, err)
-		}
-		conn.Close()
-	}
-	err = f()
-	report := err
-	if err != nil && errors.Is(ctx.Err(), context.Canceled) {
-		report = errCallerGone // the caller gave up: no sign of Redis's health
-	}
-	done(report)
-	return err
-}
-
-// addrOf returns the address to probe for node: the node's own on Cluster
-// (nodes are named by address), the server's on standalone Redis, none on
-// Sentinel (the master moves).
-func (s *Store) addrOf(node string) string {
-	if s.cluster != nil && strings.Contains(node, ":") {
-		return node
-	}
-	return s.addr
-}
-
-func (s *Store) breaker(node string) *gobreaker.TwoStepCircuitBreaker[struct{}] {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	b, ok := s.breakers[node]
-	if !ok {
-		st := s.breakerSettings
-		st.Name = node
-		b = gobreaker.NewTwoStepCircuitBreaker[struct{}](st)
-		s.breakers[node] = b
-	}
-	return b
-}
-
-// nodeOf names the Redis node that serves key, for its circuit breaker.
-func (s *Store) nodeOf(ctx context.Context, key string) string {
-	if s.cluster == nil {
-		return "redis"
-	}
-	// The slot map is cached by go-redis; an error here (no slots yet)
-	// falls back to one breaker for unknown nodes.
-	c, err := s.cluster.MasterForKey(ctx, key)
-	if err != nil {
-		return "cluster"
-	}
-	return c.Options().Addr
 }
 
 // parse reads per fields numbers per request of idx from vals into res
 // (and, with per 5, the stamps).
-func parse(vals []int64, per int, reqs []backend.Request, res []backend.Result, idx []int, stamps []int64) error {
-	n := len(reqs)
+func parse(vals []int64, per int, res []backend.Result, idx []int, stamps []int64) error {
+	n := len(res)
 	if idx != nil {
 		n = len(idx)
 	}

@@ -120,6 +120,8 @@ func TestRedact(t *testing.T) {
 		{"redis-sentinel://s1:26379?addr=s2:26379&master_name=m&sentinel_password=secret&password=secret",
 			"redis-sentinel://s1:26379?addr=s2:26379&master_name=m&sentinel_password=xxxxx&password=xxxxx"},
 		{"h:6379", "h:6379"},
+		{"redis:/:secret@h:6379", "redis:xxxxx@h:6379"},
+		{"redis//user:secret@h:6379", "redis//user:xxxxx@h:6379"},
 	} {
 		if got := redis.Redact(tt.url); got != tt.want {
 			t.Errorf("Redact(%q) = %q, want %q", tt.url, got, tt.want)

@@ -323,15 +323,22 @@ func TestSentinelFailover(t *testing.T) {
 	if res[0].OverLimit || res[0].Remaining > 998 {
 		t.Errorf("after failover: %+v, want the counter kept (at most 998 remaining)", res[0])
 	}
+	// The breaker follows the group, not the former master's address.
+	if got := s.State(); got != "ok" {
+		t.Errorf("State() once decisions resumed after failover = %q, want ok", got)
+	}
 }
 
 // TestClusterNodeDown: a Cluster node down fails the calls on its slots;
 // the others keep deciding.
 func TestClusterNodeDown(t *testing.T) {
 	c := redistest.StartCluster(t, 3)
-	s := newStore(t, newClient(t, c.URL()), redis.Options{LocalCache: -1, Timeout: 200 * time.Millisecond})
+	client := newClient(t, c.URL())
 	reqs := descriptors(30, hourly(1000))
-	mustTake(t, s, reqs...)
+	// Warm up with a patient store: the client dials its connections
+	// (each checks the node's version) and loads the script on every node.
+	mustTake(t, newStore(t, client, redis.Options{LocalCache: -1, Timeout: 5 * time.Second}), reqs...)
+	s := newStore(t, client, redis.Options{LocalCache: -1, Timeout: 200 * time.Millisecond})
 
 	// The node of the first request's slot goes down.
 	var nodes []*goredis.Client

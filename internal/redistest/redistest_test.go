@@ -253,3 +253,46 @@ func TestStartSentinel(t *testing.T) {
 		t.Errorf("GET after on the master after failing back = %q, %v, want %q", got, err, "2")
 	}
 }
+
+// TestFaults: a client dialing through Faults sees the writes that carry
+// a marker delayed, or failed a given number of times, and the others
+// untouched.
+func TestFaults(t *testing.T) {
+	srv := redistest.Start(t)
+	var f redistest.Faults
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, Dialer: f.Dial, MaxRetries: -1})
+	t.Cleanup(func() { c.Close() })
+	ctx := t.Context()
+	if err := c.Ping(ctx).Err(); err != nil {
+		t.Fatalf("PING through an idle Faults: %v", err)
+	}
+
+	f.FailMatching([]byte("marker"), 1)
+	if err := c.Echo(ctx, "marker").Err(); err == nil {
+		t.Error("ECHO marker with one failure armed: no error")
+	}
+	if err := c.Echo(ctx, "marker").Err(); err != nil {
+		t.Errorf("ECHO marker after the one failure: %v", err)
+	}
+	if got := f.Failed(); got != 1 {
+		t.Errorf("Failed() = %d, want 1", got)
+	}
+
+	f.DelayMatching(time.Millisecond, []byte("slow"))
+	if err := c.Echo(ctx, "fast").Err(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- c.Echo(context.Background(), "slow").Err() }()
+	if err := f.WaitDelayed(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Errorf("ECHO slow, delayed: %v", err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Millisecond)
+	defer cancel()
+	if err := f.WaitDelayed(wctx, 2); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("WaitDelayed(2) with one write delayed = %v, want the context's deadline", err)
+	}
+}

@@ -1,0 +1,257 @@
+package redis
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+	"github.com/sony/gobreaker/v2"
+)
+
+// Circuit breakers, one per Redis node: "redis" on standalone Redis and
+// Sentinel (whose master moves), the node's address on Cluster, and
+// "cluster" for calls made while the Cluster's slot map is unknown.
+//
+// A breaker counts only the store's own failures. Every Redis call runs
+// on a context of the store's (the caller's values, none of its
+// cancellation, the store's timeout), and a caller whose deadline comes
+// first stops waiting while the call goes on: a Redis slower than the
+// store's timeout counts, whether or not anyone still waits, and a
+// caller's short deadline (or an attacker's 1 ms grpc-timeout) never
+// does.
+//
+// Probes are the store's too: while a breaker is not closed, a goroutine
+// of the store's (see probe) probes the node every BreakerOpenDelay with
+// a PING, until the breaker closes, the node leaves the topology (its
+// breaker is then dropped), or the store closes. Callers never probe:
+// while the breaker is open or half-open they fail at once.
+
+// A node is a Redis node and its circuit breaker.
+type node struct {
+	name    string
+	b       *gobreaker.TwoStepCircuitBreaker[struct{}]
+	probing atomic.Bool // a probe goroutine runs for the node
+	dropped atomic.Bool // the node left the topology; its breaker is gone
+}
+
+// guard runs f, a Redis call on node, under the node's circuit breaker.
+// ctx must be the store's (see detach), not a caller's: every error of f
+// counts as the node's failure.
+func (s *Store) guard(name string, f func() error) error {
+	n := s.node(name)
+	if n.b.State() != gobreaker.StateClosed {
+		s.startProbe(n)
+		return fmt.Errorf("%w: %s", ErrUnavailable, name)
+	}
+	done, err := n.b.Allow()
+	if err != nil {
+		s.startProbe(n)
+		return fmt.Errorf("%w: %s", ErrUnavailable, name)
+	}
+	err = f()
+	done(err)
+	if err != nil && n.b.State() != gobreaker.StateClosed {
+		s.startProbe(n)
+	}
+	return err
+}
+
+// node returns the node named name, with a closed breaker if new.
+func (s *Store) node(name string) *node {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n, ok := s.breakers[name]
+	if !ok {
+		st := s.breakerSettings
+		st.Name = name
+		n = &node{name: name, b: gobreaker.NewTwoStepCircuitBreaker[struct{}](st)}
+		s.breakers[name] = n
+	}
+	return n
+}
+
+// nodeOf names the Redis node that serves key, for its circuit breaker.
+func (s *Store) nodeOf(ctx context.Context, key string) string {
+	if s.cluster == nil {
+		return "redis"
+	}
+	// The slot map is cached by go-redis; an error here (no slots yet)
+	// falls back to one breaker for unknown nodes.
+	c, err := s.cluster.MasterForKey(ctx, key)
+	if err != nil {
+		return clusterFallback
+	}
+	return c.Options().Addr
+}
+
+// clusterFallback names the breaker of calls made while the Cluster's slot
+// map is unknown.
+const clusterFallback = "cluster"
+
+// startProbe starts n's probe goroutine unless it runs or the store is
+// closed.
+func (s *Store) startProbe(n *node) {
+	if n.dropped.Load() || !n.probing.CompareAndSwap(false, true) {
+		return
+	}
+	if !s.begin() {
+		n.probing.Store(false)
+		return
+	}
+	go s.probe(n)
+}
+
+// probe probes n every BreakerOpenDelay until its breaker closes, it is
+// dropped, or the store closes.
+func (s *Store) probe(n *node) {
+	defer s.inflight.Done()
+	t := time.NewTimer(s.openDelay)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.base.Done():
+			n.probing.Store(false)
+			return
+		case <-t.C:
+		}
+		if s.probeOnce(n) {
+			n.probing.Store(false)
+			// A call may have opened the breaker again after the probe
+			// and found probing still set: then keep probing.
+			if n.dropped.Load() || n.b.State() == gobreaker.StateClosed || !n.probing.CompareAndSwap(false, true) {
+				return
+			}
+		}
+		t.Reset(s.openDelay)
+	}
+}
+
+// probeOnce probes n once it is half-open, and reports whether probing is
+// over: the breaker is closed, or n was dropped.
+func (s *Store) probeOnce(n *node) bool {
+	ctx, cancel := context.WithTimeout(s.base, s.timeout)
+	defer cancel()
+	client, addr, inUse, topoErr := s.locate(ctx, n.name)
+	if !inUse {
+		return true // dropped
+	}
+	switch n.b.State() {
+	case gobreaker.StateClosed:
+		return true
+	case gobreaker.StateOpen:
+		return false
+	}
+	done, err := n.b.Allow()
+	if err != nil {
+		return false
+	}
+	err = topoErr
+	if err == nil {
+		err = ping(ctx, client, addr)
+	}
+	done(err)
+	return err == nil
+}
+
+// ping checks a node: first on a connection of its own, when its address
+// is known, then with a PING through the client's pool. go-redis's pool,
+// after as many failed dials as it has connections, stops dialing and
+// retries only once a second, which would hold decisions back for up to a
+// second after Redis returns: dialing outside the pool first keeps its
+// count of failed dials low during an outage.
+func ping(ctx context.Context, client goredis.UniversalClient, addr string) error {
+	if addr != "" {
+		var d net.Dialer
+		conn, err := d.DialContext(ctx, "tcp", addr)
+		if err != nil {
+			return err
+		}
+		conn.Close()
+	}
+	return client.Ping(ctx).Err()
+}
+
+// locate finds the client and the address to probe for the node named
+// name, and whether the node is still in use. On Cluster it reloads the
+// slot map and drops the breakers of the nodes that are no longer
+// masters, the fallback breaker among them; topoErr is set when the map
+// could not be loaded (every node is then still in use).
+func (s *Store) locate(ctx context.Context, name string) (client goredis.UniversalClient, addr string, inUse bool, topoErr error) {
+	if s.cluster == nil {
+		return s.client, s.addr, true, nil
+	}
+	var mu sync.Mutex
+	masters := map[string]*goredis.Client{}
+	err := s.cluster.ForEachMaster(ctx, func(_ context.Context, c *goredis.Client) error {
+		mu.Lock()
+		defer mu.Unlock()
+		masters[c.Options().Addr] = c
+		return nil
+	})
+	if err != nil {
+		return nil, "", true, err
+	}
+	s.prune(func(name string) bool { _, ok := masters[name]; return ok })
+	c, ok := masters[name]
+	if !ok {
+		// Not a master (any more), or the fallback breaker, which the
+		// known slot map makes useless: calls go to the nodes' own.
+		return nil, "", false, nil
+	}
+	return c, name, true, nil
+}
+
+// prune drops the breakers of the nodes for which keep is false.
+func (s *Store) prune(keep func(name string) bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for name, n := range s.breakers {
+		if !keep(name) {
+			n.dropped.Store(true)
+			delete(s.breakers, name)
+		}
+	}
+}
+
+// State reports the store's health: "ok" when the circuit breaker of every
+// node in use is closed, else "open" or "half-open" for the worst of
+// them. The breakers of nodes that left the topology (a Cluster's former
+// masters, the fallback breaker of a start while the Cluster was
+// unreachable) are dropped within one BreakerOpenDelay of their probe,
+// and never count.
+func (s *Store) State() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	worst := gobreaker.StateClosed
+	for _, n := range s.breakers {
+		switch st := n.b.State(); {
+		case st == gobreaker.StateOpen:
+			worst = st
+		case st == gobreaker.StateHalfOpen && worst == gobreaker.StateClosed:
+			worst = st
+		}
+	}
+	if worst == gobreaker.StateClosed {
+		return "ok"
+	}
+	return worst.String()
+}
+
+// Breakers calls yield with every Redis node in use that the store has
+// called, by address ("redis" on standalone and Sentinel), and the state of
+// its circuit breaker: "closed", "half-open" or "open".
+func (s *Store) Breakers(yield func(node, state string)) {
+	s.mu.Lock()
+	states := make(map[string]string, len(s.breakers))
+	for name, n := range s.breakers {
+		states[name] = n.b.State().String()
+	}
+	s.mu.Unlock()
+	for name, state := range states {
+		yield(name, state)
+	}
+}
