@@ -51,7 +51,7 @@ func openStore(ctx context.Context, f *flags, log *slog.Logger) (backend.Store, 
 	pctx, cancel := context.WithTimeout(ctx, f.redis.timeout+f.redis.dialTimeout)
 	defer cancel()
 	if err := client.Ping(pctx).Err(); err != nil {
-		log.Warn("Redis does not answer yet; the failure mode answers until it does",
+		log.Warn("Redis is not usable yet (down, or too old: see err); the failure mode answers until it is",
 			"backend", redactBackend(f.backend), "failure_mode", f.failureMode.String(), "err", secretError{err, f.backend})
 	}
 	return s, func() { s.Close(); client.Close() }, nil
