@@ -30,6 +30,9 @@ type WatchOptions struct {
 	// event, in case the file system reports none (network file systems, a
 	// watched directory replaced). Zero means 5s.
 	Poll time.Duration
+	// Limits bound the work of each load, as WithLimits does for Load;
+	// the zero value means DefaultLimits.
+	Limits Limits
 }
 
 // A Watcher reloads rules from a path whenever its files change: edits,
@@ -64,6 +67,7 @@ func NewWatcher(path string, opts WatchOptions) *Watcher {
 	if opts.OnError == nil {
 		opts.OnError = func(error) {}
 	}
+	opts.Limits = opts.Limits.orDefaults()
 	return &Watcher{path: path, opts: opts, kick: make(chan struct{}, 1)}
 }
 
@@ -130,7 +134,7 @@ func (w *Watcher) Run(ctx context.Context, current *Rules) error {
 			return // the debounce timer looks again
 		}
 		pending = ""
-		rules, err := Load(w.path)
+		rules, err := Load(w.path, WithLimits(w.opts.Limits))
 		if err != nil {
 			if d != last || force {
 				w.opts.OnError(err)
@@ -184,13 +188,13 @@ func (w *Watcher) Run(ctx context.Context, current *Rules) error {
 // digest returns the fingerprint of the rule files at the watcher's path
 // as they are now.
 func (w *Watcher) digest() (string, error) {
-	files, err := ruleFiles(w.path)
+	files, err := ruleFiles(w.path, w.opts.Limits.MaxFiles)
 	if err != nil {
 		return "", err
 	}
 	sum := newDigest()
 	for _, f := range files {
-		data, err := os.ReadFile(f)
+		data, err := readFile(f, w.opts.Limits.MaxFileBytes)
 		if err != nil {
 			return "", err
 		}
