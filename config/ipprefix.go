@@ -36,7 +36,7 @@ func (p IPPrefix) Set() bool { return p != IPPrefix{} }
 // included, so the zero IPPrefix changes nothing). Apply allocates only
 // for a value that it changes.
 func (p IPPrefix) Apply(value string) string {
-	if !p.Set() {
+	if !p.Set() || !ipLike(value) {
 		return value
 	}
 	a, err := netip.ParseAddr(value)
@@ -61,6 +61,23 @@ func (p IPPrefix) Apply(value string) string {
 		return value
 	}
 	return string(b)
+}
+
+// ipLike reports whether s may be an IP address: up to a zone ('%'), only
+// hexadecimal digits, '.' and ':', with at least one '.' or ':'. It spares
+// netip.ParseAddr, which allocates its error, most values that are not.
+func ipLike(s string) bool {
+	sep := false
+	for i := 0; i < len(s) && s[i] != '%'; i++ {
+		switch c := s[i]; {
+		case c == '.' || c == ':':
+			sep = true
+		case '0' <= c && c <= '9', 'a' <= c && c <= 'f', 'A' <= c && c <= 'F':
+		default:
+			return false
+		}
+	}
+	return sep
 }
 
 // maxBits returns the longest prefix of the field ("v4" or "v6") of
