@@ -212,3 +212,23 @@ func TestDefaultLimits(t *testing.T) {
 		t.Errorf("orDefaults() = %+v, want MaxRules 7 and the other defaults", got)
 	}
 }
+
+// TestErrorsKept: errors past maxKept are counted, not kept.
+func TestErrorsKept(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("domain: d\ndescriptors:\n")
+	for range maxKept + 500 {
+		b.WriteString("  - {}\n")
+	}
+	c := &compiler{limits: DefaultLimits()}
+	for _, d := range decode("many.yaml", []byte(b.String()), c.limits, &c.errs) {
+		c.domain(d)
+	}
+	if len(c.errs.list) != maxKept || c.errs.dropped != 500 {
+		t.Errorf("kept %d errors and dropped %d, want %d and 500", len(c.errs.list), c.errs.dropped, maxKept)
+	}
+	errs := loadErrors(t, c.errs.err())
+	if got, want := errs[len(errs)-1].Error(), fmt.Sprintf("too many errors: %d more not shown", maxKept+500-maxErrors); got != want {
+		t.Errorf("last error = %q, want %q", got, want)
+	}
+}

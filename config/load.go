@@ -44,8 +44,7 @@ func Load(path string, opts ...Option) (*Rules, error) {
 			return nil, err
 		}
 		sum.add(f, data)
-		ds, errs := decode(f, data, o.limits)
-		c.errs = append(c.errs, errs...)
+		ds := decode(f, data, o.limits, &c.errs)
 		for _, d := range ds {
 			compiled = append(compiled, c.domain(d))
 		}
@@ -113,7 +112,8 @@ func ruleFiles(path string, maxFiles int) ([]string, error) {
 			}
 		}
 		if len(names) > maxFiles {
-			return nil, errorList{{File: path, Msg: fmt.Sprintf("directory has more than %d rule files (*.yaml, *.yml)", maxFiles)}}.err()
+			errs := errorList{list: []*Error{{File: path, Msg: fmt.Sprintf("directory has more than %d rule files (*.yaml, *.yml)", maxFiles)}}}
+			return nil, errs.err()
 		}
 		if errors.Is(err, io.EOF) {
 			break

@@ -39,8 +39,8 @@ const (
 // WithLimits option.
 func Parse(name string, data []byte, opts ...Option) ([]*Domain, error) {
 	o := buildOptions(opts)
-	domains, errs := decode(name, data, o.limits)
-	c := &compiler{limits: o.limits, errs: errs}
+	c := &compiler{limits: o.limits}
+	domains := decode(name, data, o.limits, &c.errs)
 	for _, d := range domains {
 		c.domain(d) // checks it; the compiled rules are not kept
 	}
@@ -51,14 +51,14 @@ func Parse(name string, data []byte, opts ...Option) ([]*Domain, error) {
 	return domains, nil
 }
 
-// decode decodes one file into its syntax tree, checking its shape. It
-// returns every domain it could decode, even with errors, so that they can
-// be checked too.
-func decode(name string, data []byte, limits Limits) ([]*Domain, errorList) {
-	d := &decoder{file: name, limits: limits}
+// decode decodes one file into its syntax tree, checking its shape, and
+// adds its errors to errs. It returns every domain it could decode, even
+// with errors, so that they can be checked too.
+func decode(name string, data []byte, limits Limits, errs *errorList) []*Domain {
+	d := &decoder{file: name, limits: limits, errs: errs}
 	if int64(len(data)) > limits.MaxFileBytes {
 		d.errorf(pos{}, "file is over the maximum %d bytes", limits.MaxFileBytes)
-		return nil, d.errs
+		return nil
 	}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var domains []*Domain
@@ -78,7 +78,7 @@ func decode(name string, data []byte, limits Limits) ([]*Domain, errorList) {
 			break // past a bound: the rest of the file is not decoded
 		}
 	}
-	return domains, d.errs
+	return domains
 }
 
 // yamlLine matches the place in go.yaml.in/yaml/v3's syntax errors.
@@ -101,7 +101,7 @@ func (d *decoder) syntaxError(err error) {
 type decoder struct {
 	file   string
 	limits Limits
-	errs   errorList
+	errs   *errorList
 	// expanded is the size of the file's documents so far, aliases
 	// expanded (see Limits.MaxExpandedBytes).
 	expanded int64
