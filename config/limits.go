@@ -17,11 +17,12 @@ const (
 // Kubernetes ConfigMap holds at most 1 MiB) and far below what would harm
 // a server.
 const (
-	// DefaultMaxFileBytes is the default of Limits.MaxFileBytes.
-	DefaultMaxFileBytes = 4 << 20
+	// DefaultMaxBytes is the default of Limits.MaxBytes: four times
+	// what a ConfigMap holds.
+	DefaultMaxBytes = 4 << 20
 	// DefaultMaxExpandedBytes is the default of Limits.MaxExpandedBytes:
-	// twice DefaultMaxFileBytes, since a file without aliases measures up
-	// to about twice its size (see Limits.MaxExpandedBytes).
+	// twice DefaultMaxBytes, since files without aliases measure up to
+	// about twice their size (see Limits.MaxExpandedBytes).
 	DefaultMaxExpandedBytes = 8 << 20
 	// DefaultMaxRules is the default of Limits.MaxRules.
 	DefaultMaxRules = 100_000
@@ -36,13 +37,14 @@ const (
 // with an *Error, as any other invalid rule is. A zero field means its
 // Default constant; a negative one too.
 type Limits struct {
-	// MaxFileBytes is the largest rule file that Load reads, and the
-	// largest data that Parse takes.
-	MaxFileBytes int64
-	// MaxExpandedBytes bounds the size of a file's documents with their
-	// YAML aliases expanded, each node counting the bytes of its text
-	// plus one. An alias repeats the node it names at every use, so a
-	// small file can stand for a huge tree; this bound is on that tree.
+	// MaxBytes is the most bytes of rule files that Load reads, all the
+	// files of a directory together, and the most data that Parse takes.
+	MaxBytes int64
+	// MaxExpandedBytes bounds the size of the rule files (for Load, all
+	// together) with their YAML aliases expanded, each node counting the
+	// bytes of its text plus one. An alias repeats the node it names at
+	// every use, so a small file can stand for a huge tree; this bound is
+	// on that tree.
 	MaxExpandedBytes int64
 	// MaxRules is the most descriptors (rules) that one domain may have,
 	// at every level together.
@@ -60,7 +62,7 @@ type Limits struct {
 // DefaultLimits returns the Limits that a zero Limits stands for.
 func DefaultLimits() Limits {
 	return Limits{
-		MaxFileBytes:     DefaultMaxFileBytes,
+		MaxBytes:         DefaultMaxBytes,
 		MaxExpandedBytes: DefaultMaxExpandedBytes,
 		MaxRules:         DefaultMaxRules,
 		MaxFiles:         DefaultMaxFiles,
@@ -72,8 +74,8 @@ func DefaultLimits() Limits {
 // defaults.
 func (l Limits) orDefaults() Limits {
 	d := DefaultLimits()
-	if l.MaxFileBytes <= 0 {
-		l.MaxFileBytes = d.MaxFileBytes
+	if l.MaxBytes <= 0 {
+		l.MaxBytes = d.MaxBytes
 	}
 	if l.MaxExpandedBytes <= 0 {
 		l.MaxExpandedBytes = d.MaxExpandedBytes
@@ -102,6 +104,15 @@ type options struct {
 func WithLimits(l Limits) Option {
 	return func(o *options) { o.limits = l }
 }
+
+// A budget is what is left, in one load, of the bounds of Limits that are
+// on all its files together.
+type budget struct {
+	bytes    int64 // of Limits.MaxBytes
+	expanded int64 // of Limits.MaxExpandedBytes
+}
+
+func newBudget(l Limits) *budget { return &budget{l.MaxBytes, l.MaxExpandedBytes} }
 
 func buildOptions(opts []Option) options {
 	var o options

@@ -30,7 +30,7 @@ func TestKeyBombRefused(t *testing.T) {
 	data := keyBomb()
 	_, err := Parse("bomb.yaml", data)
 	errs := loadErrors(t, err)
-	want := "bomb.yaml:1:1: the file's documents, aliases expanded, are over the maximum 8388608 bytes"
+	want := "bomb.yaml:1:1: aliases expanded, the rule files are over the maximum 8388608 bytes"
 	if len(errs) != 1 || errs[0].Error() != want {
 		t.Fatalf("Parse(bomb) = %v, want %q", err, want)
 	}
@@ -39,7 +39,7 @@ func TestKeyBombRefused(t *testing.T) {
 	if err := os.WriteFile(path, data, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Load(path); err == nil || !strings.Contains(err.Error(), path+":1:1: the file's documents, aliases expanded") {
+	if _, err := Load(path); err == nil || !strings.Contains(err.Error(), path+":1:1: aliases expanded, the rule files are over the maximum") {
 		t.Errorf("Load(bomb) = %v, want the expansion refused", err)
 	}
 
@@ -118,14 +118,14 @@ func TestLimits(t *testing.T) {
 	}{
 		{"rules within", Limits{MaxRules: 3}, three, ""},
 		{"rules over", Limits{MaxRules: 2}, three, "f.yaml:6:9: domain has more than 2 descriptors"},
-		{"file within", Limits{MaxFileBytes: int64(len(three))}, three, ""},
-		{"file over", Limits{MaxFileBytes: int64(len(three)) - 1}, three, fmt.Sprintf("f.yaml: file is over the maximum %d bytes", len(three)-1)},
+		{"file within", Limits{MaxBytes: int64(len(three))}, three, ""},
+		{"file over", Limits{MaxBytes: int64(len(three)) - 1}, three, fmt.Sprintf("f.yaml: file is over the maximum %d bytes", len(three)-1)},
 		// Each node its text plus one: the document's mapping 1, domain 7,
 		// d 2, descriptors 12, sequence 1, mapping 1, key 4, a 2,
 		// metadata 9, mapping 1, x 2, 0123456789 11, y 2, sequence 1,
 		// and 4 × 11 for the aliases of 0123456789: 100.
 		{"expanded within", Limits{MaxExpandedBytes: 100}, aliased, ""},
-		{"expanded over", Limits{MaxExpandedBytes: 99}, aliased, "f.yaml:1:1: the file's documents, aliases expanded, are over the maximum 99 bytes"},
+		{"expanded over", Limits{MaxExpandedBytes: 99}, aliased, "f.yaml:1:1: aliases expanded, the rule files are over the maximum 99 bytes"},
 		// Paths "a", "b", "b.c": 5 bytes.
 		{"paths within", Limits{MaxPathBytes: 5}, three, ""},
 		{"paths over", Limits{MaxPathBytes: 4}, three, "f.yaml:6:9: the paths of the domain's rules are over the maximum 4 bytes in all (a rule's path repeats the keys and values of the rules above it)"},
@@ -146,7 +146,7 @@ func TestLimitsSecondDocument(t *testing.T) {
 	doc := "domain: d%d\ndescriptors:\n  - key: a\n    metadata: {x: &x 0123456789, y: [*x, *x, *x, *x]}\n"
 	data := fmt.Sprintf(doc, 1) + "---\n" + fmt.Sprintf(doc, 2)
 	_, err := Parse("f.yaml", []byte(data), WithLimits(Limits{MaxExpandedBytes: 199}))
-	if got, want := errorString(err), "f.yaml:6:1: the file's documents, aliases expanded, are over the maximum 199 bytes"; got != want {
+	if got, want := errorString(err), "f.yaml:6:1: aliases expanded, the rule files are over the maximum 199 bytes"; got != want {
 		t.Errorf("Parse = %s, want %q", got, want)
 	}
 }
@@ -194,17 +194,32 @@ func TestLoadMaxFiles(t *testing.T) {
 	}
 }
 
-func TestLoadMaxFileBytes(t *testing.T) {
+// TestLoadMaxBytes: the bounds on bytes are on all the files of a
+// directory together.
+func TestLoadMaxBytes(t *testing.T) {
 	dir := t.TempDir()
-	writeFiles(t, dir, map[string]string{"a.yaml": "domain: a\n"})
-	_, err := Load(dir, WithLimits(Limits{MaxFileBytes: 5}))
-	if got, want := errorString(err), filepath.Join(dir, "a.yaml")+": file is over the maximum 5 bytes"; got != want {
-		t.Errorf("Load = %s, want %q", got, want)
+	doc := "domain: %s\ndescriptors:\n  - key: a\n    metadata: {x: &x 0123456789, y: [*x, *x, *x, *x]}\n"
+	a, b := fmt.Sprintf(doc, "a"), fmt.Sprintf(doc, "b") // each 100 bytes expanded
+	writeFiles(t, dir, map[string]string{"a.yaml": a, "b.yaml": b})
+	for _, tc := range []struct {
+		limits Limits
+		want   string
+	}{
+		{Limits{MaxBytes: int64(len(a) + len(b))}, ""},
+		{Limits{MaxBytes: 5}, filepath.Join(dir, "a.yaml") + ": file is over the maximum 5 bytes"},
+		{Limits{MaxBytes: int64(len(a) + len(b) - 1)}, filepath.Join(dir, "b.yaml") + fmt.Sprintf(": rule files are over the maximum %d bytes together", len(a)+len(b)-1)},
+		{Limits{MaxExpandedBytes: 200}, ""},
+		{Limits{MaxExpandedBytes: 199}, filepath.Join(dir, "b.yaml") + ":1:1: aliases expanded, the rule files are over the maximum 199 bytes"},
+	} {
+		_, err := Load(dir, WithLimits(tc.limits))
+		if got := errorString(err); (tc.want == "" && err != nil) || (tc.want != "" && got != tc.want) {
+			t.Errorf("Load(%+v) = %s, want %q", tc.limits, got, tc.want)
+		}
 	}
 }
 
 func TestDefaultLimits(t *testing.T) {
-	want := Limits{MaxFileBytes: 4 << 20, MaxExpandedBytes: 8 << 20, MaxRules: 100_000, MaxFiles: 1000, MaxPathBytes: 64 << 20}
+	want := Limits{MaxBytes: 4 << 20, MaxExpandedBytes: 8 << 20, MaxRules: 100_000, MaxFiles: 1000, MaxPathBytes: 64 << 20}
 	if got := DefaultLimits(); got != want {
 		t.Errorf("DefaultLimits() = %+v, want %+v", got, want)
 	}
@@ -221,7 +236,7 @@ func TestErrorsKept(t *testing.T) {
 		b.WriteString("  - {}\n")
 	}
 	c := &compiler{limits: DefaultLimits()}
-	for _, d := range decode("many.yaml", []byte(b.String()), c.limits, &c.errs) {
+	for _, d := range decode("many.yaml", []byte(b.String()), c.limits, newBudget(c.limits), &c.errs) {
 		c.domain(d)
 	}
 	if len(c.errs.list) != maxKept || c.errs.dropped != 500 {

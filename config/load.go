@@ -37,18 +37,22 @@ func Load(path string, opts ...Option) (*Rules, error) {
 		compiled []*DomainRules
 		sum      = newDigest()
 		c        = &compiler{limits: o.limits}
+		left     = newBudget(o.limits)
 	)
 	for _, f := range files {
-		data, err := readFile(f, o.limits.MaxFileBytes)
+		data, err := readFile(f, left.bytes)
 		if err != nil {
 			return nil, err
 		}
 		sum.add(f, data)
-		ds := decode(f, data, o.limits, &c.errs)
+		ds := decode(f, data, o.limits, left, &c.errs)
 		for _, d := range ds {
 			compiled = append(compiled, c.domain(d))
 		}
 		domains = append(domains, ds...)
+		if left.bytes < 0 {
+			break // past a bound of Limits on all files: read no more
+		}
 	}
 	checkDomainNames(domains, &c.errs)
 	if err := c.errs.err(); err != nil {
@@ -60,7 +64,7 @@ func Load(path string, opts ...Option) (*Rules, error) {
 }
 
 // readFile reads the file name, but not more than max+1 bytes of it: a
-// longer file is refused anyway, for its length.
+// longer file is refused anyway, for its length (see Limits.MaxBytes).
 func readFile(name string, max int64) ([]byte, error) {
 	f, err := os.Open(name)
 	if err != nil {

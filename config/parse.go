@@ -40,7 +40,7 @@ const (
 func Parse(name string, data []byte, opts ...Option) ([]*Domain, error) {
 	o := buildOptions(opts)
 	c := &compiler{limits: o.limits}
-	domains := decode(name, data, o.limits, &c.errs)
+	domains := decode(name, data, o.limits, newBudget(o.limits), &c.errs)
 	for _, d := range domains {
 		c.domain(d) // checks it; the compiled rules are not kept
 	}
@@ -52,12 +52,21 @@ func Parse(name string, data []byte, opts ...Option) ([]*Domain, error) {
 }
 
 // decode decodes one file into its syntax tree, checking its shape, and
-// adds its errors to errs. It returns every domain it could decode, even
-// with errors, so that they can be checked too.
-func decode(name string, data []byte, limits Limits, errs *errorList) []*Domain {
-	d := &decoder{file: name, limits: limits, errs: errs}
-	if int64(len(data)) > limits.MaxFileBytes {
-		d.errorf(pos{}, "file is over the maximum %d bytes", limits.MaxFileBytes)
+// adds its errors to errs. It takes what the file uses from b. It returns
+// every domain it could decode, even with errors, so that they can be
+// checked too.
+func decode(name string, data []byte, limits Limits, b *budget, errs *errorList) []*Domain {
+	d := &decoder{file: name, limits: limits, budget: b, errs: errs}
+	switch {
+	case int64(len(data)) <= b.bytes:
+		b.bytes -= int64(len(data))
+	case b.bytes == limits.MaxBytes:
+		d.errorf(pos{}, "file is over the maximum %d bytes", limits.MaxBytes)
+		b.bytes = -1 // spent: a Load reads no more files
+		return nil
+	default:
+		d.errorf(pos{}, "rule files are over the maximum %d bytes together", limits.MaxBytes)
+		b.bytes = -1
 		return nil
 	}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
@@ -101,10 +110,8 @@ func (d *decoder) syntaxError(err error) {
 type decoder struct {
 	file   string
 	limits Limits
+	budget *budget
 	errs   *errorList
-	// expanded is the size of the file's documents so far, aliases
-	// expanded (see Limits.MaxExpandedBytes).
-	expanded int64
 	// rules counts the descriptors of the current document; past
 	// limits.MaxRules, the decoder stops decoding descriptors.
 	rules int
@@ -156,13 +163,14 @@ func (d *decoder) document(doc *yaml.Node) (dom *Domain, ok bool) {
 	if root.Kind == yaml.ScalarNode && root.ShortTag() == "!!null" && root.Value == "" {
 		return nil, true // only comments and white space
 	}
-	size, p, err := checkAliases(root, d.limits.MaxExpandedBytes-d.expanded)
+	size, p, err := checkAliases(root, d.budget.expanded)
 	if err != nil {
 		d.errorf(p, "%v", err)
 		return nil, true
 	}
-	if d.expanded += size; d.expanded > d.limits.MaxExpandedBytes {
-		d.errorf(posOf(root), "the file's documents, aliases expanded, are over the maximum %d bytes", d.limits.MaxExpandedBytes)
+	if d.budget.expanded -= size; d.budget.expanded < 0 {
+		d.budget.bytes = -1 // spent: a Load reads no more files
+		d.errorf(posOf(root), "aliases expanded, the rule files are over the maximum %d bytes", d.limits.MaxExpandedBytes)
 		return nil, false
 	}
 	root = deref(root)

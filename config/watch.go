@@ -259,7 +259,7 @@ func (w *Watcher) digest() (string, error) {
 	}
 	sum := newDigest()
 	for _, f := range files {
-		data, err := readFile(f, w.opts.Limits.MaxFileBytes)
+		data, err := readFile(f, w.opts.Limits.MaxBytes)
 		if err != nil {
 			return "", err
 		}
