@@ -338,7 +338,7 @@ func (c *compiler) rateLimit(rl *RateLimit, inList bool) (rlim RuleLimit, ok boo
 		if inList {
 			fail("unlimited", "unlimited is not allowed in rate_limits (use rate_limit)")
 		}
-		for _, c := range []struct {
+		for _, f := range []struct {
 			field string
 			set   bool
 		}{
@@ -348,8 +348,8 @@ func (c *compiler) rateLimit(rl *RateLimit, inList bool) (rlim RuleLimit, ok boo
 			{"algorithm", rl.Algorithm != ""},
 			{"burst", rl.Burst > 0},
 		} {
-			if c.set {
-				fail(c.field, "unlimited: true excludes %s", c.field)
+			if f.set {
+				fail(f.field, "unlimited: true excludes %s", f.field)
 			}
 		}
 	}

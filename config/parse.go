@@ -106,7 +106,7 @@ func (d *decoder) syntaxError(err error) {
 
 // A decoder turns the YAML nodes of one file into the syntax tree,
 // reporting what is not of the right shape: unknown fields, wrong types,
-// duplicate fields. The validator then checks the tree's meaning.
+// duplicate fields. The compiler then checks the tree's meaning.
 type decoder struct {
 	file   string
 	limits Limits
