@@ -170,7 +170,7 @@ func (d *decoder) document(doc *yaml.Node) (dom *Domain, ok bool) {
 	}
 	if d.budget.expanded -= size; d.budget.expanded < 0 {
 		d.budget.bytes = -1 // spent: a Load reads no more files
-		d.errorf(posOf(root), "aliases expanded, the rule files are over the maximum %d bytes", d.limits.MaxExpandedBytes)
+		d.errorf(p, "aliases expanded, the rule files are over the maximum %d bytes", d.limits.MaxExpandedBytes)
 		return nil, false
 	}
 	root = deref(root)
@@ -197,10 +197,11 @@ func (d *decoder) document(doc *yaml.Node) (dom *Domain, ok bool) {
 // document nested more than maxNesting levels deep, one that aliases expand
 // past its size times expansionFactor plus maxExpansion nodes. Otherwise
 // it returns the document's expanded size, each node counting the bytes of
-// its text plus one, or budget+1 if that is over budget; the decoder can
-// then follow aliases freely. Its work is linear in the document as written:
+// its text plus one, or budget+1 if that is over budget, with the place of
+// the node (often an alias) at which, in document order, it went over;
+// the decoder can then follow aliases freely. Its work is linear in the document as written:
 // the size of an aliased node is counted once.
-func checkAliases(root *yaml.Node, budget int64) (int64, pos, error) {
+func checkAliases(root *yaml.Node, budget int64) (size int64, over pos, err error) {
 	type info struct {
 		done   bool  // else in progress: a node that contains the current one
 		size   int   // nodes in the expanded subtree, capped at limit+1
@@ -217,6 +218,7 @@ func checkAliases(root *yaml.Node, budget int64) (int64, pos, error) {
 	}
 	limit := expansionFactor*count(root) + maxExpansion
 	budget = max(budget, 0)
+	var sum int64 // expanded size of the nodes walked so far, in document order
 	seen := make(map[*yaml.Node]*info)
 	errDepth := fmt.Errorf("document nested more than %d levels deep", maxNesting)
 	var walk func(n *yaml.Node, depth int) (*info, pos, error)
@@ -228,7 +230,7 @@ func checkAliases(root *yaml.Node, budget int64) (int64, pos, error) {
 			case depth+i.height > maxNesting:
 				return nil, posOf(n), errDepth
 			}
-			return i, pos{}, nil
+			return i, pos{}, nil // an alias's target: counted at the alias
 		}
 		if depth > maxNesting {
 			return nil, posOf(n), errDepth
@@ -244,6 +246,16 @@ func checkAliases(root *yaml.Node, budget int64) (int64, pos, error) {
 				return nil, p, err
 			}
 			i.size, i.height, i.bytes = a.size, a.height, a.bytes
+		}
+		if sum <= budget {
+			if n.Kind == yaml.AliasNode {
+				sum += i.bytes
+			} else {
+				sum += int64(len(n.Value)) + 1
+			}
+			if sum > budget {
+				over = posOf(n)
+			}
 		}
 		for _, ch := range n.Content {
 			c, p, err := walk(ch, depth+1)
@@ -264,7 +276,7 @@ func checkAliases(root *yaml.Node, budget int64) (int64, pos, error) {
 	case i.size > limit:
 		return 0, posOf(root), fmt.Errorf("aliases expand the document to more than %d nodes", limit)
 	}
-	return i.bytes, pos{}, nil
+	return i.bytes, over, nil
 }
 
 // A field is one key and value of a YAML mapping.
