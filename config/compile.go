@@ -152,6 +152,8 @@ func (c *compiler) level(list []*Descriptor, parent *Rule) level {
 			lv[r.Key] = kr
 		}
 		switch {
+		case r.Wildcard && len(kr.wildcards) == c.limits.MaxWildcards:
+			c.errorf(d.src.pos, "key %q has more than %d wildcard values at this level", r.Key, c.limits.MaxWildcards)
 		case r.Wildcard:
 			kr.wildcards = append(kr.wildcards, r)
 		case r.Value == "":

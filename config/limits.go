@@ -30,6 +30,8 @@ const (
 	DefaultMaxFiles = 1000
 	// DefaultMaxPathBytes is the default of Limits.MaxPathBytes.
 	DefaultMaxPathBytes = 64 << 20
+	// DefaultMaxWildcards is the default of Limits.MaxWildcards.
+	DefaultMaxWildcards = 1000
 )
 
 // Limits bound the work that reading rules may take, so that no rule file
@@ -57,6 +59,10 @@ type Limits struct {
 	// ancestors, so a long value high in a large tree is copied into
 	// every rule below it.
 	MaxPathBytes int64
+	// MaxWildcards is the most rules with a wildcard value that one key
+	// may have at one level. Match tries them one after the other, for
+	// every request that reaches them.
+	MaxWildcards int
 }
 
 // DefaultLimits returns the Limits that a zero Limits stands for.
@@ -67,6 +73,7 @@ func DefaultLimits() Limits {
 		MaxRules:         DefaultMaxRules,
 		MaxFiles:         DefaultMaxFiles,
 		MaxPathBytes:     DefaultMaxPathBytes,
+		MaxWildcards:     DefaultMaxWildcards,
 	}
 }
 
@@ -88,6 +95,9 @@ func (l Limits) orDefaults() Limits {
 	}
 	if l.MaxPathBytes <= 0 {
 		l.MaxPathBytes = d.MaxPathBytes
+	}
+	if l.MaxWildcards <= 0 {
+		l.MaxWildcards = d.MaxWildcards
 	}
 	return l
 }

@@ -110,6 +110,7 @@ func TestRequestBounds(t *testing.T) {
 // TestLimits checks each bound of Limits, on Parse, Compile and Load.
 func TestLimits(t *testing.T) {
 	three := "domain: d\ndescriptors:\n  - key: a\n  - key: b\n    descriptors:\n      - key: c\n"
+	wildcards := "domain: d\ndescriptors:\n  - {key: p, value: a*}\n  - {key: p, value: b}\n  - {key: p, value: c*}\n  - {key: q, value: d*}\n"
 	aliased := "domain: d\ndescriptors:\n  - key: a\n    metadata: {x: &x 0123456789, y: [*x, *x, *x, *x]}\n"
 	for _, tc := range []struct {
 		name   string
@@ -129,6 +130,8 @@ func TestLimits(t *testing.T) {
 		{"expanded over", Limits{MaxExpandedBytes: 99}, aliased, "f.yaml:4:50: aliases expanded, the rule files are over the maximum 99 bytes"},
 		// Paths "a", "b", "b.c": 5 bytes.
 		{"paths within", Limits{MaxPathBytes: 5}, three, ""},
+		{"wildcards within", Limits{MaxWildcards: 2}, wildcards, ""},
+		{"wildcards over", Limits{MaxWildcards: 1}, wildcards, `f.yaml:5:5: key "p" has more than 1 wildcard values at this level`},
 		{"paths over", Limits{MaxPathBytes: 4}, three, "f.yaml:6:9: the paths of the domain's rules are over the maximum 4 bytes in all (a rule's path repeats the keys and values of the rules above it)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -220,7 +223,7 @@ func TestLoadMaxBytes(t *testing.T) {
 }
 
 func TestDefaultLimits(t *testing.T) {
-	want := Limits{MaxBytes: 4 << 20, MaxExpandedBytes: 8 << 20, MaxRules: 100_000, MaxFiles: 1000, MaxPathBytes: 64 << 20}
+	want := Limits{MaxBytes: 4 << 20, MaxExpandedBytes: 8 << 20, MaxRules: 100_000, MaxFiles: 1000, MaxPathBytes: 64 << 20, MaxWildcards: 1000}
 	if got := DefaultLimits(); got != want {
 		t.Errorf("DefaultLimits() = %+v, want %+v", got, want)
 	}
