@@ -20,6 +20,14 @@
 //   - Load reads a file, or every *.yaml and *.yml file of a directory
 //     (Kubernetes ConfigMap mounts included), and does both.
 //
+// What loading may cost is bounded, so that no rule file can take a
+// server's memory or time: Limits bound the bytes of the files, before
+// and after their YAML aliases are expanded, the rules of a domain, the
+// files of a directory and the bytes of the rules' paths; DefaultLimits
+// apply unless a WithLimits option says otherwise. A rule that no request
+// can match, nested deeper than MaxDepth or with a key over MaxKeyBytes,
+// is an error too.
+//
 // Marshal renders a syntax tree back to YAML, so that a parsed file can be
 // shown, or rules built in code can be written out.
 //

@@ -46,23 +46,34 @@ func (e *Error) Error() string {
 // pos is a place in a file: 1-based line and column, 0 when unknown.
 type pos struct{ line, col int }
 
+// maxKept is how many errors one load keeps: past it, it only counts
+// them, so that a file full of errors takes no more memory for them.
+const maxKept = 1000
+
 // errorList collects the errors of one load.
-type errorList []*Error
+type errorList struct {
+	list    []*Error
+	dropped int // errors past maxKept, counted only
+}
 
 func (l *errorList) add(file string, p pos, format string, args ...any) {
-	*l = append(*l, &Error{File: file, Line: p.line, Column: p.col, Msg: fmt.Sprintf(format, args...)})
+	if len(l.list) >= maxKept {
+		l.dropped++
+		return
+	}
+	l.list = append(l.list, &Error{File: file, Line: p.line, Column: p.col, Msg: fmt.Sprintf(format, args...)})
 }
 
 // sort orders the errors of each file by place, keeping files in the order
 // in which their first error was reported.
-func (l errorList) sort() {
+func (l *errorList) sort() {
 	rank := make(map[string]int)
-	for _, e := range l {
+	for _, e := range l.list {
 		if _, ok := rank[e.File]; !ok {
 			rank[e.File] = len(rank)
 		}
 	}
-	slices.SortStableFunc(l, func(a, b *Error) int {
+	slices.SortStableFunc(l.list, func(a, b *Error) int {
 		return cmp.Or(
 			cmp.Compare(rank[a.File], rank[b.File]),
 			cmp.Compare(a.Line, b.Line),
@@ -72,18 +83,18 @@ func (l errorList) sort() {
 }
 
 // err returns the errors sorted and joined with errors.Join, or nil if there
-// are none. Past maxErrors, it keeps the first ones and ends with an Error
-// that says how many more there were.
-func (l errorList) err() error {
-	if len(l) == 0 {
+// are none. Past maxErrors, it keeps the first ones (of the first maxKept
+// reported) and ends with an Error that says how many more there were.
+func (l *errorList) err() error {
+	if len(l.list) == 0 {
 		return nil
 	}
 	l.sort()
-	errs := make([]error, 0, min(len(l), maxErrors)+1)
-	for _, e := range l[:min(len(l), maxErrors)] {
+	errs := make([]error, 0, min(len(l.list), maxErrors)+1)
+	for _, e := range l.list[:min(len(l.list), maxErrors)] {
 		errs = append(errs, e)
 	}
-	if n := len(l) - maxErrors; n > 0 {
+	if n := len(l.list) - maxErrors + l.dropped; n > 0 {
 		errs = append(errs, &Error{Msg: fmt.Sprintf("too many errors: %d more not shown", n)})
 	}
 	return errors.Join(errs...)

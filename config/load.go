@@ -2,10 +2,13 @@ package config
 
 import (
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"hash"
+	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
@@ -20,37 +23,59 @@ import (
 // An invalid file fails the whole load: Load then returns every error of
 // every file (at most 20, then one that says how many more), each an
 // *Error, joined with errors.Join. Errors reading files are returned as
-// they are.
-func Load(path string) (*Rules, error) {
-	files, err := ruleFiles(path)
+// they are. Its work is bounded by DefaultLimits, or by the Limits of a
+// WithLimits option: a directory with too many rule files, or a file too
+// large, is an *Error too.
+func Load(path string, opts ...Option) (*Rules, error) {
+	o := buildOptions(opts)
+	files, err := ruleFiles(path, o.limits.MaxFiles)
 	if err != nil {
 		return nil, err
 	}
 	var (
-		domains []*Domain
-		errs    errorList
-		sum     = newDigest()
+		domains  []*Domain
+		compiled []*DomainRules
+		sum      = newDigest()
+		c        = &compiler{limits: o.limits}
+		left     = newBudget(o.limits)
 	)
 	for _, f := range files {
-		data, err := os.ReadFile(f)
+		data, err := readFile(f, left.bytes)
 		if err != nil {
-			return nil, fmt.Errorf("config: %w", err)
+			return nil, err
 		}
 		sum.add(f, data)
-		ds, es := parse(f, data)
+		ds := decode(f, data, o.limits, left, &c.errs)
+		for _, d := range ds {
+			compiled = append(compiled, c.domain(d))
+		}
 		domains = append(domains, ds...)
-		errs = append(errs, es...)
+		if left.bytes < 0 {
+			break // past a bound of Limits on all files: read no more
+		}
 	}
-	checkDomainNames(domains, &errs)
-	if err := errs.err(); err != nil {
+	checkDomainNames(domains, &c.errs)
+	if err := c.errs.err(); err != nil {
 		return nil, err
 	}
-	r, err := compile(domains, files)
-	if err != nil {
-		return nil, err
-	}
+	r := newRules(domains, compiled, files)
 	r.digest = sum.String()
 	return r, nil
+}
+
+// readFile reads the file name, but not more than max+1 bytes of it: a
+// longer file is refused anyway, for its length (see Limits.MaxBytes).
+func readFile(name string, max int64) ([]byte, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, max+1))
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	return data, nil
 }
 
 // A digest fingerprints a set of rule files, names and contents, so a
@@ -66,8 +91,10 @@ func (d digest) add(name string, data []byte) {
 
 func (d digest) String() string { return string(d.h.Sum(nil)) }
 
-// ruleFiles returns the files that Load reads for path.
-func ruleFiles(path string) ([]string, error) {
+// ruleFiles returns the files that Load reads for path: an *Error if a
+// directory has more than maxFiles of them. Its memory does not grow with
+// the directory's other entries.
+func ruleFiles(path string, maxFiles int) ([]string, error) {
 	fi, err := os.Stat(path)
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
@@ -75,16 +102,33 @@ func ruleFiles(path string) ([]string, error) {
 	if !fi.IsDir() {
 		return []string{path}, nil
 	}
-	entries, err := os.ReadDir(path) // sorted by name
+	dir, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
-	var files []string
-	for _, e := range entries {
-		name := e.Name()
-		if strings.HasPrefix(name, ".") || (filepath.Ext(name) != ".yaml" && filepath.Ext(name) != ".yml") {
-			continue
+	defer dir.Close()
+	var names []string
+	for {
+		entries, err := dir.ReadDir(256)
+		for _, e := range entries {
+			if name := e.Name(); isRuleFile(name) {
+				names = append(names, name)
+			}
 		}
+		if len(names) > maxFiles {
+			errs := errorList{list: []*Error{{File: path, Msg: fmt.Sprintf("directory has more than %d rule files (*.yaml, *.yml)", maxFiles)}}}
+			return nil, errs.err()
+		}
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("config: %w", err)
+		}
+	}
+	slices.Sort(names)
+	var files []string
+	for _, name := range names {
 		f := filepath.Join(path, name)
 		fi, err := os.Stat(f) // follows symbolic links
 		if err != nil {
@@ -95,4 +139,11 @@ func ruleFiles(path string) ([]string, error) {
 		}
 	}
 	return files, nil
+}
+
+// isRuleFile reports whether Load reads the directory entry name: a
+// *.yaml or *.yml name that does not start with '.'.
+func isRuleFile(name string) bool {
+	ext := filepath.Ext(name)
+	return !strings.HasPrefix(name, ".") && (ext == ".yaml" || ext == ".yml")
 }

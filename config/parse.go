@@ -14,12 +14,13 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-// Limits on what aliases may do to a document: YAML aliases can repeat a
-// subtree any number of times, and by nesting them, a small file can stand
-// for a huge or (in go.yaml.in/yaml/v3) a cyclic tree.
+// Limits on what aliases may do to a document, besides
+// Limits.MaxExpandedBytes: YAML aliases can repeat a subtree any number of
+// times, and by nesting them, a small file can stand for a huge or (in
+// go.yaml.in/yaml/v3) a cyclic tree.
 const (
-	// maxDepth bounds the nesting of a document, aliases followed.
-	maxDepth = 1000
+	// maxNesting bounds the nesting of a document, aliases followed.
+	maxNesting = 1000
 	// maxExpansion bounds how many nodes aliases may add to a document,
 	// on top of expansionFactor times its own size.
 	maxExpansion    = 10_000
@@ -34,21 +35,40 @@ const (
 // Compile's: that a domain is not also defined in another file. It returns
 // either the domains, in file order, or every error it found (at most 20,
 // then one that says how many more), each an *Error, joined with
-// errors.Join.
-func Parse(name string, data []byte) ([]*Domain, error) {
-	domains, errs := parse(name, data)
-	checkDomainNames(domains, &errs)
-	if err := errs.err(); err != nil {
+// errors.Join. Its work is bounded by DefaultLimits, or by the Limits of a
+// WithLimits option.
+func Parse(name string, data []byte, opts ...Option) ([]*Domain, error) {
+	o := buildOptions(opts)
+	c := &compiler{limits: o.limits}
+	domains := decode(name, data, o.limits, newBudget(o.limits), &c.errs)
+	for _, d := range domains {
+		c.domain(d) // checks it; the compiled rules are not kept
+	}
+	checkDomainNames(domains, &c.errs)
+	if err := c.errs.err(); err != nil {
 		return nil, err
 	}
 	return domains, nil
 }
 
-// parse decodes and validates one file. It returns every domain it could
-// decode, even with errors, so that Load can also check domain names across
-// files.
-func parse(name string, data []byte) ([]*Domain, errorList) {
-	d := &decoder{file: name}
+// decode decodes one file into its syntax tree, checking its shape, and
+// adds its errors to errs. It takes what the file uses from b. It returns
+// every domain it could decode, even with errors, so that they can be
+// checked too.
+func decode(name string, data []byte, limits Limits, b *budget, errs *errorList) []*Domain {
+	d := &decoder{file: name, limits: limits, budget: b, errs: errs}
+	switch {
+	case int64(len(data)) <= b.bytes:
+		b.bytes -= int64(len(data))
+	case b.bytes == limits.MaxBytes:
+		d.errorf(pos{}, "file is over the maximum %d bytes", limits.MaxBytes)
+		b.bytes = -1 // spent: a Load reads no more files
+		return nil
+	default:
+		d.errorf(pos{}, "rule files are over the maximum %d bytes together", limits.MaxBytes)
+		b.bytes = -1
+		return nil
+	}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var domains []*Domain
 	for {
@@ -59,15 +79,15 @@ func parse(name string, data []byte) ([]*Domain, errorList) {
 			}
 			break
 		}
-		if dom := d.document(&doc); dom != nil {
+		dom, ok := d.document(&doc)
+		if dom != nil {
 			domains = append(domains, dom)
 		}
+		if !ok {
+			break // past a bound: the rest of the file is not decoded
+		}
 	}
-	v := &validator{errs: d.errs}
-	for _, dom := range domains {
-		v.domain(dom)
-	}
-	return domains, v.errs
+	return domains
 }
 
 // yamlLine matches the place in go.yaml.in/yaml/v3's syntax errors.
@@ -86,10 +106,16 @@ func (d *decoder) syntaxError(err error) {
 
 // A decoder turns the YAML nodes of one file into the syntax tree,
 // reporting what is not of the right shape: unknown fields, wrong types,
-// duplicate fields. The validator then checks the tree's meaning.
+// duplicate fields. The compiler then checks the tree's meaning.
 type decoder struct {
-	file string
-	errs errorList
+	file   string
+	limits Limits
+	budget *budget
+	errs   *errorList
+	// rules counts the descriptors of the current document; past
+	// limits.MaxRules, the decoder stops decoding descriptors.
+	rules int
+	full  bool // rules went past limits.MaxRules
 }
 
 func (d *decoder) errorf(p pos, format string, args ...any) {
@@ -126,25 +152,34 @@ func describe(n *yaml.Node) string {
 }
 
 // document decodes one YAML document into a Domain. It returns nil for an
-// empty document and for one that is not a mapping.
-func (d *decoder) document(doc *yaml.Node) *Domain {
+// empty document and for one that is not a mapping, and ok false when the
+// document goes past a bound of d.limits that the whole file is refused
+// for.
+func (d *decoder) document(doc *yaml.Node) (dom *Domain, ok bool) {
 	if len(doc.Content) == 0 {
-		return nil
+		return nil, true
 	}
 	root := doc.Content[0]
 	if root.Kind == yaml.ScalarNode && root.ShortTag() == "!!null" && root.Value == "" {
-		return nil // only comments and white space
+		return nil, true // only comments and white space
 	}
-	if p, err := checkAliases(root); err != nil {
+	size, p, err := checkAliases(root, d.budget.expanded)
+	if err != nil {
 		d.errorf(p, "%v", err)
-		return nil
+		return nil, true
+	}
+	if d.budget.expanded -= size; d.budget.expanded < 0 {
+		d.budget.bytes = -1 // spent: a Load reads no more files
+		d.errorf(p, "aliases expanded, the rule files are over the maximum %d bytes", d.limits.MaxExpandedBytes)
+		return nil, false
 	}
 	root = deref(root)
 	if root.Kind != yaml.MappingNode {
 		d.errorf(posOf(root), "document must be a mapping with domain and descriptors, got %s", describe(root))
-		return nil
+		return nil, true
 	}
-	dom := &Domain{file: d.file, src: src{pos: posOf(root)}}
+	d.rules, d.full = 0, false
+	dom = &Domain{file: d.file, src: src{pos: posOf(root)}}
 	for _, f := range d.fields(root, &dom.src) {
 		switch f.name {
 		case "domain":
@@ -155,18 +190,23 @@ func (d *decoder) document(doc *yaml.Node) *Domain {
 			d.unknown(f, "domain", &dom.src)
 		}
 	}
-	return dom
+	return dom, true
 }
 
 // checkAliases reports an alias that refers to a node that contains it, a
-// document nested more than maxDepth levels deep, or one that aliases expand
-// past its size times expansionFactor plus maxExpansion nodes. The decoder
-// can then follow aliases freely.
-func checkAliases(root *yaml.Node) (pos, error) {
+// document nested more than maxNesting levels deep, one that aliases expand
+// past its size times expansionFactor plus maxExpansion nodes. Otherwise
+// it returns the document's expanded size, each node counting the bytes of
+// its text plus one, or budget+1 if that is over budget, with the place of
+// the node (often an alias) at which, in document order, it went over;
+// the decoder can then follow aliases freely. Its work is linear in the document as written:
+// the size of an aliased node is counted once.
+func checkAliases(root *yaml.Node, budget int64) (size int64, over pos, err error) {
 	type info struct {
-		done   bool // else in progress: a node that contains the current one
-		size   int  // nodes in the expanded subtree, capped at limit+1
-		height int  // levels in the expanded subtree
+		done   bool  // else in progress: a node that contains the current one
+		size   int   // nodes in the expanded subtree, capped at limit+1
+		bytes  int64 // expanded size of the subtree, capped at budget+1
+		height int   // levels in the expanded subtree
 	}
 	var count func(n *yaml.Node) int
 	count = func(n *yaml.Node) int { // nodes written in the document
@@ -177,23 +217,25 @@ func checkAliases(root *yaml.Node) (pos, error) {
 		return c
 	}
 	limit := expansionFactor*count(root) + maxExpansion
+	budget = max(budget, 0)
+	var sum int64 // expanded size of the nodes walked so far, in document order
 	seen := make(map[*yaml.Node]*info)
-	errDepth := fmt.Errorf("document nested more than %d levels deep", maxDepth)
+	errDepth := fmt.Errorf("document nested more than %d levels deep", maxNesting)
 	var walk func(n *yaml.Node, depth int) (*info, pos, error)
 	walk = func(n *yaml.Node, depth int) (*info, pos, error) {
 		if i := seen[n]; i != nil {
 			switch {
 			case !i.done:
 				return nil, posOf(n), errors.New("node contains itself")
-			case depth+i.height > maxDepth:
+			case depth+i.height > maxNesting:
 				return nil, posOf(n), errDepth
 			}
-			return i, pos{}, nil
+			return i, pos{}, nil // an alias's target: counted at the alias
 		}
-		if depth > maxDepth {
+		if depth > maxNesting {
 			return nil, posOf(n), errDepth
 		}
-		i := &info{size: 1, height: 1}
+		i := &info{size: 1, height: 1, bytes: min(int64(len(n.Value))+1, budget+1)}
 		seen[n] = i
 		if n.Kind == yaml.AliasNode && n.Alias != nil {
 			if a := seen[n.Alias]; a != nil && !a.done {
@@ -203,7 +245,17 @@ func checkAliases(root *yaml.Node) (pos, error) {
 			if err != nil {
 				return nil, p, err
 			}
-			i.size, i.height = a.size, a.height
+			i.size, i.height, i.bytes = a.size, a.height, a.bytes
+		}
+		if sum <= budget {
+			if n.Kind == yaml.AliasNode {
+				sum += i.bytes
+			} else {
+				sum += int64(len(n.Value)) + 1
+			}
+			if sum > budget {
+				over = posOf(n)
+			}
 		}
 		for _, ch := range n.Content {
 			c, p, err := walk(ch, depth+1)
@@ -211,19 +263,20 @@ func checkAliases(root *yaml.Node) (pos, error) {
 				return nil, p, err
 			}
 			i.size = min(i.size+c.size, limit+1)
+			i.bytes = min(i.bytes+c.bytes, budget+1)
 			i.height = max(i.height, c.height+1)
 		}
 		i.done = true
 		return i, pos{}, nil
 	}
 	i, p, err := walk(root, 0)
-	if err != nil {
-		return p, err
+	switch {
+	case err != nil:
+		return 0, p, err
+	case i.size > limit:
+		return 0, posOf(root), fmt.Errorf("aliases expand the document to more than %d nodes", limit)
 	}
-	if i.size > limit {
-		return posOf(root), fmt.Errorf("aliases expand the document to more than %d nodes", limit)
-	}
-	return pos{}, nil
+	return i.bytes, over, nil
 }
 
 // A field is one key and value of a YAML mapping.
@@ -382,6 +435,14 @@ func (d *decoder) descriptors(f field, s *src) []*Descriptor {
 			s.broken = true
 			continue
 		}
+		if d.full {
+			break
+		}
+		if d.rules++; d.rules > d.limits.MaxRules {
+			d.errorf(posOf(n), "domain has more than %d descriptors", d.limits.MaxRules)
+			d.full = true
+			break
+		}
 		list = append(list, d.descriptor(n))
 	}
 	return list
@@ -426,6 +487,8 @@ func (d *decoder) descriptor(n *yaml.Node) *Descriptor {
 			desc.ShareThreshold = d.bool(f, s)
 		case "consume_when_over":
 			desc.ConsumeWhenOver = d.bool(f, s)
+		case "ip_prefix":
+			desc.IPPrefix = d.ipPrefix(f, s)
 		case "metadata":
 			desc.Metadata = d.metadata(f, s)
 		case "descriptors":
@@ -496,6 +559,48 @@ func (d *decoder) replace(n *yaml.Node, parent *src) (Replace, bool) {
 		}
 	}
 	return r, true
+}
+
+// ipPrefix decodes the ip_prefix field: a mapping with v4 and v6, both
+// optional. Null is as if absent. It records where v4 and v6 are in s as
+// "ip_prefix.v4" and "ip_prefix.v6"; the compiler checks their range.
+func (d *decoder) ipPrefix(f field, s *src) *IPPrefix {
+	switch {
+	case f.val.Kind == yaml.ScalarNode && f.val.ShortTag() == "!!null":
+		return nil
+	case f.val.Kind != yaml.MappingNode:
+		d.errorf(posOf(f.val), "ip_prefix must be a mapping with v4 and v6, got %s", describe(f.val))
+		s.broken = true
+		return nil
+	}
+	p := &IPPrefix{}
+	var inner src
+	for _, g := range d.fields(f.val, &inner) {
+		var bits *int
+		switch g.name {
+		case "v4":
+			bits = &p.V4
+		case "v6":
+			bits = &p.V6
+		default:
+			d.errorf(posOf(g.key), "unknown field %q in ip_prefix", g.name)
+			s.broken = true
+			continue
+		}
+		var n int
+		if g.val.Kind != yaml.ScalarNode || g.val.ShortTag() != "!!int" || g.val.Decode(&n) != nil {
+			d.errorf(posOf(g.val), "ip_prefix %s must be a prefix length, from 1 to %d, got %s", g.name, maxBits(g.name), describe(g.val))
+			s.broken = true
+			continue
+		}
+		*bits = n
+		if s.fields == nil {
+			s.fields = make(map[string]pos)
+		}
+		s.fields["ip_prefix."+g.name] = posOf(g.val)
+	}
+	s.broken = s.broken || inner.broken
+	return p
 }
 
 // metadata decodes the metadata field; it returns nil for an empty

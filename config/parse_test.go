@@ -128,6 +128,16 @@ var badConfigs = map[string][]string{
 	"alias_cycle":                   {"alias_cycle.bad.yaml:4:18: alias *loop refers to a node that contains it"},
 	"alias_bomb":                    {"alias_bomb.bad.yaml:2:1: aliases expand the document to more than 11"},
 	"metadata_not_finite":           {"metadata_not_finite.bad.yaml:5:14: metadata value .nan is not a finite number"},
+	"too_deep":                      {"too_deep.bad.yaml:68:133: descriptors nested more than 32 levels deep: a request descriptor has at most 32 entries, so no request can match this rule"},
+	"key_too_long":                  {"key_too_long.bad.yaml:5:10: descriptor key is 1025 bytes, over the maximum 1024: no request can match it"},
+	"ip_prefix_range": {
+		"ip_prefix_range.bad.yaml:4:21: ip_prefix v4 must be a prefix length, from 1 to 32, got 33",
+		"ip_prefix_range.bad.yaml:4:29: ip_prefix v6 must be a prefix length, from 1 to 128, got 0",
+		"ip_prefix_range.bad.yaml:7:11: ip_prefix v6 must be a prefix length, from 1 to 128, got 129",
+	},
+	"ip_prefix_not_mapping":   {`ip_prefix_not_mapping.bad.yaml:4:16: ip_prefix must be a mapping with v4 and v6, got "24"`},
+	"ip_prefix_unknown_field": {`ip_prefix_unknown_field.bad.yaml:4:25: unknown field "ipv6" in ip_prefix`},
+	"ip_prefix_not_integer":   {`ip_prefix_not_integer.bad.yaml:4:21: ip_prefix v4 must be a prefix length, from 1 to 32, got "/24"`},
 }
 
 func TestBadConfigs(t *testing.T) {

@@ -2,7 +2,6 @@ package config
 
 import (
 	"slices"
-	"strings"
 
 	"github.com/ratelimitd/ratelimitd/backend"
 )
@@ -66,6 +65,10 @@ type Rule struct {
 	ShadowMode, QuotaMode, DetailedMetric, ValueToMetric, ShareThreshold, ConsumeWhenOver bool
 	// Metadata is the descriptor's metadata, shared: do not modify it.
 	Metadata map[string]any
+	// IPPrefix, when set, counts a request value that is an IP address by
+	// its network: IPv4 addresses by their first V4 bits, IPv6 by their
+	// first V6 bits. Values that are not IP addresses count as they are.
+	IPPrefix IPPrefix
 	// File and Line are where the descriptor is defined (0 if unknown).
 	File string
 	Line int
@@ -84,132 +87,6 @@ type RuleLimit struct {
 	// Replaces lists the names of the limits that this limit removes from
 	// a request when it applies.
 	Replaces []string
-}
-
-// Compile checks domains, which may come from any number of files, together
-// and compiles them into Rules. It repeats every check of Parse (so domains
-// built in code are checked too) and adds one: a domain is defined once
-// across all files (the error names both places). It returns every error it
-// found (at most 20, then one that says how many more), each an *Error,
-// joined with errors.Join.
-//
-// The Rules keep domains, for Domains, and share their Metadata maps: the
-// caller must not modify them afterwards.
-func Compile(domains []*Domain) (*Rules, error) {
-	var files []string
-	for _, d := range domains {
-		if d != nil && d.file != "" && !slices.Contains(files, d.file) {
-			files = append(files, d.file)
-		}
-	}
-	return compile(domains, files)
-}
-
-func compile(domains []*Domain, files []string) (*Rules, error) {
-	v := &validator{}
-	for _, d := range domains {
-		if d == nil {
-			v.errs.add("", pos{}, "nil domain")
-			continue
-		}
-		v.domain(d)
-	}
-	checkDomainNames(domains, &v.errs)
-	if err := v.errs.err(); err != nil {
-		return nil, err
-	}
-	r := &Rules{
-		domains: make(map[string]*DomainRules, len(domains)),
-		src:     slices.Clip(slices.Clone(domains)),
-		files:   slices.Clip(slices.Clone(files)),
-	}
-	for _, d := range domains {
-		dr := &DomainRules{name: d.Domain}
-		dr.root = compileLevel(d.file, d.Descriptors, nil)
-		r.domains[d.Domain] = dr
-	}
-	return r, nil
-}
-
-// compileLevel compiles the descriptors of one level, under the rules
-// parents (nil at the top).
-func compileLevel(file string, list []*Descriptor, parents []*Rule) level {
-	if len(list) == 0 {
-		return nil
-	}
-	lv := make(level)
-	for _, d := range list {
-		r := compileRule(file, d, parents)
-		kr := lv[d.Key]
-		if kr == nil {
-			kr = &keyRules{}
-			lv[d.Key] = kr
-		}
-		switch {
-		case r.Wildcard:
-			kr.wildcards = append(kr.wildcards, r)
-		case r.Value == "":
-			kr.keyOnly = r
-		default:
-			if kr.exact == nil {
-				kr.exact = make(map[string]*Rule)
-			}
-			kr.exact[r.Value] = r
-		}
-	}
-	return lv
-}
-
-func compileRule(file string, d *Descriptor, parents []*Rule) *Rule {
-	r := &Rule{
-		Key:             d.Key,
-		Value:           d.Value,
-		Wildcard:        strings.Contains(d.Value, "*"),
-		ShadowMode:      d.ShadowMode,
-		QuotaMode:       d.QuotaMode,
-		DetailedMetric:  d.DetailedMetric,
-		ValueToMetric:   d.ValueToMetric,
-		ShareThreshold:  d.ShareThreshold,
-		ConsumeWhenOver: d.ConsumeWhenOver,
-		Metadata:        d.Metadata,
-		File:            file,
-		Line:            d.src.line,
-	}
-	if r.Wildcard {
-		r.glob = compileGlob(d.Value)
-	}
-	r.Levels = append(slices.Clone(parents), r)
-	var path strings.Builder
-	for i, l := range r.Levels {
-		if i > 0 {
-			path.WriteByte('.')
-		}
-		path.WriteString(l.Key)
-		if l.Value != "" {
-			path.WriteByte('=')
-			path.WriteString(l.Value)
-		}
-	}
-	r.Path = path.String()
-	limits := d.RateLimits
-	if d.RateLimit != nil {
-		limits = []*RateLimit{d.RateLimit}
-	}
-	for _, rl := range limits {
-		var replaces []string
-		for _, rep := range rl.Replaces {
-			replaces = append(replaces, rep.Name)
-		}
-		if rl.Unlimited {
-			r.Unlimited = true
-			r.Replaces = replaces
-			continue
-		}
-		l, _ := (&validator{}).rateLimit(rl, false) // checked by compile
-		r.Limits = append(r.Limits, RuleLimit{Limit: l, Name: rl.Name, Replaces: replaces})
-	}
-	r.children = compileLevel(file, d.Descriptors, r.Levels)
-	return r
 }
 
 // Domain returns the rules of the domain named name, or nil if there is

@@ -56,6 +56,11 @@ type Descriptor struct {
 	// is refused (a ratelimitd extension, for usage reported after the
 	// fact).
 	ConsumeWhenOver bool `yaml:"consume_when_over,omitempty"`
+	// IPPrefix, when not nil, counts a request value that is an IP
+	// address by its network (a ratelimitd extension): see
+	// Rule.IPPrefix. Here a zero field means its default, 32 for V4 and
+	// 64 for V6.
+	IPPrefix *IPPrefix `yaml:"ip_prefix,omitempty"`
 	// Metadata is free-form data returned with decisions, as JSON-like
 	// values: string, bool, int, float64, nil, []any and map[string]any.
 	// Parse turns whole-numbered floats into int, so that it reads back

@@ -30,20 +30,25 @@ type WatchOptions struct {
 	// event, in case the file system reports none (network file systems, a
 	// watched directory replaced). Zero means 5s.
 	Poll time.Duration
+	// Limits bound the work of each load, as WithLimits does for Load;
+	// the zero value means DefaultLimits.
+	Limits Limits
 }
 
 // A Watcher reloads rules from a path whenever its files change: edits,
 // atomic renames (editors, config management) and Kubernetes ConfigMap
 // updates, which swap a "..data" symlink in the mounted directory. It
-// watches the directory (for a file, the file's directory), waits for
-// events to settle, and loads only when the content of the rule files
-// changed and reads the same twice in a row, Debounce (or Poll, if
-// shorter) apart. An invalid
-// change is reported and the previous rules stay.
+// watches the directory (for a file, the file's directory), waits for the
+// events of the rule files (and of "..data") to settle, and loads only when
+// the content of the rule files changed and reads the same twice in a row,
+// Debounce (or Poll, if shorter) apart. Events of other files in the
+// directory are ignored. An invalid change is reported and the previous
+// rules stay.
 type Watcher struct {
-	path string
-	opts WatchOptions
-	kick chan struct{}
+	path  string
+	opts  WatchOptions
+	kick  chan struct{}
+	ready chan struct{} // if not nil, closed once Run watches (for tests)
 }
 
 // NewWatcher returns a Watcher of path (a file or a directory, as Load
@@ -64,6 +69,7 @@ func NewWatcher(path string, opts WatchOptions) *Watcher {
 	if opts.OnError == nil {
 		opts.OnError = func(error) {}
 	}
+	opts.Limits = opts.Limits.orDefaults()
 	return &Watcher{path: path, opts: opts, kick: make(chan struct{}, 1)}
 }
 
@@ -87,62 +93,51 @@ func (w *Watcher) Run(ctx context.Context, current *Rules) error {
 		return fmt.Errorf("config: watch %s: %w", w.path, err)
 	}
 	defer fw.Close()
-	dir := w.path
+	dir, isDir := w.path, true
 	if fi, err := os.Stat(w.path); err == nil && !fi.IsDir() {
-		dir = filepath.Dir(w.path)
+		dir, isDir = filepath.Dir(w.path), false
 	}
 	if err := fw.Add(dir); err != nil {
 		return fmt.Errorf("config: watch %s: %w", dir, err)
+	}
+	if w.ready != nil {
+		close(w.ready)
 	}
 
 	debounce := time.NewTimer(time.Hour)
 	debounce.Stop()
 	defer debounce.Stop()
 
-	last := "" // the digest of the files behind the rules in force
+	st := settler{settle: min(w.opts.Debounce, w.opts.Poll)}
 	if current != nil {
-		last = current.digest
+		st.last = current.digest
 	}
-	// A change is loaded once the files read the same twice, settle apart
-	// and with no file event between: a file written in place is empty or
-	// cut short for a moment, and a poll, or an event of an earlier change,
-	// may read it then.
-	settle := min(w.opts.Debounce, w.opts.Poll)
-	var (
-		pending      string    // a changed digest, not loaded yet
-		pendingSince time.Time // when it was first read
-	)
 	load := func(force bool) {
 		d, err := w.digest()
 		if err != nil {
 			d = "error: " + err.Error() // which must settle too, as a change
 		}
-		if err == nil && d == last && !force {
-			pending = ""
-			return
+		if !force {
+			switch st.read(d, time.Now()) {
+			case settling:
+				debounce.Reset(w.opts.Debounce)
+				return
+			case unchanged, waiting:
+				return
+			}
 		}
-		if !force && d != pending {
-			pending, pendingSince = d, time.Now()
-			debounce.Reset(w.opts.Debounce)
-			return
-		}
-		if !force && time.Since(pendingSince) < settle {
-			return // the debounce timer looks again
-		}
-		pending = ""
-		rules, err := Load(w.path)
+		rules, err := Load(w.path, WithLimits(w.opts.Limits))
 		if err != nil {
-			if d != last || force {
+			if st.failed(d) || force {
 				w.opts.OnError(err)
 			}
-			last = d // report a bad change once, not at every poll
 			return
 		}
 		if rules.digest != d && !force {
 			debounce.Reset(w.opts.Debounce) // changed again while loading
 			return
 		}
-		last = rules.digest
+		st.loaded(rules.digest)
 		w.opts.OnLoad(rules)
 	}
 	if current == nil {
@@ -155,12 +150,14 @@ func (w *Watcher) Run(ctx context.Context, current *Rules) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case _, ok := <-fw.Events:
+		case ev, ok := <-fw.Events:
 			if !ok {
 				return errors.New("config: watcher closed")
 			}
-			pending = "" // the files are changing: what was read may be gone
-			debounce.Reset(w.opts.Debounce)
+			if w.matters(ev.Name, dir, isDir) {
+				st.event()
+				debounce.Reset(w.opts.Debounce)
+			}
 		case err, ok := <-fw.Errors:
 			if !ok {
 				return errors.New("config: watcher closed")
@@ -181,16 +178,88 @@ func (w *Watcher) Run(ctx context.Context, current *Rules) error {
 	}
 }
 
+// matters reports whether a file event on name, in the watched directory
+// dir, may change the rules: an event on the watched path itself, on a
+// Kubernetes ConfigMap's "..data" link, or, when the path is a directory
+// (isDir), on one of its rule files. Other files of the directory may
+// change all the time without delaying a load.
+func (w *Watcher) matters(name, dir string, isDir bool) bool {
+	name = filepath.Clean(name)
+	switch {
+	case name == filepath.Clean(w.path):
+		return true
+	case filepath.Dir(name) != filepath.Clean(dir):
+		return false // not reached: only dir is watched
+	case filepath.Base(name) == "..data":
+		return true
+	}
+	return isDir && isRuleFile(filepath.Base(name))
+}
+
+// A settler decides when a change of the rule files may be loaded: once
+// the files read the same twice, settle apart, with no file event between.
+// A file written in place is empty or cut short for a moment, and a poll,
+// or an event of an earlier change, may read it then. The watcher gives it
+// every event and every reading of the files' digest, with the time of the
+// reading, and does what it answers.
+type settler struct {
+	settle  time.Duration
+	last    string    // the digest of the files behind the rules in force
+	pending string    // a changed digest, not loaded yet
+	since   time.Time // when pending was first read
+}
+
+// A verdict is what a settler answers to a reading of the files.
+type verdict int
+
+const (
+	unchanged verdict = iota // the files are those of the rules in force
+	settling                 // a new change: read again after the debounce
+	waiting                  // not settled yet: the debounce timer, already set, reads again
+	ready                    // load now
+)
+
+// event records a file event: the files are changing, and what was read
+// may be gone.
+func (s *settler) event() { s.pending = "" }
+
+// read records that the files read as digest d at now.
+func (s *settler) read(d string, now time.Time) verdict {
+	switch {
+	case d == s.last:
+		s.pending = ""
+		return unchanged
+	case d != s.pending:
+		s.pending, s.since = d, now
+		return settling
+	case now.Sub(s.since) < s.settle:
+		return waiting
+	}
+	s.pending = ""
+	return ready
+}
+
+// failed records that the files, read as d, did not load. It reports
+// whether that is news: the first failure of that content.
+func (s *settler) failed(d string) bool {
+	news := d != s.last
+	s.last, s.pending = d, "" // report a bad change once, not at every poll
+	return news
+}
+
+// loaded records that the files, read as d, loaded.
+func (s *settler) loaded(d string) { s.last, s.pending = d, "" }
+
 // digest returns the fingerprint of the rule files at the watcher's path
 // as they are now.
 func (w *Watcher) digest() (string, error) {
-	files, err := ruleFiles(w.path)
+	files, err := ruleFiles(w.path, w.opts.Limits.MaxFiles)
 	if err != nil {
 		return "", err
 	}
 	sum := newDigest()
 	for _, f := range files {
-		data, err := os.ReadFile(f)
+		data, err := readFile(f, w.opts.Limits.MaxBytes)
 		if err != nil {
 			return "", err
 		}

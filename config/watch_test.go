@@ -49,8 +49,9 @@ func watch(t *testing.T, path string) (loads chan *config.Rules, errs chan error
 		OnError: func(err error) { errs <- err },
 		Poll:    time.Hour, // events alone must do
 	})
+	ready := config.WatchReady(w)
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error)
+	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx, current) }()
 	t.Cleanup(func() {
 		cancel()
@@ -58,7 +59,11 @@ func watch(t *testing.T, path string) (loads chan *config.Rules, errs chan error
 			t.Errorf("Run() = %v after cancel, want nil", err)
 		}
 	})
-	time.Sleep(50 * time.Millisecond) // let Run add its watch
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("Run() = %v before watching", err)
+	}
 	return loads, errs, w
 }
 
@@ -167,6 +172,57 @@ func TestWatchConfigMapSwap(t *testing.T) {
 	}
 }
 
+// TestWatchBusyDirectory: other files of the watched directory, written
+// every few milliseconds, do not hold back the load of a change to the
+// rule files.
+func TestWatchBusyDirectory(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		watch  string   // "file" or "dir"
+		others []string // written all the time
+	}{
+		{"file beside another rule file", "file", []string{"other.yaml"}},
+		{"directory with other files", "dir", []string{"notes.txt", ".rules.yaml.swp", "..2026_11_22_v1"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			path := filepath.Join(dir, "rules.yaml")
+			write(t, path, rulesYAML(1))
+			for _, o := range tc.others {
+				write(t, filepath.Join(dir, o), "domain: other\n")
+			}
+			watched := path
+			if tc.watch == "dir" {
+				watched = dir
+			}
+			loads, errs, _ := watch(t, watched)
+			stop, stopped := make(chan struct{}), make(chan struct{})
+			go func() {
+				defer close(stopped)
+				tick := time.NewTicker(3 * time.Millisecond)
+				defer tick.Stop()
+				for i := 0; ; i++ {
+					select {
+					case <-stop:
+						return
+					case <-tick.C:
+						o := filepath.Join(dir, tc.others[i%len(tc.others)])
+						if err := os.WriteFile(o, []byte("domain: other"+strconv.Itoa(i)+"\n"), 0o644); err != nil {
+							t.Error(err)
+							return
+						}
+					}
+				}
+			}()
+			t.Cleanup(func() { close(stop); <-stopped })
+			write(t, path, rulesYAML(2))
+			if got := requestsOf(t, waitLoad(t, loads, errs)); got != 2 {
+				t.Errorf("after the edit, requests = %d, want 2", got)
+			}
+		})
+	}
+}
+
 func TestWatchSameContentDoesNotReload(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "rules.yaml")
 	write(t, path, rulesYAML(1))
@@ -223,48 +279,5 @@ func TestWatchMissingPath(t *testing.T) {
 	w := config.NewWatcher(filepath.Join(t.TempDir(), "nope", "rules.yaml"), config.WatchOptions{})
 	if err := w.Run(t.Context(), nil); err == nil {
 		t.Error("Run(missing directory) = nil, want an error")
-	}
-}
-
-// TestWatchHalfWrittenFile: a file seen half-written (here by a poll) is
-// not loaded; only its complete content is, once it reads the same twice.
-func TestWatchHalfWrittenFile(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "rules.yaml")
-	write(t, path, rulesYAML(1))
-	current, err := config.Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	loads := make(chan *config.Rules, 10)
-	w := config.NewWatcher(path, config.WatchOptions{
-		OnLoad:   func(r *config.Rules) { loads <- r },
-		Poll:     200 * time.Millisecond, // a poll may catch the half-written file
-		Debounce: 500 * time.Millisecond,
-	})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error)
-	go func() { done <- w.Run(ctx, current) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run() = %v after cancel, want nil", err)
-		}
-	}()
-
-	// The first half is valid on its own: a domain with no limits.
-	for range 10 { // so that some poll reads it
-		write(t, path, "domain: d\ndescriptors:\n")
-		time.Sleep(40 * time.Millisecond)
-		write(t, path, rulesYAML(2))
-		time.Sleep(15 * time.Millisecond)
-	}
-	r := waitLoad(t, loads, nil)
-	if got := requestsOf(t, r); got != 2 {
-		t.Fatalf("first load after the writes: limit %d, want the complete file's 2", got)
-	}
-	select {
-	case r := <-loads:
-		t.Errorf("a second load: %v", r.Domains())
-	case <-time.After(100 * time.Millisecond):
 	}
 }
