@@ -18,12 +18,14 @@ import (
 	"github.com/ratelimitd/ratelimitd/config"
 )
 
-// Request bounds: larger requests get InvalidArgument.
+// Request bounds: larger requests get InvalidArgument. The rules share
+// two of them: a rule deeper than config.MaxDepth, or whose key is over
+// config.MaxKeyBytes, could never match.
 const (
 	maxDomain      = 256
 	maxDescriptors = 64
-	maxEntries     = 32
-	maxEntryBytes  = 1024 // of a key; a longer value is counted by its hash (see keyValue)
+	maxEntries     = config.MaxDepth
+	maxEntryBytes  = config.MaxKeyBytes // of a key; a longer value is counted by its digest (see appendKeyPrefix)
 	maxHits        = math.MaxUint32
 )
 
@@ -260,8 +262,8 @@ func appendKeyPrefix(b []byte, domain string, rule *config.Rule, entries []entry
 			switch lv := rule.Levels[j]; {
 			case lv.ShareThreshold && lv.Wildcard:
 				v = lv.Value
-				// IPPREFIX-MERGE case lv.IPPrefix.Set():
-				//	v = lv.IPPrefix.Apply(v)
+			case lv.IPPrefix.Set():
+				v = lv.IPPrefix.Apply(v)
 			}
 		}
 		if len(v) > maxEntryBytes {

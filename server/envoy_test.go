@@ -883,3 +883,39 @@ descriptors:
 		t.Errorf("native call with the long value: %v, want OVER_LIMIT on the same counter", nresp.GetCode())
 	}
 }
+
+// TestIPPrefix: under a rule with ip_prefix, an IP address counts by its
+// network, so that one IPv6 /64 cannot spread over 2^64 counters; values
+// that are not addresses count as they are.
+func TestIPPrefix(t *testing.T) {
+	h := newHarness(t, parseRules(t, `
+domain: ip
+descriptors:
+  - key: remote_address
+    ip_prefix: {v4: 24}
+    rate_limit: {unit: hour, requests_per_unit: 1}
+  - key: exact
+    rate_limit: {unit: hour, requests_per_unit: 1}
+`), server.Options{})
+	for i, tt := range []struct {
+		key, value string
+		want       rlsv3.RateLimitResponse_Code
+	}{
+		{"remote_address", "2001:db8:1:2::1", ok},
+		{"remote_address", "2001:db8:1:2:ffff::9", over}, // the same /64
+		{"remote_address", "2001:db8:1:3::1", ok},        // the next /64
+		{"remote_address", "10.0.0.1", ok},
+		{"remote_address", "10.0.0.200", over},      // the same /24
+		{"remote_address", "::ffff:10.0.0.7", over}, // IPv4-mapped: IPv4
+		{"remote_address", "10.0.1.1", ok},          // the next /24
+		{"remote_address", "not an address", ok},    // as it is
+		{"remote_address", "not an address", over},  // ...and counted
+		{"exact", "2001:db8:1:2::1", ok},            // no ip_prefix: per address
+		{"exact", "2001:db8:1:2::2", ok},
+	} {
+		resp := h.should(t, request("ip", desc(tt.key, tt.value)))
+		if got := resp.GetOverallCode(); got != tt.want {
+			t.Errorf("call %d: %s=%s: %v, want %v", i, tt.key, tt.value, got, tt.want)
+		}
+	}
+}

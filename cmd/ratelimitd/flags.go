@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ratelimitd/ratelimitd/config"
 	"github.com/ratelimitd/ratelimitd/internal/tlsconfig"
 	"github.com/ratelimitd/ratelimitd/server"
 )
@@ -31,6 +32,7 @@ func version() string {
 // the environment.
 type flags struct {
 	config          string
+	configLimits    config.Limits
 	grpcAddr        string
 	httpAddr        string
 	backend         string
@@ -96,6 +98,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*f
 	fs := flag.NewFlagSet("ratelimitd", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&f.config, "config", "", "rules: a YAML `file`, or a directory of *.yaml and *.yml files; watched for changes")
+	configLimitFlags(fs, &f.configLimits)
 	fs.StringVar(&f.grpcAddr, "grpc-addr", "127.0.0.1:8081", "gRPC listen `address` (Envoy RLS v3, ratelimit.v1, health, reflection)")
 	fs.StringVar(&f.httpAddr, "http-addr", "127.0.0.1:8080", "HTTP listen `address` (/healthz, /readyz, /metrics, /config, POST /json)")
 	fs.StringVar(&f.backend, "backend", "memory", "counter store: memory, or a Redis `URL`: redis://[user:pass@]host:port[/db], rediss://... (TLS),\n"+
@@ -155,7 +158,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*f
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
 	fs.BoolVar(&f.version, "version", false, "print the version and exit")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage:\n  ratelimitd --config PATH [flags]\n  ratelimitd check-config PATH\n\n")
+		fmt.Fprintf(stderr, "Usage:\n  ratelimitd --config PATH [flags]\n  ratelimitd check-config [--config-max-* flags] PATH\n\n")
 		fmt.Fprintf(stderr, "Every flag may also be set as %s<FLAG> (upper case, '-' as '_').\n\nFlags:\n", envPrefix)
 		fs.PrintDefaults()
 	}
@@ -170,21 +173,8 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*f
 		fs.Usage()
 		return nil, exitError{2}
 	}
-	set := map[string]bool{}
-	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
-	var bad error
-	fs.VisitAll(func(fl *flag.Flag) {
-		if set[fl.Name] || bad != nil {
-			return
-		}
-		if v := getenv(envName(fl.Name)); v != "" {
-			if err := fl.Value.Set(v); err != nil {
-				bad = fmt.Errorf("%s=%q: %w", envName(fl.Name), v, err)
-			}
-		}
-	})
-	if bad != nil {
-		fmt.Fprintln(stderr, "ratelimitd:", bad)
+	if err := setFromEnv(fs, getenv); err != nil {
+		fmt.Fprintln(stderr, "ratelimitd:", err)
 		return nil, exitError{2}
 	}
 	if f.version {
@@ -249,4 +239,34 @@ func isRedisURL(backend string) bool {
 		}
 	}
 	return false
+}
+
+// setFromEnv sets every flag of fs that the command line did not set
+// from its environment variable, if not empty.
+func setFromEnv(fs *flag.FlagSet, getenv func(string) string) error {
+	set := map[string]bool{}
+	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+	var bad error
+	fs.VisitAll(func(fl *flag.Flag) {
+		if set[fl.Name] || bad != nil {
+			return
+		}
+		if v := getenv(envName(fl.Name)); v != "" {
+			if err := fl.Value.Set(v); err != nil {
+				bad = fmt.Errorf("%s=%q: %w", envName(fl.Name), v, err)
+			}
+		}
+	})
+	return bad
+}
+
+// configLimitFlags defines on fs the flags of the bounds on rule files
+// that a large rule set may need raised; the others keep their defaults.
+// The daemon and check-config share them, so that both accept the same
+// files.
+func configLimitFlags(fs *flag.FlagSet, l *config.Limits) {
+	fs.Int64Var(&l.MaxBytes, "config-max-bytes", config.DefaultMaxBytes, "most bytes of rule files read, all files of --config together")
+	fs.Int64Var(&l.MaxExpandedBytes, "config-max-expanded-bytes", config.DefaultMaxExpandedBytes, "most bytes of the rule files with YAML aliases expanded (each node its text plus one byte), all files together")
+	fs.IntVar(&l.MaxRules, "config-max-rules", config.DefaultMaxRules, "most rules (descriptors, every level) of one domain")
+	fs.IntVar(&l.MaxFiles, "config-max-files", config.DefaultMaxFiles, "most rule files (*.yaml, *.yml) in a --config directory")
 }

@@ -45,7 +45,7 @@ func (e exitError) Error() string { return fmt.Sprintf("exit status %d", e.code)
 // name) until ctx is done, reading the environment through getenv.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) > 0 && args[0] == "check-config" {
-		return checkConfig(args[1:], stdout, stderr)
+		return checkConfig(args[1:], getenv, stdout, stderr)
 	}
 	cfg, err := parseFlags(args, getenv, stderr)
 	if err != nil {

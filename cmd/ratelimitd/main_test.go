@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -317,5 +318,53 @@ func TestSIGHUPReloads(t *testing.T) {
 	}
 	if got := d.limit(t); got != 3 {
 		t.Errorf("limit after SIGHUP = %d, want 3", got)
+	}
+}
+
+// TestCheckConfigBounds: check-config refuses a rule file past the bounds
+// on rule files (here, a small file whose YAML aliases expand a 100 KB
+// key into 200 nested levels: before the bounds, checking it took
+// seconds and gigabytes, and it was accepted), and the --config-max-*
+// flags and variables move the bounds for check-config as for the daemon.
+func TestCheckConfigBounds(t *testing.T) {
+	dir := t.TempDir()
+	bomb, good := filepath.Join(dir, "bomb.yaml"), filepath.Join(dir, "good.yaml")
+	var b strings.Builder
+	b.WriteString("domain: bomb\ndescriptors:\n  - key: root\n    metadata:\n      k: &k \"" + strings.Repeat("k", 100_000) + "\"\n")
+	for i := range 200 {
+		indent := strings.Repeat("    ", i+1)
+		fmt.Fprintf(&b, "%sdescriptors:\n%s  - key: *k\n", indent, indent)
+	}
+	writeFile(t, bomb, b.String())
+	writeFile(t, good, goodRules+"  - key: k2\n    rate_limit: {unit: minute, requests_per_unit: 3}\n") // 2 rules
+
+	for _, tt := range []struct {
+		name string
+		args []string
+		env  map[string]string
+		want int // exit status
+	}{
+		{"bomb", []string{bomb}, nil, 1},
+		{"good", []string{good}, nil, 0},
+		{"good under a lower bound", []string{"--config-max-rules", "1", good}, nil, 1},
+		{"good under a lower bound from the environment", []string{good}, map[string]string{"RATELIMITD_CONFIG_MAX_BYTES": "10"}, 1},
+		{"bad flag", []string{"--config-max-rules", "x", good}, nil, 2},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			err := run(t.Context(), append([]string{"check-config"}, tt.args...), func(k string) string { return tt.env[k] }, &stdout, &stderr)
+			code := 0
+			if e, ok := errors.AsType[exitError](err); ok {
+				code = e.code
+			} else if err != nil {
+				t.Fatalf("check-config: %v", err)
+			}
+			if code != tt.want {
+				t.Errorf("check-config %v = exit status %d (%s), want %d", tt.args, code, stderr.String(), tt.want)
+			}
+			if tt.name == "bomb" && !strings.Contains(stderr.String(), "bomb.yaml:") {
+				t.Errorf("check-config bomb.yaml printed %q, want the file and line", stderr.String())
+			}
+		})
 	}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -28,7 +29,7 @@ import (
 // serve runs the daemon until ctx is done, then drains and stops.
 func serve(ctx context.Context, f *flags, stderr io.Writer) error {
 	log := newLogger(f, stderr)
-	rules, err := config.Load(f.config)
+	rules, err := config.Load(f.config, config.WithLimits(f.configLimits))
 	if err != nil {
 		log.Error("invalid rules; not starting", "config", f.config, "err", err)
 		return exitError{1}
@@ -110,6 +111,7 @@ func serve(ctx context.Context, f *flags, stderr io.Writer) error {
 	}
 
 	watcher := config.NewWatcher(f.config, config.WatchOptions{
+		Limits: f.configLimits,
 		OnLoad: func(r *config.Rules) {
 			srv.SetRules(r)
 			log.Info("rules reloaded", "config", f.config, "domains", len(r.Domains()), "files", len(r.Files()))
@@ -254,18 +256,39 @@ func newLogger(f *flags, w io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, opts))
 }
 
-// checkConfig validates the rules at args[0] and exits non-zero on error.
-func checkConfig(args []string, stdout, stderr io.Writer) error {
-	if len(args) != 1 {
-		fmt.Fprintln(stderr, "usage: ratelimitd check-config PATH")
+// checkConfig validates the rules at PATH, the last of args, under the
+// bounds of the --config-max-* flags among them (or their environment
+// variables), and exits non-zero on error.
+func checkConfig(args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("ratelimitd check-config", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var limits config.Limits
+	configLimitFlags(fs, &limits)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: ratelimitd check-config [--config-max-* flags] PATH")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitError{0}
+		}
 		return exitError{2}
 	}
-	rules, err := config.Load(args[0])
+	if fs.NArg() != 1 {
+		fs.Usage()
+		return exitError{2}
+	}
+	if err := setFromEnv(fs, getenv); err != nil {
+		fmt.Fprintln(stderr, "ratelimitd:", err)
+		return exitError{2}
+	}
+	path := fs.Arg(0)
+	rules, err := config.Load(path, config.WithLimits(limits))
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return exitError{1}
 	}
-	fmt.Fprintf(stdout, "%s: ok (%s in %s)\n", args[0], count(len(rules.Domains()), "domain"), count(len(rules.Files()), "file"))
+	fmt.Fprintf(stdout, "%s: ok (%s in %s)\n", path, count(len(rules.Domains()), "domain"), count(len(rules.Files()), "file"))
 	return nil
 }
 
