@@ -169,12 +169,13 @@ func TestRedisExact(t *testing.T) {
 	}
 }
 
-// TestRedisFaults: Redis killed under load: every RPC answers within the
-// timeout, as its failure mode says; Redis restarted: decisions resume
-// within a second, without restarting ratelimitd.
+// TestRedisFaults: Redis killed under load: every RPC answers as its
+// failure mode says, and bans still refuse; Redis restarted: decisions
+// resume, without restarting ratelimitd.
 func TestRedisFaults(t *testing.T) {
 	srv := redistest.Start(t)
-	path := writeRules(t, "domain: f\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 1000000}\n")
+	path := writeRules(t, "domain: f\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 1000000}\n"+
+		"  - key: banned\n    rate_limit: {unit: hour, requests_per_unit: 0}\n")
 	const timeout = 100 * time.Millisecond
 	modes := []string{"allow", "deny", "error"}
 	procs := map[string]*process{}
@@ -241,6 +242,20 @@ func TestRedisFaults(t *testing.T) {
 		}
 		if v, _ := mfs.Value("ratelimitd_backend_errors_total", "kind=breaker_open"); v == 0 {
 			t.Errorf("%s with Redis down: ratelimitd_backend_errors_total{kind=breaker_open} = 0", m)
+		}
+	}
+	// A ban needs no counter: it refuses with Redis down, alone (never
+	// reaching the store) or beside a limited descriptor, whatever the
+	// failure mode.
+	for _, m := range modes {
+		for _, req := range []*rlsv3.RateLimitRequest{
+			rlRequest("f", "banned", "scrapy"),
+			{Domain: "f", Descriptors: append(rlRequest("f", "k", "x").Descriptors, rlRequest("f", "banned", "scrapy").Descriptors...)},
+		} {
+			resp, err := procs[m].client.ShouldRateLimit(t.Context(), req)
+			if err != nil || resp.GetOverallCode() != rlsv3.RateLimitResponse_OVER_LIMIT {
+				t.Errorf("%s with Redis down: %d descriptors with a ban: %v %v, want OVER_LIMIT", m, len(req.Descriptors), resp.GetOverallCode(), err)
+			}
 		}
 	}
 	mu.Lock()
