@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"crypto/sha256"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -235,4 +236,52 @@ func FuzzEnvoyWire(f *testing.F) {
 			t.Errorf("ShouldRateLimit(%x): %v, want a decision or InvalidArgument", b, err)
 		}
 	})
+}
+
+// TestNativeDigestMatching: a value sent as its digest matches only the
+// rules that match any value (the server never saw the value), and under
+// share_threshold it shares the rule's counter like the value would.
+func TestNativeDigestMatching(t *testing.T) {
+	h := newHarness(t, parseRules(t, `
+domain: d
+descriptors:
+  - key: path
+    value: a*
+    rate_limit: {name: a_prefix, unit: hour, requests_per_unit: 100}
+  - key: path
+    rate_limit: {name: any_path, unit: hour, requests_per_unit: 100}
+  - key: shared
+    value: "*"
+    share_threshold: true
+    rate_limit: {unit: hour, requests_per_unit: 1}
+`), server.Options{})
+	// A digest whose first byte is 'a' must not match "a*".
+	var sum [32]byte
+	for i := 0; ; i++ {
+		if sum = sha256.Sum256([]byte(strings.Repeat("v", 2000) + strconv.Itoa(i))); sum[0] == 'a' {
+			break
+		}
+	}
+	resp := h.shouldNative(t, &ratelimitv1.ShouldRateLimitRequest{Domain: "d", Descriptors: []*ratelimitv1.Descriptor{
+		{Entries: []*ratelimitv1.Entry{{Key: "path", ValueSha256: sum[:]}}},
+	}})
+	if got := resp.GetStatuses()[0].GetLimit().GetName(); got != "any_path" {
+		t.Errorf("a digest beginning with 'a' applied limit %q, want the key-only rule's any_path", got)
+	}
+	long := strings.Repeat("x", 5000)
+	sum = sha256.Sum256([]byte(long))
+	for i, e := range []*ratelimitv1.Entry{
+		{Key: "shared", Value: "x"},
+		{Key: "shared", Value: long},
+		{Key: "shared", ValueSha256: sum[:]},
+	} {
+		want := nover
+		if i == 0 {
+			want = nok
+		}
+		req := &ratelimitv1.ShouldRateLimitRequest{Domain: "d", Descriptors: []*ratelimitv1.Descriptor{{Entries: []*ratelimitv1.Entry{e}}}}
+		if got := h.shouldNative(t, req).GetCode(); got != want {
+			t.Errorf("share_threshold call %d (%s): %v, want %v: one counter for every value", i, brief(e), got, want)
+		}
+	}
 }

@@ -135,11 +135,8 @@ func checkRequest(domain string, descriptors int) error {
 
 // checkEntries checks one descriptor's entries.
 func checkEntries(i int, entries []entry) error {
-	switch {
-	case len(entries) == 0:
-		return invalid("descriptor %d has no entries", i)
-	case len(entries) > maxEntries:
-		return invalid("descriptor %d has %d entries, over the maximum %d", i, len(entries), maxEntries)
+	if err := checkEntryCount(i, len(entries)); err != nil {
+		return err
 	}
 	for j, e := range entries {
 		switch {
@@ -148,6 +145,17 @@ func checkEntries(i int, entries []entry) error {
 		case len(e.key) > maxEntryBytes:
 			return invalid("descriptor %d entry %d: key is %d bytes, over the maximum %d", i, j, len(e.key), maxEntryBytes)
 		}
+	}
+	return nil
+}
+
+// checkEntryCount checks how many entries descriptor i has.
+func checkEntryCount(i, n int) error {
+	switch {
+	case n == 0:
+		return invalid("descriptor %d has no entries", i)
+	case n > maxEntries:
+		return invalid("descriptor %d has %d entries, over the maximum %d", i, n, maxEntries)
 	}
 	return nil
 }
@@ -253,24 +261,23 @@ func appendKeyPrefix(b []byte, domain string, rule *config.Rule, entries []entry
 	b = backend.AppendKeyPart(b, domain)
 	for j, e := range entries {
 		b = backend.AppendKeyPart(b, e.key)
-		v := e.value
-		if e.digest {
-			b = backend.AppendKeyDigest(b, v)
-			continue
-		}
+		v, digest := e.value, e.digest
 		if rule != nil && j < len(rule.Levels) {
 			switch lv := rule.Levels[j]; {
 			case lv.ShareThreshold && lv.Wildcard:
-				v = lv.Value
-			case lv.IPPrefix.Set():
+				v, digest = lv.Value, false
+			case lv.IPPrefix.Set() && !digest:
 				v = lv.IPPrefix.Apply(v)
 			}
 		}
-		if len(v) > maxEntryBytes {
+		switch {
+		case digest:
+			b = backend.AppendKeyDigest(b, v)
+		case len(v) > maxEntryBytes:
 			b = backend.AppendKeyDigest(b, sha256Of(v))
-			continue
+		default:
+			b = backend.AppendKeyPart(b, v)
 		}
-		b = backend.AppendKeyPart(b, v)
 	}
 	return b
 }
@@ -372,18 +379,22 @@ func (s *Server) decide(ctx context.Context, sc *scratch) error {
 			sc.reqs[i].Key = keys[sc.spans[i][0]:sc.spans[i][1]]
 		}
 		sc.res = slices.Grow(sc.res[:0], len(sc.reqs))[:len(sc.reqs)]
-		if bans == len(sc.reqs) {
-			s.decideBans(sc) // a ban needs no counter: no store call
-		} else {
-			start := time.Now()
-			err := s.take(ctx, sc)
-			s.metrics.storeDuration.Observe(time.Since(start).Seconds())
-			if err != nil {
-				return s.storeFailed(ctx, sc, err)
-			}
-		}
 	}
-	s.verdicts(sc, backend.Refused(sc.reqs, sc.res))
+	var refused bool
+	switch {
+	case len(sc.reqs) == 0:
+	case bans == len(sc.reqs):
+		refused = s.decideBans(sc) // a ban needs no counter: no store call
+	default:
+		start := time.Now()
+		err := s.take(ctx, sc)
+		s.metrics.storeDuration.Observe(time.Since(start).Seconds())
+		if err != nil {
+			return s.storeFailed(ctx, sc, err)
+		}
+		refused = backend.Refused(sc.reqs, sc.res)
+	}
+	s.verdicts(sc, refused)
 	s.appendHeaders(sc)
 	return nil
 }

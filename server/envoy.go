@@ -33,7 +33,13 @@ func (e envoyService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitR
 func envoyFromProto(sc *scratch, req *rlsv3.RateLimitRequest) error {
 	r := &sc.req
 	r.domain = req.GetDomain()
-	for _, rd := range req.GetDescriptors() {
+	for i, rd := range req.GetDescriptors() {
+		if i == maxDescriptors {
+			return checkRequest(r.domain, len(req.GetDescriptors()))
+		}
+		if n := len(rd.GetEntries()); n > maxEntries {
+			return checkEntryCount(i, n)
+		}
 		d := envoyDesc{entries: [2]int{len(r.entries), len(r.entries)}, negative: rd.GetIsNegativeHits()}
 		for _, e := range rd.GetEntries() {
 			r.entries = append(r.entries, entry{key: e.GetKey(), value: e.GetValue()})

@@ -127,6 +127,7 @@ type envoyDesc struct {
 func decodeEnvoy(sc *scratch, b string) error {
 	r := &sc.req
 	var hits uint64
+	extra := 0 // descriptors past maxDescriptors
 	err := fields(b, func(num protowire.Number, typ protowire.Type, v uint64, m string) error {
 		switch {
 		case num == reqDomain && typ == protowire.BytesType:
@@ -134,6 +135,10 @@ func decodeEnvoy(sc *scratch, b string) error {
 		case num == reqHitsAddend && typ == protowire.VarintType:
 			hits = uint64(uint32(v))
 		case num == reqDescriptors && typ == protowire.BytesType:
+			if len(sc.envoy) == maxDescriptors { // refused below: count, but keep no more
+				extra++
+				return nil
+			}
 			return decodeEnvoyDesc(sc, m)
 		}
 		return nil
@@ -141,12 +146,16 @@ func decodeEnvoy(sc *scratch, b string) error {
 	if err != nil {
 		return err
 	}
+	if extra > 0 {
+		return checkRequest(r.domain, maxDescriptors+extra)
+	}
 	return envoyRequest(sc, hits)
 }
 
 func decodeEnvoyDesc(sc *scratch, b string) error {
 	r := &sc.req
 	d := envoyDesc{entries: [2]int{len(r.entries), len(r.entries)}}
+	extra := 0 // entries past maxEntries
 	err := fields(b, func(num protowire.Number, typ protowire.Type, v uint64, m string) error {
 		if typ == protowire.VarintType {
 			if num == descNegative {
@@ -159,6 +168,10 @@ func decodeEnvoyDesc(sc *scratch, b string) error {
 		}
 		switch num {
 		case descEntries:
+			if d.entries[1]-d.entries[0] == maxEntries { // refused below: count, but keep no more
+				extra++
+				return nil
+			}
 			var e entry
 			err := fields(m, func(num protowire.Number, typ protowire.Type, _ uint64, m string) error {
 				switch {
@@ -195,6 +208,9 @@ func decodeEnvoyDesc(sc *scratch, b string) error {
 	if err != nil {
 		return err
 	}
+	if extra > 0 {
+		return checkEntryCount(len(sc.envoy), maxEntries+extra)
+	}
 	sc.envoy = append(sc.envoy, d)
 	return nil
 }
@@ -220,6 +236,9 @@ func fields(b string, f func(num protowire.Number, typ protowire.Type, v uint64,
 		num, typ, n := protowire.ConsumeTag(p[off:])
 		if n < 0 {
 			return malformed(n)
+		}
+		if !num.IsValid() { // ConsumeTag takes numbers up to 2^31-1
+			return invalid("malformed RateLimitRequest: invalid field number %d", num)
 		}
 		off += n
 		var v uint64

@@ -1,12 +1,14 @@
 package server
 
 import (
+	"strings"
 	"testing"
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"github.com/google/go-cmp/cmp"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
@@ -39,7 +41,12 @@ func FuzzDecodeEnvoy(f *testing.F) {
 		var got, want scratch
 		gotErr := decodeEnvoy(&got, string(b))
 		if protoErr != nil {
-			return // invalid UTF-8 among others: decodeEnvoy may accept it
+			// decodeEnvoy accepts strings of any bytes, and refuses what
+			// protobuf-go refuses for any other reason.
+			if gotErr == nil && !strings.Contains(protoErr.Error(), "UTF-8") {
+				t.Errorf("decodeEnvoy accepted what protobuf-go refuses: %v", protoErr)
+			}
+			return
 		}
 		wantErr := envoyFromProto(&want, &msg)
 		if (gotErr == nil) != (wantErr == nil) {
@@ -95,4 +102,43 @@ func BenchmarkDecodeEnvoy(b *testing.B) {
 			}
 		}
 	})
+}
+
+// TestDecodeEnvoyBounded: a request of many descriptors, or of many
+// entries, is refused without keeping them: decoding stops keeping them
+// past the bounds, so that a 1 MiB request cannot leave tens of
+// megabytes in the scratch pool.
+func TestDecodeEnvoyBounded(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		msg  []byte
+		want string
+	}{
+		{"descriptors", func() []byte {
+			b := protowire.AppendString(protowire.AppendTag(nil, reqDomain, protowire.BytesType), "d")
+			for range 100_000 {
+				b = protowire.AppendBytes(protowire.AppendTag(b, reqDescriptors, protowire.BytesType), nil)
+			}
+			return b
+		}(), "100000 descriptors, over the maximum 64"},
+		{"entries", func() []byte {
+			var d []byte
+			for range 100_000 {
+				d = protowire.AppendBytes(protowire.AppendTag(d, descEntries, protowire.BytesType), nil)
+			}
+			b := protowire.AppendString(protowire.AppendTag(nil, reqDomain, protowire.BytesType), "d")
+			return protowire.AppendBytes(protowire.AppendTag(b, reqDescriptors, protowire.BytesType), d)
+		}(), "descriptor 0 has 100000 entries, over the maximum 32"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var sc scratch
+			err := decodeEnvoy(&sc, string(tt.msg))
+			if err == nil || err.Error() != tt.want {
+				t.Errorf("decodeEnvoy = %v, want %q", err, tt.want)
+			}
+			if cap(sc.envoy) > maxDescriptors || cap(sc.req.entries) > maxDescriptors*maxEntries {
+				t.Errorf("decodeEnvoy kept %d descriptors and %d entries", cap(sc.envoy), cap(sc.req.entries))
+			}
+		})
+	}
 }

@@ -44,9 +44,15 @@ func nativeRequest(sc *scratch, req *ratelimitv1.ShouldRateLimitRequest) error {
 	if hits == 0 {
 		hits = 1
 	}
+	if err := checkRequest(req.GetDomain(), len(req.GetDescriptors())); err != nil {
+		return err
+	}
 	r := &sc.req
 	r.domain = req.GetDomain()
 	for i, rd := range req.GetDescriptors() {
+		if err := checkEntryCount(i, len(rd.GetEntries())); err != nil {
+			return err
+		}
 		from := len(r.entries)
 		for j, e := range rd.GetEntries() {
 			ent := entry{key: e.GetKey(), value: e.GetValue()}

@@ -49,9 +49,16 @@ type entry struct {
 // GetKey implements config.Entry.
 func (e entry) GetKey() string { return e.key }
 
-// GetValue implements config.Entry. A digest matches only the rules that
-// match any value: a key-only rule, or a wildcard such as "*".
-func (e entry) GetValue() string { return e.value }
+// GetValue implements config.Entry. A digest stands for a value the
+// server never saw, so it matches only the rules that match any value:
+// for config.Match it is "", which no exact rule holds (an empty value
+// is a key-only rule) and only wildcards made of '*' alone match.
+func (e entry) GetValue() string {
+	if e.digest {
+		return ""
+	}
+	return e.value
+}
 
 // reset empties r, keeping its memory.
 func (r *request) reset() {

@@ -310,7 +310,9 @@ func (s *Server) ready() (bool, string) {
 func (s *Server) getScratch() *scratch { return s.scratches.Get().(*scratch) }
 
 func (s *Server) putScratch(sc *scratch) {
-	if cap(sc.keys) > 64<<10 { // do not pool the memory of a huge request
+	// Do not pool the memory of a huge request. (Decoding stops past the
+	// bounds on descriptors and entries, which keep the others small.)
+	if cap(sc.keys) > 64<<10 || cap(sc.req.entries) > maxDescriptors*maxEntries {
 		return
 	}
 	sc.reset()
