@@ -3,11 +3,19 @@
 // ratelimit.v1.RateLimitService on one gRPC server, with gRPC health and
 // reflection, and the HTTP endpoints /json, /healthz and /readyz.
 //
-// Both faces run one engine. For each request descriptor it finds the
+// The faces (Envoy's over gRPC and /json, the native API) only decode
+// their messages into the engine's transport-free request and map its
+// errors to their own codes. Keys and values are bytes: Envoy's request is
+// read from the wire by the server's own codec (see GRPCOptions), since
+// Envoy copies headers, which may hold any byte, into values that
+// protobuf strings could not hold.
+//
+// Every face runs one engine. For each request descriptor it finds the
 // rule that applies (config.Match), builds one counter key per limit
 // (domain, every entry, algorithm and window, length-prefixed), drops the
 // limits another matched limit replaces, and asks the backend.Store to
-// decide them all at once: a refused request consumes nothing. It then
+// decide them all at once: a refused request consumes nothing. Bans need
+// no counter and are decided without the store. It then
 // reports one status per descriptor (the limit that refused, else the one
 // with the least remaining) and the headers the caller should send.
 //

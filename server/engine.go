@@ -91,7 +91,6 @@ func (d *desc) limits() []config.RuleLimit {
 type scratch struct {
 	req      request     // what the face decoded
 	envoy    []envoyDesc // Envoy's descriptors, while an Envoy face decodes
-	domain   string
 	descs    []desc
 	reqs     []backend.Request
 	res      []backend.Result
@@ -106,7 +105,6 @@ func (sc *scratch) reset() {
 	sc.req.reset()
 	sc.envoy = sc.envoy[:0]
 	clear(sc.descs) // drop rule pointers so old rule sets can be collected
-	sc.domain = ""
 	sc.descs = sc.descs[:0]
 	clear(sc.reqs)
 	sc.reqs = sc.reqs[:0]
@@ -175,7 +173,6 @@ func (s *Server) match(sc *scratch) error {
 		return err
 	}
 	d := s.rules.Load().Domain(r.domain)
-	sc.domain = r.domain
 	for i := range r.descs {
 		if err := addDescriptor(sc, d, &r.descs[i]); err != nil {
 			return err
@@ -215,7 +212,7 @@ func addDescriptor(sc *scratch, d *config.DomainRules, rd *descriptor) error {
 		}
 	}
 	ds.key = [2]int{len(sc.keys), 0}
-	sc.keys = appendKeyPrefix(sc.keys, sc.domain, rule, entries)
+	sc.keys = appendKeyPrefix(sc.keys, sc.req.domain, rule, entries)
 	ds.key[1] = len(sc.keys)
 	if ds.unlimited() {
 		sc.replaced = append(sc.replaced, ds.rule.Replaces...)
@@ -451,7 +448,7 @@ func (s *Server) verdicts(sc *scratch, refused bool) {
 				retry:     r.RetryAfter,
 			}
 		}
-		s.countRule(sc.domain, ds, v, dec.over)
+		s.countRule(sc.req.domain, ds, v, dec.over)
 		dec.statuses = append(dec.statuses, v)
 	}
 }
@@ -463,7 +460,7 @@ func (s *Server) take(ctx context.Context, sc *scratch) error {
 		return s.store.Take(ctx, sc.reqs, sc.res)
 	}
 	ctx, span := s.tracer.Start(ctx, "ratelimitd.backend.Take", trace.WithAttributes(
-		attribute.String("ratelimitd.domain", printable(sc.domain)),
+		attribute.String("ratelimitd.domain", printable(sc.req.domain)),
 		attribute.Int("ratelimitd.descriptors", len(sc.descs)),
 		attribute.Int("ratelimitd.counters", len(sc.reqs)),
 	))
@@ -548,7 +545,7 @@ func (s *Server) failureAnswer(sc *scratch, refused bool) {
 			dec.over = true
 		}
 		if v.limited {
-			s.countRule(sc.domain, ds, v, dec.over)
+			s.countRule(sc.req.domain, ds, v, dec.over)
 		}
 		dec.statuses = append(dec.statuses, v)
 	}
