@@ -84,7 +84,7 @@ func NewClient(rawURL string, o ClientOptions) (goredis.UniversalClient, error) 
 	case "":
 		opt, err := goredis.ParseURL(plain)
 		if err != nil {
-			return nil, fmt.Errorf("redis URL %q: %w", Redact(rawURL), unwrapURLError(err))
+			return nil, fmt.Errorf("redis URL %q: %w", Redact(rawURL), urlError(rawURL, err))
 		}
 		o.settle(fields{&opt.PoolSize, &opt.MaxRetries, &opt.DialerRetries, &opt.DialTimeout, &opt.ReadTimeout,
 			&opt.WriteTimeout, &opt.PoolTimeout, &opt.DialerRetryTimeout, &opt.ContextTimeoutEnabled, &opt.TLSConfig}, tlsConf, false)
@@ -96,7 +96,7 @@ func NewClient(rawURL string, o ClientOptions) (goredis.UniversalClient, error) 
 	case "cluster":
 		opt, err := goredis.ParseClusterURL(plain)
 		if err != nil {
-			return nil, fmt.Errorf("redis URL %q: %w", Redact(rawURL), unwrapURLError(err))
+			return nil, fmt.Errorf("redis URL %q: %w", Redact(rawURL), urlError(rawURL, err))
 		}
 		o.settle(fields{&opt.PoolSize, &opt.MaxRetries, &opt.DialerRetries, &opt.DialTimeout, &opt.ReadTimeout,
 			&opt.WriteTimeout, &opt.PoolTimeout, &opt.DialerRetryTimeout, &opt.ContextTimeoutEnabled, &opt.TLSConfig}, tlsConf, true)
@@ -117,7 +117,7 @@ func NewClient(rawURL string, o ClientOptions) (goredis.UniversalClient, error) 
 	default:
 		opt, err := goredis.ParseFailoverURL(plain)
 		if err != nil {
-			return nil, fmt.Errorf("redis URL %q: %w", Redact(rawURL), unwrapURLError(err))
+			return nil, fmt.Errorf("redis URL %q: %w", Redact(rawURL), urlError(rawURL, err))
 		}
 		if opt.MasterName == "" {
 			return nil, fmt.Errorf("redis URL %q: a sentinel URL needs master_name=NAME", Redact(rawURL))
@@ -210,8 +210,15 @@ func (o ClientOptions) tls() (*tls.Config, error) {
 	return c, nil
 }
 
-// unwrapURLError drops the URL that a url.Error quotes, password and all.
-func unwrapURLError(err error) error {
+// urlError returns err, from parsing rawURL, for a message: the parser's
+// reason without the URL it repeats, or, when rawURL holds a password,
+// only that it does not parse. The parser's reasons quote what they could
+// not read, which may be part of the password: "invalid port \":hun\"
+// after host" for redis://:hun/ter2@host.
+func urlError(rawURL string, err error) error {
+	if Redact(rawURL) != rawURL {
+		return errors.New("not a valid URL (the reason is not shown, as it may quote the password: check the URL's escapes, host and port)")
+	}
 	if ue, ok := errors.AsType[*url.Error](err); ok {
 		return ue.Err
 	}

@@ -156,6 +156,16 @@ func TestNoSecretInErrors(t *testing.T) {
 			t.Errorf("Redact(%q) = %q, carries the password", url, got)
 		}
 	}
+	// The URL parser's reasons quote what they could not read, which may
+	// be a piece of the password.
+	for url, piece := range map[string]string{
+		"redis://:hun/ter2@h:1": ":hun",
+		"redis://:p%zzw@h:1":    "%zz",
+	} {
+		if _, err := redis.NewClient(url, redis.ClientOptions{}); err == nil || strings.Contains(err.Error(), piece) {
+			t.Errorf("NewClient(%q) = %v, want an error without %q", url, err, piece)
+		}
+	}
 
 	srv := redistest.Start(t, "--user", "alice", "on", ">the-real-one", "~*", "+@all")
 	var logs bytes.Buffer
