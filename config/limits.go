@@ -81,25 +81,20 @@ func DefaultLimits() Limits {
 // defaults.
 func (l Limits) orDefaults() Limits {
 	d := DefaultLimits()
-	if l.MaxBytes <= 0 {
-		l.MaxBytes = d.MaxBytes
-	}
-	if l.MaxExpandedBytes <= 0 {
-		l.MaxExpandedBytes = d.MaxExpandedBytes
-	}
-	if l.MaxRules <= 0 {
-		l.MaxRules = d.MaxRules
-	}
-	if l.MaxFiles <= 0 {
-		l.MaxFiles = d.MaxFiles
-	}
-	if l.MaxPathBytes <= 0 {
-		l.MaxPathBytes = d.MaxPathBytes
-	}
-	if l.MaxWildcards <= 0 {
-		l.MaxWildcards = d.MaxWildcards
-	}
+	orDefault(&l.MaxBytes, d.MaxBytes)
+	orDefault(&l.MaxExpandedBytes, d.MaxExpandedBytes)
+	orDefault(&l.MaxRules, d.MaxRules)
+	orDefault(&l.MaxFiles, d.MaxFiles)
+	orDefault(&l.MaxPathBytes, d.MaxPathBytes)
+	orDefault(&l.MaxWildcards, d.MaxWildcards)
 	return l
+}
+
+// orDefault sets *v to def when it is zero or negative.
+func orDefault[T int | int64](v *T, def T) {
+	if *v <= 0 {
+		*v = def
+	}
 }
 
 // An Option changes how Load, Parse and Compile work.

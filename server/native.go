@@ -56,22 +56,17 @@ func nativeRequest(sc *scratch, req *ratelimitv1.ShouldRateLimitRequest) error {
 		from := len(r.entries)
 		for j, e := range rd.GetEntries() {
 			ent := entry{key: e.GetKey(), value: e.GetValue()}
-			set := 0
-			for _, f := range [...]bool{e.GetValue() != "", len(e.GetRawValue()) > 0, len(e.GetValueSha256()) > 0} {
-				if f {
-					set++
-				}
-			}
+			raw, sum := e.GetRawValue(), e.GetValueSha256()
 			switch {
-			case set > 1:
+			case len(raw) > 0 && (ent.value != "" || len(sum) > 0), len(sum) > 0 && ent.value != "":
 				return invalid("descriptor %d entry %d: set one of value, raw_value and value_sha256", i, j)
-			case len(e.GetRawValue()) > 0:
-				ent.value = string(e.GetRawValue())
-			case len(e.GetValueSha256()) > 0:
-				if len(e.GetValueSha256()) != sha256.Size {
-					return invalid("descriptor %d entry %d: value_sha256 is %d bytes, want %d", i, j, len(e.GetValueSha256()), sha256.Size)
+			case len(raw) > 0:
+				ent.value = string(raw)
+			case len(sum) > 0:
+				if len(sum) != sha256.Size {
+					return invalid("descriptor %d entry %d: value_sha256 is %d bytes, want %d", i, j, len(sum), sha256.Size)
 				}
-				ent.value, ent.digest = string(e.GetValueSha256()), true
+				ent.value, ent.digest = string(sum), true
 			}
 			r.entries = append(r.entries, ent)
 		}
