@@ -54,6 +54,12 @@ type Request struct {
 	// Key identifies the counter; see AppendKey. Stores may hash it but
 	// must not confuse two keys.
 	Key string
+	// Tag names the counters that must live together: a store that
+	// spreads counters over nodes (Redis Cluster) keeps the requests of
+	// one Tag on one node, so that they are decided atomically. The
+	// engine sets it to the descriptor's part of Key, so that a
+	// descriptor's limits stand or fall together. Empty means Key.
+	Tag string
 	// Limit is the limit to apply to the counter.
 	Limit Limit
 	// Hits is how much the request consumes; zero checks without consuming.

@@ -95,7 +95,7 @@ type scratch struct {
 	reqs     []backend.Request
 	res      []backend.Result
 	keys     []byte
-	spans    [][2]int // each request's key, in keys after the prefixes
+	spans    [][3]int // each request's key, in keys after the prefixes: start, end of the descriptor part (its Tag), end
 	replaced []string
 	buf      []byte
 	dec      decision
@@ -359,7 +359,7 @@ func (s *Server) decide(ctx context.Context, sc *scratch) error {
 			start := len(sc.keys) - keysFrom
 			sc.keys = append(sc.keys, sc.keys[ds.key[0]:ds.key[1]]...)
 			sc.keys = backend.AppendKeySuffix(sc.keys, l.Limit)
-			sc.spans = append(sc.spans, [2]int{start, len(sc.keys) - keysFrom})
+			sc.spans = append(sc.spans, [3]int{start, start + ds.key[1] - ds.key[0], len(sc.keys) - keysFrom})
 			sc.reqs = append(sc.reqs, backend.Request{
 				Limit:           l.Limit,
 				Hits:            ds.hits,
@@ -373,7 +373,8 @@ func (s *Server) decide(ctx context.Context, sc *scratch) error {
 	if len(sc.reqs) > 0 {
 		keys := string(sc.keys[keysFrom:]) // one allocation for every key of the request, prefixes left out
 		for i := range sc.reqs {
-			sc.reqs[i].Key = keys[sc.spans[i][0]:sc.spans[i][1]]
+			sc.reqs[i].Key = keys[sc.spans[i][0]:sc.spans[i][2]]
+			sc.reqs[i].Tag = keys[sc.spans[i][0]:sc.spans[i][1]] // the descriptor's part
 		}
 		sc.res = slices.Grow(sc.res[:0], len(sc.reqs))[:len(sc.reqs)]
 	}

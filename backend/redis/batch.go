@@ -13,7 +13,7 @@ import (
 
 // Batching, on standalone Redis and Sentinel: concurrent calls are queued,
 // and a flusher takes what has queued up and decides it in one script run
-// ("multi"), one call after the other. A lone call goes out at once, in a
+// , one call after the other. A lone call goes out at once, in a
 // batch of one; under load, the calls that arrive while a batch is on the
 // wire go out together in the next (flush when idle). One command per
 // batch instead of one per call saves most of the per-command cost on
@@ -56,34 +56,21 @@ const (
 	maxBatch = 128
 	// heavyRequests is the most requests a batched call may have.
 	heavyRequests = 16
-	// heavyLog is the largest sliding_log limit a batched call may have:
-	// the script reads and writes a log whole, and a log holds up to one
-	// entry per request of its limit (10,000 at most).
-	heavyLog = 1000
 )
 
 // heavy reports whether a call is decided in a script run of its own
-// rather than batched: it has more than heavyRequests requests, or a
-// sliding_log limit above heavyLog requests.
+// rather than batched: it has more than heavyRequests requests. (A
+// sliding log costs the script the same whatever its length: see
+// take.lua.)
 func heavy(reqs []backend.Request) bool {
-	if len(reqs) > heavyRequests {
-		return true
-	}
-	for i := range reqs {
-		if reqs[i].Limit.Algorithm == backend.SlidingLog && reqs[i].Limit.Requests > heavyLog {
-			return true
-		}
-	}
-	return false
+	return len(reqs) > heavyRequests
 }
 
-// encode returns a call's share of a "multi" script run: its number of
-// requests, then their keys and fields. The caller encodes it, so that
-// the batch never reads the caller's requests.
+// encode returns a call's share of a batched script run. The caller
+// encodes it, so that the batch never reads the caller's requests.
 func (s *Store) encode(reqs []backend.Request) *call {
-	c := callPool.Get().(*call)
-	c.keys, c.args = c.keys[:0], append(c.args[:0], len(reqs))
-	c.appendRequests(s, reqs, nil, "", nil, nil)
+	c := getCall()
+	c.appendCall(s.prefix, reqs, nil, "", nil, nil)
 	return c
 }
 
@@ -201,9 +188,9 @@ func (b *batcher) flush() {
 // calls, and completes its calls.
 func (b *batcher) run(batch []*pending) {
 	s := b.s
-	c := callPool.Get().(*call)
+	c := getCall()
 	defer c.free()
-	c.keys, c.args = c.keys[:0], append(c.args[:0], s.nowArg(), "multi", 0)
+	c.header(opTake, s.nowMicros(), 0)
 	live := batch[:0]
 	var deadline time.Time
 	for _, p := range batch {
@@ -215,7 +202,7 @@ func (b *batcher) run(batch []*pending) {
 			continue
 		}
 		c.keys = append(c.keys, p.call.keys...)
-		c.args = append(c.args, p.call.args...)
+		c.arg = append(c.arg, p.call.arg...)
 		p.call.free()
 		if p.deadline.After(deadline) {
 			deadline = p.deadline
@@ -225,22 +212,22 @@ func (b *batcher) run(batch []*pending) {
 	if len(live) == 0 {
 		return
 	}
-	c.args[2] = len(live)
+	c.setCalls(len(live))
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	err := s.guard("redis", func() error {
-		vals, err := takeScript.Run(ctx, s.client, c.keys, c.args...).Int64Slice()
+		reply, err := c.run(ctx, s.client)
 		if err != nil {
 			return err
 		}
-		if len(vals) != 4*len(c.keys) { // one key and 4 numbers per request
-			return fmt.Errorf("script returned %d numbers for %d requests", len(vals), len(c.keys))
+		if len(reply) != resultSize*len(c.keys) { // one key and one result per request
+			return fmt.Errorf("script replied %d bytes for %d requests", len(reply), len(c.keys))
 		}
 		for _, p := range live {
-			n := len(p.res)
+			n := resultSize * len(p.res)
 			if p.state.CompareAndSwap(waiting, claimed) {
-				p.err = parse(vals[:4*n], 4, p.res, nil, nil)
+				p.err = decode(reply[:n], opTake, p.res, nil, nil)
 			}
-			vals = vals[4*n:]
+			reply = reply[n:]
 		}
 		return nil
 	})

@@ -2,9 +2,12 @@ package redis_test
 
 import (
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/ratelimitd/ratelimitd/backend"
 	"github.com/ratelimitd/ratelimitd/backend/redis"
@@ -13,9 +16,13 @@ import (
 
 // BenchmarkTake: calls of 1 and 3 descriptors from 32 concurrent callers
 // (as the load benchmark's) on standalone Redis, over 10,000 keys: batched
-// into shared script runs (the default), and one script run per call.
+// into shared script runs (the default), and one script run per call. It
+// reports Redis's own time in the script per call (redis-µs/op, from INFO
+// commandstats), the cost that every replica's calls add up to on one
+// Redis.
 func BenchmarkTake(b *testing.B) {
 	srv := redistest.Start(b)
+	rdb := srv.Client(b)
 	for _, bc := range []struct {
 		name string
 		opts redis.Options
@@ -23,42 +30,132 @@ func BenchmarkTake(b *testing.B) {
 		{"batch", redis.Options{}},
 		{"per-call", redis.Options{NoBatch: true}},
 	} {
-		for _, descs := range []int{1, 3} {
-			b.Run(bc.name+"/descriptors="+strconv.Itoa(descs), func(b *testing.B) {
-				client, err := redis.NewClient("redis://"+srv.Addr, redis.ClientOptions{ReadTimeout: time.Second, WriteTimeout: time.Second})
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer client.Close()
-				bc.opts.LocalCache = -1
-				s, err := redis.New(client, bc.opts)
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer s.Close()
-				l := backend.Limit{Requests: 1 << 30, Window: time.Hour}
-				keys := make([]string, 10_000)
-				for i := range keys {
-					keys[i] = string(backend.AppendKeySuffix(backend.AppendKeyPart(nil, "u"+strconv.Itoa(i)), l))
-				}
-				var next atomic.Uint64
-				b.SetParallelism(16) // 16 × GOMAXPROCS (2) = 32 callers
-				b.ReportAllocs()
-				b.ResetTimer()
-				b.RunParallel(func(pb *testing.PB) {
-					reqs := make([]backend.Request, descs)
-					res := make([]backend.Result, descs)
-					for pb.Next() {
-						for i := range reqs {
-							reqs[i] = backend.Request{Key: keys[next.Add(1)%uint64(len(keys))], Limit: l, Hits: 1, Group: i}
-						}
-						if err := s.Take(b.Context(), reqs, res); err != nil {
-							b.Error(err)
-							return
-						}
+		for _, a := range []backend.Algorithm{backend.SlidingWindow, backend.FixedWindow} {
+			for _, descs := range []int{1, 3} {
+				b.Run(bc.name+"/"+a.String()+"/descriptors="+strconv.Itoa(descs), func(b *testing.B) {
+					s := benchStore(b, srv.Addr, bc.opts)
+					l := backend.Limit{Algorithm: a, Requests: 1 << 30, Window: time.Hour}
+					keys := make([]string, 10_000)
+					for i := range keys {
+						keys[i] = string(backend.AppendKeySuffix(backend.AppendKeyPart(nil, "u"+strconv.Itoa(i)), l))
 					}
+					var next atomic.Uint64
+					b.SetParallelism(16) // 16 × GOMAXPROCS (2) = 32 callers
+					b.ReportAllocs()
+					script := scriptTime(b, rdb)
+					b.ResetTimer()
+					b.RunParallel(func(pb *testing.PB) {
+						reqs := make([]backend.Request, descs)
+						res := make([]backend.Result, descs)
+						for pb.Next() {
+							for i := range reqs {
+								reqs[i] = backend.Request{Key: keys[next.Add(1)%uint64(len(keys))], Limit: l, Hits: 1, Group: i}
+							}
+							if err := s.Take(b.Context(), reqs, res); err != nil {
+								b.Error(err)
+								return
+							}
+						}
+					})
+					b.StopTimer()
+					script()
 				})
-			})
+			}
 		}
+	}
+}
+
+// BenchmarkSlidingLog: one call at a time on a sliding log of 10,000
+// requests per hour that already holds n entries (each call adds one),
+// and Redis's time in the script per call.
+func BenchmarkSlidingLog(b *testing.B) {
+	srv := redistest.Start(b)
+	rdb := srv.Client(b)
+	for _, n := range []int{100, 9_000} {
+		b.Run("entries="+strconv.Itoa(n), func(b *testing.B) {
+			clock := time.Unix(1_700_000_000, 0)
+			s := benchStore(b, srv.Addr, redis.Options{Now: func() time.Time { return clock }})
+			l := backend.Limit{Algorithm: backend.SlidingLog, Requests: 10_000, Window: time.Hour}
+			key := string(backend.AppendKeySuffix(backend.AppendKeyPart(nil, "log"+strconv.Itoa(n)), l))
+			reqs := []backend.Request{{Key: key, Limit: l, Hits: 1}}
+			res := make([]backend.Result, 1)
+			for range n {
+				clock = clock.Add(time.Microsecond)
+				if err := s.Take(b.Context(), reqs, res); err != nil {
+					b.Fatal(err)
+				}
+			}
+			script := scriptTime(b, rdb)
+			b.ResetTimer()
+			for i := range b.N {
+				// Stay within 9,000..10,000 entries: every 1,000 calls, drop
+				// back by deleting the key and refilling outside the timer.
+				if i > 0 && i%1000 == 0 {
+					b.StopTimer()
+					rdb.Del(b.Context(), "ratelimitd:v2:"+key)
+					for range n {
+						clock = clock.Add(time.Microsecond)
+						_ = s.Take(b.Context(), reqs, res)
+					}
+					b.StartTimer()
+				}
+				clock = clock.Add(time.Microsecond)
+				if err := s.Take(b.Context(), reqs, res); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			script()
+		})
+	}
+}
+
+func benchStore(b *testing.B, addr string, opts redis.Options) *redis.Store {
+	client, err := redis.NewClient("redis://"+addr, redis.ClientOptions{ReadTimeout: time.Second, WriteTimeout: time.Second})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { client.Close() })
+	opts.LocalCache = -1
+	opts.Timeout = time.Second
+	s, err := redis.New(client, opts)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { s.Close() })
+	return s
+}
+
+// scriptTime starts measuring Redis's time in scripts (EVALSHA and EVAL,
+// from INFO commandstats); the function it returns reports it per op.
+func scriptTime(b *testing.B, rdb *goredis.Client) func() {
+	read := func() (usec, calls float64) {
+		info, err := rdb.Info(b.Context(), "commandstats").Result()
+		if err != nil {
+			b.Fatal(err)
+		}
+		for line := range strings.Lines(info) {
+			name, stats, ok := strings.Cut(strings.TrimSpace(line), ":")
+			if !ok || (name != "cmdstat_evalsha" && name != "cmdstat_eval") {
+				continue
+			}
+			for field := range strings.SplitSeq(stats, ",") {
+				k, v, _ := strings.Cut(field, "=")
+				f, _ := strconv.ParseFloat(v, 64)
+				switch k {
+				case "usec":
+					usec += f
+				case "calls":
+					calls += f
+				}
+			}
+		}
+		return usec, calls
+	}
+	usec0, calls0 := read()
+	return func() {
+		usec, calls := read()
+		b.ReportMetric((usec-usec0)/float64(b.N), "redis-µs/op")
+		b.ReportMetric(float64(b.N)/max(calls-calls0, 1), "ops/script")
 	}
 }

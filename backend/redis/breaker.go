@@ -42,22 +42,35 @@ type node struct {
 // ctx must be the store's (see detach), not a caller's: every error of f
 // counts as the node's failure.
 func (s *Store) guard(name string, f func() error) error {
-	n := s.node(name)
-	if n.b.State() != gobreaker.StateClosed {
-		s.startProbe(n)
-		return fmt.Errorf("%w: %s", ErrUnavailable, name)
-	}
-	done, err := n.b.Allow()
+	done, err := s.admit(name)
 	if err != nil {
-		s.startProbe(n)
-		return fmt.Errorf("%w: %s", ErrUnavailable, name)
+		return err
 	}
 	err = f()
 	done(err)
-	if err != nil && n.b.State() != gobreaker.StateClosed {
-		s.startProbe(n)
-	}
 	return err
+}
+
+// admit asks the circuit breaker of the node named name for one call: it
+// fails with ErrUnavailable when the breaker is not closed, or returns
+// the function that reports the call's outcome.
+func (s *Store) admit(name string) (done func(error), err error) {
+	n := s.node(name)
+	if n.b.State() != gobreaker.StateClosed {
+		s.startProbe(n)
+		return nil, fmt.Errorf("%w: %s", ErrUnavailable, name)
+	}
+	report, err := n.b.Allow()
+	if err != nil {
+		s.startProbe(n)
+		return nil, fmt.Errorf("%w: %s", ErrUnavailable, name)
+	}
+	return func(err error) {
+		report(err)
+		if err != nil && n.b.State() != gobreaker.StateClosed {
+			s.startProbe(n)
+		}
+	}, nil
 }
 
 // node returns the node named name, with a closed breaker if new.

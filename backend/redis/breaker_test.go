@@ -239,7 +239,7 @@ func TestClusterRefund(t *testing.T) {
 	mustTake(t, s, reqs...) // both slots admitted; reqs[0] is at its limit
 	before := remaining()
 
-	marker := []byte("$6\r\nrefund\r\n") // ARGV[2] of a refund
+	marker := redis.RefundMarker(1) // the refund of the free slot's request
 	faults.FailMatching(marker, 1)
 	if res := mustTake(t, s, reqs...); !backend.Refused(reqs, res) {
 		t.Fatalf("call over a full and a free slot: admitted %+v", res)

@@ -3,10 +3,10 @@ package redis
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
-	"strconv"
+	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -15,21 +15,21 @@ import (
 )
 
 // takeCluster decides a call on Redis Cluster. The keys of one descriptor
-// share a hash tag, so one descriptor's limits are decided in one slot,
-// atomically. A call over one tag runs one script, as on standalone; a call
-// over several runs one "part" script per tag, in parallel, each deciding
-// as if the call were admitted; if the call is refused after all, a
-// "refund" gives back what the admitted parts took. Admitted hits never
-// exceed a limit, and a refused call leaves no lasting consumption, but a
-// concurrent call may see the hits of a call being refunded. (A
-// descriptor's limits share a tag when their keys share the descriptor
-// part, as the engine's keys do; a group over several tags is decided as
-// several parts, and refunded likewise.)
+// share a hash tag (see tagOf), so one descriptor's limits are decided in
+// one slot, atomically. A call over one tag runs one script, as on
+// standalone; a call over several runs one opPart script per tag, each
+// deciding as if the call were admitted, all of them in one pipeline: one
+// round trip per node, the nodes in parallel (Cluster refuses a script
+// over several slots). If the call is refused after all, an opRefund
+// gives back what the admitted parts took. Admitted hits never exceed a
+// limit, and a refused call leaves no lasting consumption, but a
+// concurrent call may see the hits of a call being refunded. (A group
+// over several tags is decided as several parts, and refunded likewise.)
 func (s *Store) takeCluster(ctx context.Context, reqs []backend.Request, res []backend.Result) error {
 	tags := make([]string, len(reqs))
 	var parts [][]int // request indices per tag, in order of first use
 	for i := range reqs {
-		tags[i] = tagOf(reqs[i].Key)
+		tags[i] = tagOf(&reqs[i])
 		found := false
 		for p, idx := range parts {
 			if tags[idx[0]] == tags[i] {
@@ -43,11 +43,11 @@ func (s *Store) takeCluster(ctx context.Context, reqs []backend.Request, res []b
 		}
 	}
 	if len(parts) == 1 {
-		return s.runPart(ctx, "take", reqs, res, parts[0], tags[0], nil)
+		return s.runParts(ctx, opTake, reqs, res, parts, tags, nil, nil, true)[0]
 	}
 
 	stamps := make([]int64, len(reqs))
-	errs := s.runParts(ctx, reqs, res, parts, tags, stamps)
+	errs := s.runParts(ctx, opPart, reqs, res, parts, tags, stamps, nil, true)
 	failed := errors.Join(errs...)
 	refused := failed != nil || backend.Refused(reqs, res)
 	// Give back what a part took but the whole call does not: all of a
@@ -56,7 +56,7 @@ func (s *Store) takeCluster(ctx context.Context, reqs []backend.Request, res []b
 	// have run out) and outside the breakers: it is no news of a node's
 	// health. It reports the results of its whole part afresh.
 	var back [][]int
-	var extra []int64
+	var extra []uint8
 	for p, idx := range parts {
 		if errs[p] != nil {
 			continue
@@ -67,9 +67,9 @@ func (s *Store) takeCluster(ctx context.Context, reqs []backend.Request, res []b
 			took := !r.ConsumeWhenOver && r.Hits > 0 && !r.Limit.Ban() && !groupOver(reqs, res, idx, i)
 			if took && !backend.Consumes(reqs, res, refused, i) {
 				if extra == nil {
-					extra = make([]int64, len(reqs))
+					extra = make([]uint8, len(reqs))
 				}
-				extra[i] = 64 // give back
+				extra[i] = flagGiveBack
 				give = true
 			}
 		}
@@ -82,19 +82,13 @@ func (s *Store) takeCluster(ctx context.Context, reqs []backend.Request, res []b
 		for _, idx := range back {
 			for _, i := range idx {
 				if res[i].OverLimit {
-					extra[i] += 128 // was over
+					extra[i] |= flagWasOver
 				}
 			}
 		}
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
 		defer cancel()
-		errs := make([]error, len(back))
-		var wg sync.WaitGroup
-		for k, idx := range back {
-			wg.Go(func() { errs[k] = s.refundRetry(rctx, reqs, res, idx, tags[idx[0]], stamps, extra) })
-		}
-		wg.Wait()
-		for _, err := range errs {
+		for _, err := range s.refundRetry(rctx, reqs, res, back, tags, stamps, extra) {
 			if err != nil {
 				// The hits stay counted until their window ends (or the
 				// bucket refills); the call's decision stands.
@@ -106,57 +100,130 @@ func (s *Store) takeCluster(ctx context.Context, reqs []backend.Request, res []b
 	return failed
 }
 
-// runParts runs "part" on every part in parallel and returns each one's
-// error.
-func (s *Store) runParts(ctx context.Context, reqs []backend.Request, res []backend.Result, parts [][]int, tags []string, stamps []int64) []error {
+// runParts runs op on every part (request indices of reqs sharing a tag)
+// in one pipeline, and returns each part's error. go-redis sends each node
+// its parts in one round trip, the nodes in parallel. With guarded, each
+// part runs under its node's circuit breaker.
+func (s *Store) runParts(ctx context.Context, op byte, reqs []backend.Request, res []backend.Result, parts [][]int, tags []string, stamps []int64, extra []uint8, guarded bool) []error {
 	errs := make([]error, len(parts))
-	var wg sync.WaitGroup
-	for p, idx := range parts[1:] {
-		wg.Go(func() { errs[p+1] = s.runPart(ctx, "part", reqs, res, idx, tags[idx[0]], stamps) })
-	}
-	errs[0] = s.runPart(ctx, "part", reqs, res, parts[0], tags[parts[0][0]], stamps)
-	wg.Wait()
-	return errs
-}
-
-// runPart runs op ("take" or "part") over the requests idx, which share
-// tag, under the circuit breaker of their node.
-func (s *Store) runPart(ctx context.Context, op string, reqs []backend.Request, res []backend.Result, idx []int, tag string, stamps []int64) error {
-	c := s.newCall(op, reqs, idx, tag)
-	defer c.free()
-	per := 4
-	if op == "part" {
-		per = 5
-	}
-	//nolint:contextcheck // a probe that guard may start runs on the store's context, never a call's
-	return s.guard(s.nodeOf(ctx, c.keys[0]), func() error {
-		vals, err := takeScript.Run(ctx, s.client, c.keys, c.args...).Int64Slice()
-		if err != nil {
-			return err
+	calls := make([]*call, len(parts))
+	dones := make(map[string]func(error), len(parts))
+	nodes := make([]string, len(parts))
+	now := s.nowMicros()
+	for p, idx := range parts {
+		c := getCall()
+		defer c.free()
+		c.header(op, now, 1)
+		c.appendCall(s.prefix, reqs, idx, tags[idx[0]], stamps, extra)
+		calls[p] = c
+		if !guarded {
+			continue
 		}
-		return parse(vals, per, res, idx, stamps)
-	})
+		//nolint:contextcheck // a probe that admit may start runs on the store's context, never a call's
+		nodes[p] = s.nodeOf(ctx, c.keys[0])
+		if _, ok := dones[nodes[p]]; ok {
+			continue
+		}
+		done, err := s.admit(nodes[p])
+		if err != nil {
+			errs[p] = err
+			dones[nodes[p]] = nil
+			continue
+		}
+		dones[nodes[p]] = done
+	}
+	if guarded {
+		for p := range parts {
+			if errs[p] == nil && dones[nodes[p]] == nil {
+				errs[p] = fmt.Errorf("%w: %s", ErrUnavailable, nodes[p])
+			}
+		}
+	}
+	cmds := make([]*goredis.Cmd, len(parts))
+	pipeline := func(eval bool) {
+		_, _ = s.cluster.Pipelined(ctx, func(pipe goredis.Pipeliner) error {
+			for p, c := range calls {
+				switch {
+				case errs[p] != nil:
+				case eval:
+					if goredis.HasErrorPrefix(cmds[p].Err(), "NOSCRIPT") {
+						cmds[p] = takeScript.Eval(ctx, pipe, c.keys, c.arg)
+					}
+				default:
+					cmds[p] = takeScript.EvalSha(ctx, pipe, c.keys, c.arg)
+				}
+			}
+			return nil
+		})
+	}
+	pipeline(false)
+	for p := range parts {
+		if errs[p] == nil && goredis.HasErrorPrefix(cmds[p].Err(), "NOSCRIPT") {
+			pipeline(true) // the script is not cached on some node yet
+			break
+		}
+	}
+	for p, idx := range parts {
+		if errs[p] != nil {
+			continue
+		}
+		reply, err := cmds[p].Text()
+		if err == nil {
+			err = decode(reply, op, res, idx, stamps)
+		}
+		errs[p] = err
+	}
+	for name, done := range dones {
+		if done == nil {
+			continue
+		}
+		var err error // the node's news: the first error of its parts
+		for p := range parts {
+			if nodes[p] == name && errs[p] != nil {
+				err = errs[p]
+				break
+			}
+		}
+		done(err)
+	}
+	return errs
 }
 
 // refundBackoff is the pause between two attempts at a refund.
 const refundBackoff = 5 * time.Millisecond
 
-// refundRetry runs refund until it succeeds, fails in a way that may have
-// run the script, or ctx ends. A refund is not idempotent (run twice, it
-// gives back twice), so it is retried only after errors that say the
-// script did not run: see unsent.
-func (s *Store) refundRetry(ctx context.Context, reqs []backend.Request, res []backend.Result, idx []int, tag string, stamps, extra []int64) error {
+// refundRetry runs the refunds of the parts back until each succeeds,
+// fails in a way that may have run the script, or ctx ends, and returns
+// each part's last error. A refund is not idempotent (run twice, it gives
+// back twice), so it is retried only after errors that say the script did
+// not run: see unsent.
+func (s *Store) refundRetry(ctx context.Context, reqs []backend.Request, res []backend.Result, back [][]int, tags []string, stamps []int64, extra []uint8) []error {
+	errs := make([]error, len(back))
+	todo := slices.Clone(back)
+	at := make([]int, len(back)) // todo's index in back
+	for k := range at {
+		at[k] = k
+	}
 	t := time.NewTimer(refundBackoff)
 	defer t.Stop()
 	for {
-		err := s.refund(ctx, reqs, res, idx, tag, stamps, extra)
-		if err == nil || !unsent(err) {
-			return err
+		got := s.runParts(ctx, opRefund, reqs, res, todo, tags, stamps, extra, false)
+		n := 0
+		for k, err := range got {
+			errs[at[k]] = err
+			if err != nil && unsent(err) {
+				todo[n], at[n] = todo[k], at[k]
+				n++
+			}
+		}
+		todo, at = todo[:n], at[:n]
+		if n == 0 {
+			return errs
 		}
 		t.Reset(refundBackoff)
 		select {
 		case <-ctx.Done():
-			return err
+			return errs
 		case <-t.C:
 		}
 	}
@@ -183,20 +250,6 @@ func unsent(err error) bool {
 	return false
 }
 
-// refund gives back the hits of the requests of idx flagged in extra, and
-// reads the results of all of idx again.
-func (s *Store) refund(ctx context.Context, reqs []backend.Request, res []backend.Result, idx []int, tag string, stamps, extra []int64) error {
-	c := callPool.Get().(*call)
-	defer c.free()
-	c.keys, c.args = c.keys[:0], append(c.args[:0], s.nowArg(), "refund")
-	c.appendRequests(s, reqs, idx, tag, stamps, extra)
-	vals, err := takeScript.Run(ctx, s.client, c.keys, c.args...).Int64Slice()
-	if err != nil {
-		return err
-	}
-	return parse(vals, 4, res, idx, nil)
-}
-
 // groupOver reports whether a request of reqs[i]'s group among idx (the
 // requests of one part) is over.
 func groupOver(reqs []backend.Request, res []backend.Result, idx []int, i int) bool {
@@ -206,23 +259,4 @@ func groupOver(reqs []backend.Request, res []backend.Result, idx []int, i int) b
 		}
 	}
 	return false
-}
-
-// tagOf returns the hash tag of a counter key: a hash of its descriptor
-// part, the key without its "|algorithm|window" suffix, so that every
-// limit of a descriptor lands in one slot and descriptors spread evenly.
-func tagOf(key string) string {
-	desc := key
-	if i := strings.LastIndexByte(desc, '|'); i >= 0 {
-		if j := strings.LastIndexByte(desc[:i], '|'); j >= 0 {
-			desc = desc[:j]
-		}
-	}
-	// FNV-1a, 64 bits.
-	h := uint64(14695981039346656037)
-	for k := 0; k < len(desc); k++ {
-		h ^= uint64(desc[k])
-		h *= 1099511628211
-	}
-	return strconv.FormatUint(h, 36)
 }

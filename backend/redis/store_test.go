@@ -103,7 +103,7 @@ func TestKeys(t *testing.T) {
 		l := backend.Limit{Algorithm: a, Requests: 10, Window: time.Minute}
 		reqs := descriptors(1, l)
 		mustTake(t, s, reqs...)
-		key := "rl-test:" + reqs[0].Key
+		key := "rl-test:v2:" + reqs[0].Key // the prefix, the layout, the counter key
 		ttl, err := rdb.PTTL(t.Context(), key).Result()
 		if err != nil {
 			t.Fatal(err)
@@ -122,7 +122,7 @@ func TestKeys(t *testing.T) {
 	reqs := descriptors(1, backend.Limit{Algorithm: backend.FixedWindow, Requests: 5, Window: 2 * time.Minute})
 	reqs[0].Hits = 0
 	mustTake(t, s, reqs...)
-	if n, _ := rdb.Exists(t.Context(), "rl-test:"+reqs[0].Key).Result(); n != 0 {
+	if n, _ := rdb.Exists(t.Context(), "rl-test:v2:"+reqs[0].Key).Result(); n != 0 {
 		t.Error("a check-only call on a fresh counter wrote a key")
 	}
 }

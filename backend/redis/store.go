@@ -1,39 +1,12 @@
-// Package redis is ratelimitd's shared counter store: counters in Redis
-// (standalone, Sentinel or Cluster), so that many replicas of ratelimitd
-// decide on one set of counters.
-//
-// Every call runs one Lua script (take.lua, a port of backend.State) over
-// all of its keys: one round trip, decided atomically inside Redis, on
-// Redis's own clock (TIME), so replicas with skewed clocks agree. On
-// standalone Redis and Sentinel, the calls that arrive while a script run
-// is on the wire are decided together by the next one (batch.go), but for
-// heavy calls, which run alone. On Redis
-// Cluster the keys of one descriptor share a hash tag; a call whose
-// descriptors live in several slots runs one script per slot, in parallel,
-// and gives back what the admitted slots took when another slot refuses.
-//
-// Circuit breakers, one per Redis node, count only the store's own
-// failures, and the store probes a node whose breaker is open
-// (breaker.go). Redis must be MinVersion or later; clients of NewClient
-// check it on first contact with each node.
-//
-// Usage:
-//
-//	client, err := redis.NewClient("redis://localhost:6379", redis.ClientOptions{})
-//	store, err := redis.New(client, redis.Options{})
-//	defer store.Close()
-//	err = store.Take(ctx, reqs, res)
 package redis
 
 import (
 	"cmp"
 	"context"
-	_ "embed"
 	"fmt"
 	"log/slog"
 	"runtime"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -53,11 +26,6 @@ const (
 	DefaultBreakerFailures  = 3
 	DefaultBreakerOpenDelay = 250 * time.Millisecond
 )
-
-//go:embed take.lua
-var takeSource string
-
-var takeScript = goredis.NewScript(takeSource)
 
 // clusterCacheHold bounds how long the local cache remembers a refusal on
 // Redis Cluster.
@@ -374,115 +342,25 @@ func (s *Store) releaseHeavy() {
 // takeOne decides the call with one script on a standalone or Sentinel
 // Redis; ctx is the store's.
 func (s *Store) takeOne(ctx context.Context, reqs []backend.Request, res []backend.Result) error {
-	call := s.newCall("take", reqs, nil, "")
-	defer call.free()
+	c := getCall()
+	defer c.free()
+	c.header(opTake, s.nowMicros(), 1)
+	c.appendCall(s.prefix, reqs, nil, "", nil, nil)
 	//nolint:contextcheck // a probe that guard may start runs on the store's context, never a call's
 	return s.guard("redis", func() error {
-		vals, err := takeScript.Run(ctx, s.client, call.keys, call.args...).Int64Slice()
+		reply, err := c.run(ctx, s.client)
 		if err != nil {
 			return err
 		}
-		return parse(vals, 4, res, nil, nil)
+		return decode(reply, opTake, res, nil, nil)
 	})
 }
 
-// parse reads per fields numbers per request of idx from vals into res
-// (and, with per 5, the stamps).
-func parse(vals []int64, per int, res []backend.Result, idx []int, stamps []int64) error {
-	n := len(res)
-	if idx != nil {
-		n = len(idx)
-	}
-	if len(vals) != per*n {
-		return fmt.Errorf("script returned %d numbers for %d requests", len(vals), n)
-	}
-	for k := range n {
-		i := k
-		if idx != nil {
-			i = idx[k]
-		}
-		v := vals[per*k:]
-		res[i] = backend.Result{
-			OverLimit:  v[0] != 0,
-			Remaining:  uint64(v[1]),
-			ResetAfter: backend.FromMicros(v[2]),
-			RetryAfter: backend.FromMicros(v[3]),
-		}
-		if per == 5 {
-			stamps[i] = v[4]
-		}
-	}
-	return nil
-}
-
-// A call is the keys and arguments of one script run.
-type call struct {
-	keys []string
-	args []any
-}
-
-var callPool = sync.Pool{New: func() any { return new(call) }}
-
-// newCall builds the script's keys and arguments for the requests idx of
-// reqs (all of them if idx is nil).
-func (s *Store) newCall(op string, reqs []backend.Request, idx []int, tag string) *call {
-	c := callPool.Get().(*call)
-	c.keys, c.args = c.keys[:0], append(c.args[:0], s.nowArg(), op)
-	c.appendRequests(s, reqs, idx, tag, nil, nil)
-	return c
-}
-
-// nowArg is the script's ARGV[1]: the test clock's time in µs, or "" for
-// Redis TIME.
-func (s *Store) nowArg() string {
+// nowMicros is the scripts' clock: the test clock's reading in µs, or 0,
+// which has them read Redis TIME.
+func (s *Store) nowMicros() int64 {
 	if s.now == nil {
-		return ""
+		return 0
 	}
-	return strconv.FormatInt(backend.Micros(s.now()), 10)
-}
-
-// appendRequests appends the keys and fields of the requests idx of reqs
-// (all of them if idx is nil); stamps and extra flags, indexed like reqs,
-// may be nil.
-func (c *call) appendRequests(s *Store, reqs []backend.Request, idx []int, tag string, stamps, extra []int64) {
-	n := len(reqs)
-	if idx != nil {
-		n = len(idx)
-	}
-	for k := range n {
-		i := k
-		if idx != nil {
-			i = idx[k]
-		}
-		r := &reqs[i]
-		c.keys = append(c.keys, s.key(r.Key, tag))
-		flags := int64(r.Limit.Algorithm) + 8*int64(r.Mode)
-		if r.ConsumeWhenOver {
-			flags += 32
-		}
-		if extra != nil {
-			flags += extra[i]
-		}
-		var stamp int64
-		if stamps != nil {
-			stamp = stamps[i]
-		}
-		c.args = append(c.args, flags, r.Limit.Requests, int64(r.Limit.Window/time.Microsecond),
-			r.Limit.Burst, r.Hits, r.Group, stamp)
-	}
-}
-
-func (c *call) free() {
-	clear(c.args)
-	clear(c.keys)
-	callPool.Put(c)
-}
-
-// key returns the Redis key of a counter: the prefix, on Cluster a hash
-// tag, then the counter key.
-func (s *Store) key(k, tag string) string {
-	if tag == "" {
-		return s.prefix + k
-	}
-	return s.prefix + "{" + tag + "}" + k
+	return backend.Micros(s.now())
 }

@@ -1,0 +1,26 @@
+// Package redis is ratelimitd's shared counter store: counters in Redis
+// (standalone, Sentinel or Cluster), so that many replicas of ratelimitd
+// decide on one set of counters.
+//
+// Every call runs one Lua script (take.lua, a port of backend.State) over
+// all of its keys: one round trip, decided atomically inside Redis, on
+// Redis's own clock (TIME), so replicas with skewed clocks agree. On
+// standalone Redis and Sentinel, the calls that arrive while a script run
+// is on the wire are decided together by the next one (batch.go), but for
+// heavy calls, which run alone. On Redis
+// Cluster the keys of one descriptor share a hash tag; a call whose
+// descriptors live in several slots runs one script per slot, in parallel,
+// and gives back what the admitted slots took when another slot refuses.
+//
+// Circuit breakers, one per Redis node, count only the store's own
+// failures, and the store probes a node whose breaker is open
+// (breaker.go). Redis must be MinVersion or later; clients of NewClient
+// check it on first contact with each node.
+//
+// Usage:
+//
+//	client, err := redis.NewClient("redis://localhost:6379", redis.ClientOptions{})
+//	store, err := redis.New(client, redis.Options{})
+//	defer store.Close()
+//	err = store.Take(ctx, reqs, res)
+package redis

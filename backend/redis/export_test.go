@@ -1,0 +1,9 @@
+package redis
+
+import "strconv"
+
+// RefundMarker returns the bytes that start the argument of a refund of n
+// requests on the wire (RESP): for tests that fail refunds.
+func RefundMarker(n int) []byte {
+	return append([]byte("$"+strconv.Itoa(headerSize+callSize+n*recordSize)+"\r\n"), opRefund)
+}
