@@ -215,7 +215,7 @@ func (b *batcher) run(batch []*pending) {
 	c.setCalls(len(live))
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	err := s.guard("redis", func() error {
-		reply, err := c.run(ctx, s.client)
+		reply, err := s.run(ctx, c)
 		if err != nil {
 			return err
 		}

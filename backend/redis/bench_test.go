@@ -16,7 +16,8 @@ import (
 
 // BenchmarkTake: calls of 1 and 3 descriptors from 32 concurrent callers
 // (as the load benchmark's) on standalone Redis, over 10,000 keys: batched
-// into shared script runs (the default), and one script run per call. It
+// into shared script runs (the default), one script run per call, and
+// batched with EVALSHA (Redis before 7.0) instead of FCALL. It
 // reports Redis's own time in the script per call (redis-µs/op, from INFO
 // commandstats), the cost that every replica's calls add up to on one
 // Redis.
@@ -26,14 +27,19 @@ func BenchmarkTake(b *testing.B) {
 	for _, bc := range []struct {
 		name string
 		opts redis.Options
+		eval bool // EVALSHA, as on Redis before 7.0
 	}{
-		{"batch", redis.Options{}},
-		{"per-call", redis.Options{NoBatch: true}},
+		{"batch", redis.Options{}, false},
+		{"per-call", redis.Options{NoBatch: true}, false},
+		{"batch-evalsha", redis.Options{}, true},
 	} {
 		for _, a := range []backend.Algorithm{backend.SlidingWindow, backend.FixedWindow} {
 			for _, descs := range []int{1, 3} {
 				b.Run(bc.name+"/"+a.String()+"/descriptors="+strconv.Itoa(descs), func(b *testing.B) {
 					s := benchStore(b, srv.Addr, bc.opts)
+					if bc.eval {
+						redis.EvalOnly(s)
+					}
 					l := backend.Limit{Algorithm: a, Requests: 1 << 30, Window: time.Hour}
 					keys := make([]string, 10_000)
 					for i := range keys {
@@ -126,8 +132,9 @@ func benchStore(b *testing.B, addr string, opts redis.Options) *redis.Store {
 	return s
 }
 
-// scriptTime starts measuring Redis's time in scripts (EVALSHA and EVAL,
-// from INFO commandstats); the function it returns reports it per op.
+// scriptTime starts measuring Redis's time in the script (FCALL, EVALSHA
+// and EVAL, from INFO commandstats); the function it returns reports it
+// per op.
 func scriptTime(b *testing.B, rdb *goredis.Client) func() {
 	read := func() (usec, calls float64) {
 		info, err := rdb.Info(b.Context(), "commandstats").Result()
@@ -136,7 +143,7 @@ func scriptTime(b *testing.B, rdb *goredis.Client) func() {
 		}
 		for line := range strings.Lines(info) {
 			name, stats, ok := strings.Cut(strings.TrimSpace(line), ":")
-			if !ok || (name != "cmdstat_evalsha" && name != "cmdstat_eval") {
+			if !ok || (name != "cmdstat_fcall" && name != "cmdstat_evalsha" && name != "cmdstat_eval") {
 				continue
 			}
 			for field := range strings.SplitSeq(stats, ",") {

@@ -139,30 +139,7 @@ func (s *Store) runParts(ctx context.Context, op byte, reqs []backend.Request, r
 			}
 		}
 	}
-	cmds := make([]*goredis.Cmd, len(parts))
-	pipeline := func(eval bool) {
-		_, _ = s.cluster.Pipelined(ctx, func(pipe goredis.Pipeliner) error {
-			for p, c := range calls {
-				switch {
-				case errs[p] != nil:
-				case eval:
-					if goredis.HasErrorPrefix(cmds[p].Err(), "NOSCRIPT") {
-						cmds[p] = takeScript.Eval(ctx, pipe, c.keys, c.arg)
-					}
-				default:
-					cmds[p] = takeScript.EvalSha(ctx, pipe, c.keys, c.arg)
-				}
-			}
-			return nil
-		})
-	}
-	pipeline(false)
-	for p := range parts {
-		if errs[p] == nil && goredis.HasErrorPrefix(cmds[p].Err(), "NOSCRIPT") {
-			pipeline(true) // the script is not cached on some node yet
-			break
-		}
-	}
+	cmds := s.pipeline(ctx, calls, errs)
 	for p, idx := range parts {
 		if errs[p] != nil {
 			continue
@@ -187,6 +164,78 @@ func (s *Store) runParts(ctx context.Context, op byte, reqs []backend.Request, r
 		done(err)
 	}
 	return errs
+}
+
+// pipeline sends the calls whose errs are nil in one Cluster pipeline, and
+// returns their commands. It loads the function library on every master
+// and sends again the calls of a node that lacked it; on Redis before 7.0
+// it runs the script with EVALSHA, and EVAL where the node lacks it.
+func (s *Store) pipeline(ctx context.Context, calls []*call, errs []error) []*goredis.Cmd {
+	const (
+		fcall = iota
+		evalsha
+		eval
+	)
+	how := make([]int, len(calls))
+	send := make([]bool, len(calls))
+	for p := range calls {
+		send[p] = errs[p] == nil
+	}
+	cmds := make([]*goredis.Cmd, len(calls))
+	for range 3 { // at most: FCALL, then EVALSHA, then EVAL
+		_, _ = s.cluster.Pipelined(ctx, func(pipe goredis.Pipeliner) error {
+			for p, c := range calls {
+				if !send[p] {
+					continue
+				}
+				if how[p] == fcall && s.evalOnly.Load() {
+					how[p] = evalsha
+				}
+				switch how[p] {
+				case fcall:
+					cmds[p] = pipe.FCall(ctx, takeFunction, c.keys, c.arg)
+				case evalsha:
+					cmds[p] = takeScript.EvalSha(ctx, pipe, c.keys, c.arg)
+				default:
+					cmds[p] = takeScript.Eval(ctx, pipe, c.keys, c.arg)
+				}
+			}
+			return nil
+		})
+		again, load := false, false
+		for p := range calls {
+			send[p] = false
+			if cmds[p] == nil {
+				continue
+			}
+			switch err := cmds[p].Err(); {
+			case how[p] == fcall && noFunction(err):
+				send[p], load = true, true
+			case how[p] == fcall && noFCall(err):
+				s.evalOnly.Store(true)
+				send[p], how[p] = true, evalsha
+			case how[p] == evalsha && goredis.HasErrorPrefix(err, "NOSCRIPT"):
+				send[p], how[p] = true, eval
+			}
+			again = again || send[p]
+		}
+		if load {
+			err := s.cluster.ForEachMaster(ctx, func(ctx context.Context, c *goredis.Client) error {
+				return c.FunctionLoadReplace(ctx, takeLibrary).Err()
+			})
+			if err != nil {
+				for p := range calls {
+					if send[p] && how[p] == fcall {
+						send[p], errs[p] = false, fmt.Errorf("loading the function library: %w", err)
+					}
+				}
+			}
+		}
+		if !again {
+			break
+		}
+	}
+	return cmds
 }
 
 // refundBackoff is the pause between two attempts at a refund.

@@ -7,3 +7,7 @@ import "strconv"
 func RefundMarker(n int) []byte {
 	return append([]byte("$"+strconv.Itoa(headerSize+callSize+n*recordSize)+"\r\n"), opRefund)
 }
+
+// EvalOnly has s run its script with EVALSHA, as it does on Redis before
+// 7.0, which has no functions.
+func EvalOnly(s *Store) { s.evalOnly.Store(true) }

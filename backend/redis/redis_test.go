@@ -37,23 +37,30 @@ func newClient(t *testing.T, url string) goredis.UniversalClient {
 }
 
 // conformance runs backendtest.Run with every store on a fresh prefix of
-// one Redis deployment.
-func conformance(t *testing.T, url string, opts redis.Options) {
+// one Redis deployment; with eval, the stores run their script with
+// EVALSHA, as on Redis before 7.0.
+func conformance(t *testing.T, url string, opts redis.Options, eval bool) {
 	client := newClient(t, url)
 	backendtest.Run(t, func(t *testing.T, now func() time.Time) backend.Store {
 		o := opts
 		o.Prefix = t.Name() + ":" // one store per test, each on its own keys
 		o.Now = now
 		o.Timeout = 2 * time.Second // -race on a shared machine
-		return newStore(t, client, o)
+		s := newStore(t, client, o)
+		if eval {
+			redis.EvalOnly(s)
+		}
+		return s
 	})
 }
 
 func TestConformanceStandalone(t *testing.T) {
 	redistest.Require(t)
 	srv := redistest.Start(t)
-	t.Run("local cache", func(t *testing.T) { conformance(t, "redis://"+srv.Addr, redis.Options{}) })
-	t.Run("no local cache", func(t *testing.T) { conformance(t, "redis://"+srv.Addr, redis.Options{LocalCache: -1}) })
+	t.Run("local cache", func(t *testing.T) { conformance(t, "redis://"+srv.Addr, redis.Options{}, false) })
+	t.Run("no local cache", func(t *testing.T) { conformance(t, "redis://"+srv.Addr, redis.Options{LocalCache: -1}, false) })
+	t.Run("EVALSHA", func(t *testing.T) { conformance(t, "redis://"+srv.Addr, redis.Options{}, true) })
+	t.Run("unbatched", func(t *testing.T) { conformance(t, "redis://"+srv.Addr, redis.Options{NoBatch: true}, false) })
 }
 
 func TestConformanceCluster(t *testing.T) {
@@ -62,13 +69,14 @@ func TestConformanceCluster(t *testing.T) {
 	// The local cache is off: on Cluster it may remember a refusal caused
 	// by hits another call is about to give back, and the suite's clock
 	// stands still (see Store).
-	conformance(t, c.URL(), redis.Options{LocalCache: -1})
+	t.Run("FCALL", func(t *testing.T) { conformance(t, c.URL(), redis.Options{LocalCache: -1}, false) })
+	t.Run("EVALSHA", func(t *testing.T) { conformance(t, c.URL(), redis.Options{LocalCache: -1}, true) })
 }
 
 func TestConformanceSentinel(t *testing.T) {
 	redistest.Require(t)
 	s := redistest.StartSentinel(t)
-	conformance(t, s.URL(), redis.Options{})
+	conformance(t, s.URL(), redis.Options{}, false)
 }
 
 func TestNewClient(t *testing.T) {

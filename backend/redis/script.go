@@ -2,11 +2,14 @@ package redis
 
 import (
 	"context"
+	"crypto/sha256"
 	_ "embed"
 	"encoding/binary"
+	"encoding/hex"
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -21,11 +24,34 @@ import (
 // number of requests and a record per request. The reply is one string: a
 // result per request. take.lua's table P names the same constants, and
 // TestScriptProtocol checks that they agree.
+//
+// On Redis 7.0 and later, take.lua is loaded once per node as a function
+// library (FUNCTION LOAD) and each run is an FCALL; on older Redis each
+// run is an EVALSHA of the same code, which Redis runs whole every time.
+// The library and its function are named after a digest of the code, so
+// replicas of different builds, sharing one Redis during a rolling
+// upgrade, each call their own.
 
 //go:embed take.lua
 var takeSource string
 
-var takeScript = goredis.NewScript(takeSource)
+var (
+	// takeFunction is the function take.lua registers, and
+	// takeLibrary the library that registers it.
+	takeFunction, takeLibrary = library(takeSource)
+	// takeScript runs take.lua with EVALSHA, on Redis before 7.0.
+	takeScript = goredis.NewScript(takeSource + "\nreturn take(KEYS, ARGV[1])\n")
+)
+
+// library returns the name of the function that src, ended so, registers
+// as a function library, and the library's code.
+func library(src string) (name, code string) {
+	sum := sha256.Sum256([]byte(src))
+	name = "ratelimitd_" + hex.EncodeToString(sum[:8])
+	code = "#!lua name=" + name + "\n" + src +
+		"\nredis.register_function(" + strconv.Quote(name) + ", function(keys, args) return take(keys, args[1]) end)\n"
+	return name, code
+}
 
 // Ops, the header's first byte.
 const (
@@ -143,9 +169,37 @@ func (c *call) appendCall(prefix string, reqs []backend.Request, idx []int, tag 
 	}
 }
 
-// run runs the script with c's keys and argument, and returns its reply.
-func (c *call) run(ctx context.Context, client goredis.Scripter) (string, error) {
-	return takeScript.Run(ctx, client, c.keys, c.arg).Text()
+// run runs take.lua with c's keys and argument on client (standalone or
+// Sentinel), and returns its reply: with FCALL, loading the library first
+// if the node lacks it, or with EVALSHA once a node has refused FCALL.
+func (s *Store) run(ctx context.Context, c *call) (string, error) {
+	if !s.evalOnly.Load() {
+		reply, err := s.client.FCall(ctx, takeFunction, c.keys, c.arg).Text()
+		switch {
+		case noFunction(err):
+			if err := s.client.FunctionLoadReplace(ctx, takeLibrary).Err(); err != nil {
+				return "", fmt.Errorf("loading the function library: %w", err)
+			}
+			return s.client.FCall(ctx, takeFunction, c.keys, c.arg).Text()
+		case noFCall(err):
+			s.evalOnly.Store(true)
+		default:
+			return reply, err
+		}
+	}
+	return takeScript.Run(ctx, s.client, c.keys, c.arg).Text()
+}
+
+// noFunction reports whether err says that the node lacks the function
+// (a fresh node, or FUNCTION FLUSH).
+func noFunction(err error) bool {
+	return err != nil && goredis.HasErrorPrefix(err, "Function not found") // after "ERR "
+}
+
+// noFCall reports whether err says that the node does not know FCALL:
+// Redis before 7.0.
+func noFCall(err error) bool {
+	return err != nil && goredis.HasErrorPrefix(err, "unknown command") && strings.Contains(strings.ToLower(err.Error()), "fcall")
 }
 
 // decode reads the results of the requests idx (all of res if idx is nil)
@@ -171,14 +225,31 @@ func decode(reply string, op byte, res []backend.Result, idx []int, stamps []int
 		res[i] = backend.Result{
 			OverLimit:  v[0] != 0,
 			Remaining:  uint64(float(v[1:])),
-			ResetAfter: backend.FromMicros(int64(float(v[9:]))),
-			RetryAfter: backend.FromMicros(int64(float(v[17:]))),
+			ResetAfter: backend.FromMicros(micros(float(v[9:]))),
+			RetryAfter: backend.FromMicros(micros(float(v[17:]))),
 		}
 		if op == opPart {
 			stamps[i] = int64(float(v[25:]))
 		}
 	}
 	return nil
+}
+
+// maxMicros saturates the times the script reports, as Go saturates
+// int64 arithmetic in backend.State.
+const maxMicros = 1 << 62
+
+// micros converts a time the script reports to µs: negative is zero, and
+// a time past maxMicros (a saturated GCRA TAT, a debt recorded past the
+// limit) is maxMicros.
+func micros(v float64) int64 {
+	switch {
+	case v <= 0:
+		return 0
+	case v >= maxMicros:
+		return maxMicros
+	}
+	return int64(v)
 }
 
 // float reads a little-endian float64 from the start of s.

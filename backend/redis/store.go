@@ -94,6 +94,10 @@ type Store struct {
 	mu              sync.Mutex
 	breakers        map[string]*node // by name (see breaker.go); requires mu
 
+	// evalOnly is set once a node has refused FCALL (Redis before 7.0):
+	// scripts then run with EVALSHA.
+	evalOnly atomic.Bool
+
 	refunds        atomic.Uint64
 	refundFailures atomic.Uint64
 	batch          *batcher // nil on Cluster or with NoBatch
@@ -348,7 +352,7 @@ func (s *Store) takeOne(ctx context.Context, reqs []backend.Request, res []backe
 	c.appendCall(s.prefix, reqs, nil, "", nil, nil)
 	//nolint:contextcheck // a probe that guard may start runs on the store's context, never a call's
 	return s.guard("redis", func() error {
-		reply, err := c.run(ctx, s.client)
+		reply, err := s.run(ctx, c)
 		if err != nil {
 			return err
 		}

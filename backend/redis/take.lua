@@ -1,346 +1,394 @@
 -- ratelimitd: decide calls on their counters, atomically. A port of
--- backend.State (backend/algorithm.go) and of the call rules of
--- backend.Decide, decision for decision: every number is a double, as
--- Go's float64 arithmetic there is, and times are whole microseconds
--- since the Unix epoch.
+-- backend.State (backend/algorithm.go) and of the call rules of the
+-- memory store, decision for decision: every number is a double, as Go's
+-- float64 arithmetic there is, and times are whole microseconds since the
+-- Unix epoch.
 --
--- The protocol's constants are named in script.go; this table mirrors
--- them, and TestScriptProtocol checks that the two agree.
+-- The protocol. KEYS holds one counter key per request, the calls one
+-- after the other (a key may repeat: one counter). ARGV[1] is binary:
+-- HEADER, then per call CALL and a RECORD per request. The reply is a
+-- string: a RESULT per request (STAMPED on PART). The table P names the
+-- protocol's constants; script.go names the same, and
+-- TestScriptProtocol checks that the two agree.
+--
+-- Counters. A key holds STATE, or for a sliding log a list: LOG_HEADER,
+-- then a LOG_ENTRY per instant that counted hits, oldest first, so that a
+-- call reads and writes a few elements, never the whole log. A log's
+-- header may be missing (dropped with expired entries, and written back
+-- when the script saves the log): its sum is then recounted. The key's
+-- layout version, algorithm and window are in the key itself.
+--
+-- Loading. On Redis 7.0 and later, this chunk is a function library:
+-- Redis runs it once, at FUNCTION LOAD, and each FCALL calls take. On
+-- older Redis it is a script that Redis runs whole on every EVALSHA,
+-- defining every function afresh (several µs a run).
 local P = {
-  -- ops
   TAKE = 0, -- decide each call whole
-  PART = 1, -- decide a Cluster slot's share as if the call were admitted; return stamps
-  REFUND = 2, -- give back hits that PART took, and report the results afresh
-  -- a record's flags: the algorithm + MODE_SHIFT * the mode, plus
-  -- CWO (consume_when_over), and on REFUND GIVE (give back its hits) and
-  -- WAS_OVER (the request was over)
+  PART = 1, -- decide a Cluster slot's share as if the call were admitted, with stamps
+  REFUND = 2, -- give back what PART took on GIVE requests; report the results afresh
+  -- a record's flags: algorithm + MODE_SHIFT * mode, plus these bits
   MODE_SHIFT = 8, CWO = 32, GIVE = 64, WAS_OVER = 128,
-  -- algorithms and modes
   SLIDING = 0, FIXED = 1, LOG = 2, BUCKET = 3, GCRA = 4,
   ENFORCE = 0, SHADOW = 1, QUOTA = 2,
-  -- binary formats (struct, little-endian)
+  -- struct formats, little-endian
   HEADER = '<BdI4', -- op, now (µs; 0: read Redis TIME), number of calls
-  CALL = '<I4', -- a call's number of requests; its records follow
+  CALL = '<I4', -- the call's number of requests
   RECORD = '<BI4I4I4dddd', -- flags, requests, burst, group, window µs, hits, stamp, GCRA interval µs
   RESULT = '<Bddd', -- over, remaining, reset µs, retry µs
-  STAMPED = '<Bdddd', -- RESULT and the stamp a refund needs (PART)
-  STATE = '<ddd', -- a counter's value: T, N, P (tokens in N for token_bucket)
-  LOG_HEADER = '<d', -- a sliding log's first element: the sum of its hits
-  LOG_ENTRY = '<dd', -- each further element: time, hits; oldest first
-  MAX_LOG = 10000,
+  STAMPED = '<Bdddd', -- RESULT, then the stamp a refund needs
+  STATE = '<ddd', -- T, N, P (the tokens in N for a token bucket)
+  LOG_HEADER = '<d', -- the sum of the log's hits
+  LOG_ENTRY = '<dd', -- a time and the hits counted then
+  MAX_LOG = 10000, -- the most entries of a log; further hits fold into the newest
 }
 local MAX_T = 2^62 -- saturation of times, as Go saturates int64 math
 
--- KEYS: one counter key per request, calls one after the other (a key may
--- repeat: one counter). ARGV[1]: HEADER, then per call CALL and its
--- records. The reply is a string: RESULT (STAMPED on PART) per request.
---
--- Counters: a key holds STATE, or for sliding_log a list: LOG_HEADER,
--- then LOG_ENTRY per instant that counted hits. A log's header may be
--- missing (a script cut short between two writes): its sum is then
--- recounted. The key's layout version, algorithm and window are in the
--- key itself.
+-- Library functions, bound by take on its first run: a function library
+-- may use nothing but the redis API while it loads.
+local floor, ceil, min, max, fmod, unpack, pack, concat, call, pcall, type, tonumber, ipairs
 
-local floor, min, max, fmod = math.floor, math.min, math.max, math.fmod
-local unpack, pack = struct.unpack, struct.pack
-local SLIDING, FIXED, LOG, BUCKET, GCRA = P.SLIDING, P.FIXED, P.LOG, P.BUCKET, P.GCRA
-local ENFORCE, QUOTA = P.ENFORCE, P.QUOTA
-local MAX_LOG = P.MAX_LOG
+-- The run's op and clock, set by take.
+local op, now = P.TAKE, 0
 
-local blob = ARGV[1]
-local op, now, ncalls, off = unpack(P.HEADER, blob)
-if now == 0 then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+-- Each algorithm is a table of functions of (st, r, ...), where st is a
+-- counter's state ({t, n, p}, or a log's) and r a request:
+--   advance(st, r, at)          brings st to at without changing any decision
+--   admits(st, r, at, hits)     whether hits more fit at at (st advanced)
+--   add(st, r, hits)            counts hits at now; returns the stamp a refund needs
+--   refund(st, r, hits, stamp)  gives back hits that add counted at stamp, if they still count
+--   result(st, r)               remaining and reset (µs) at now
+--   retry_at(st, r, hits)       the first instant hits more fit (a closed form), and false if never
+--   expiry(st)                  when st is as good as fresh, under the limit it was saved with
+
+local fixed = {} -- T: the window's start; N: its count
+function fixed.advance(st, r, at)
+  local start = at - fmod(at, r.w)
+  if start > st.t then st.t, st.n, st.p = start, 0, 0 end
+end
+function fixed.admits(st, r, at, hits)
+  fixed.advance(st, r, at)
+  return st.n + hits <= r.r
+end
+function fixed.add(st, r, hits)
+  fixed.advance(st, r, now)
+  st.n = st.n + hits
+  return st.t
+end
+function fixed.refund(st, r, hits, stamp)
+  fixed.advance(st, r, now)
+  if st.t == stamp then st.n = max(st.n - hits, 0) end
+end
+function fixed.result(st, r)
+  fixed.advance(st, r, now)
+  return max(r.r - st.n, 0), st.t + r.w - now
+end
+function fixed.retry_at(st, r, hits) return st.t + r.w, hits <= r.r end
+function fixed.expiry(st) return st.t + st.w end
+
+local sliding = {} -- T: the window's start; N: its count; P: the previous window's
+function sliding.advance(st, r, at)
+  local w = r.w
+  local start = at - fmod(at, w)
+  if start <= st.t then return end
+  if start == st.t + w then st.p = st.n else st.p = 0 end
+  st.t, st.n = start, 0
+end
+function sliding.weighted_prev(st, r, at)
+  local w = r.w
+  return st.p * (w - min(max(at - st.t, 0), w)) / w
+end
+function sliding.admits(st, r, at, hits)
+  sliding.advance(st, r, at)
+  return st.n + hits + sliding.weighted_prev(st, r, at) <= r.r
+end
+function sliding.add(st, r, hits)
+  sliding.advance(st, r, now)
+  st.n = st.n + hits
+  return st.t
+end
+function sliding.refund(st, r, hits, stamp)
+  sliding.advance(st, r, now)
+  if st.t == stamp then st.n = max(st.n - hits, 0) end
+end
+function sliding.result(st, r)
+  sliding.advance(st, r, now)
+  local left, remaining = r.r - (st.n + sliding.weighted_prev(st, r, now)), 0
+  if left > 0 then remaining = floor(left) end
+  return remaining, st.t + r.w - now
+end
+function sliding.retry_at(st, r, hits)
+  if hits > r.r then return 0, false end
+  -- While the count fits, wait for the previous window's weight to fall;
+  -- otherwise for the next window, where this one's count is weighted.
+  local w, t, prev, room = r.w, st.t, st.p, 0
+  if st.n + hits <= r.r then
+    room = r.r - (st.n + hits)
+  else
+    t, prev, room = st.t + w, st.n, r.r - hits
+  end
+  if prev == 0 then return t, true end
+  return t + w - floor(min(room * w / prev, w)), true
+end
+function sliding.expiry(st) return st.t + 2 * st.w end
+
+-- ceil_div returns the µs a bucket of rate per w takes to refill tokens.
+local function ceil_div(tokens, rate, w)
+  if tokens <= 0 then return 0 end
+  return ceil(tokens * w / rate)
 end
 
--- The requests of the call being decided, by index: reused from call to
--- call, so that a batch builds no table per request.
-local K, ALG, MODE, CWO, GIVE, WASO = {}, {}, {}, {}, {}, {}
-local R, B, G, W, H, STAMP, IV = {}, {}, {}, {}, {}, {}, {}
-local OVER, GOVER, TOOK = {}, {}, {}
+local bucket = {} -- T: the last refill; N: the tokens (a fresh bucket is full)
+function bucket.advance(st, r, at)
+  if st.t == 0 then
+    st.t, st.n = at, r.b
+  elseif at > st.t then
+    st.n = min(r.b, st.n + (at - st.t) * r.r / r.w)
+    st.t = at
+  end
+end
+function bucket.admits(st, r, at, hits)
+  bucket.advance(st, r, at)
+  return st.n >= hits
+end
+function bucket.add(st, r, hits)
+  bucket.advance(st, r, now)
+  st.n = st.n - hits
+  return 0
+end
+function bucket.refund(st, r, hits)
+  bucket.advance(st, r, now)
+  st.n = min(st.n + hits, r.b)
+end
+function bucket.result(st, r)
+  bucket.advance(st, r, now)
+  local remaining = 0
+  if st.n > 0 then remaining = floor(st.n) end
+  return remaining, ceil_div(r.b - st.n, r.r, r.w)
+end
+function bucket.retry_at(st, r, hits)
+  if hits > r.b then return 0, false end
+  return now + ceil_div(hits - st.n, r.r, r.w), true
+end
+function bucket.expiry(st) return st.t + ceil_div(st.b - st.n, st.r, st.w) end
 
--- States, one per distinct key, loaded on first use and kept for the
--- whole run: later calls of a batch see earlier ones. A window's state
--- is {t, n, p}; a log's is {log = true, n, len, hdr, first}.
-local states = {}
-local dirty, ndirty = {}, 0
+local gcra = {} -- T: the theoretical arrival time; r.iv: the emission interval
+function gcra.advance() end
+function gcra.admits(st, r, at, hits)
+  if hits > r.b then return false end
+  return max(st.t, at) - at <= (r.b - hits) * r.iv
+end
+function gcra.add(st, r, hits)
+  st.t = min(max(st.t, now) + hits * r.iv, MAX_T)
+  return 0
+end
+function gcra.refund(st, r, hits) st.t = max(st.t - hits * r.iv, now) end
+function gcra.result(st, r)
+  local tat, remaining = max(st.t, now), 0
+  local room = r.b * r.iv - (tat - now)
+  if room > 0 then remaining = floor(room / r.iv) end
+  return remaining, tat - now
+end
+function gcra.retry_at(st, r, hits)
+  if hits > r.b then return 0, false end
+  return max(st.t, now) - (r.b - hits) * r.iv, true
+end
+function gcra.expiry(st) return st.t end
 
--- log_at returns the list index of a log's i-th entry (0 is the oldest).
-local function log_at(st, i)
+-- A sliding log's state: n (the sum of its hits), len (its entries), hdr
+-- (whether its list starts with the header), first (its oldest entry,
+-- once read) and changed (whether the header must be written). Its
+-- entries are read and written in Redis as the call goes.
+local log = {}
+-- at returns the list index of the log's i-th entry (0: the oldest).
+function log.at(st, i)
   if st.hdr then return i + 1 end
   return i
 end
-
--- log_entries returns the entries i..j (0-based, inclusive) of a log.
-local function log_entries(st, key, i, j)
-  return redis.call('LRANGE', key, log_at(st, i), log_at(st, j))
+function log.entry(st, i)
+  return unpack(P.LOG_ENTRY, call('LINDEX', st.key, log.at(st, i)))
 end
-
-local function load(i)
-  local key = K[i]
-  local st = states[key]
-  if st then return st end
-  if ALG[i] == LOG then
-    st = { log = true, n = 0, len = 0, hdr = false }
-    local first = redis.pcall('LINDEX', key, 0)
-    if type(first) == 'table' then
-      redis.call('DEL', key) -- not a list: a fresh log
-    elseif first then
-      st.len = redis.call('LLEN', key)
-      if #first == 8 then
-        st.hdr, st.len = true, st.len - 1
-        st.n = unpack(P.LOG_HEADER, first)
-      else
-        -- The header is missing: recount.
-        for _, e in ipairs(redis.call('LRANGE', key, 0, -1)) do
-          local _, c = unpack(P.LOG_ENTRY, e)
-          st.n = st.n + c
-        end
-        st.changed = true
-      end
-    end
-  else
-    st = { t = 0, n = 0, p = 0 }
-    local v = redis.pcall('GET', key)
-    if type(v) == 'string' and #v == 24 then
-      st.t, st.n, st.p = unpack(P.STATE, v)
-    end
-  end
-  st.key = key
-  states[key] = st
-  return st
-end
-
--- mark records that st must be saved under request i's limit.
-local function mark(st, i)
-  st.alg, st.w, st.r, st.b = ALG[i], W[i], R[i], B[i]
-  if not st.dirty then
-    st.dirty = true
-    ndirty = ndirty + 1
-    dirty[ndirty] = st
-  end
-end
-
--- log_oldest returns the time and hits of a log's oldest entry.
-local function log_oldest(st)
-  if not st.first then
-    st.first = { unpack(P.LOG_ENTRY, redis.call('LINDEX', st.key, log_at(st, 0))) }
-  end
+function log.oldest(st)
+  if not st.first then st.first = { log.entry(st, 0) } end
   return st.first[1], st.first[2]
 end
-
--- log_newest returns the time and hits of a log's newest entry, or 0, 0.
-local function log_newest(st)
+function log.newest(st)
   if st.len == 0 then return 0, 0 end
-  local t, c = unpack(P.LOG_ENTRY, redis.call('LINDEX', st.key, -1))
-  return t, c
+  return unpack(P.LOG_ENTRY, call('LINDEX', st.key, -1))
 end
-
--- advance brings st to at without changing any decision. A log drops its
--- expired entries from Redis: only ever at now.
-local function advance(st, i, at)
-  local a, w = ALG[i], W[i]
-  if a == FIXED or a == SLIDING then
-    local start = at - fmod(at, w)
-    if start <= st.t then return end
-    if a == SLIDING and start == st.t + w then st.p = st.n else st.p = 0 end
-    st.t, st.n = start, 0
-  elseif a == LOG then
-    local k = 0
-    while k < st.len do
-      local t, c = log_oldest(st)
-      if t > at - w then break end
-      st.n = max(st.n - c, 0)
-      k = k + 1
-      if k < st.len then
-        st.first = { unpack(P.LOG_ENTRY, redis.call('LINDEX', st.key, log_at(st, k))) }
-      end
-    end
-    if k > 0 then
-      -- Drop the header too; save writes it back.
-      redis.call('LTRIM', st.key, log_at(st, k), -1)
-      st.len, st.hdr, st.first, st.changed = st.len - k, false, nil, true
-      if st.len == 0 then st.first = nil end
-    end
-  elseif a == BUCKET then
-    if st.t == 0 then
-      st.t, st.n = at, B[i] -- a fresh bucket starts full; n holds the tokens
-    elseif at > st.t then
-      st.n = min(B[i], st.n + (at - st.t) * R[i] / w)
-      st.t = at
-    end
-  end
-end
-
-local function weighted_prev(st, i, at)
-  local w = W[i]
-  local elapsed = min(max(at - st.t, 0), w)
-  return st.p * (w - elapsed) / w
-end
-
--- log_admits reports whether a log would admit hits at x > now, without
--- changing it: the entries that x - w expires no longer count.
-local function log_admits(st, i, x, hits)
-  local n, k = st.n, 0
+-- each calls f(time, hits) on the entries from the oldest until it
+-- returns true, 64 entries a read.
+function log.each(st, f)
+  local k = 0
   while k < st.len do
-    local chunk = log_entries(st, st.key, k, min(k + 63, st.len - 1))
+    local chunk = call('LRANGE', st.key, log.at(st, k), log.at(st, min(k + 63, st.len - 1)))
     for _, e in ipairs(chunk) do
-      local t, c = unpack(P.LOG_ENTRY, e)
-      if t > x - W[i] then return n + hits <= R[i] end
-      n = max(n - c, 0)
+      if f(unpack(P.LOG_ENTRY, e)) then return end
     end
     k = k + #chunk
   end
-  return n + hits <= R[i]
 end
-
-local function admits(st, i, at, hits)
-  if R[i] == 0 then return false end
-  local a = ALG[i]
-  if a == LOG and at > now then return log_admits(st, i, at, hits) end
-  advance(st, i, at)
-  if a == FIXED or a == LOG then
-    return st.n + hits <= R[i]
-  elseif a == SLIDING then
-    return st.n + hits + weighted_prev(st, i, at) <= R[i]
-  elseif a == BUCKET then
-    return st.n >= hits
-  elseif a == GCRA then
-    if hits > B[i] then return false end
-    return max(st.t, at) - at <= (B[i] - hits) * IV[i]
-  end
-  return false
-end
-
--- add counts hits without checking the limit; it returns the stamp a
--- refund needs: the window's start, or the log entry's time.
-local function add(st, i, hits)
-  if R[i] == 0 or hits == 0 then return 0 end
-  advance(st, i, now)
-  local a = ALG[i]
-  if a == FIXED or a == SLIDING then
-    st.n = st.n + hits
-    return st.t
-  elseif a == LOG then
-    local last, c = log_newest(st)
-    local t = max(now, last)
-    if st.len > 0 and (last == t or st.len == MAX_LOG) then
-      redis.call('LSET', st.key, -1, pack(P.LOG_ENTRY, t, c + hits))
-      if st.len == 1 then st.first = nil end
+function log.load(key)
+  local st = { n = 0, len = 0, hdr = false, first = false, changed = false, key = key, f = log, dirty = false }
+  local head = pcall('LINDEX', key, 0)
+  if type(head) == 'table' then
+    call('DEL', key) -- not a list: a fresh log
+  elseif head then
+    st.len = call('LLEN', key)
+    if #head == 8 then
+      st.hdr, st.len, st.n = true, st.len - 1, unpack(P.LOG_HEADER, head)
     else
-      redis.call('RPUSH', st.key, pack(P.LOG_ENTRY, t, hits))
-      st.len = st.len + 1
-      if st.len == 1 then st.first = nil end
+      log.each(st, function(_, c) st.n = st.n + c end)
+      st.changed = true
     end
-    st.n = st.n + hits
-    st.changed = true
-    return t
-  elseif a == BUCKET then
-    st.n = st.n - hits
-  elseif a == GCRA then
-    st.t = min(max(st.t, now) + hits * IV[i], MAX_T)
   end
-  return 0
+  return st
 end
-
--- refund gives back hits that add counted at stamp, if they still count.
-local function refund(st, i, hits, stamp)
-  if R[i] == 0 or hits == 0 then return end
-  advance(st, i, now)
-  local a = ALG[i]
-  if a == FIXED or a == SLIDING then
-    if st.t == stamp then st.n = max(st.n - hits, 0) end
-  elseif a == LOG then
-    -- Newest first: the entry is most likely the newest.
-    local k = st.len
-    while k > 0 do
-      local from = max(k - 64, 0)
-      local chunk = log_entries(st, st.key, from, k - 1)
-      for j = #chunk, 1, -1 do
-        local t, c = unpack(P.LOG_ENTRY, chunk[j])
-        if t == stamp then
-          local back = min(hits, c)
-          st.n = max(st.n - back, 0)
-          st.changed = true
-          if c - back == 0 then
-            redis.call('LREM', st.key, -1, chunk[j])
-            st.len, st.first = st.len - 1, nil
-          else
-            redis.call('LSET', st.key, log_at(st, from + j - 1), pack(P.LOG_ENTRY, t, c - back))
-            if from + j - 1 == 0 then st.first = nil end
-          end
-          return
+-- advance drops the expired entries, only ever at now (admits probes
+-- later instants without changing the log).
+function log.advance(st, r, at)
+  local k, cut = 0, at - r.w
+  while k < st.len do
+    local t, c
+    if k == 0 then t, c = log.oldest(st) else t, c = log.entry(st, k) end
+    if t > cut then break end
+    st.n, k = max(st.n - c, 0), k + 1
+  end
+  if k > 0 then
+    call('LTRIM', st.key, log.at(st, k), -1) -- the header goes too; save writes it back
+    st.len, st.hdr, st.first, st.changed = st.len - k, false, false, true
+  end
+end
+function log.admits(st, r, at, hits)
+  if at > now then
+    local n, cut = st.n, at - r.w
+    log.each(st, function(t, c)
+      if t > cut then return true end
+      n = max(n - c, 0)
+    end)
+    return n + hits <= r.r
+  end
+  log.advance(st, r, at)
+  return st.n + hits <= r.r
+end
+function log.add(st, r, hits)
+  log.advance(st, r, now)
+  local last, c = log.newest(st)
+  local t = max(now, last)
+  if st.len > 0 and (last == t or st.len == P.MAX_LOG) then
+    call('LSET', st.key, -1, pack(P.LOG_ENTRY, t, c + hits))
+  else
+    call('RPUSH', st.key, pack(P.LOG_ENTRY, t, hits))
+    st.len = st.len + 1
+  end
+  if st.len == 1 then st.first = false end
+  st.n, st.changed = st.n + hits, true
+  return t
+end
+function log.refund(st, r, hits, stamp)
+  log.advance(st, r, now)
+  -- Newest first: the entry is most likely the newest.
+  local k = st.len
+  while k > 0 do
+    local from = max(k - 64, 0)
+    local chunk = call('LRANGE', st.key, log.at(st, from), log.at(st, k - 1))
+    for j = #chunk, 1, -1 do
+      local t, c = unpack(P.LOG_ENTRY, chunk[j])
+      if t == stamp then
+        local back = min(hits, c)
+        if back == c then
+          call('LREM', st.key, -1, chunk[j]) -- entries are unique: their times are
+          st.len = st.len - 1
+        else
+          call('LSET', st.key, log.at(st, from + j - 1), pack(P.LOG_ENTRY, t, c - back))
         end
+        st.n, st.first, st.changed = max(st.n - back, 0), false, true
+        return
       end
-      k = from
     end
-  elseif a == BUCKET then
-    st.n = min(st.n + hits, B[i])
-  elseif a == GCRA then
-    st.t = max(st.t - hits * IV[i], now)
+    k = from
+  end
+end
+function log.result(st, r)
+  log.advance(st, r, now)
+  local reset = 0
+  if st.len > 0 then reset = log.oldest(st) + r.w - now end
+  return max(r.r - st.n, 0), reset
+end
+function log.retry_at(st, r, hits)
+  if hits > r.r then return 0, false end
+  local need = st.n + hits - r.r -- hits that must expire first
+  if need <= 0 then return now, true end
+  local at = now
+  log.each(st, function(t, c)
+    if c >= need then
+      at = t + r.w
+      return true
+    end
+    need = need - c
+  end)
+  return at, true
+end
+function log.expiry(st) return log.newest(st) + st.w end
+
+local algorithms = { [P.SLIDING] = sliding, [P.FIXED] = fixed, [P.LOG] = log, [P.BUCKET] = bucket, [P.GCRA] = gcra }
+
+-- The run's counters, one state per distinct key, loaded on first use and
+-- kept for the whole run: later calls of a batch see earlier ones.
+local states, dirty = {}, {} -- set by take; dirty.n states to save, in order
+
+local function load(r)
+  local st = states[r.key]
+  if st then return st end
+  if r.f == log then
+    st = log.load(r.key)
+  else
+    st = { t = 0, n = 0, p = 0, key = r.key, f = r.f, w = 0, r = 0, b = 0, dirty = false }
+    local v = pcall('GET', r.key)
+    if type(v) == 'string' and #v == 24 then st.t, st.n, st.p = unpack(P.STATE, v) end
+  end
+  states[r.key] = st
+  return st
+end
+
+-- mark records that st must be saved, under r's limit.
+local function mark(st, r)
+  st.f, st.w, st.r, st.b = r.f, r.w, r.r, r.b
+  if not st.dirty then
+    st.dirty = true
+    dirty.n = dirty.n + 1
+    dirty[dirty.n] = st
   end
 end
 
-local function ceil_div(tokens, i)
-  if tokens <= 0 then return 0 end
-  return math.ceil(tokens * W[i] / R[i])
-end
-
-local function window_end(i, at)
-  return at - fmod(at, W[i]) + W[i]
-end
-
--- retry_at returns the first instant from which hits more would be
--- admitted, or false if hits exceed what the limit can ever admit.
-local function retry_at(st, i, hits)
-  local a, w, r = ALG[i], W[i], R[i]
-  if a == FIXED then
-    return st.t + w, hits <= r
-  elseif a == SLIDING then
-    if hits > r then return 0, false end
-    local t, prev, room = st.t, st.p, 0
-    if st.n + hits <= r then
-      room = r - (st.n + hits)
-    else
-      t, prev, room = st.t + w, st.n, r - hits
-    end
-    if prev == 0 then return t, true end
-    return t + w - floor(min(room * w / prev, w)), true
-  elseif a == LOG then
-    if hits > r then return 0, false end
-    local need = st.n + hits - r
-    if need <= 0 then return now, true end
-    local k = 0
-    while k < st.len do
-      local chunk = log_entries(st, st.key, k, min(k + 63, st.len - 1))
-      for _, e in ipairs(chunk) do
-        local t, c = unpack(P.LOG_ENTRY, e)
-        if c >= need then return t + w, true end
-        need = need - c
-      end
-      k = k + #chunk
-    end
-    return now, true
-  elseif a == BUCKET then
-    if hits > B[i] then return 0, false end
-    return now + ceil_div(hits - st.n, i), true
-  elseif a == GCRA then
-    if hits > B[i] then return 0, false end
-    return max(st.t, now) - (B[i] - hits) * IV[i], true
+local function save(st)
+  local ttl = st.f.expiry(st) - now
+  if ttl <= 0 or (st.f == log and st.len == 0) then
+    call('DEL', st.key)
+    return
   end
-  return now, true
+  -- (a TTL under 10^13 ms prints as an integer, which SET needs)
+  local ms = min(ceil(ttl / 1000), 9e12)
+  if st.f ~= log then
+    call('SET', st.key, pack(P.STATE, st.t, st.n, st.p), 'PX', ms)
+    return
+  end
+  if st.changed then
+    local h = pack(P.LOG_HEADER, st.n)
+    if st.hdr then call('LSET', st.key, 0, h) else call('LPUSH', st.key, h) end
+  end
+  call('PEXPIRE', st.key, ms)
 end
 
-local function retry_after(st, i, hits)
-  local at, possible = retry_at(st, i, hits)
-  if not possible then return W[i] end
+local function retry_after(st, r, hits)
+  local f = r.f
+  local at, possible = f.retry_at(st, r, hits)
+  if not possible then return r.w end
   -- The closed forms may be a microsecond off either way, as in Go: step
-  -- until admits agrees, on a copy of the state.
+  -- until admits agrees, on a copy of the state (a log probes unchanged).
   at = max(at, now + 1)
   local function ok(x)
-    if st.log then return admits(st, i, x, hits) end
-    return admits({ t = st.t, n = st.n, p = st.p }, i, x, hits)
+    if f == log then return log.admits(st, r, x, hits) end
+    return f.admits({ t = st.t, n = st.n, p = st.p }, r, x, hits)
   end
   for _ = 1, 4 do
     if at > now + 1 and ok(at - 1) then at = at - 1 else break end
@@ -351,171 +399,151 @@ local function retry_after(st, i, hits)
   return at - now
 end
 
-local function pos(x) return max(min(x, MAX_T), 0) end
-
--- result returns request i's result.
-local function result(st, i, over)
-  if R[i] == 0 then
-    local reset = window_end(i, now) - now
+-- result returns r's result: over, remaining, reset and retry.
+local function result(r, over)
+  if r.r == 0 then
+    local reset = now - fmod(now, r.w) + r.w - now -- a ban: the window's end
     return 1, 0, reset, reset
   end
-  advance(st, i, now)
-  local a, w = ALG[i], W[i]
-  local remaining, reset = 0, 0
-  if a == FIXED then
-    remaining, reset = max(R[i] - st.n, 0), st.t + w - now
-  elseif a == SLIDING then
-    local left = R[i] - (st.n + weighted_prev(st, i, now))
-    if left > 0 then remaining = floor(left) end
-    reset = st.t + w - now
-  elseif a == LOG then
-    remaining = max(R[i] - st.n, 0)
-    if st.len > 0 then reset = log_oldest(st) + w - now end
-  elseif a == BUCKET then
-    if st.n > 0 then remaining = floor(st.n) end
-    reset = ceil_div(B[i] - st.n, i)
-  elseif a == GCRA then
-    local tat = max(st.t, now)
-    local room = B[i] * IV[i] - (tat - now)
-    if room > 0 then remaining = floor(room / IV[i]) end
-    reset = tat - now
-  end
+  local st = r.st or load(r)
+  local remaining, reset = r.f.result(st, r)
   local retry = 0
-  if over then retry = retry_after(st, i, H[i]) end
-  return over and 1 or 0, remaining, pos(reset), pos(retry)
+  if over then retry = retry_after(st, r, r.h) end
+  return over and 1 or 0, remaining, reset, retry -- (the store clamps reset and retry)
 end
 
--- save writes st back, to expire when it is as good as fresh (see
--- backend.State.Expiry), under the limit that last marked it.
-local function save(st)
-  local a, w = st.alg, st.w
-  local expiry = st.t -- GCRA: the TAT
-  if a == FIXED then
-    expiry = st.t + w
-  elseif a == SLIDING then
-    expiry = st.t + 2 * w
-  elseif a == LOG then
-    expiry = log_newest(st) + w
-  elseif a == BUCKET and st.b - st.n > 0 then
-    expiry = st.t + math.ceil((st.b - st.n) * w / st.r)
-  end
-  local ttl = expiry - now
-  if ttl <= 0 or (a == LOG and st.len == 0) then
-    redis.call('DEL', st.key)
-    return
-  end
-  -- (a TTL under 10^13 ms prints as an integer, which SET needs)
-  local ms = min(math.ceil(ttl / 1000), 9e12)
-  if a == LOG then
-    if st.changed then
-      local h = pack(P.LOG_HEADER, st.n)
-      if st.hdr then redis.call('LSET', st.key, 0, h) else redis.call('LPUSH', st.key, h) end
-    end
-    redis.call('PEXPIRE', st.key, ms)
-  else
-    redis.call('SET', st.key, pack(P.STATE, st.t, st.n, st.p), 'PX', ms)
-  end
-end
+local out = {} -- set by take: the packed results
 
-local out, nout = {}, 0
-
--- decide decides the call of n requests just read, into out.
-local function decide(n)
+-- decide decides a call of the n requests reqs[1..n] into out.
+local function decide(reqs, n)
   if op == P.REFUND then
     for i = 1, n do
-      if R[i] > 0 and GIVE[i] then
-        local st = load(i)
-        refund(st, i, H[i], STAMP[i])
-        mark(st, i)
+      local r = reqs[i]
+      if r.r > 0 and r.give and r.h > 0 then
+        local st = load(r)
+        r.f.refund(st, r, r.h, r.stamp)
+        mark(st, r)
       end
     end
-    for i = 1, n do
-      nout = nout + 1
-      out[nout] = pack(P.RESULT, result(R[i] > 0 and load(i) or nil, i, WASO[i]))
-    end
+    for i = 1, n do out[#out + 1] = pack(P.RESULT, result(reqs[i], reqs[i].waso)) end
     return
   end
 
-  -- Decide: earlier admitted requests of this call on one counter count
-  -- as taken.
+  -- Over: earlier admitted requests of this call on one counter count as
+  -- taken.
+  local any = false -- whether any request is over
   for i = 1, n do
-    local hits = H[i]
+    local r = reqs[i]
+    local hits = r.h
     for j = 1, i - 1 do
-      if K[j] == K[i] and not OVER[j] then hits = hits + H[j] end
+      if reqs[j].key == r.key and not reqs[j].over then hits = hits + reqs[j].h end
     end
-    if R[i] == 0 then
-      OVER[i] = true
+    if r.r == 0 then
+      r.over, r.st = true, false
     else
-      local st = load(i)
-      OVER[i] = not admits(st, i, now, hits)
+      local st = load(r)
+      r.over, r.st = not r.f.admits(st, r, now, hits), st
       -- A refill is a float step: keep it, as the memory store does, so
       -- that both round the same way however often they are asked.
-      if ALG[i] == BUCKET then mark(st, i) end
+      if r.f == bucket then mark(st, r) end
     end
+    any = any or r.over
   end
 
-  -- Groups are adjacent: GOVER[i] says whether i's group is over. The
-  -- call is refused when an enforced group is over, or when it has quota
-  -- groups and all of them are over; a PART decides as if admitted.
+  -- Groups are adjacent. The call is refused when an enforced group is
+  -- over, or when it has quota groups and all of them are over; a PART
+  -- decides as if admitted.
   local refused, quota, quota_under = false, false, false
   local i = 1
   while i <= n do
-    local j, o = i, false
-    while j <= n and G[j] == G[i] do
-      o = o or OVER[j]
-      j = j + 1
-    end
-    for k = i, j - 1 do GOVER[k] = o end
-    if MODE[i] == ENFORCE then
-      refused = refused or o
-    elseif MODE[i] == QUOTA then
-      quota, quota_under = true, quota_under or not o
-    end
-    i = j
-  end
-  if op == P.PART then
-    refused = false
-  else
-    refused = refused or (quota and not quota_under)
-  end
-
-  for i = 1, n do
-    TOOK[i] = 0
-    if R[i] > 0 and (CWO[i] or (not refused and not GOVER[i])) then
-      local st = load(i)
-      TOOK[i] = add(st, i, H[i])
-      if H[i] > 0 then mark(st, i) end
-    end
-  end
-
-  for i = 1, n do
-    nout = nout + 1
-    local st = R[i] > 0 and load(i) or nil
-    if op == P.PART then
-      local o, rem, reset, retry = result(st, i, OVER[i])
-      out[nout] = pack(P.STAMPED, o, rem, reset, retry, TOOK[i])
+    if not any then
+      reqs[i].gover, i = false, i + 1 -- nothing is over: no group is
     else
-      out[nout] = pack(P.RESULT, result(st, i, OVER[i]))
+      local j, over = i, false
+      while j <= n and reqs[j].g == reqs[i].g do
+        over = over or reqs[j].over
+        j = j + 1
+      end
+      for k = i, j - 1 do reqs[k].gover = over end
+      if reqs[i].mode == P.ENFORCE then
+        refused = refused or over
+      elseif reqs[i].mode == P.QUOTA then
+        quota, quota_under = true, quota_under or not over
+      end
+      i = j
+    end
+  end
+  refused = op == P.TAKE and (refused or (quota and not quota_under))
+
+  for i = 1, n do
+    local r = reqs[i]
+    r.took = 0
+    if r.r > 0 and r.h > 0 and (r.cwo or (not refused and not r.gover)) then
+      r.took = r.f.add(r.st, r, r.h)
+      mark(r.st, r)
+    end
+  end
+
+  for i = 1, n do
+    local r = reqs[i]
+    if op == P.PART then
+      local over, remaining, reset, retry = result(r, r.over)
+      out[#out + 1] = pack(P.STAMPED, over, remaining, reset, retry, r.took)
+    else
+      out[#out + 1] = pack(P.RESULT, result(r, r.over))
     end
   end
 end
 
-local kbase = 0
-for _ = 1, ncalls do
-  local n
-  n, off = unpack(P.CALL, blob, off)
-  for i = 1, n do
-    local f
-    f, R[i], B[i], G[i], W[i], H[i], STAMP[i], IV[i], off = unpack(P.RECORD, blob, off)
-    K[i] = KEYS[kbase + i]
-    ALG[i] = f % P.MODE_SHIFT
-    MODE[i] = floor(f / P.MODE_SHIFT) % 4
-    CWO[i] = floor(f / P.CWO) % 2 == 1
-    GIVE[i] = floor(f / P.GIVE) % 2 == 1
-    WASO[i] = floor(f / P.WAS_OVER) % 2 == 1
+-- The requests of the call being decided: their tables are reused from
+-- call to call of a batch, and from run to run.
+local reqs = {}
+
+-- take decides the calls of blob (ARGV[1]) on the counters keys (KEYS),
+-- and returns the packed results.
+local function take(keys, blob)
+  if not floor then
+    floor, ceil, min, max, fmod = math.floor, math.ceil, math.min, math.max, math.fmod
+    unpack, pack, concat = struct.unpack, struct.pack, table.concat
+    call, pcall, type, tonumber, ipairs = redis.call, redis.pcall, _G.type, _G.tonumber, _G.ipairs
   end
-  decide(n)
-  kbase = kbase + n
+  local ncalls, off
+  op, now, ncalls, off = unpack(P.HEADER, blob)
+  if now == 0 then
+    local t = call('TIME')
+    now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  end
+  states, dirty, out = {}, { n = 0 }, {}
+  local kbase = 0
+  for _ = 1, ncalls do
+    local n
+    n, off = unpack(P.CALL, blob, off)
+    for i = 1, n do
+      local r = reqs[i]
+      if not r then
+        r = { key = false, f = false, mode = 0, cwo = false, give = false, waso = false, r = 0, b = 0, g = 0, w = 0,
+              h = 0, stamp = 0, iv = 0, over = false, gover = false, took = 0, st = false }
+        reqs[i] = r
+      end
+      local flags
+      flags, r.r, r.b, r.g, r.w, r.h, r.stamp, r.iv, off = unpack(P.RECORD, blob, off)
+      r.key = keys[kbase + i]
+      local a = flags % P.MODE_SHIFT -- (arithmetic, not floor: no call)
+      r.f = algorithms[a]
+      r.mode = (flags % P.CWO - a) / P.MODE_SHIFT
+      r.cwo = flags % P.GIVE >= P.CWO
+      r.give = flags % P.WAS_OVER >= P.GIVE
+      r.waso = flags >= P.WAS_OVER
+      r.st = false
+    end
+    decide(reqs, n)
+    kbase = kbase + n
+  end
+  for d = 1, dirty.n do save(dirty[d]) end
+  local reply = concat(out)
+  states, dirty, out = nil, nil, nil -- nothing kept from run to run but reqs' tables
+  return reply
 end
-for d = 1, ndirty do save(dirty[d]) end
-return table.concat(out)
+
+-- script.go ends this chunk: as a function library (FUNCTION LOAD), it
+-- registers take; as a script (EVAL), it calls it.
