@@ -75,7 +75,7 @@ bench: ## run the Go benchmarks
 	$(GO) test -run='^$$' -bench=. -benchmem ./...
 
 .PHONY: bench-load
-bench-load: deps ## load-test a running ratelimitd, memory and Redis stores (see BENCHMARKS.md)
+bench-load: deps ## load-test ratelimitd (memory, Redis, Redis Cluster) beside a baseline on Redis (see .ci/bench-load)
 	bash .ci/bench-load
 
 .PHONY: fuzz

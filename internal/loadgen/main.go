@@ -1,21 +1,38 @@
-// Command loadgen drives ratelimitd's Envoy RLS v3 ShouldRateLimit with
-// closed-loop callers, and reports the throughput, the latency percentiles
-// and the CPU that ratelimitd (and Redis) spent per decision.
+// Command loadgen drives an Envoy RLS v3 rate limit service (ratelimitd,
+// or the baseline of internal/loadgen/baseline) with closed-loop callers,
+// and reports the throughput, the latency percentiles, and what the
+// service, Redis and loadgen itself spent per decision.
 //
-// Each caller sends a request, waits for the answer, and sends the next.
-// A request names the domain "bench" of internal/loadgen/bench.yaml, with
-// user u<N> drawn uniformly from -keys values, and with -descriptors 3
-// also path /p<N%50> and tenant t<N%10>, each its own descriptor. Calls
-// that end during -warmup are not counted; the measured period is the
-// -duration that follows.
+// Each caller sends a ShouldRateLimit request, waits for the answer, and
+// sends the next. A request names the -domain ("bench" of
+// internal/loadgen/bench.yaml by default), with user u<N> drawn uniformly
+// from -keys values, and with -descriptors 3 also path /p<N%50> and tenant
+// t<N%10>, each its own descriptor. Calls that end during -warmup are not
+// counted; the measured period is the -duration that follows. A decision
+// is an answered call, OK or OVER_LIMIT.
+//
+// At both edges of the measured period loadgen reads, and the report
+// divides their growth by the decisions:
+//
+//   - the CPU time (user and system, from /proc/<pid>/stat) of the service
+//     (-pid), of the Redis servers (-redis-pid, summed: all the nodes of a
+//     Cluster) and of loadgen itself;
+//   - the calls and the microseconds of the -redis-cmd commands in Redis's
+//     INFO commandstats of each -redis-addr, summed. The default commands
+//     are the script calls that ratelimitd decides with (EVALSHA, EVAL and
+//     their kin); for the baseline, pass -redis-cmd incrby,expire. Redis
+//     counts a command that a script calls on its own as well as within
+//     the script's time, so sum the one kind or the other.
 //
 // Usage:
 //
-//	bin/ratelimitd --config internal/loadgen/bench.yaml &
-//	go run ./internal/loadgen -addr 127.0.0.1:8081 -descriptors 3 -pid $!
+//	bin/ratelimitd --config internal/loadgen/bench.yaml --backend redis://127.0.0.1:6379 &
+//	go run ./internal/loadgen -addr 127.0.0.1:8081 -descriptors 3 -pid $! \
+//		-redis-pid $(pidof redis-server) -redis-addr 127.0.0.1:6379
 //
-// With -json, stdout holds one JSON object and the human line goes to
-// stderr. .ci/bench-load runs it against each backend.
+// With -json, stdout holds one JSON object (the fields of report) and the
+// human line goes to stderr. .ci/bench-load (make bench-load) runs it
+// against each store of ratelimitd and against the baseline.
 package main
 
 import (
@@ -27,7 +44,9 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -70,15 +89,65 @@ type options struct {
 	timeout     time.Duration
 	seed        uint64
 	pid         int
-	redisPID    int
+	redisPIDs   intList
+	redisAddrs  stringList
+	redisCmds   stringList
 	json        bool
 }
+
+// A stringList is a flag that may be repeated, each time with one value or
+// several separated by commas.
+type stringList []string
+
+func (l *stringList) String() string { return strings.Join(*l, ",") }
+
+func (l *stringList) Set(s string) error {
+	for v := range strings.SplitSeq(s, ",") {
+		if v = strings.TrimSpace(v); v == "" {
+			return errors.New("empty value")
+		}
+		*l = append(*l, v)
+	}
+	return nil
+}
+
+// An intList is a stringList of positive integers.
+type intList []int
+
+func (l *intList) String() string {
+	s := make([]string, len(*l))
+	for i, n := range *l {
+		s[i] = strconv.Itoa(n)
+	}
+	return strings.Join(s, ",")
+}
+
+func (l *intList) Set(s string) error {
+	var vs stringList
+	if err := vs.Set(s); err != nil {
+		return err
+	}
+	for _, v := range vs {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			return fmt.Errorf("%q is not a pid", v)
+		}
+		*l = append(*l, n)
+	}
+	return nil
+}
+
+// scriptCommands are the commands that run ratelimitd's decisions on
+// Redis, the default of -redis-cmd. Commands that a script calls are
+// counted by Redis on their own too, and within the script's time: sum
+// the script commands or the plain ones, not both.
+var scriptCommands = stringList{"evalsha", "eval", "evalsha_ro", "eval_ro", "fcall", "fcall_ro"}
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	o := &options{}
 	fs := flag.NewFlagSet("loadgen", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&o.addr, "addr", "127.0.0.1:8081", "ratelimitd's gRPC `address`")
+	fs.StringVar(&o.addr, "addr", "127.0.0.1:8081", "the service's gRPC `address`")
 	fs.StringVar(&o.domain, "domain", "bench", "rate limit domain of the requests")
 	fs.IntVar(&o.descriptors, "descriptors", 1, "descriptors per request: 1 (user) or 3 (user, path, tenant)")
 	fs.IntVar(&o.concurrency, "concurrency", 32, "closed-loop callers")
@@ -88,8 +157,12 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.warmup, "warmup", 2*time.Second, "unmeasured period before it")
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Second, "deadline of each call")
 	fs.Uint64Var(&o.seed, "seed", 1, "seed of the callers' random draws")
-	fs.IntVar(&o.pid, "pid", 0, "ratelimitd's `pid`, to report its CPU per decision (0: don't)")
-	fs.IntVar(&o.redisPID, "redis-pid", 0, "redis-server's `pid`, to report its CPU per decision (0: don't)")
+	fs.IntVar(&o.pid, "pid", 0, "the service's `pid`, to report its CPU per decision (0: don't)")
+	fs.Var(&o.redisPIDs, "redis-pid", "redis-server `pids`, to report their CPU per decision, summed (repeatable, or comma-separated)")
+	fs.Var(&o.redisAddrs, "redis-addr", "Redis `host:port` addresses whose INFO commandstats to read, summed (repeatable, or comma-separated)")
+	o.redisCmds = slices.Clone(scriptCommands)
+	redisCmds := stringList{}
+	fs.Var(&redisCmds, "redis-cmd", "`commands` whose Redis time -redis-addr reports (repeatable, or comma-separated; default "+scriptCommands.String()+")")
 	fs.BoolVar(&o.json, "json", false, "print one JSON object on stdout (the human line goes to stderr)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -107,6 +180,9 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		bad = "-concurrency, -conns and -keys must be at least 1"
 	case o.duration <= 0, o.warmup < 0, o.timeout <= 0:
 		bad = "-duration and -timeout must be positive, -warmup not negative"
+	}
+	if len(redisCmds) > 0 {
+		o.redisCmds = redisCmds
 	}
 	if bad != "" {
 		fmt.Fprintln(stderr, "loadgen:", bad)
@@ -137,9 +213,16 @@ type report struct {
 	DaemonCPU  *float64 `json:"daemon_cpu_us"`
 	RedisCPU   *float64 `json:"redis_cpu_us"`
 	LoadgenCPU *float64 `json:"loadgen_cpu_us"`
+	// RedisCmd is the microseconds Redis spent in the -redis-cmd commands
+	// per decision, and RedisCalls their calls per decision, summed over
+	// the -redis-addr nodes; null without -redis-addr.
+	RedisCmd   *float64 `json:"redis_cmd_us"`
+	RedisCalls *float64 `json:"redis_cmd_calls"`
 	FirstError string   `json:"first_error,omitempty"`
 }
 
+// run parses args, drives the service for the warm-up and the measured
+// period, and prints the report.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	o, err := parseFlags(args, stderr)
 	if err != nil {
@@ -155,6 +238,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		cc.Connect()
 		conns[i] = rlsv3.NewRateLimitServiceClient(cc)
 	}
+	p := &probe{o: o}
+	if len(o.redisAddrs) > 0 {
+		if p.stats, err = newCmdStats(ctx, o.redisAddrs, o.redisCmds); err != nil {
+			return err
+		}
+		defer p.stats.close()
+	}
 	vals := newValues(o.keys)
 
 	start := time.Now()
@@ -166,31 +256,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			rng: rand.New(rand.NewPCG(o.seed, uint64(i)))}
 		wg.Go(func() { c.loop(ctx, &tallies[i]) })
 	}
-
-	// CPU is sampled at the edges of the measured period.
-	pids := []int{o.pid, o.redisPID, 0} // 0: this process
-	var cpu0, cpu1 [3]time.Duration
-	sample := func(at time.Time, into *[3]time.Duration) error {
-		select {
-		case <-time.After(time.Until(at)):
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		for i, pid := range pids {
-			if pid == 0 && i != 2 {
-				continue
-			}
-			d, err := cpuTime(pid)
-			if err != nil {
-				return fmt.Errorf("CPU of pid %d: %w", pid, err)
-			}
-			into[i] = d
-		}
-		return nil
-	}
-	err = sample(t0, &cpu0)
+	s0, err := p.readAt(ctx, t0)
+	var s1 sample
 	if err == nil {
-		err = sample(t1, &cpu1)
+		s1, err = p.readAt(ctx, t1)
 	}
 	wg.Wait()
 	if err != nil {
@@ -201,26 +270,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	for i := range tallies {
 		all.merge(&tallies[i])
 	}
-	r := report{
-		Addr: o.addr, Descriptors: o.descriptors, Concurrency: o.concurrency, Conns: o.conns, Keys: o.keys,
-		DurationS: o.duration.Seconds(),
-		Decisions: all.hist.n, OverLimit: all.overLimit, Errors: all.errors,
-		RPS: float64(all.hist.n) / o.duration.Seconds(),
-		P50: micros(all.hist.quantile(0.50)), P90: micros(all.hist.quantile(0.90)),
-		P99: micros(all.hist.quantile(0.99)), Max: micros(all.hist.max),
-	}
-	if all.firstErr != nil {
-		r.FirstError = all.firstErr.Error()
-	}
-	perDecision := func(i int) *float64 {
-		if (pids[i] == 0 && i != 2) || all.hist.n == 0 {
-			return nil
-		}
-		v := micros(cpu1[i]-cpu0[i]) / float64(all.hist.n)
-		return &v
-	}
-	r.DaemonCPU, r.RedisCPU, r.LoadgenCPU = perDecision(0), perDecision(1), perDecision(2)
-
+	r := newReport(o, &all)
+	r.perDecision(o, s1.sub(s0))
 	human := stdout
 	if o.json {
 		human = stderr
@@ -237,18 +288,113 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
+// A probe reads the counters that the report divides by the decisions:
+// the CPU of the service (-pid), of the Redis servers (-redis-pid) and of
+// this process, and the Redis command totals (-redis-addr).
+type probe struct {
+	o     *options
+	stats *cmdStats // nil without -redis-addr
+}
+
+// A sample is what a probe read at one instant.
+type sample struct {
+	daemon, redis, self time.Duration
+	cmds                cmdTotals
+}
+
+// sub returns s minus o.
+func (s sample) sub(o sample) sample {
+	return sample{daemon: s.daemon - o.daemon, redis: s.redis - o.redis, self: s.self - o.self, cmds: s.cmds.sub(o.cmds)}
+}
+
+// readAt waits until at, then reads the counters; it returns early with
+// ctx's error when ctx is done.
+func (p *probe) readAt(ctx context.Context, at time.Time) (sample, error) {
+	t := time.NewTimer(time.Until(at))
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+		return sample{}, ctx.Err()
+	}
+	var s sample
+	var err error
+	if s.self, err = cpuTime(0); err != nil {
+		return sample{}, fmt.Errorf("CPU of this process: %w", err)
+	}
+	if p.o.pid != 0 {
+		if s.daemon, err = cpuTime(p.o.pid); err != nil {
+			return sample{}, fmt.Errorf("CPU of pid %d: %w", p.o.pid, err)
+		}
+	}
+	for _, pid := range p.o.redisPIDs {
+		d, err := cpuTime(pid)
+		if err != nil {
+			return sample{}, fmt.Errorf("CPU of Redis pid %d: %w", pid, err)
+		}
+		s.redis += d
+	}
+	if p.stats != nil {
+		if s.cmds, err = p.stats.read(ctx); err != nil {
+			return sample{}, err
+		}
+	}
+	return s, nil
+}
+
+// newReport returns the report of the tallies all, without the figures
+// per decision.
+func newReport(o *options, all *tally) report {
+	r := report{
+		Addr: o.addr, Descriptors: o.descriptors, Concurrency: o.concurrency, Conns: o.conns, Keys: o.keys,
+		DurationS: o.duration.Seconds(),
+		Decisions: all.hist.n, OverLimit: all.overLimit, Errors: all.errors,
+		RPS: float64(all.hist.n) / o.duration.Seconds(),
+		P50: micros(all.hist.quantile(0.50)), P90: micros(all.hist.quantile(0.90)),
+		P99: micros(all.hist.quantile(0.99)), Max: micros(all.hist.max),
+	}
+	if all.firstErr != nil {
+		r.FirstError = all.firstErr.Error()
+	}
+	return r
+}
+
+// perDecision sets r's figures per decision from d, what the counters
+// moved over the measured period; those that o did not ask for stay nil.
+func (r *report) perDecision(o *options, d sample) {
+	if r.Decisions == 0 {
+		return
+	}
+	per := func(v float64) *float64 {
+		v /= float64(r.Decisions)
+		return &v
+	}
+	r.LoadgenCPU = per(micros(d.self))
+	if o.pid != 0 {
+		r.DaemonCPU = per(micros(d.daemon))
+	}
+	if len(o.redisPIDs) > 0 {
+		r.RedisCPU = per(micros(d.redis))
+	}
+	if len(o.redisAddrs) > 0 {
+		r.RedisCmd, r.RedisCalls = per(float64(d.cmds.usec)), per(float64(d.cmds.calls))
+	}
+}
+
 // String returns r as one line for people.
 func (r report) String() string {
-	cpu := func(v *float64) string {
+	f := func(v *float64, unit string) string {
 		if v == nil {
 			return "-"
 		}
-		return strconv.FormatFloat(*v, 'f', 1, 64) + " µs"
+		return strconv.FormatFloat(*v, 'f', 1, 64) + unit
 	}
 	s := fmt.Sprintf("%s %d descriptor(s), %d callers on %d conn(s): %.0f req/s over %gs, p50 %.0f µs, p90 %.0f µs, p99 %.0f µs, max %.0f µs; "+
-		"%d decisions, %d over limit, %d errors; CPU per decision: ratelimitd %s, redis %s, loadgen %s",
+		"%d decisions, %d over limit, %d errors; per decision: CPU of the service %s, of Redis %s, of loadgen %s; "+
+		"Redis commands %s in %s calls",
 		r.Addr, r.Descriptors, r.Concurrency, r.Conns, r.RPS, r.DurationS, r.P50, r.P90, r.P99, r.Max,
-		r.Decisions, r.OverLimit, r.Errors, cpu(r.DaemonCPU), cpu(r.RedisCPU), cpu(r.LoadgenCPU))
+		r.Decisions, r.OverLimit, r.Errors, f(r.DaemonCPU, " µs"), f(r.RedisCPU, " µs"), f(r.LoadgenCPU, " µs"),
+		f(r.RedisCmd, " µs"), f(r.RedisCalls, ""))
 	if r.FirstError != "" {
 		s += "; first error: " + r.FirstError
 	}
