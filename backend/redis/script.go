@@ -77,14 +77,14 @@ const (
 // Sizes of the binary parts, in bytes; the comments give their struct
 // formats in take.lua.
 const (
-	headerSize  = 1 + 8 + 4         // '<BdI4': op, now (µs; 0 reads Redis TIME), number of calls
-	callSize    = 4                 // '<I4': the call's number of requests
-	recordSize  = 1 + 3*4 + 4*8     // '<BI4I4I4dddd': flags, requests, burst, group, window µs, hits, stamp, GCRA interval µs
-	resultSize  = 1 + 3*8           // '<Bddd': over, remaining, reset µs, retry µs
-	stampedSize = resultSize + 8    // '<Bdddd': a result and its stamp (opPart)
-	stateSize   = 3 * 8             // '<ddd': a counter's T, N and P (tokens in N for a token bucket)
-	logHeader   = 8                 // '<d': a sliding log's first element, the sum of its hits
-	logEntry    = 2 * 8             // '<dd': each further element, a time and its hits, oldest first
+	headerSize  = 1 + 8 + 4             // '<BdI4': op, now (µs; 0 reads Redis TIME), number of calls
+	callSize    = 4                     // '<I4': the call's number of requests
+	recordSize  = 1 + 3*4 + 4*8         // '<BI4I4I4dddd': flags, requests, burst, group, window µs, hits, stamp, GCRA interval µs
+	resultSize  = 1 + 3*8               // '<Bddd': over, remaining, reset µs, retry µs
+	stampedSize = resultSize + 8        // '<Bdddd': a result and its stamp (opPart)
+	stateSize   = 3 * 8                 // '<ddd': a counter's T, N and P (tokens in N for a token bucket)
+	logHeader   = 8                     // '<d': a sliding log's first element, the sum of its hits
+	logEntry    = 2 * 8                 // '<dd': each further element, a time and its hits, oldest first
 	maxLog      = backend.MaxSlidingLog // the most entries of a log: further instants fold into the newest
 )
 

@@ -11,12 +11,20 @@
 -- protocol's constants; script.go names the same, and
 -- TestScriptProtocol checks that the two agree.
 --
--- Counters. A key holds STATE, or for a sliding log a list: LOG_HEADER,
+-- Counters. The key's layout version, algorithm and window are in the
+-- key itself. A fixed or sliding window counts each window under a key
+-- of its own, the counter key, '@' and the window's number (its start ÷
+-- its length), an integer that INCRBY raises: one command per request,
+-- which keeps the TTL set when the window's key is created. A token
+-- bucket or GCRA key holds STATE. A sliding log is a list: LOG_HEADER,
 -- then a LOG_ENTRY per instant that counted hits, oldest first, so that a
--- call reads and writes a few elements, never the whole log. A log's
--- header may be missing (dropped with expired entries, and written back
--- when the script saves the log): its sum is then recounted. The key's
--- layout version, algorithm and window are in the key itself.
+-- call reads and writes a few elements, never the whole log; its header
+-- may be missing (dropped with expired entries, and written back when the
+-- script saves the log), and its sum is then recounted.
+--
+-- A run reads every counter but the logs with one MGET, before it
+-- decides; the keys of windows are not in KEYS, but share their counter
+-- key's hash tag, and so its Cluster slot.
 --
 -- Loading. On Redis 7.0 and later, this chunk is a function library:
 -- Redis runs it once, at FUNCTION LOAD, and each FCALL calls take. On
@@ -36,7 +44,7 @@ local P = {
   RECORD = '<BI4I4I4dddd', -- flags, requests, burst, group, window µs, hits, stamp, GCRA interval µs
   RESULT = '<Bddd', -- over, remaining, reset µs, retry µs
   STAMPED = '<Bdddd', -- RESULT, then the stamp a refund needs
-  STATE = '<ddd', -- T, N, P (the tokens in N for a token bucket)
+  STATE = '<ddd', -- a bucket's or GCRA's T, N, P (the tokens in N for a token bucket)
   LOG_HEADER = '<d', -- the sum of the log's hits
   LOG_ENTRY = '<dd', -- a time and the hits counted then
   MAX_LOG = 10000, -- the most entries of a log; further hits fold into the newest
@@ -45,7 +53,7 @@ local MAX_T = 2^62 -- saturation of times, as Go saturates int64 math
 
 -- Library functions, bound by take on its first run: a function library
 -- may use nothing but the redis API while it loads.
-local floor, ceil, min, max, fmod, unpack, pack, concat, call, pcall, type, tonumber, ipairs
+local floor, ceil, min, max, fmod, unpack, pack, concat, tunpack, call, pcall, type, tonumber, ipairs
 
 -- The run's op and clock, set by take.
 local op, now = P.TAKE, 0
@@ -335,16 +343,40 @@ local algorithms = { [P.SLIDING] = sliding, [P.FIXED] = fixed, [P.LOG] = log, [P
 -- The run's counters, one state per distinct key, loaded on first use and
 -- kept for the whole run: later calls of a batch see earlier ones.
 local states, dirty = {}, {} -- set by take; dirty.n states to save, in order
+-- vals: the values that take read with one MGET, by key name; false for
+-- a missing key.
+local vals = {}
+
+-- window_names sets r.cur (the name of the key that counts the window of
+-- now) and on a sliding window r.prev (the previous window's), and the
+-- window's start r.t.
+local function window_names(r)
+  local t = now - fmod(now, r.w)
+  r.t, r.cur = t, r.key .. '@' .. (t / r.w) -- (a window's number prints as an integer)
+  if r.f == sliding then r.prev = r.key .. '@' .. (t / r.w - 1) end
+end
+
+-- count reads a window's count from vals.
+local function count(name)
+  local v = vals[name]
+  if v then return tonumber(v) end
+  return 0
+end
 
 local function load(r)
   local st = states[r.key]
   if st then return st end
-  if r.f == log then
+  local f = r.f
+  if f == log then
     st = log.load(r.key)
+  elseif f == fixed or f == sliding then
+    local n = count(r.cur)
+    st = { t = r.t, n = n, p = 0, n0 = n, cur = r.cur, key = r.key, f = f, w = r.w, r = r.r, b = r.b, dirty = false }
+    if f == sliding then st.p = count(r.prev) end
   else
-    st = { t = 0, n = 0, p = 0, key = r.key, f = r.f, w = 0, r = 0, b = 0, dirty = false }
-    local v = pcall('GET', r.key)
-    if type(v) == 'string' and #v == 24 then st.t, st.n, st.p = unpack(P.STATE, v) end
+    st = { t = 0, n = 0, p = 0, key = r.key, f = f, w = r.w, r = r.r, b = r.b, dirty = false }
+    local v = vals[r.key]
+    if v and #v == 24 then st.t, st.n, st.p = unpack(P.STATE, v) end
   end
   states[r.key] = st
   return st
@@ -360,15 +392,30 @@ local function mark(st, r)
   end
 end
 
+-- int formats a whole number for a command: Lua prints 10^14 and above
+-- with an exponent.
+local function int(x)
+  if x > -1e14 and x < 1e14 then return x end
+  return string.format('%.0f', x)
+end
+
 local function save(st)
-  local ttl = st.f.expiry(st) - now
-  if ttl <= 0 or (st.f == log and st.len == 0) then
+  local f = st.f
+  -- (a TTL under 10^13 ms prints as an integer, which SET needs)
+  local ms = min(ceil((f.expiry(st) - now) / 1000), 9e12)
+  if f == fixed or f == sliding then
+    -- The window's count: INCRBY keeps its TTL, set when it is created.
+    if st.n ~= st.n0 then
+      call('INCRBY', st.cur, int(st.n - st.n0))
+      if st.n0 == 0 then call('PEXPIRE', st.cur, ms) end
+    end
+    return
+  end
+  if ms <= 0 or (f == log and st.len == 0) then
     call('DEL', st.key)
     return
   end
-  -- (a TTL under 10^13 ms prints as an integer, which SET needs)
-  local ms = min(ceil(ttl / 1000), 9e12)
-  if st.f ~= log then
+  if f ~= log then
     call('SET', st.key, pack(P.STATE, st.t, st.n, st.p), 'PX', ms)
     return
   end
@@ -414,10 +461,14 @@ end
 
 local out = {} -- set by take: the packed results
 
--- decide decides a call of the n requests reqs[1..n] into out.
-local function decide(reqs, n)
+-- The requests of the run, by index: their tables are reused from run to
+-- run (a function library keeps them).
+local reqs = {}
+
+-- decide decides a call, the n requests after reqs[base], into out.
+local function decide(base, n)
   if op == P.REFUND then
-    for i = 1, n do
+    for i = base + 1, base + n do
       local r = reqs[i]
       if r.r > 0 and r.give and r.h > 0 then
         local st = load(r)
@@ -425,17 +476,17 @@ local function decide(reqs, n)
         mark(st, r)
       end
     end
-    for i = 1, n do out[#out + 1] = pack(P.RESULT, result(reqs[i], reqs[i].waso)) end
+    for i = base + 1, base + n do out[#out + 1] = pack(P.RESULT, result(reqs[i], reqs[i].waso)) end
     return
   end
 
   -- Over: earlier admitted requests of this call on one counter count as
   -- taken.
   local any = false -- whether any request is over
-  for i = 1, n do
+  for i = base + 1, base + n do
     local r = reqs[i]
     local hits = r.h
-    for j = 1, i - 1 do
+    for j = base + 1, i - 1 do
       if reqs[j].key == r.key and not reqs[j].over then hits = hits + reqs[j].h end
     end
     if r.r == 0 then
@@ -454,13 +505,13 @@ local function decide(reqs, n)
   -- over, or when it has quota groups and all of them are over; a PART
   -- decides as if admitted.
   local refused, quota, quota_under = false, false, false
-  local i = 1
-  while i <= n do
+  local i, last = base + 1, base + n
+  while i <= last do
     if not any then
       reqs[i].gover, i = false, i + 1 -- nothing is over: no group is
     else
       local j, over = i, false
-      while j <= n and reqs[j].g == reqs[i].g do
+      while j <= last and reqs[j].g == reqs[i].g do
         over = over or reqs[j].over
         j = j + 1
       end
@@ -475,7 +526,7 @@ local function decide(reqs, n)
   end
   refused = op == P.TAKE and (refused or (quota and not quota_under))
 
-  for i = 1, n do
+  for i = base + 1, last do
     local r = reqs[i]
     r.took = 0
     if r.r > 0 and r.h > 0 and (r.cwo or (not refused and not r.gover)) then
@@ -484,7 +535,7 @@ local function decide(reqs, n)
     end
   end
 
-  for i = 1, n do
+  for i = base + 1, last do
     local r = reqs[i]
     if op == P.PART then
       local over, remaining, reset, retry = result(r, r.over)
@@ -495,16 +546,62 @@ local function decide(reqs, n)
   end
 end
 
--- The requests of the call being decided: their tables are reused from
--- call to call of a batch, and from run to run.
-local reqs = {}
+-- window decides a call of one request on a fixed or sliding window (the
+-- common case) as decide would, in straight-line code: the arithmetic of
+-- fixed's and sliding's functions, without their calls.
+local function window(r)
+  local w, rq, h = r.w, r.r, r.h
+  local st = states[r.key] or load(r)
+  local n, p = st.n, st.p
+  local prev = p * (w - min(max(now - st.t, 0), w)) / w -- sliding's weighted_prev; 0 on a fixed window
+  local over = n + h + prev > rq
+  if h > 0 and (r.cwo or not over) then
+    n = n + h
+    st.n = n
+    mark(st, r)
+  end
+  local remaining, left, retry = 0, rq - (n + prev), 0
+  if left > 0 then remaining = floor(left) end
+  if over then retry = retry_after(st, r, h) end
+  out[#out + 1] = pack(P.RESULT, over and 1 or 0, remaining, st.t + w - now, retry)
+end
+
+-- prefetch reads into vals, with one MGET, the counters of the first
+-- total requests but for sliding logs (lists): the windows' counts, and
+-- the buckets' and GCRA's states.
+local function prefetch(total)
+  local names, seen = {}, {}
+  local function want(name)
+    if not seen[name] then
+      seen[name] = true
+      names[#names + 1] = name
+    end
+  end
+  for i = 1, total do
+    local r = reqs[i]
+    local f = r.f
+    if r.r > 0 and f ~= log then
+      if f == fixed or f == sliding then
+        window_names(r)
+        want(r.cur)
+        if f == sliding then want(r.prev) end
+      else
+        want(r.key)
+      end
+    end
+  end
+  if #names > 0 then
+    local got = call('MGET', tunpack(names))
+    for k = 1, #names do vals[names[k]] = got[k] end
+  end
+end
 
 -- take decides the calls of blob (ARGV[1]) on the counters keys (KEYS),
 -- and returns the packed results.
 local function take(keys, blob)
   if not floor then
     floor, ceil, min, max, fmod = math.floor, math.ceil, math.min, math.max, math.fmod
-    unpack, pack, concat = struct.unpack, struct.pack, table.concat
+    unpack, pack, concat, tunpack = struct.unpack, struct.pack, table.concat, _G.unpack
     call, pcall, type, tonumber, ipairs = redis.call, redis.pcall, _G.type, _G.tonumber, _G.ipairs
   end
   local ncalls, off
@@ -513,21 +610,26 @@ local function take(keys, blob)
     local t = call('TIME')
     now = tonumber(t[1]) * 1000000 + tonumber(t[2])
   end
-  states, dirty, out = {}, { n = 0 }, {}
-  local kbase = 0
-  for _ = 1, ncalls do
+  states, dirty, out, vals = {}, { n = 0 }, {}, {}
+
+  -- Read every call's requests, then their counters, then decide.
+  local sizes, total = {}, 0
+  for c = 1, ncalls do
     local n
     n, off = unpack(P.CALL, blob, off)
-    for i = 1, n do
-      local r = reqs[i]
+    sizes[c] = n
+    for _ = 1, n do
+      total = total + 1
+      local r = reqs[total]
       if not r then
         r = { key = false, f = false, mode = 0, cwo = false, give = false, waso = false, r = 0, b = 0, g = 0, w = 0,
-              h = 0, stamp = 0, iv = 0, over = false, gover = false, took = 0, st = false }
-        reqs[i] = r
+              h = 0, stamp = 0, iv = 0, over = false, gover = false, took = 0, st = false, t = 0, cur = false,
+              prev = false }
+        reqs[total] = r
       end
       local flags
       flags, r.r, r.b, r.g, r.w, r.h, r.stamp, r.iv, off = unpack(P.RECORD, blob, off)
-      r.key = keys[kbase + i]
+      r.key = keys[total]
       local a = flags % P.MODE_SHIFT -- (arithmetic, not floor: no call)
       r.f = algorithms[a]
       r.mode = (flags % P.CWO - a) / P.MODE_SHIFT
@@ -536,12 +638,21 @@ local function take(keys, blob)
       r.waso = flags >= P.WAS_OVER
       r.st = false
     end
-    decide(reqs, n)
-    kbase = kbase + n
+  end
+  prefetch(total)
+  local base = 0
+  for c = 1, ncalls do
+    local n, r = sizes[c], reqs[base + 1]
+    if n == 1 and op == P.TAKE and r.r > 0 and (r.f == sliding or r.f == fixed) then
+      window(r)
+    else
+      decide(base, n)
+    end
+    base = base + n
   end
   for d = 1, dirty.n do save(dirty[d]) end
   local reply = concat(out)
-  states, dirty, out = nil, nil, nil -- nothing kept from run to run but reqs' tables
+  states, dirty, out, vals = nil, nil, nil, nil -- nothing kept from run to run but reqs' tables
   return reply
 end
 
