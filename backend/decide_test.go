@@ -298,14 +298,19 @@ func decideParts(m map[string]*State, c call, now int64) []Result {
 	return res
 }
 
-// TestDecidePartsAgreeWithDecide: deciding each descriptor's share as if
-// admitted, then refunding what the call does not consume (Redis
-// Cluster's protocol), answers every call as Decide does, and leaves the
-// counters deciding alike.
-func TestDecidePartsAgreeWithDecide(t *testing.T) {
+// FuzzDecide replays a seeded random sequence of calls and checks two
+// properties of every call: a refused call that records no usage
+// (no consume_when_over) leaves every counter deciding as before; and
+// deciding each descriptor's share as if admitted, then refunding what
+// the call does not consume (Redis Cluster's protocol: DecidePart and
+// Refund), answers as Decide does and leaves the counters deciding alike.
+func FuzzDecide(f *testing.F) {
 	for seed := range uint64(20) {
+		f.Add(seed, uint8(4))
+	}
+	f.Fuzz(func(t *testing.T, seed uint64, descs uint8) {
 		r := rand.New(rand.NewPCG(seed, 13))
-		limits := randomLimits(r, 4)
+		limits := randomLimits(r, 1+int(descs%8))
 		whole, parts := map[string]*State{}, map[string]*State{}
 		now := t0
 		for n := range 300 {
@@ -322,14 +327,38 @@ func TestDecidePartsAgreeWithDecide(t *testing.T) {
 			if len(c.reqs) == 0 {
 				continue
 			}
+			before := snapshot(whole, c.reqs, now)
 			want := make([]Result, len(c.reqs))
 			Decide(c.reqs, statesOf(whole, c.reqs), now, want)
+			if Refused(c.reqs, want) && !slices.ContainsFunc(c.reqs, func(q Request) bool { return q.ConsumeWhenOver }) {
+				if after := snapshot(whole, c.reqs, now); !slices.EqualFunc(after, before, slices.Equal) {
+					t.Fatalf("seed %d, call %d at %d: refused %+v, yet its counters changed", seed, n, now-t0, c.reqs)
+				}
+			}
 			got := decideParts(parts, c, now)
 			if !slices.Equal(got, want) {
 				t.Fatalf("seed %d, call %d at %d: %+v\nparts and refunds: %+v\nDecide:            %+v", seed, n, now-t0, c.reqs, got, want)
 			}
 		}
+	})
+}
+
+// snapshot returns the decisions of the counters of reqs in m at now
+// (those of a fresh counter for a key m lacks).
+func snapshot(m map[string]*State, reqs []Request, now int64) [][]Result {
+	out := make([][]Result, len(reqs))
+	for i, q := range reqs {
+		if q.Limit.Ban() {
+			continue
+		}
+		var st State
+		if m[q.Key] != nil {
+			st = clone(*m[q.Key])
+		}
+		st.Admits(q.Limit, now, 0) // brought to now, as Decide brings it
+		out[i] = decisions(st, q.Limit, now)
 	}
+	return out
 }
 
 // TestDecideSameCounterAddsUp: two requests of one call on one counter
