@@ -382,10 +382,3 @@ func sweepLocked(sh *shard, now int64, busy []slot) {
 	}
 	sh.swept = now
 }
-
-func addSat(a, b uint64) uint64 {
-	if s := a + b; s >= a {
-		return s
-	}
-	return math.MaxUint64
-}
