@@ -19,7 +19,8 @@ type Store interface {
 	// The decision is all or nothing, as Refused and Consumes define it: a
 	// refused call leaves no lasting consumption (but on ConsumeWhenOver
 	// requests), and an admitted call consumes on every group that is
-	// within its limits.
+	// within its limits. Decide is the reference definition of a call's
+	// decision on its counters' states.
 	//
 	// Exceeding a limit is reported in res, never as an error; a non-nil
 	// error means the store could not decide (unreachable, timed out,
