@@ -67,24 +67,71 @@ func (st *State) Admits(l Limit, now int64, hits uint64) bool {
 // Add counts hits on st at now (µs) without checking the limit: the caller
 // has checked Admits, or records usage past the limit on purpose
 // (Request.ConsumeWhenOver). A ban counts nothing.
-func (st *State) Add(l Limit, now int64, hits uint64) {
+//
+// It returns the stamp that Refund needs to give these hits back: the
+// start of the window they were counted in (fixed and sliding window),
+// the time of the log entry holding them (sliding log), or 0 (token
+// bucket, GCRA, and when nothing was counted).
+func (st *State) Add(l Limit, now int64, hits uint64) (stamp int64) {
+	if l.Ban() || hits == 0 {
+		return 0
+	}
+	st.advance(l, now)
+	switch l.Algorithm {
+	case FixedWindow, SlidingWindow:
+		st.N = addSat(st.N, hits)
+		return st.T
+	case SlidingLog:
+		if st.Log == nil {
+			st.Log = new(Log)
+		}
+		t := max(now, st.Log.newest())
+		st.Log.push(t, hits)
+		st.N = addSat(st.N, hits)
+		return t
+	case TokenBucket:
+		st.Tokens -= float64(hits)
+	case GCRA:
+		st.T = addSatInt(max(st.T, now), mulSatInt(int64(min(hits, math.MaxInt64)), l.interval()))
+	}
+	return 0
+}
+
+// Refund gives back, at now (µs), hits that Add counted on st and
+// stamped with stamp, as far as they still count: the reference of
+// take.lua's "refund", with which Redis Cluster undoes a slot's share of
+// a call that another slot refused (see DecidePart).
+//
+// Per algorithm: fixed and sliding window take the hits off the current
+// window's count if stamp is its start, and give nothing back once the
+// window has moved on (a sliding window's previous count is left as is);
+// sliding log takes them off the entry stamped stamp, dropping it when
+// it empties, and gives nothing back once that entry has expired (or a
+// full log has folded it into a newer one); token bucket puts the tokens
+// back, up to a full bucket; GCRA moves the TAT back, not before now. A
+// ban or zero hits gives nothing back.
+//
+// Refund right after an Add that Admits allowed, at the same now, gives
+// st back its decisions: every later Admits and Result is as if Add had
+// not run. Hits added past the limit (a token bucket in debt, as
+// ConsumeWhenOver leaves it) may come back an ulp off: a float's
+// x-h+h need not be x once x-h is negative.
+func (st *State) Refund(l Limit, now int64, hits uint64, stamp int64) {
 	if l.Ban() || hits == 0 {
 		return
 	}
 	st.advance(l, now)
 	switch l.Algorithm {
 	case FixedWindow, SlidingWindow:
-		st.N = addSat(st.N, hits)
-	case SlidingLog:
-		if st.Log == nil {
-			st.Log = new(Log)
+		if st.T == stamp {
+			st.N = subSat(st.N, hits)
 		}
-		st.Log.push(max(now, st.Log.newest()), hits)
-		st.N = addSat(st.N, hits)
+	case SlidingLog:
+		st.N = subSat(st.N, st.Log.take(stamp, hits))
 	case TokenBucket:
-		st.Tokens -= float64(hits)
+		st.Tokens = min(st.Tokens+float64(hits), float64(l.Capacity()))
 	case GCRA:
-		st.T = addSatInt(max(st.T, now), mulSatInt(int64(min(hits, math.MaxInt64)), l.interval()))
+		st.T = max(st.T-mulSatInt(int64(min(hits, math.MaxInt64)), l.interval()), now)
 	}
 }
 

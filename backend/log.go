@@ -51,6 +51,37 @@ func (l *Log) push(t int64, n uint64) {
 	l.len++
 }
 
+// take removes up to n hits from the entry stamped t, dropping the entry
+// when it empties, and returns how many it removed: none when no entry
+// is stamped t. Entries' times strictly increase, so at most one is.
+func (l *Log) take(t int64, n uint64) uint64 {
+	for i := l.Len() - 1; i >= 0; i-- {
+		e := &l.buf[(l.head+i)%len(l.buf)]
+		if e.t < t {
+			return 0
+		}
+		if e.t == t {
+			back := min(n, e.n)
+			if e.n -= back; e.n == 0 {
+				l.remove(i)
+			}
+			return back
+		}
+	}
+	return 0
+}
+
+// remove drops entry i (0 is the oldest), moving the newer ones down.
+func (l *Log) remove(i int) {
+	for ; i < l.len-1; i++ {
+		l.buf[(l.head+i)%len(l.buf)] = l.at(i + 1)
+	}
+	l.len--
+	if l.len == 0 {
+		l.head = 0
+	}
+}
+
 // pop drops the oldest entry. It writes nothing to buf, so a copy of the
 // Log header may pop without disturbing the original.
 func (l *Log) pop() {

@@ -19,7 +19,8 @@ type Store interface {
 	// The decision is all or nothing, as Refused and Consumes define it: a
 	// refused call leaves no lasting consumption (but on ConsumeWhenOver
 	// requests), and an admitted call consumes on every group that is
-	// within its limits.
+	// within its limits. Decide is the reference definition of a call's
+	// decision on its counters' states.
 	//
 	// Exceeding a limit is reported in res, never as an error; a non-nil
 	// error means the store could not decide (unreachable, timed out,
@@ -59,6 +60,9 @@ type Request struct {
 	// one Tag on one node, so that they are decided atomically. The
 	// engine sets it to the descriptor's part of Key, so that a
 	// descriptor's limits stand or fall together. Empty means Key.
+	// A Key must come with the same Tag in every call: a store may name
+	// the counter by both (Redis Cluster puts the tag in the counter's
+	// Redis key), and one Key under two Tags is then two counters.
 	Tag string
 	// Limit is the limit to apply to the counter.
 	Limit Limit

@@ -35,6 +35,9 @@ const (
 	// fullSweepEvery is how often, at most, a full shard sweeps all its
 	// expired keys before it evicts a live one.
 	fullSweepEvery = int64(time.Second / time.Microsecond)
+	// smallCall is how many requests a call may have for Take to keep
+	// its working state on the stack.
+	smallCall = 4
 )
 
 // Options configures a Store. The zero value means the defaults.
@@ -186,7 +189,7 @@ func (s *Store) Take(ctx context.Context, reqs []backend.Request, res []backend.
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("memory: take: %w", err)
 	}
-	var small [4]slot
+	var small [smallCall]slot
 	slots := small[:]
 	if len(reqs) > len(small) {
 		slots = make([]slot, len(reqs))
@@ -258,28 +261,34 @@ func (s *Store) store(sl *slot, l backend.Limit) {
 	}
 }
 
-// decide applies the all-or-nothing rule of backend.Store to the loaded
-// states of slots.
+// decide applies backend.Decide to the loaded states of slots: requests
+// on one key (one alias) share their first slot's state.
 func decide(slots []slot, reqs []backend.Request, res []backend.Result, now int64) {
-	for i := range reqs {
-		// Earlier requests of this call on the same counter count as
-		// taken: checking h1 then h2 at one instant is checking h1+h2.
-		hits := reqs[i].Hits
-		for j := range i {
-			if slots[j].alias == slots[i].alias && !res[j].OverLimit {
-				hits = addSat(hits, reqs[j].Hits)
-			}
-		}
-		res[i].OverLimit = !slots[slots[i].alias].st.Admits(reqs[i].Limit, now, hits)
+	if len(slots) > smallCall {
+		decideLarge(slots, reqs, res, now)
+		return
 	}
-	refused := backend.Refused(reqs, res)
-	for i := range reqs {
-		if backend.Consumes(reqs, res, refused, i) {
-			slots[slots[i].alias].st.Add(reqs[i].Limit, now, reqs[i].Hits)
-		}
+	// An array, not a slice: pointers stored in a slice's elements escape,
+	// and would move a small call's slots to the heap.
+	var states [smallCall]*backend.State
+	for i := range slots {
+		states[i] = &slots[slots[i].alias].st
 	}
-	for i := range reqs {
-		res[i] = slots[slots[i].alias].st.Result(reqs[i].Limit, now, reqs[i].Hits, res[i].OverLimit)
+	backend.Decide(reqs, states[:len(slots)], now, res)
+}
+
+// decideLarge is decide for a call of more than smallCall requests, on
+// copies of the states, so that no pointer into slots escapes.
+func decideLarge(slots []slot, reqs []backend.Request, res []backend.Result, now int64) {
+	copies := make([]backend.State, len(slots))
+	states := make([]*backend.State, len(slots))
+	for i := range slots {
+		copies[i] = slots[i].st
+		states[i] = &copies[slots[i].alias]
+	}
+	backend.Decide(reqs, states, now, res)
+	for i := range slots {
+		slots[i].st = copies[i]
 	}
 }
 
@@ -372,11 +381,4 @@ func sweepLocked(sh *shard, now int64, busy []slot) {
 		}
 	}
 	sh.swept = now
-}
-
-func addSat(a, b uint64) uint64 {
-	if s := a + b; s >= a {
-		return s
-	}
-	return math.MaxUint64
 }
