@@ -76,7 +76,7 @@ func (s *Store) encode(reqs []backend.Request) *call {
 
 // A pending call waits in the queue for its batch.
 type pending struct {
-	ctx      context.Context // the caller's, ending at deadline at the latest
+	ctx      context.Context // the caller's
 	deadline time.Time       // the store's Timeout after the call's Take
 	call     *call           // the call's encoding, owned by the batcher once queued
 	res      []backend.Result
@@ -129,14 +129,20 @@ func (b *batcher) close() {
 // take queues a call, encoded as c, and waits for its batch until ctx ends
 // or deadline passes.
 func (b *batcher) take(ctx context.Context, deadline time.Time, c *call, res []backend.Result) error {
-	ctx, cancel := context.WithDeadline(ctx, deadline)
-	defer cancel()
 	select {
 	case <-b.stop:
 		c.free()
 		return backend.ErrClosed
 	default:
 	}
+	// The store's deadline is a pooled timer, not a context of its own:
+	// one allocation and one timer less per call.
+	t := timerPool.Get().(*time.Timer)
+	t.Reset(time.Until(deadline))
+	defer func() {
+		t.Stop()
+		timerPool.Put(t)
+	}()
 	p := &pending{ctx: ctx, deadline: deadline, call: c, res: res, done: make(chan struct{})}
 	select {
 	case b.queue <- p:
@@ -146,18 +152,29 @@ func (b *batcher) take(ctx context.Context, deadline time.Time, c *call, res []b
 	case <-ctx.Done():
 		c.free()
 		return ctx.Err()
+	case <-t.C:
+		c.free()
+		return context.DeadlineExceeded
 	}
+	var err error
 	select {
 	case <-p.done:
 		return p.err
 	case <-ctx.Done():
-		if p.state.CompareAndSwap(waiting, abandoned) {
-			return ctx.Err() // dropped if its batch has not gone yet; else counted, not written
-		}
-		<-p.done // claimed: the batch is writing res, without I/O
-		return p.err
+		err = ctx.Err()
+	case <-t.C:
+		err = context.DeadlineExceeded
 	}
+	if p.state.CompareAndSwap(waiting, abandoned) {
+		return err // dropped if its batch has not gone yet; else counted, not written
+	}
+	<-p.done // claimed: the batch is writing res, without I/O
+	return p.err
 }
+
+// timerPool holds stopped timers for take. (Since Go 1.23, a stopped or
+// reset timer delivers no stale tick.)
+var timerPool = sync.Pool{New: func() any { return time.NewTimer(time.Hour) }}
 
 // flush runs batches until the batcher stops.
 func (b *batcher) flush() {
@@ -191,10 +208,15 @@ func (b *batcher) run(batch []*pending) {
 	c := getCall()
 	defer c.free()
 	c.header(opTake, s.nowMicros(), 0)
+	now := time.Now()
 	live := batch[:0]
 	var deadline time.Time
 	for _, p := range batch {
-		if err := p.ctx.Err(); err != nil || p.state.Load() != waiting {
+		err := p.ctx.Err()
+		if err == nil && !now.Before(p.deadline) {
+			err = context.DeadlineExceeded
+		}
+		if err != nil || p.state.Load() != waiting {
 			// The caller has gone: nothing to decide.
 			p.call.free()
 			p.err = cmp.Or(err, context.Canceled)

@@ -119,12 +119,11 @@ func (s *Store) runParts(ctx context.Context, op byte, reqs []backend.Request, r
 		if !guarded {
 			continue
 		}
-		//nolint:contextcheck // a probe that admit may start runs on the store's context, never a call's
 		nodes[p] = s.nodeOf(ctx, c.keys[0])
 		if _, ok := dones[nodes[p]]; ok {
 			continue
 		}
-		done, err := s.admit(nodes[p])
+		done, err := s.admit(nodes[p]) //nolint:contextcheck // a probe that admit may start runs on the store's context, never a call's
 		if err != nil {
 			errs[p] = err
 			dones[nodes[p]] = nil

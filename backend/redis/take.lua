@@ -1,8 +1,11 @@
--- ratelimitd: decide calls on their counters, atomically. A port of
--- backend.State (backend/algorithm.go) and of the call rules of the
--- memory store, decision for decision: every number is a double, as Go's
--- float64 arithmetic there is, and times are whole microseconds since the
--- Unix epoch.
+-- ratelimitd: decide calls on their counters, atomically. A port of the
+-- Go reference in package backend, decision for decision: the algorithms
+-- of backend.State (algorithm.go, with State.Refund), and the call rules
+-- of backend.Decide and backend.DecidePart (decide.go). Every number is a
+-- double, as Go's float64 arithmetic there is, and times are whole
+-- microseconds since the Unix epoch. Unlike backend.State, whose windows
+-- stand still when the clock steps back, a window here is the one of the
+-- clock (Redis TIME): a clock that steps back counts in an earlier window.
 --
 -- The protocol. KEYS holds one counter key per request, the calls one
 -- after the other (a key may repeat: one counter). ARGV[1] is binary:
