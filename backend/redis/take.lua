@@ -56,7 +56,7 @@ local MAX_T = 2^62 -- saturation of times, as Go saturates int64 math
 
 -- Library functions, bound by take on its first run: a function library
 -- may use nothing but the redis API while it loads.
-local floor, ceil, min, max, fmod, unpack, pack, concat, tunpack, call, pcall, type, tonumber, ipairs
+local floor, ceil, min, max, fmod, unpack, pack, concat, tunpack, format, call, pcall, type, tonumber, ipairs
 
 -- The run's op and clock, set by take.
 local op, now = P.TAKE, 0
@@ -352,11 +352,19 @@ local vals = {}
 
 -- window_names sets r.cur (the name of the key that counts the window of
 -- now) and on a sliding window r.prev (the previous window's), and the
--- window's start r.t.
+-- window's start r.t. The numbers' strings are made once per window
+-- length in a run: printing a number costs more than the rest.
+local suffixes = {} -- set by take: by window length, {'@' .. number, '@' .. number - 1}
 local function window_names(r)
-  local t = now - fmod(now, r.w)
-  r.t, r.cur = t, r.key .. '@' .. (t / r.w) -- (a window's number prints as an integer)
-  if r.f == sliding then r.prev = r.key .. '@' .. (t / r.w - 1) end
+  local w = r.w
+  local t = now - fmod(now, w)
+  local sfx = suffixes[w]
+  if not sfx then
+    sfx = { '@' .. (t / w), '@' .. (t / w - 1) } -- (a window's number prints as an integer)
+    suffixes[w] = sfx
+  end
+  r.t, r.cur = t, r.key .. sfx[1]
+  if r.f == sliding then r.prev = r.key .. sfx[2] end
 end
 
 -- count reads a window's count from vals.
@@ -396,10 +404,14 @@ local function mark(st, r)
 end
 
 -- int formats a whole number for a command: Lua prints 10^14 and above
--- with an exponent.
+-- with an exponent. The common ones are kept: printing costs.
+local ints = {}
 local function int(x)
-  if x > -1e14 and x < 1e14 then return x end
-  return string.format('%.0f', x)
+  local s = ints[x]
+  if s then return s end
+  s = format('%.0f', x)
+  if x >= 0 and x < 1000 then ints[x] = s end
+  return s
 end
 
 local function save(st)
@@ -410,7 +422,7 @@ local function save(st)
     -- The window's count: INCRBY keeps its TTL, set when it is created.
     if st.n ~= st.n0 then
       call('INCRBY', st.cur, int(st.n - st.n0))
-      if st.n0 == 0 then call('PEXPIRE', st.cur, ms) end
+      if st.n0 == 0 then call('PEXPIRE', st.cur, int(ms)) end
     end
     return
   end
@@ -604,7 +616,7 @@ end
 local function take(keys, blob)
   if not floor then
     floor, ceil, min, max, fmod = math.floor, math.ceil, math.min, math.max, math.fmod
-    unpack, pack, concat, tunpack = struct.unpack, struct.pack, table.concat, _G.unpack
+    unpack, pack, concat, tunpack, format = struct.unpack, struct.pack, table.concat, _G.unpack, string.format
     call, pcall, type, tonumber, ipairs = redis.call, redis.pcall, _G.type, _G.tonumber, _G.ipairs
   end
   local ncalls, off
@@ -613,7 +625,7 @@ local function take(keys, blob)
     local t = call('TIME')
     now = tonumber(t[1]) * 1000000 + tonumber(t[2])
   end
-  states, dirty, out, vals = {}, { n = 0 }, {}, {}
+  states, dirty, out, vals, suffixes = {}, { n = 0 }, {}, {}, {}
 
   -- Read every call's requests, then their counters, then decide.
   local sizes, total = {}, 0
@@ -655,7 +667,7 @@ local function take(keys, blob)
   end
   for d = 1, dirty.n do save(dirty[d]) end
   local reply = concat(out)
-  states, dirty, out, vals = nil, nil, nil, nil -- nothing kept from run to run but reqs' tables
+  states, dirty, out, vals, suffixes = nil, nil, nil, nil, nil -- nothing kept from run to run but reqs' tables
   return reply
 end
 
