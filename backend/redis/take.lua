@@ -561,24 +561,40 @@ local function decide(base, n)
   end
 end
 
--- window decides a call of one request on a fixed or sliding window (the
--- common case) as decide would, in straight-line code: the arithmetic of
--- fixed's and sliding's functions, without their calls.
-local function window(r)
-  local w, rq, h = r.w, r.r, r.h
-  local st = states[r.key] or load(r)
-  local n, p = st.n, st.p
-  local prev = p * (w - min(max(now - st.t, 0), w)) / w -- sliding's weighted_prev; 0 on a fixed window
-  local over = n + h + prev > rq
-  if h > 0 and (r.cwo or not over) then
-    n = n + h
-    st.n = n
-    mark(st, r)
+-- windows decides a call of the n requests after reqs[base] on fixed or
+-- sliding windows of distinct counters (the common case) as decide would,
+-- in straight-line code: the arithmetic of fixed's and sliding's
+-- functions, without their calls. It reports false, having changed
+-- nothing, for a call it leaves to decide: another shape, or more than
+-- one request and one of them over (groups and modes then matter).
+local function windows(base, n)
+  local last = base + n
+  for i = base + 1, last do
+    local r = reqs[i]
+    if r.r == 0 or (r.f ~= sliding and r.f ~= fixed) then return false end
+    for j = base + 1, i - 1 do
+      if reqs[j].key == r.key then return false end
+    end
+    local st = states[r.key] or load(r)
+    local w = r.w
+    r.wp = st.p * (w - min(max(now - st.t, 0), w)) / w -- sliding's weighted_prev; 0 on a fixed window
+    r.over = st.n + r.h + r.wp > r.r
+    if r.over and n > 1 then return false end
   end
-  local remaining, left, retry = 0, rq - (n + prev), 0
-  if left > 0 then remaining = floor(left) end
-  if over then retry = retry_after(st, r, h) end
-  out[#out + 1] = pack(P.RESULT, over and 1 or 0, remaining, st.t + w - now, retry)
+  for i = base + 1, last do
+    local r = reqs[i]
+    local st, h, over = states[r.key], r.h, r.over
+    -- Alone, a request consumes unless it is over (its group is the call).
+    if h > 0 and (r.cwo or not over) then
+      st.n = st.n + h
+      mark(st, r)
+    end
+    local remaining, left, retry = 0, r.r - (st.n + r.wp), 0
+    if left > 0 then remaining = floor(left) end
+    if over then retry = retry_after(st, r, h) end
+    out[#out + 1] = pack(P.RESULT, over and 1 or 0, remaining, st.t + r.w - now, retry)
+  end
+  return true
 end
 
 -- prefetch reads into vals, with one MGET, the counters of the first
@@ -639,7 +655,7 @@ local function take(keys, blob)
       if not r then
         r = { key = false, f = false, mode = 0, cwo = false, give = false, waso = false, r = 0, b = 0, g = 0, w = 0,
               h = 0, stamp = 0, iv = 0, over = false, gover = false, took = 0, st = false, t = 0, cur = false,
-              prev = false }
+              prev = false, wp = 0 }
         reqs[total] = r
       end
       local flags
@@ -657,12 +673,8 @@ local function take(keys, blob)
   prefetch(total)
   local base = 0
   for c = 1, ncalls do
-    local n, r = sizes[c], reqs[base + 1]
-    if n == 1 and op == P.TAKE and r.r > 0 and (r.f == sliding or r.f == fixed) then
-      window(r)
-    else
-      decide(base, n)
-    end
+    local n = sizes[c]
+    if op ~= P.TAKE or not windows(base, n) then decide(base, n) end
     base = base + n
   end
   for d = 1, dirty.n do save(dirty[d]) end
