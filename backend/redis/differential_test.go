@@ -77,6 +77,9 @@ func TestDifferentialStandalone(t *testing.T) {
 		o.NoBatch = true
 		differential(t, diffRun{url: url, opts: o, persist: persist, traffic: traffic{seed: 3}})
 	})
+	t.Run("EVALSHA", func(t *testing.T) {
+		differential(t, diffRun{url: url, opts: diffOptions, persist: persist, traffic: traffic{seed: 8}, eval: true})
+	})
 	t.Run("local cache", func(t *testing.T) {
 		o := diffOptions
 		o.LocalCache = 0 // the default
@@ -223,6 +226,8 @@ type diffRun struct {
 	// changes nothing: standalone Redis then decides several calls in
 	// one script run. Zero means one.
 	lanes int
+	// eval runs the script with EVALSHA, as on Redis before 7.0.
+	eval bool
 }
 
 // differential replays the run's calls against a memory store and a
@@ -237,6 +242,9 @@ func differential(t *testing.T, run diffRun) {
 	opts.Now = clock.Now
 	opts.Prefix = "diff:" + strings.ReplaceAll(t.Name(), " ", "_") + ":"
 	rs := newStore(t, newClient(t, run.url), opts)
+	if run.eval {
+		redis.EvalOnly(rs)
+	}
 
 	steps := rand.New(rand.NewPCG(tr.seed, 0))
 	ls := make([]*lane, lanes)

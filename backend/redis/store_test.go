@@ -453,3 +453,61 @@ func TestTimeoutWhileRedisBusy(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestClusterOneRoundTripPerNode: a call whose descriptors live on every
+// node of a Cluster costs each node one read: its parts go out in one
+// pipeline, one round trip per node.
+func TestClusterOneRoundTripPerNode(t *testing.T) {
+	c := redistest.StartCluster(t, 3)
+	client, err := redis.NewClient(c.URL()+"&pool_size=1", redis.ClientOptions{DialTimeout: 2 * time.Second, ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	s := newStore(t, client, redis.Options{LocalCache: -1, Timeout: 2 * time.Second})
+	reqs := descriptors(12, hourly(100))
+	mustTake(t, s, reqs...) // warm: connections dialed, the library loaded on every node
+
+	// INFO on one open connection per node: each is one read.
+	admins := map[string]*goredis.Client{}
+	for _, n := range c.Nodes {
+		admins[n.Addr] = n.Client(t)
+	}
+	reads := func() map[string]int {
+		m := map[string]int{}
+		for addr, admin := range admins {
+			info, err := admin.Info(t.Context(), "stats").Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, v, _ := strings.Cut(info, "total_reads_processed:")
+			m[addr], _ = strconv.Atoi(strings.TrimSpace(strings.SplitN(v, "\n", 2)[0]))
+		}
+		return m
+	}
+	holding := map[string]bool{} // the nodes that hold a part of the call
+	for addr, admin := range admins {
+		for _, r := range reqs {
+			if keys, _ := admin.Keys(t.Context(), "*"+r.Key+"@*").Result(); len(keys) > 0 { // its window's key
+				holding[addr] = true
+			}
+		}
+	}
+	before := reads()
+	mustTake(t, s, reqs...)
+	after := reads()
+	for _, n := range c.Nodes {
+		// The second INFO is one read too.
+		got := after[n.Addr] - before[n.Addr] - 1
+		want := 0
+		if holding[n.Addr] {
+			want = 1
+		}
+		if got != want {
+			t.Errorf("node %s: %d reads for a 12-descriptor call, want %d", n.Addr, got, want)
+		}
+	}
+	if len(holding) < 2 {
+		t.Errorf("the call's descriptors live on %d node(s): the test proves nothing", len(holding))
+	}
+}
