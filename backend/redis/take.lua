@@ -71,7 +71,18 @@ local op, now = P.TAKE, 0
 --   retry_at(st, r, hits)       the first instant hits more fit (a closed form), and false if never
 --   expiry(st)                  when st is as good as fresh, under the limit it was saved with
 
+-- A window's state is loaded at the window of now (see load), so only
+-- admits, which probes later instants too, advances it.
+local function window_add(st, _, hits)
+  st.n = st.n + hits
+  return st.t
+end
+local function window_refund(st, _, hits, stamp)
+  if st.t == stamp then st.n = max(st.n - hits, 0) end
+end
+
 local fixed = {} -- T: the window's start; N: its count
+fixed.add, fixed.refund = window_add, window_refund
 function fixed.advance(st, r, at)
   local start = at - fmod(at, r.w)
   if start > st.t then st.t, st.n, st.p = start, 0, 0 end
@@ -80,23 +91,12 @@ function fixed.admits(st, r, at, hits)
   fixed.advance(st, r, at)
   return st.n + hits <= r.r
 end
-function fixed.add(st, r, hits)
-  fixed.advance(st, r, now)
-  st.n = st.n + hits
-  return st.t
-end
-function fixed.refund(st, r, hits, stamp)
-  fixed.advance(st, r, now)
-  if st.t == stamp then st.n = max(st.n - hits, 0) end
-end
-function fixed.result(st, r)
-  fixed.advance(st, r, now)
-  return max(r.r - st.n, 0), st.t + r.w - now
-end
+function fixed.result(st, r) return max(r.r - st.n, 0), st.t + r.w - now end
 function fixed.retry_at(st, r, hits) return st.t + r.w, hits <= r.r end
 function fixed.expiry(st) return st.t + st.w end
 
 local sliding = {} -- T: the window's start; N: its count; P: the previous window's
+sliding.add, sliding.refund = window_add, window_refund
 function sliding.advance(st, r, at)
   local w = r.w
   local start = at - fmod(at, w)
@@ -112,17 +112,7 @@ function sliding.admits(st, r, at, hits)
   sliding.advance(st, r, at)
   return st.n + hits + sliding.weighted_prev(st, r, at) <= r.r
 end
-function sliding.add(st, r, hits)
-  sliding.advance(st, r, now)
-  st.n = st.n + hits
-  return st.t
-end
-function sliding.refund(st, r, hits, stamp)
-  sliding.advance(st, r, now)
-  if st.t == stamp then st.n = max(st.n - hits, 0) end
-end
 function sliding.result(st, r)
-  sliding.advance(st, r, now)
   local left, remaining = r.r - (st.n + sliding.weighted_prev(st, r, now)), 0
   if left > 0 then remaining = floor(left) end
   return remaining, st.t + r.w - now
