@@ -53,6 +53,10 @@ local P = {
   MAX_LOG = 10000, -- the most entries of a log; further hits fold into the newest
 }
 local MAX_T = 2^62 -- saturation of times, as Go saturates int64 math
+-- MAX_COUNT saturates a window's count: the largest double under 2^63,
+-- 1024 under it, so that an INCRBY to it stays within a Redis integer
+-- even when the count read (past 2^53) was rounded, by 512 at most.
+local MAX_COUNT = 2^63 - 1024
 
 -- Library functions, bound by take on its first run: a function library
 -- may use nothing but the redis API while it loads.
@@ -420,8 +424,11 @@ local function save(st)
   local ms = min(ceil((f.expiry(st) - now) / 1000), 9e12)
   if f == fixed or f == sliding then
     -- The window's count: INCRBY keeps its TTL, set when it is created.
-    if st.n ~= st.n0 then
-      call('INCRBY', st.cur, int(st.n - st.n0))
+    -- A count saturates below what a Redis integer holds, as Go's
+    -- saturates: INCRBY fails past it.
+    local n, n0 = min(st.n, MAX_COUNT), min(st.n0, MAX_COUNT)
+    if n ~= n0 then
+      call('INCRBY', st.cur, int(n - n0))
       if st.n0 == 0 then call('PEXPIRE', st.cur, int(ms)) end
     end
     return

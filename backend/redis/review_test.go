@@ -1,0 +1,84 @@
+package redis_test
+
+import (
+	"github.com/ratelimitd/ratelimitd/backend"
+	"time"
+
+	"testing"
+
+	"github.com/ratelimitd/ratelimitd/backend/redis"
+	"github.com/ratelimitd/ratelimitd/internal/redistest"
+)
+
+// TestFunctionFlush: the function library comes back after FUNCTION FLUSH,
+// on standalone Redis and on Cluster.
+func TestFunctionFlush(t *testing.T) {
+	redistest.Require(t)
+	t.Run("standalone", func(t *testing.T) {
+		srv := redistest.Start(t)
+		for _, opts := range []redis.Options{{LocalCache: -1}, {LocalCache: -1, NoBatch: true}} {
+			s := newStore(t, newClient(t, "redis://"+srv.Addr), opts)
+			reqs := descriptors(1, hourly(3))
+			mustTake(t, s, reqs...)
+			if err := srv.Client(t).FunctionFlush(t.Context()).Err(); err != nil {
+				t.Fatal(err)
+			}
+			mustTake(t, s, reqs...)
+			if err := srv.Client(t).FlushAll(t.Context()).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+	t.Run("cluster", func(t *testing.T) {
+		c := redistest.StartCluster(t, 3)
+		s := newStore(t, newClient(t, c.URL()), redis.Options{LocalCache: -1, Timeout: 5 * time.Second})
+		reqs := descriptors(6, hourly(3))
+		mustTake(t, s, reqs...)
+		for _, n := range c.Nodes {
+			if err := n.Client(t).FunctionFlush(t.Context()).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if r := mustTake(t, s, reqs...); r[0].Remaining != 1 {
+			t.Errorf("after FUNCTION FLUSH: %+v, want 1 remaining", r[0])
+		}
+		for _, n := range c.Nodes {
+			if err := n.Client(t).FunctionFlush(t.Context()).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if r := mustTake(t, s, reqs[0]); r[0].Remaining != 0 {
+			t.Errorf("after FUNCTION FLUSH: %+v, want 0 remaining", r[0])
+		}
+	})
+}
+
+// TestHugeCountsRecorded: hits recorded past the limit (consume_when_over)
+// beyond what a Redis integer holds saturate the window's count, as
+// backend.State saturates it, instead of failing the script run (and with
+// it every call batched beside).
+func TestHugeCountsRecorded(t *testing.T) {
+	redistest.Require(t)
+	srv := redistest.Start(t)
+	for _, a := range []backend.Algorithm{backend.FixedWindow, backend.SlidingWindow} {
+		for _, hits := range []uint64{1 << 62, 1 << 63, 1<<64 - 1} {
+			s := newStore(t, newClient(t, "redis://"+srv.Addr), redis.Options{LocalCache: -1})
+			l := backend.Limit{Algorithm: a, Requests: 5, Window: time.Hour}
+			r := descriptors(1, l)[0]
+			r.ConsumeWhenOver = true
+			r.Hits = hits
+			for range 3 {
+				if res := mustTake(t, s, r); !res[0].OverLimit || res[0].Remaining != 0 {
+					t.Errorf("%v, %d hits: %+v, want over", a, hits, res[0])
+				}
+			}
+			r.Hits, r.ConsumeWhenOver = 1, false
+			if res := mustTake(t, s, r); !res[0].OverLimit {
+				t.Errorf("%v after %d hits recorded: %+v, want over", a, hits, res[0])
+			}
+			if err := srv.Client(t).FlushAll(t.Context()).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
