@@ -2,6 +2,7 @@ package redis_test
 
 import (
 	"github.com/ratelimitd/ratelimitd/backend"
+	goredis "github.com/redis/go-redis/v9"
 	"time"
 
 	"testing"
@@ -80,5 +81,47 @@ func TestHugeCountsRecorded(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
+	}
+}
+
+// TestClusterFunctionFlushNodeDown: a master that lost the function
+// library gets it back while another master is down.
+func TestClusterFunctionFlushNodeDown(t *testing.T) {
+	redistest.Require(t)
+	c := redistest.StartCluster(t, 3)
+	client := newClient(t, c.URL())
+	reqs := descriptors(30, hourly(1000))
+	mustTake(t, newStore(t, client, redis.Options{LocalCache: -1, Timeout: 5 * time.Second}), reqs...)
+	s := newStore(t, client, redis.Options{LocalCache: -1, Timeout: time.Second})
+	var nodes []*goredis.Client
+	for _, n := range c.Nodes {
+		nodes = append(nodes, n.Client(t))
+	}
+	node := func(r backend.Request) *redistest.Server {
+		for _, n := range nodes {
+			if keys, _ := n.Keys(t.Context(), "*"+r.Key+"@*").Result(); len(keys) == 1 {
+				return c.NodeForKey(t, keys[0])
+			}
+		}
+		t.Fatalf("no node holds a key ending in %q", r.Key)
+		return nil
+	}
+	down := node(reqs[0])
+	var flushed *redistest.Server
+	var on []backend.Request
+	for _, r := range reqs {
+		if n := node(r); n != down && (flushed == nil || n == flushed) {
+			flushed = n
+			on = append(on, r)
+		}
+	}
+	if err := flushed.Client(t).FunctionFlush(t.Context()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	down.Kill()
+	// Before the Cluster notices (cluster-node-timeout): slots of live
+	// masters still serve.
+	if _, err := take(t, s, on...); err != nil {
+		t.Errorf("Take on a flushed live master's slots, another master down: %v", err)
 	}
 }
