@@ -165,16 +165,18 @@ func (s *Store) runParts(ctx context.Context, op byte, reqs []backend.Request, r
 	return errs
 }
 
+// How a pipeline runs a call's script.
+const (
+	fcall   = iota // FCALL of the function library
+	evalsha        // EVALSHA: Redis before 7.0, or a user without FCALL or FUNCTION LOAD
+	eval           // EVAL: the node lacks the script
+)
+
 // pipeline sends the calls whose errs are nil in one Cluster pipeline, and
 // returns their commands. It loads the function library on the master of
 // each call whose node lacked it and sends it again; on Redis before 7.0
 // it runs the script with EVALSHA, and EVAL where the node lacks it.
 func (s *Store) pipeline(ctx context.Context, calls []*call, errs []error) []*goredis.Cmd {
-	const (
-		fcall = iota
-		evalsha
-		eval
-	)
 	how := make([]int, len(calls))
 	send := make([]bool, len(calls))
 	for p := range calls {
@@ -222,7 +224,7 @@ func (s *Store) pipeline(ctx context.Context, calls []*call, errs []error) []*go
 			}
 			again = again || send[p]
 		}
-		s.loadLibrary(ctx, calls, load, send, errs)
+		s.loadLibrary(ctx, calls, load, how, send, errs)
 		if !again {
 			break
 		}
@@ -233,8 +235,9 @@ func (s *Store) pipeline(ctx context.Context, calls []*call, errs []error) []*go
 // loadLibrary loads the function library on the masters of the calls
 // load, once per master, and fails (errs, no longer to send) the calls
 // whose master it could not load: a master that is down or slow fails
-// only its own calls.
-func (s *Store) loadLibrary(ctx context.Context, calls []*call, load []int, send []bool, errs []error) {
+// only its own calls. A master that refuses FUNCTION LOAD (see denied)
+// has its calls, and all later ones, run with EVALSHA.
+func (s *Store) loadLibrary(ctx context.Context, calls []*call, load []int, how []int, send []bool, errs []error) {
 	loaded := make(map[string]error, len(load))
 	for _, p := range load {
 		c, err := s.cluster.MasterForKey(ctx, calls[p].keys[0])
@@ -249,7 +252,11 @@ func (s *Store) loadLibrary(ctx context.Context, calls []*call, load []int, send
 			}
 			lerr, loaded[name] = err, err
 		}
-		if lerr != nil {
+		switch {
+		case denied(lerr):
+			s.evalOnly.Store(true)
+			how[p] = evalsha
+		case lerr != nil:
 			send[p], errs[p] = false, fmt.Errorf("loading the function library: %w", lerr)
 		}
 	}

@@ -1,12 +1,13 @@
 package redis_test
 
 import (
-	"github.com/ratelimitd/ratelimitd/backend"
-	goredis "github.com/redis/go-redis/v9"
+	"strings"
+	"testing"
 	"time"
 
-	"testing"
+	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/ratelimitd/ratelimitd/backend"
 	"github.com/ratelimitd/ratelimitd/backend/redis"
 	"github.com/ratelimitd/ratelimitd/internal/redistest"
 )
@@ -54,36 +55,6 @@ func TestFunctionFlush(t *testing.T) {
 	})
 }
 
-// TestHugeCountsRecorded: hits recorded past the limit (consume_when_over)
-// beyond what a Redis integer holds saturate the window's count, as
-// backend.State saturates it, instead of failing the script run (and with
-// it every call batched beside).
-func TestHugeCountsRecorded(t *testing.T) {
-	redistest.Require(t)
-	srv := redistest.Start(t)
-	for _, a := range []backend.Algorithm{backend.FixedWindow, backend.SlidingWindow} {
-		for _, hits := range []uint64{1 << 62, 1 << 63, 1<<64 - 1} {
-			s := newStore(t, newClient(t, "redis://"+srv.Addr), redis.Options{LocalCache: -1})
-			l := backend.Limit{Algorithm: a, Requests: 5, Window: time.Hour}
-			r := descriptors(1, l)[0]
-			r.ConsumeWhenOver = true
-			r.Hits = hits
-			for range 3 {
-				if res := mustTake(t, s, r); !res[0].OverLimit || res[0].Remaining != 0 {
-					t.Errorf("%v, %d hits: %+v, want over", a, hits, res[0])
-				}
-			}
-			r.Hits, r.ConsumeWhenOver = 1, false
-			if res := mustTake(t, s, r); !res[0].OverLimit {
-				t.Errorf("%v after %d hits recorded: %+v, want over", a, hits, res[0])
-			}
-			if err := srv.Client(t).FlushAll(t.Context()).Err(); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-}
-
 // TestClusterFunctionFlushNodeDown: a master that lost the function
 // library gets it back while another master is down.
 func TestClusterFunctionFlushNodeDown(t *testing.T) {
@@ -123,5 +94,62 @@ func TestClusterFunctionFlushNodeDown(t *testing.T) {
 	// masters still serve.
 	if _, err := take(t, s, on...); err != nil {
 		t.Errorf("Take on a flushed live master's slots, another master down: %v", err)
+	}
+}
+
+// TestFunctionDenied: where the user may not run FUNCTION LOAD or FCALL
+// (an ACL, a renamed command), the store runs its script with EVALSHA.
+func TestFunctionDenied(t *testing.T) {
+	redistest.Require(t)
+	srv := redistest.Start(t)
+	for user, rule := range map[string]string{"noload": "-function", "nofcall": "-fcall"} {
+		if err := srv.Client(t).Do(t.Context(), "ACL", "SETUSER", user, "on", ">pw", "~*", "+@all", rule).Err(); err != nil {
+			t.Fatal(err)
+		}
+		s := newStore(t, newClient(t, "redis://"+user+":pw@"+srv.Addr), redis.Options{LocalCache: -1})
+		reqs := descriptors(1, hourly(3))
+		for want := uint64(2); want > 0; want-- {
+			res, err := take(t, s, reqs...)
+			if err != nil {
+				t.Fatalf("%s: Take() error: %v", user, err)
+			}
+			if res[0].Remaining != want {
+				t.Errorf("%s: %+v, want %d remaining", user, res[0], want)
+			}
+		}
+		if err := srv.Client(t).FlushAll(t.Context()).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestClusterFunctionDenied: TestFunctionDenied on Cluster, over several
+// slots.
+func TestClusterFunctionDenied(t *testing.T) {
+	redistest.Require(t)
+	c := redistest.StartCluster(t, 3)
+	for user, rule := range map[string]string{"noload": "-function", "nofcall": "-fcall"} {
+		for _, n := range c.Nodes {
+			if err := n.Client(t).Do(t.Context(), "ACL", "SETUSER", user, "on", ">pw", "~*", "+@all", rule).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		url := strings.Replace(c.URL(), "://", "://"+user+":pw@", 1)
+		s := newStore(t, newClient(t, url), redis.Options{LocalCache: -1, Timeout: 5 * time.Second})
+		reqs := descriptors(6, hourly(3))
+		for want := uint64(2); want > 0; want-- {
+			res, err := take(t, s, reqs...)
+			if err != nil {
+				t.Fatalf("%s: Take() error: %v", user, err)
+			}
+			if res[0].Remaining != want {
+				t.Errorf("%s: %+v, want %d remaining", user, res[0], want)
+			}
+		}
+		for _, n := range c.Nodes {
+			if err := n.Client(t).FlushAll(t.Context()).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 }
