@@ -38,3 +38,21 @@ func TestHugeCountsRecorded(t *testing.T) {
 		}
 	}
 }
+
+// TestManyRequests: a call of more counters than Lua unpacks at once
+// (8,000 values) is decided.
+func TestManyRequests(t *testing.T) {
+	redistest.Require(t)
+	srv := redistest.Start(t)
+	s := newStore(t, newClient(t, "redis://"+srv.Addr), redis.Options{LocalCache: -1, Timeout: 10 * time.Second})
+	// Sliding windows: two counters each, this window's and the last.
+	reqs := descriptors(4100, backend.Limit{Algorithm: backend.SlidingWindow, Requests: 3, Window: time.Hour})
+	for want := uint64(2); want > 0; want-- {
+		res := mustTake(t, s, reqs...)
+		for i, r := range res {
+			if r.OverLimit || r.Remaining != want {
+				t.Fatalf("request %d: %+v, want %d remaining", i, r, want)
+			}
+		}
+	}
+}

@@ -25,8 +25,8 @@
 -- may be missing (dropped with expired entries, and written back when the
 -- script saves the log), and its sum is then recounted.
 --
--- A run reads every counter but the logs with one MGET, before it
--- decides; the keys of windows are not in KEYS, but share their counter
+-- A run reads every counter but the logs with one MGET (one per 4,096
+-- counters), before it decides; the keys of windows are not in KEYS, but share their counter
 -- key's hash tag, and so its Cluster slot.
 --
 -- Loading. On Redis 7.0 and later, this chunk is a function library:
@@ -53,6 +53,8 @@ local P = {
   MAX_LOG = 10000, -- the most entries of a log; further hits fold into the newest
 }
 local MAX_T = 2^62 -- saturation of times, as Go saturates int64 math
+-- MGET_CHUNK bounds the keys of one MGET (see prefetch).
+local MGET_CHUNK = 4096
 -- MAX_COUNT saturates a window's count: the largest double under 2^63,
 -- 1024 under it, so that an INCRBY to it stays within a Redis integer
 -- even when the count read (past 2^53) was rounded, by 512 at most.
@@ -588,7 +590,7 @@ local function window(r)
   out[#out + 1] = pack(P.RESULT, over and 1 or 0, remaining, st.t + w - now, retry)
 end
 
--- prefetch reads into vals, with one MGET, the counters of the first
+-- prefetch reads into vals, with one MGET (per MGET_CHUNK names), the counters of the first
 -- total requests but for sliding logs (lists): the windows' counts, and
 -- the buckets' and GCRA's states.
 local function prefetch(total)
@@ -612,9 +614,11 @@ local function prefetch(total)
       end
     end
   end
-  if #names > 0 then
-    local got = call('MGET', tunpack(names))
-    for k = 1, #names do vals[names[k]] = got[k] end
+  -- At most MGET_CHUNK names an MGET: Lua unpacks 8,000 values at most.
+  for from = 1, #names, MGET_CHUNK do
+    local to = min(from + MGET_CHUNK - 1, #names)
+    local got = call('MGET', tunpack(names, from, to))
+    for k = from, to do vals[names[k]] = got[k - from + 1] end
   end
 end
 
