@@ -590,9 +590,9 @@ local function window(r)
   out[#out + 1] = pack(P.RESULT, over and 1 or 0, remaining, st.t + w - now, retry)
 end
 
--- prefetch reads into vals, with one MGET (per MGET_CHUNK names), the counters of the first
--- total requests but for sliding logs (lists): the windows' counts, and
--- the buckets' and GCRA's states.
+-- prefetch reads into vals, with one MGET per MGET_CHUNK names, the
+-- counters of the first total requests but for sliding logs (lists): the
+-- windows' counts, and the buckets' and GCRA's states.
 local function prefetch(total)
   local names, seen = {}, {}
   local function want(name)
