@@ -213,7 +213,8 @@ function gcra.expiry(st) return st.t end
 
 -- A sliding log's state: n (the sum of its hits), len (its entries), hdr
 -- (whether its list starts with the header), first (its oldest entry,
--- once read) and changed (whether the header must be written). Its
+-- once read), changed (whether the header must be written) and counted
+-- (whether add or refund changed an entry, and so maybe its TTL). Its
 -- entries are read and written in Redis as the call goes.
 local log = {}
 -- at returns the list index of the log's i-th entry (0: the oldest).
@@ -245,7 +246,8 @@ function log.each(st, f)
   end
 end
 function log.load(key)
-  local st = { n = 0, len = 0, hdr = false, first = false, changed = false, key = key, f = log, dirty = false }
+  local st = { n = 0, len = 0, hdr = false, first = false, changed = false, counted = false, key = key, f = log,
+                dirty = false }
   local head = pcall('LINDEX', key, 0)
   if type(head) == 'table' then
     call('DEL', key) -- not a list: a fresh log
@@ -298,7 +300,7 @@ function log.add(st, r, hits)
     st.len = st.len + 1
   end
   if st.len == 1 then st.first = false end
-  st.n, st.changed = st.n + hits, true
+  st.n, st.changed, st.counted = st.n + hits, true, true
   return t
 end
 function log.refund(st, r, hits, stamp)
@@ -318,7 +320,7 @@ function log.refund(st, r, hits, stamp)
         else
           call('LSET', st.key, log.at(st, from + j - 1), pack(P.LOG_ENTRY, t, c - back))
         end
-        st.n, st.first, st.changed = max(st.n - back, 0), false, true
+        st.n, st.first, st.changed, st.counted = max(st.n - back, 0), false, true, true
         return
       end
     end
@@ -447,7 +449,8 @@ local function save(st)
     local h = pack(P.LOG_HEADER, st.n)
     if st.hdr then call('LSET', st.key, 0, h) else call('LPUSH', st.key, h) end
   end
-  call('PEXPIRE', st.key, ms)
+  -- A log that only dropped entries keeps its newest, so its TTL.
+  if st.counted then call('PEXPIRE', st.key, ms) end
 end
 
 local function retry_after(st, r, hits)
@@ -478,6 +481,10 @@ local function result(r, over)
   end
   local st = r.st or load(r)
   local remaining, reset = r.f.result(st, r)
+  -- A log whose header went (dropped with expired entries, or missing)
+  -- is saved even if the call counted nothing on it: else every later
+  -- run recounts the whole log.
+  if st.changed then mark(st, r) end
   local retry = 0
   if over then retry = retry_after(st, r, r.h) end
   return over and 1 or 0, remaining, reset, retry -- (the store clamps reset and retry)
