@@ -183,7 +183,7 @@ func (s *Store) pipeline(ctx context.Context, calls []*call, errs []error) []*go
 		send[p] = errs[p] == nil
 	}
 	cmds := make([]*goredis.Cmd, len(calls))
-	for range 3 { // at most: FCALL, then EVALSHA, then EVAL
+	for round := range 3 { // at most: FCALL, then EVALSHA, then EVAL
 		_, _ = s.cluster.Pipelined(ctx, func(pipe goredis.Pipeliner) error {
 			for p, c := range calls {
 				if !send[p] {
@@ -223,6 +223,14 @@ func (s *Store) pipeline(ctx context.Context, calls []*call, errs []error) []*go
 				send[p], how[p] = true, eval
 			}
 			again = again || send[p]
+		}
+		if round > 0 && len(load) > 0 {
+			// Loaded on a call's master, and still not found there: the
+			// slot moved (to a new master, maybe), and the client's map
+			// of slots lags. Load on every master it knows.
+			_ = s.cluster.ForEachMaster(ctx, func(ctx context.Context, c *goredis.Client) error {
+				return c.FunctionLoadReplace(ctx, takeLibrary).Err()
+			})
 		}
 		s.loadLibrary(ctx, calls, load, how, send, errs)
 		if !again {
