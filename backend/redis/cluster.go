@@ -165,23 +165,25 @@ func (s *Store) runParts(ctx context.Context, op byte, reqs []backend.Request, r
 	return errs
 }
 
+// How a pipeline runs a call's script.
+const (
+	fcall   = iota // FCALL of the function library
+	evalsha        // EVALSHA: Redis before 7.0, or a user without FCALL or FUNCTION LOAD
+	eval           // EVAL: the node lacks the script
+)
+
 // pipeline sends the calls whose errs are nil in one Cluster pipeline, and
-// returns their commands. It loads the function library on every master
-// and sends again the calls of a node that lacked it; on Redis before 7.0
+// returns their commands. It loads the function library on the master of
+// each call whose node lacked it and sends it again; on Redis before 7.0
 // it runs the script with EVALSHA, and EVAL where the node lacks it.
 func (s *Store) pipeline(ctx context.Context, calls []*call, errs []error) []*goredis.Cmd {
-	const (
-		fcall = iota
-		evalsha
-		eval
-	)
 	how := make([]int, len(calls))
 	send := make([]bool, len(calls))
 	for p := range calls {
 		send[p] = errs[p] == nil
 	}
 	cmds := make([]*goredis.Cmd, len(calls))
-	for range 3 { // at most: FCALL, then EVALSHA, then EVAL
+	for round := range 3 { // at most: FCALL, then EVALSHA, then EVAL
 		_, _ = s.cluster.Pipelined(ctx, func(pipe goredis.Pipeliner) error {
 			for p, c := range calls {
 				if !send[p] {
@@ -201,15 +203,19 @@ func (s *Store) pipeline(ctx context.Context, calls []*call, errs []error) []*go
 			}
 			return nil
 		})
-		again, load := false, false
+		again := false
+		var load []int // the calls whose node lacks the library
 		for p := range calls {
-			send[p] = false
-			if cmds[p] == nil {
+			// Only this round's commands: one of an earlier round either
+			// succeeded or was sent again.
+			if !send[p] {
 				continue
 			}
+			send[p] = false
 			switch err := cmds[p].Err(); {
 			case how[p] == fcall && noFunction(err):
-				send[p], load = true, true
+				send[p] = true
+				load = append(load, p)
 			case how[p] == fcall && noFCall(err):
 				s.evalOnly.Store(true)
 				send[p], how[p] = true, evalsha
@@ -218,23 +224,50 @@ func (s *Store) pipeline(ctx context.Context, calls []*call, errs []error) []*go
 			}
 			again = again || send[p]
 		}
-		if load {
-			err := s.cluster.ForEachMaster(ctx, func(ctx context.Context, c *goredis.Client) error {
+		if round > 0 && len(load) > 0 {
+			// Loaded on a call's master, and still not found there: the
+			// slot moved (to a new master, maybe), and the client's map
+			// of slots lags. Load on every master it knows.
+			_ = s.cluster.ForEachMaster(ctx, func(ctx context.Context, c *goredis.Client) error {
 				return c.FunctionLoadReplace(ctx, takeLibrary).Err()
 			})
-			if err != nil {
-				for p := range calls {
-					if send[p] && how[p] == fcall {
-						send[p], errs[p] = false, fmt.Errorf("loading the function library: %w", err)
-					}
-				}
-			}
 		}
+		s.loadLibrary(ctx, calls, load, how, send, errs)
 		if !again {
 			break
 		}
 	}
 	return cmds
+}
+
+// loadLibrary loads the function library on the masters of the calls
+// load, once per master, and fails (errs, no longer to send) the calls
+// whose master it could not load: a master that is down or slow fails
+// only its own calls. A master that refuses FUNCTION LOAD (see denied)
+// has its calls, and all later ones, run with EVALSHA.
+func (s *Store) loadLibrary(ctx context.Context, calls []*call, load []int, how []int, send []bool, errs []error) {
+	loaded := make(map[string]error, len(load))
+	for _, p := range load {
+		c, err := s.cluster.MasterForKey(ctx, calls[p].keys[0])
+		name := clusterFallback
+		if err == nil {
+			name = c.Options().Addr
+		}
+		lerr, done := loaded[name]
+		if !done {
+			if err == nil {
+				err = c.FunctionLoadReplace(ctx, takeLibrary).Err()
+			}
+			lerr, loaded[name] = err, err
+		}
+		switch {
+		case denied(lerr):
+			s.evalOnly.Store(true)
+			how[p] = evalsha
+		case lerr != nil:
+			send[p], errs[p] = false, fmt.Errorf("loading the function library: %w", lerr)
+		}
+	}
 }
 
 // refundBackoff is the pause between two attempts at a refund.

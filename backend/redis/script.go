@@ -171,16 +171,21 @@ func (c *call) appendCall(prefix string, reqs []backend.Request, idx []int, tag 
 
 // run runs take.lua with c's keys and argument on client (standalone or
 // Sentinel), and returns its reply: with FCALL, loading the library first
-// if the node lacks it, or with EVALSHA once a node has refused FCALL.
+// if the node lacks it, or with EVALSHA once a node has refused FCALL or
+// FUNCTION LOAD (see denied).
 func (s *Store) run(ctx context.Context, c *call) (string, error) {
 	if !s.evalOnly.Load() {
 		reply, err := s.client.FCall(ctx, takeFunction, c.keys, c.arg).Text()
 		switch {
 		case noFunction(err):
-			if err := s.client.FunctionLoadReplace(ctx, takeLibrary).Err(); err != nil {
+			err := s.client.FunctionLoadReplace(ctx, takeLibrary).Err()
+			if err == nil {
+				return s.client.FCall(ctx, takeFunction, c.keys, c.arg).Text()
+			}
+			if !denied(err) {
 				return "", fmt.Errorf("loading the function library: %w", err)
 			}
-			return s.client.FCall(ctx, takeFunction, c.keys, c.arg).Text()
+			s.evalOnly.Store(true)
 		case noFCall(err):
 			s.evalOnly.Store(true)
 		default:
@@ -196,10 +201,17 @@ func noFunction(err error) bool {
 	return err != nil && goredis.HasErrorPrefix(err, "Function not found") // after "ERR "
 }
 
-// noFCall reports whether err says that the node does not know FCALL:
-// Redis before 7.0.
+// noFCall reports whether err says that the node does not know FCALL
+// (Redis before 7.0), or will not run it (an ACL, a renamed command).
 func noFCall(err error) bool {
-	return err != nil && goredis.HasErrorPrefix(err, "unknown command") && strings.Contains(strings.ToLower(err.Error()), "fcall")
+	return denied(err) && strings.Contains(strings.ToLower(err.Error()), "fcall")
+}
+
+// denied reports whether err is Redis's refusal of a command that it does
+// not know (older Redis, a renamed command) or that the user may not run
+// (an ACL): one that EVALSHA replaces.
+func denied(err error) bool {
+	return err != nil && (goredis.HasErrorPrefix(err, "unknown command") || goredis.HasErrorPrefix(err, "NOPERM"))
 }
 
 // decode reads the results of the requests idx (all of res if idx is nil)

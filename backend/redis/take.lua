@@ -25,8 +25,8 @@
 -- may be missing (dropped with expired entries, and written back when the
 -- script saves the log), and its sum is then recounted.
 --
--- A run reads every counter but the logs with one MGET, before it
--- decides; the keys of windows are not in KEYS, but share their counter
+-- A run reads every counter but the logs with one MGET (one per 4,096
+-- counters), before it decides; the keys of windows are not in KEYS, but share their counter
 -- key's hash tag, and so its Cluster slot.
 --
 -- Loading. On Redis 7.0 and later, this chunk is a function library:
@@ -53,6 +53,12 @@ local P = {
   MAX_LOG = 10000, -- the most entries of a log; further hits fold into the newest
 }
 local MAX_T = 2^62 -- saturation of times, as Go saturates int64 math
+-- MGET_CHUNK bounds the keys of one MGET (see prefetch).
+local MGET_CHUNK = 4096
+-- MAX_COUNT saturates a window's count: the largest double under 2^63,
+-- 1024 under it, so that an INCRBY to it stays within a Redis integer
+-- even when the count read (past 2^53) was rounded, by 512 at most.
+local MAX_COUNT = 2^63 - 1024
 
 -- Library functions, bound by take on its first run: a function library
 -- may use nothing but the redis API while it loads.
@@ -197,7 +203,8 @@ function gcra.expiry(st) return st.t end
 
 -- A sliding log's state: n (the sum of its hits), len (its entries), hdr
 -- (whether its list starts with the header), first (its oldest entry,
--- once read) and changed (whether the header must be written). Its
+-- once read), changed (whether the header must be written) and counted
+-- (whether add or refund changed an entry, and so maybe its TTL). Its
 -- entries are read and written in Redis as the call goes.
 local log = {}
 -- at returns the list index of the log's i-th entry (0: the oldest).
@@ -229,7 +236,8 @@ function log.each(st, f)
   end
 end
 function log.load(key)
-  local st = { n = 0, len = 0, hdr = false, first = false, changed = false, key = key, f = log, dirty = false }
+  local st = { n = 0, len = 0, hdr = false, first = false, changed = false, counted = false, key = key, f = log,
+                dirty = false }
   local head = pcall('LINDEX', key, 0)
   if type(head) == 'table' then
     call('DEL', key) -- not a list: a fresh log
@@ -282,7 +290,7 @@ function log.add(st, r, hits)
     st.len = st.len + 1
   end
   if st.len == 1 then st.first = false end
-  st.n, st.changed = st.n + hits, true
+  st.n, st.changed, st.counted = st.n + hits, true, true
   return t
 end
 function log.refund(st, r, hits, stamp)
@@ -302,7 +310,7 @@ function log.refund(st, r, hits, stamp)
         else
           call('LSET', st.key, log.at(st, from + j - 1), pack(P.LOG_ENTRY, t, c - back))
         end
-        st.n, st.first, st.changed = max(st.n - back, 0), false, true
+        st.n, st.first, st.changed, st.counted = max(st.n - back, 0), false, true, true
         return
       end
     end
@@ -410,8 +418,11 @@ local function save(st)
   local ms = min(ceil((f.expiry(st) - now) / 1000), 9e12)
   if f == fixed or f == sliding then
     -- The window's count: INCRBY keeps its TTL, set when it is created.
-    if st.n ~= st.n0 then
-      call('INCRBY', st.cur, int(st.n - st.n0))
+    -- A count saturates below what a Redis integer holds, as Go's
+    -- saturates: INCRBY fails past it.
+    local n, n0 = min(st.n, MAX_COUNT), min(st.n0, MAX_COUNT)
+    if n ~= n0 then
+      call('INCRBY', st.cur, int(n - n0))
       if st.n0 == 0 then call('PEXPIRE', st.cur, int(ms)) end
     end
     return
@@ -428,7 +439,8 @@ local function save(st)
     local h = pack(P.LOG_HEADER, st.n)
     if st.hdr then call('LSET', st.key, 0, h) else call('LPUSH', st.key, h) end
   end
-  call('PEXPIRE', st.key, ms)
+  -- A log that only dropped entries keeps its newest, so its TTL.
+  if st.counted then call('PEXPIRE', st.key, ms) end
 end
 
 local function retry_after(st, r, hits)
@@ -459,6 +471,10 @@ local function result(r, over)
   end
   local st = r.st or load(r)
   local remaining, reset = r.f.result(st, r)
+  -- A log whose header went (dropped with expired entries, or missing)
+  -- is saved even if the call counted nothing on it: else every later
+  -- run recounts the whole log.
+  if st.changed then mark(st, r) end
   local retry = 0
   if over then retry = retry_after(st, r, r.h) end
   return over and 1 or 0, remaining, reset, retry -- (the store clamps reset and retry)
@@ -587,9 +603,9 @@ local function windows(base, n)
   return true
 end
 
--- prefetch reads into vals, with one MGET, the counters of the first
--- total requests but for sliding logs (lists): the windows' counts, and
--- the buckets' and GCRA's states.
+-- prefetch reads into vals, with one MGET per MGET_CHUNK names, the
+-- counters of the first total requests but for sliding logs (lists): the
+-- windows' counts, and the buckets' and GCRA's states.
 local function prefetch(total)
   local names, seen = {}, {}
   local function want(name)
@@ -611,9 +627,11 @@ local function prefetch(total)
       end
     end
   end
-  if #names > 0 then
-    local got = call('MGET', tunpack(names))
-    for k = 1, #names do vals[names[k]] = got[k] end
+  -- At most MGET_CHUNK names an MGET: Lua unpacks 8,000 values at most.
+  for from = 1, #names, MGET_CHUNK do
+    local to = min(from + MGET_CHUNK - 1, #names)
+    local got = call('MGET', tunpack(names, from, to))
+    for k = from, to do vals[names[k]] = got[k - from + 1] end
   end
 end
 

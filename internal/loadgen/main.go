@@ -19,7 +19,7 @@
 //     Cluster) and of loadgen itself;
 //   - the calls and the microseconds of the -redis-cmd commands in Redis's
 //     INFO commandstats of each -redis-addr, summed. The default commands
-//     are the script calls that ratelimitd decides with (EVALSHA, EVAL and
+//     are the script calls that ratelimitd decides with (FCALL, EVALSHA, EVAL and
 //     their kin); for the baseline, pass -redis-cmd incrby,expire. Redis
 //     counts a command that a script calls on its own as well as within
 //     the script's time, so sum the one kind or the other.
