@@ -26,8 +26,8 @@
 -- script saves the log), and its sum is then recounted.
 --
 -- A run reads every counter but the logs with one MGET (one per 4,096
--- counters), before it decides; the keys of windows are not in KEYS, but share their counter
--- key's hash tag, and so its Cluster slot.
+-- counters) before it decides. The keys of windows are not in KEYS, but
+-- share their counter key's hash tag, and so its Cluster slot.
 --
 -- Loading. On Redis 7.0 and later, this chunk is a function library:
 -- Redis runs it once, at FUNCTION LOAD, and each FCALL calls take. On
