@@ -2,15 +2,22 @@
 // (standalone, Sentinel or Cluster), so that many replicas of ratelimitd
 // decide on one set of counters.
 //
-// Every call runs one Lua script (take.lua, a port of backend.State) over
-// all of its keys: one round trip, decided atomically inside Redis, on
-// Redis's own clock (TIME), so replicas with skewed clocks agree. On
-// standalone Redis and Sentinel, the calls that arrive while a script run
-// is on the wire are decided together by the next one (batch.go), but for
-// heavy calls, which run alone. On Redis
-// Cluster the keys of one descriptor share a hash tag; a call whose
-// descriptors live in several slots runs one script per slot, in parallel,
-// and gives back what the admitted slots took when another slot refuses.
+// Every call runs one Lua script (take.lua, a port of backend.Decide and
+// backend.State; script.go holds its protocol) over all of its keys: one
+// round trip, decided atomically inside Redis, on Redis's own clock
+// (TIME), so replicas with skewed clocks agree. On Redis 7.0 and later the
+// script is a function library called with FCALL, before that a script
+// run with EVALSHA. On standalone Redis and Sentinel, the calls that
+// arrive while a script run is on the wire are decided together by the
+// next one (batch.go), but for heavy calls, which run alone. On Redis
+// Cluster the keys of one descriptor share a hash tag (Request.Tag); a
+// call whose descriptors live in several slots runs one script per slot,
+// all in one pipeline, and gives back what the admitted slots took when
+// another slot refuses (cluster.go).
+//
+// Keys carry a layout version (see script.go), so that replicas of a
+// release with another layout, sharing one Redis during an upgrade, never
+// misread these counters.
 //
 // Circuit breakers, one per Redis node, count only the store's own
 // failures, and the store probes a node whose breaker is open
