@@ -12,18 +12,18 @@ import (
 )
 
 // Batching, on standalone Redis and Sentinel: concurrent calls are queued,
-// and a flusher takes what has queued up and decides it in one script run
-// , one call after the other. A lone call goes out at once, in a
+// and a flusher takes what has queued up and decides it in one script
+// run, one call after the other. A lone call goes out at once, in a
 // batch of one; under load, the calls that arrive while a batch is on the
 // wire go out together in the next (flush when idle). One command per
 // batch instead of one per call saves most of the per-command cost on
 // both sides: go-redis's command handling here, the script call in Redis.
 //
-// On the load benchmark (32 callers, loopback), one flusher beat two and
-// four: 14.5k against 13.7k and 13.0k decisions/s, at 56, 60 and 66 µs of
-// CPU per decision, since fewer flushers make bigger batches. Redis runs
-// one script at a time anyway; a second batch on the wire would only
-// overlap the network's round trip.
+// One flusher: fewer flushers make bigger batches, and Redis runs one
+// script at a time anyway; a second batch on the wire would only overlap
+// the network's round trip. (On the load benchmark, 32 callers on
+// loopback, one flusher beat two and four in decisions/s and in CPU per
+// decision.)
 //
 // A script run cannot be partly cancelled: if it outlasts its deadline,
 // every call in it fails. So that one call cannot fail others:
