@@ -32,7 +32,7 @@
 -- Loading. On Redis 7.0 and later, this chunk is a function library:
 -- Redis runs it once, at FUNCTION LOAD, and each FCALL calls take. On
 -- older Redis it is a script that Redis runs whole on every EVALSHA,
--- defining every function afresh (several µs a run).
+-- defining every function afresh.
 local P = {
   TAKE = 0, -- decide each call whole
   PART = 1, -- decide a Cluster slot's share as if the call were admitted, with stamps
