@@ -346,12 +346,15 @@ func (s *Server) decideEnvoy(ctx context.Context, a api, fill func(*scratch) err
 
 // grpcError maps an engine error to a gRPC status error.
 func grpcError(err error) error {
-	var inv *invalidError
-	switch {
-	case err == nil:
+	if err == nil {
 		return nil
-	case errors.As(err, &inv):
+	}
+	// errors.AsType, not errors.As: As's target would be moved to the heap
+	// on every call, and every decision passes through here.
+	if inv, ok := errors.AsType[*invalidError](err); ok {
 		return status.Error(codes.InvalidArgument, inv.msg)
+	}
+	switch {
 	case errors.Is(err, errStoreUnavailable), errors.Is(err, errShuttingDown):
 		return status.Error(codes.Unavailable, err.Error())
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
