@@ -39,8 +39,7 @@ func (c codec) Unmarshal(data mem.BufferSlice, v any) error {
 	if !ok {
 		return c.CodecV2.Unmarshal(data, v)
 	}
-	b := make([]byte, data.Len())
-	data.CopyTo(b)
+	b := data.Materialize()
 	w.b = unsafe.String(unsafe.SliceData(b), len(b)) // b is never written again
 	return nil
 }
