@@ -226,9 +226,9 @@ func wrapper(b string, set func(uint64)) error {
 }
 
 // fields calls f with each field of the message b: its number and wire
-// type, and its value (varints and fixed-size values in v, bytes in m).
-// Groups are skipped, whole. It returns an *invalidError for a malformed
-// message, or f's first error.
+// type, and its value (a varint in v, bytes in m). Envoy's messages have
+// no fixed-size fields: those, like groups, are skipped, whole. It
+// returns an *invalidError for a malformed message, or f's first error.
 func fields(b string, f func(num protowire.Number, typ protowire.Type, v uint64, m string) error) error {
 	p := unsafe.Slice(unsafe.StringData(b), len(b)) // read only
 	for off := 0; off < len(p); {
@@ -245,12 +245,6 @@ func fields(b string, f func(num protowire.Number, typ protowire.Type, v uint64,
 		switch typ {
 		case protowire.VarintType:
 			v, n = protowire.ConsumeVarint(p[off:])
-		case protowire.Fixed32Type:
-			var v32 uint32
-			v32, n = protowire.ConsumeFixed32(p[off:])
-			v = uint64(v32)
-		case protowire.Fixed64Type:
-			v, n = protowire.ConsumeFixed64(p[off:])
 		case protowire.BytesType:
 			var bs []byte
 			bs, n = protowire.ConsumeBytes(p[off:])
