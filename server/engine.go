@@ -427,30 +427,34 @@ func (s *Server) verdicts(sc *scratch, refused bool) {
 		if ds.n > 0 {
 			// Report the limit that refused, else the one with the least
 			// remaining.
-			pick, over := ds.first, false
+			pick := ds.first
 			for k := ds.first; k < ds.first+ds.n; k++ {
 				if r := sc.res[k]; r.OverLimit {
-					pick, over = k, true
+					pick = k
 					break
 				} else if r.Remaining < sc.res[pick].Remaining {
 					pick = k
 				}
 			}
-			r := sc.res[pick]
-			v = verdict{
-				over:      over && !ds.shadow,
-				overLimit: over,
-				shadow:    ds.shadow || s.opts.ShadowMode,
-				limited:   true,
-				limit:     sc.reqs[pick].Limit,
-				name:      ds.limitName(sc.reqs[pick].Limit),
-				remaining: r.Remaining,
-				reset:     r.ResetAfter,
-				retry:     r.RetryAfter,
-			}
+			v = s.limitVerdict(ds, sc.reqs[pick].Limit, sc.res[pick])
 		}
 		s.countRule(sc.req.domain, ds, v, dec.over)
 		dec.statuses = append(dec.statuses, v)
+	}
+}
+
+// limitVerdict is the verdict of ds reporting limit l, whose result is r.
+func (s *Server) limitVerdict(ds *desc, l backend.Limit, r backend.Result) verdict {
+	return verdict{
+		over:      r.OverLimit && !ds.shadow,
+		overLimit: r.OverLimit,
+		shadow:    ds.shadow || s.opts.ShadowMode,
+		limited:   true,
+		limit:     l,
+		name:      ds.limitName(l),
+		remaining: r.Remaining,
+		reset:     r.ResetAfter,
+		retry:     r.RetryAfter,
 	}
 }
 
@@ -526,18 +530,8 @@ func (s *Server) failureAnswer(sc *scratch, refused bool) {
 		ds := &sc.descs[i]
 		v := verdict{unlimited: ds.unlimited()}
 		for k := ds.first; k < ds.first+ds.n; k++ {
-			if rq := sc.reqs[k]; rq.Limit.Ban() {
-				r := sc.res[k]
-				v = verdict{
-					over:      !ds.shadow,
-					overLimit: true,
-					shadow:    ds.shadow || s.opts.ShadowMode,
-					limited:   true,
-					limit:     rq.Limit,
-					name:      ds.limitName(rq.Limit),
-					reset:     r.ResetAfter,
-					retry:     r.RetryAfter,
-				}
+			if l := sc.reqs[k].Limit; l.Ban() {
+				v = s.limitVerdict(ds, l, sc.res[k]) // a ban's result is over, with nothing remaining
 				break
 			}
 		}
