@@ -271,18 +271,13 @@ func appendKeyPrefix(b []byte, domain string, rule *config.Rule, entries []entry
 		case digest:
 			b = backend.AppendKeyDigest(b, v)
 		case len(v) > maxEntryBytes:
-			b = backend.AppendKeyDigest(b, sha256Of(v))
+			sum := sha256.Sum256([]byte(v)) // on the stack: a slice returned from a helper would not be
+			b = backend.AppendKeyDigest(b, sum[:])
 		default:
 			b = backend.AppendKeyPart(b, v)
 		}
 	}
 	return b
-}
-
-// sha256Of returns the SHA-256 digest of v.
-func sha256Of(v string) []byte {
-	sum := sha256.Sum256([]byte(v))
-	return sum[:]
 }
 
 // printable returns s as valid UTF-8 for the places that echo request
