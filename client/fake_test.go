@@ -16,8 +16,8 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/grpctest"
 )
 
-// A fakeRLS stands in for ratelimitd where the real one cannot (yet)
-// serve a test: it records the requests it receives, and limits every
+// A fakeRLS stands in for ratelimitd where a test needs what the real one
+// does not offer: it records the requests it receives, and limits every
 // descriptor to limit hits per hour, counted by its entries (a value
 // counts the same whichever field carries it), deciding a request all or
 // nothing.
