@@ -36,15 +36,17 @@ func Compile(domains []*Domain, opts ...Option) (*Rules, error) {
 		}
 		compiled[i] = c.domain(d)
 	}
+	return c.finish(domains, compiled, files)
+}
+
+// finish checks that no domain name is defined twice, and returns every
+// error the compiler found or the Rules of domains, compiled, read from
+// files.
+func (c *compiler) finish(domains []*Domain, compiled []*DomainRules, files []string) (*Rules, error) {
 	checkDomainNames(domains, &c.errs)
 	if err := c.errs.err(); err != nil {
 		return nil, err
 	}
-	return newRules(domains, compiled, files), nil
-}
-
-// newRules returns the Rules of domains, compiled, read from files.
-func newRules(domains []*Domain, compiled []*DomainRules, files []string) *Rules {
 	r := &Rules{
 		domains: make(map[string]*DomainRules, len(domains)),
 		src:     slices.Clip(slices.Clone(domains)),
@@ -53,7 +55,7 @@ func newRules(domains []*Domain, compiled []*DomainRules, files []string) *Rules
 	for _, dr := range compiled {
 		r.domains[dr.name] = dr
 	}
-	return r
+	return r, nil
 }
 
 // A compiler checks the meaning of a syntax tree, whose shape the decoder

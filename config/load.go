@@ -54,11 +54,10 @@ func Load(path string, opts ...Option) (*Rules, error) {
 			break // past a bound of Limits on all files: read no more
 		}
 	}
-	checkDomainNames(domains, &c.errs)
-	if err := c.errs.err(); err != nil {
+	r, err := c.finish(domains, compiled, files)
+	if err != nil {
 		return nil, err
 	}
-	r := newRules(domains, compiled, files)
 	r.digest = sum.String()
 	return r, nil
 }

@@ -44,7 +44,6 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -160,9 +159,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.pid, "pid", 0, "the service's `pid`, to report its CPU per decision (0: don't)")
 	fs.Var(&o.redisPIDs, "redis-pid", "redis-server `pids`, to report their CPU per decision, summed (repeatable, or comma-separated)")
 	fs.Var(&o.redisAddrs, "redis-addr", "Redis `host:port` addresses whose INFO commandstats to read, summed (repeatable, or comma-separated)")
-	o.redisCmds = slices.Clone(scriptCommands)
-	redisCmds := stringList{}
-	fs.Var(&redisCmds, "redis-cmd", "`commands` whose Redis time -redis-addr reports (repeatable, or comma-separated; default "+scriptCommands.String()+")")
+	fs.Var(&o.redisCmds, "redis-cmd", "`commands` whose Redis time -redis-addr reports (repeatable, or comma-separated; default "+scriptCommands.String()+")")
 	fs.BoolVar(&o.json, "json", false, "print one JSON object on stdout (the human line goes to stderr)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -181,8 +178,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	case o.duration <= 0, o.warmup < 0, o.timeout <= 0:
 		bad = "-duration and -timeout must be positive, -warmup not negative"
 	}
-	if len(redisCmds) > 0 {
-		o.redisCmds = redisCmds
+	if len(o.redisCmds) == 0 {
+		o.redisCmds = scriptCommands
 	}
 	if bad != "" {
 		fmt.Fprintln(stderr, "loadgen:", bad)

@@ -158,7 +158,7 @@ func (s *server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		incrs[i] = pipe.IncrBy(ctx, key.String(), hits)
 		pipe.Expire(ctx, key.String(), s.window)
 	}
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+	if _, err := pipe.Exec(ctx); err != nil { // INCRBY and EXPIRE never answer nil
 		return nil, fmt.Errorf("redis pipeline: %w", err)
 	}
 	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK}
