@@ -91,7 +91,7 @@ local fixed = {} -- T: the window's start; N: its count
 fixed.add, fixed.refund = window_add, window_refund
 function fixed.advance(st, r, at)
   local start = at - fmod(at, r.w)
-  if start > st.t then st.t, st.n, st.p = start, 0, 0 end
+  if start > st.t then st.t, st.n = start, 0 end
 end
 function fixed.admits(st, r, at, hits)
   fixed.advance(st, r, at)
