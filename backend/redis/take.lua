@@ -466,7 +466,7 @@ end
 -- result returns r's result: over, remaining, reset and retry.
 local function result(r, over)
   if r.r == 0 then
-    local reset = now - fmod(now, r.w) + r.w - now -- a ban: the window's end
+    local reset = r.w - fmod(now, r.w) -- a ban: the window's end
     return 1, 0, reset, reset
   end
   local st = r.st or load(r)
