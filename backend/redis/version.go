@@ -2,7 +2,6 @@ package redis
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -108,7 +107,7 @@ func checkVersion(node string, once bool) func(context.Context, *goredis.Conn) e
 			return nil
 		}
 		info, err := cn.Info(ctx, "server").Result()
-		if isDenied(err) {
+		if denied(err) {
 			return nil
 		}
 		if err != nil {
@@ -120,14 +119,4 @@ func checkVersion(node string, once bool) func(context.Context, *goredis.Conn) e
 		passed.Store(once)
 		return nil
 	}
-}
-
-// isDenied reports whether err is Redis refusing a command: unknown (as
-// renamed away) or not permitted to the user.
-func isDenied(err error) bool {
-	if _, ok := errors.AsType[goredis.Error](err); !ok {
-		return false
-	}
-	msg := err.Error()
-	return strings.HasPrefix(msg, "NOPERM") || strings.Contains(msg, "unknown command")
 }
