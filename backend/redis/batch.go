@@ -21,9 +21,8 @@ import (
 //
 // One flusher: fewer flushers make bigger batches, and Redis runs one
 // script at a time anyway; a second batch on the wire would only overlap
-// the network's round trip. (On the load benchmark, 32 callers on
-// loopback, one flusher beat two and four in decisions/s and in CPU per
-// decision.)
+// the network's round trip. (To compare more, set flushers and run make
+// bench-load.)
 //
 // A script run cannot be partly cancelled: if it outlasts its deadline,
 // every call in it fails. So that one call cannot fail others:

@@ -87,10 +87,7 @@ func NewClient(rawURL string, o ClientOptions) (goredis.UniversalClient, error) 
 			return nil, fmt.Errorf("redis URL %q: %w", Redact(rawURL), urlError(rawURL, err))
 		}
 		o.settle(fields{&opt.PoolSize, &opt.MaxRetries, &opt.DialerRetries, &opt.DialTimeout, &opt.ReadTimeout,
-			&opt.WriteTimeout, &opt.PoolTimeout, &opt.DialerRetryTimeout, &opt.ContextTimeoutEnabled, &opt.TLSConfig}, tlsConf, false)
-		if o.Dialer != nil {
-			opt.Dialer = o.Dialer
-		}
+			&opt.WriteTimeout, &opt.PoolTimeout, &opt.DialerRetryTimeout, &opt.ContextTimeoutEnabled, &opt.TLSConfig, &opt.Dialer}, tlsConf, false)
 		opt.OnConnect = checkVersion(opt.Addr, true)
 		return goredis.NewClient(opt), nil
 	case "cluster":
@@ -99,14 +96,11 @@ func NewClient(rawURL string, o ClientOptions) (goredis.UniversalClient, error) 
 			return nil, fmt.Errorf("redis URL %q: %w", Redact(rawURL), urlError(rawURL, err))
 		}
 		o.settle(fields{&opt.PoolSize, &opt.MaxRetries, &opt.DialerRetries, &opt.DialTimeout, &opt.ReadTimeout,
-			&opt.WriteTimeout, &opt.PoolTimeout, &opt.DialerRetryTimeout, &opt.ContextTimeoutEnabled, &opt.TLSConfig}, tlsConf, true)
+			&opt.WriteTimeout, &opt.PoolTimeout, &opt.DialerRetryTimeout, &opt.ContextTimeoutEnabled, &opt.TLSConfig, &opt.Dialer}, tlsConf, true)
 		// A Cluster client re-sends a command after a timeout or a
 		// dropped connection as a redirect; a script must run once.
 		if !strings.Contains(rest, "max_redirects=") {
 			opt.MaxRedirects = -1
-		}
-		if o.Dialer != nil {
-			opt.Dialer = o.Dialer
 		}
 		// Each node's client checks its own node.
 		opt.NewClient = func(node *goredis.Options) *goredis.Client {
@@ -123,10 +117,7 @@ func NewClient(rawURL string, o ClientOptions) (goredis.UniversalClient, error) 
 			return nil, fmt.Errorf("redis URL %q: a sentinel URL needs master_name=NAME", Redact(rawURL))
 		}
 		o.settle(fields{&opt.PoolSize, &opt.MaxRetries, &opt.DialerRetries, &opt.DialTimeout, &opt.ReadTimeout,
-			&opt.WriteTimeout, &opt.PoolTimeout, &opt.DialerRetryTimeout, &opt.ContextTimeoutEnabled, &opt.TLSConfig}, tlsConf, true)
-		if o.Dialer != nil {
-			opt.Dialer = o.Dialer
-		}
+			&opt.WriteTimeout, &opt.PoolTimeout, &opt.DialerRetryTimeout, &opt.ContextTimeoutEnabled, &opt.TLSConfig, &opt.Dialer}, tlsConf, true)
 		// The master moves: name it by its group (the Sentinels' own
 		// connections are not checked, see checkVersion).
 		opt.OnConnect = checkVersion("master "+opt.MasterName, false)
@@ -141,9 +132,10 @@ type fields struct {
 	dial, read, write, poolWait, dialBackoff *time.Duration
 	contextTimeout                           *bool
 	tls                                      **tls.Config
+	dialer                                   *func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
-// settle sets what the URL left at zero, and the TLS files. With
+// settle sets what the URL left at zero, the TLS files and the Dialer. With
 // manyHosts (Cluster, Sentinel), TLS checks each node's own host name,
 // not the one of the address in the URL.
 func (o ClientOptions) settle(f fields, files *tls.Config, manyHosts bool) {
@@ -177,6 +169,9 @@ func (o ClientOptions) settle(f fields, files *tls.Config, manyHosts bool) {
 	}
 	if *f.tls != nil && manyHosts {
 		(*f.tls).ServerName = ""
+	}
+	if o.Dialer != nil {
+		*f.dialer = o.Dialer
 	}
 }
 

@@ -30,15 +30,9 @@ func (s *Store) takeCluster(ctx context.Context, reqs []backend.Request, res []b
 	var parts [][]int // request indices per tag, in order of first use
 	for i := range reqs {
 		tags[i] = tagOf(&reqs[i])
-		found := false
-		for p, idx := range parts {
-			if tags[idx[0]] == tags[i] {
-				parts[p] = append(idx, i)
-				found = true
-				break
-			}
-		}
-		if !found {
+		if p := slices.IndexFunc(parts, func(idx []int) bool { return tags[idx[0]] == tags[i] }); p >= 0 {
+			parts[p] = append(parts[p], i)
+		} else {
 			parts = append(parts, []int{i})
 		}
 	}

@@ -209,7 +209,8 @@ func noFCall(err error) bool {
 
 // denied reports whether err is Redis's refusal of a command that it does
 // not know (older Redis, a renamed command) or that the user may not run
-// (an ACL): one that EVALSHA replaces.
+// (an ACL): FCALL or FUNCTION LOAD, which EVALSHA then replaces, or INFO,
+// which checkVersion then skips.
 func denied(err error) bool {
 	return err != nil && (goredis.HasErrorPrefix(err, "unknown command") || goredis.HasErrorPrefix(err, "NOPERM"))
 }

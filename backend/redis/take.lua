@@ -91,7 +91,7 @@ local fixed = {} -- T: the window's start; N: its count
 fixed.add, fixed.refund = window_add, window_refund
 function fixed.advance(st, r, at)
   local start = at - fmod(at, r.w)
-  if start > st.t then st.t, st.n, st.p = start, 0, 0 end
+  if start > st.t then st.t, st.n = start, 0 end
 end
 function fixed.admits(st, r, at, hits)
   fixed.advance(st, r, at)
@@ -412,10 +412,14 @@ local function int(x)
   return s
 end
 
+-- ttl returns the ms until st is as good as fresh, under 10^13 so that
+-- it prints as an integer, which SET needs.
+local function ttl(st)
+  return min(ceil((st.f.expiry(st) - now) / 1000), 9e12)
+end
+
 local function save(st)
   local f = st.f
-  -- (a TTL under 10^13 ms prints as an integer, which SET needs)
-  local ms = min(ceil((f.expiry(st) - now) / 1000), 9e12)
   if f == fixed or f == sliding then
     -- The window's count: INCRBY keeps its TTL, set when it is created.
     -- A count saturates below what a Redis integer holds, as Go's
@@ -423,10 +427,11 @@ local function save(st)
     local n, n0 = min(st.n, MAX_COUNT), min(st.n0, MAX_COUNT)
     if n ~= n0 then
       call('INCRBY', st.cur, int(n - n0))
-      if st.n0 == 0 then call('PEXPIRE', st.cur, int(ms)) end
+      if st.n0 == 0 then call('PEXPIRE', st.cur, int(ttl(st))) end
     end
     return
   end
+  local ms = ttl(st)
   if ms <= 0 or (f == log and st.len == 0) then
     call('DEL', st.key)
     return
@@ -466,7 +471,7 @@ end
 -- result returns r's result: over, remaining, reset and retry.
 local function result(r, over)
   if r.r == 0 then
-    local reset = now - fmod(now, r.w) + r.w - now -- a ban: the window's end
+    local reset = r.w - fmod(now, r.w) -- a ban: the window's end
     return 1, 0, reset, reset
   end
   local st = r.st or load(r)

@@ -2,8 +2,8 @@ package redis
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -54,14 +54,7 @@ func mustParseVersion(s string) version {
 }
 
 // less reports whether v is older than w.
-func (v version) less(w version) bool {
-	for i := range v {
-		if v[i] != w[i] {
-			return v[i] < w[i]
-		}
-	}
-	return false
-}
+func (v version) less(w version) bool { return slices.Compare(v[:], w[:]) < 0 }
 
 func (v version) String() string { return fmt.Sprintf("%d.%d.%d", v[0], v[1], v[2]) }
 
@@ -108,7 +101,7 @@ func checkVersion(node string, once bool) func(context.Context, *goredis.Conn) e
 			return nil
 		}
 		info, err := cn.Info(ctx, "server").Result()
-		if isDenied(err) {
+		if denied(err) {
 			return nil
 		}
 		if err != nil {
@@ -120,14 +113,4 @@ func checkVersion(node string, once bool) func(context.Context, *goredis.Conn) e
 		passed.Store(once)
 		return nil
 	}
-}
-
-// isDenied reports whether err is Redis refusing a command: unknown (as
-// renamed away) or not permitted to the user.
-func isDenied(err error) bool {
-	if _, ok := errors.AsType[goredis.Error](err); !ok {
-		return false
-	}
-	msg := err.Error()
-	return strings.HasPrefix(msg, "NOPERM") || strings.Contains(msg, "unknown command")
 }
