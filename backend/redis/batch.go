@@ -59,8 +59,9 @@ const (
 
 // heavy reports whether a call is decided in a script run of its own
 // rather than batched: it has more than heavyRequests requests. (A
-// sliding log costs the script the same whatever its length: see
-// take.lua.)
+// sliding log is not heavy: a call reads and writes a few of its
+// entries, whatever its length, and each expired entry is read once:
+// see take.lua.)
 func heavy(reqs []backend.Request) bool {
 	return len(reqs) > heavyRequests
 }
