@@ -36,9 +36,9 @@ import (
 //
 // The store's Options.Now sets the scripts' clock, but Redis expires keys
 // on its own: a key whose state is fresh again a millisecond later on the
-// manual clock would vanish a real millisecond later, however little the
-// manual clock has moved. So after every call the test removes the TTL of
-// every key it wrote (persistAll). A state kept past its expiry decides
+// manual clock would vanish a real second later (the keys' grace, see
+// take.lua), however little the manual clock has moved. So after every
+// call the test removes the TTL of every key it wrote (persistAll). A state kept past its expiry decides
 // as a fresh one (backend.State.Expiry), so this changes no decision.
 //
 // The traffic leaves out three known differences, each explained where

@@ -418,6 +418,14 @@ local function ttl(st)
   return min(ceil((st.f.expiry(st) - now) / 1000), 9e12)
 end
 
+-- GRACE is how many ms a key outlives its state. Each replica decides on
+-- its own clock, but Redis expires a key on Redis's: without it, a
+-- replica whose clock lags another's would find the window the other
+-- opened already gone before the window ends on its own clock, and count
+-- from zero again. A state kept past its time decides as a fresh one, so
+-- the grace changes no decision; it costs a second of memory per key.
+local GRACE = 1000
+
 local function save(st)
   local f = st.f
   if f == fixed or f == sliding then
@@ -427,7 +435,7 @@ local function save(st)
     local n, n0 = min(st.n, MAX_COUNT), min(st.n0, MAX_COUNT)
     if n ~= n0 then
       call('INCRBY', st.cur, int(n - n0))
-      if st.n0 == 0 then call('PEXPIRE', st.cur, int(ttl(st))) end
+      if st.n0 == 0 then call('PEXPIRE', st.cur, int(ttl(st) + GRACE)) end
     end
     return
   end
@@ -437,7 +445,7 @@ local function save(st)
     return
   end
   if f ~= log then
-    call('SET', st.key, pack(P.STATE, st.t, st.n, st.p), 'PX', ms)
+    call('SET', st.key, pack(P.STATE, st.t, st.n, st.p), 'PX', int(ms + GRACE))
     return
   end
   if st.changed then
@@ -445,7 +453,7 @@ local function save(st)
     if st.hdr then call('LSET', st.key, 0, h) else call('LPUSH', st.key, h) end
   end
   -- A log that only dropped entries keeps its newest, so its TTL.
-  if st.counted then call('PEXPIRE', st.key, ms) end
+  if st.counted then call('PEXPIRE', st.key, int(ms + GRACE)) end
 end
 
 local function retry_after(st, r, hits)
