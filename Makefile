@@ -25,12 +25,16 @@ run: build ## start ratelimitd on the memory store with examples/config.yaml
 	$(BIN) --config $(CONFIG)
 
 .PHONY: deps
-deps: ## install redis-server, redis-sentinel and redis-tools when missing (apt)
+deps: ## install Redis, and Python, protoc and Node for the Python and Node packages, when missing (apt)
 	bash .ci/install-redis
+	bash .ci/install-polyglot
 
 .PHONY: test
-test: deps ## run every test with the race detector (installs Redis first)
+test: deps build ## every test: Go with the race detector, the Go client under Go 1.25 too, the Python and Node packages
 	$(GO) test -race -shuffle=on -count=1 ./...
+	bash .ci/test-go-client
+	RATELIMITD_BIN=$(CURDIR)/$(BIN) bash .ci/test-python
+	RATELIMITD_BIN=$(CURDIR)/$(BIN) bash .ci/test-node
 
 .PHONY: check
 check: fmt vet lint breaking check-generate tidy ## every static check CI runs
@@ -56,9 +60,11 @@ breaking: ## buf breaking against main, when this checkout has it
 	else echo "no main branch here: skipping buf breaking"; fi
 
 .PHONY: generate
-generate: ## regenerate gen/ from proto/
-	rm -rf gen
+generate: ## regenerate gen/: the Go stubs from proto/, the Python and Node stubs of both APIs
+	rm -rf gen/ratelimit
 	$(TOOL) buf generate
+	bash .ci/generate-python
+	bash .ci/generate-node
 
 .PHONY: check-generate
 check-generate: generate ## fail if gen/ is not what proto/ generates
