@@ -10,13 +10,15 @@ you may.
     import grpc, ratelimitd
 
     with grpc.insecure_channel("127.0.0.1:8081") as ch:
-        rl = ratelimitd.Client(ch)  # fail open, a 50 ms budget per call
+        rl = ratelimitd.Client(ch)  # fail open, 50 ms per call, 1 s of refusal memory
         d = rl.should_rate_limit("edge", ratelimitd.D("api_key", "k"))
         if not d.allowed:
             ...  # refuse; retry in d.retry_after seconds, send d.headers
 """
 
 from .client import (
+    DEFAULT_REFUSAL_CACHE,
+    DEFAULT_REFUSAL_CACHE_SIZE,
     DEFAULT_TIMEOUT,
     Algorithm,
     AsyncClient,
@@ -34,6 +36,8 @@ from .client import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "DEFAULT_REFUSAL_CACHE",
+    "DEFAULT_REFUSAL_CACHE_SIZE",
     "DEFAULT_TIMEOUT",
     "Algorithm",
     "AsyncClient",

@@ -12,8 +12,10 @@ Decision. They mirror the Go client (github.com/ratelimitd/ratelimitd/client):
   error), the failure policy decides: allowed (fail open, the default) or
   refused (fail_closed=True), with ratelimitd's error in Decision.error.
 
-Each call has a budget of DEFAULT_TIMEOUT (50 ms) unless told otherwise.
-The caller owns the channel and closes it.
+Each call has a budget of DEFAULT_TIMEOUT (50 ms) unless told otherwise,
+and a request ratelimitd refused is refused again by the client itself for
+min(its retry-after, DEFAULT_REFUSAL_CACHE: 1 s). The caller owns the
+channel and closes it.
 """
 
 from __future__ import annotations
@@ -21,15 +23,19 @@ from __future__ import annotations
 import hashlib
 import logging
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Optional, Sequence, Tuple, Union
 
 import grpc
 
+from ._refusals import Refusals, refusal_key
 from .proto.ratelimit.v1 import ratelimit_pb2 as pb
 from .proto.ratelimit.v1 import ratelimit_pb2_grpc as pb_grpc
 
 __all__ = [
+    "DEFAULT_REFUSAL_CACHE",
+    "DEFAULT_REFUSAL_CACHE_SIZE",
     "DEFAULT_TIMEOUT",
     "Algorithm",
     "AsyncClient",
@@ -46,6 +52,10 @@ __all__ = [
 
 #: The default budget of one call, in seconds.
 DEFAULT_TIMEOUT = 0.05
+#: How long, at most, a refusal is remembered by default, in seconds.
+DEFAULT_REFUSAL_CACHE = 1.0
+#: How many refusals are remembered at most by default.
+DEFAULT_REFUSAL_CACHE_SIZE = 10000
 
 log = logging.getLogger("ratelimitd")
 
@@ -199,13 +209,18 @@ class Decision:
     headers ratelimitd asks the caller to send (RateLimit-Policy and
     RateLimit, or the legacy family, and Retry-After when refused), as
     (name, value) pairs. error: ratelimitd's failure (a grpc.RpcError) when
-    the failure policy decided instead of ratelimitd, else None."""
+    the failure policy decided instead of ratelimitd, else None. local: the
+    client refused by itself, remembering an earlier refusal of the same
+    request, without calling ratelimitd; its durations, and its headers'
+    (Retry-After, the t parameters of RateLimit), count down from the
+    remembered answer's."""
 
     allowed: bool
     statuses: Tuple[Status, ...] = ()
     retry_after: float = 0.0
     headers: Tuple[Tuple[str, str], ...] = ()
     error: Optional[Exception] = field(default=None, compare=False)
+    local: bool = False
 
 
 #: The signature of on_decision: (domain, descriptors, decision).
@@ -286,6 +301,12 @@ def _entry(e: Entry) -> pb.Entry:
 def request(domain: str, descriptors: Sequence[Descriptor]) -> pb.ShouldRateLimitRequest:
     """The request to send, checked; raises InvalidRequest."""
     check(domain, descriptors)
+    return _build(domain, descriptors)
+
+
+def _build(domain: str, descriptors: Sequence[Descriptor]) -> pb.ShouldRateLimitRequest:
+    """The request to send for descriptors, checked by check; raises
+    InvalidRequest when it is over ratelimitd's largest request."""
     req = pb.ShouldRateLimitRequest(domain=domain)
     for desc in descriptors:
         rd = req.descriptors.add()
@@ -336,7 +357,11 @@ class _Base:
     policy and the hook."""
 
     def __init__(self, *, timeout: Optional[float], fail_closed: bool,
-                 on_decision: Optional[DecisionHook], logger: Optional[logging.Logger]):
+                 on_decision: Optional[DecisionHook], logger: Optional[logging.Logger],
+                 refusal_cache: float, refusal_cache_size: int, clock: Callable[[], float]):
+        self._refusals = (Refusals(refusal_cache, refusal_cache_size, clock)
+                          if refusal_cache > 0 and refusal_cache_size > 0 else None)
+        self._local = 0
         self._timeout = timeout if timeout is not None and timeout > 0 else None
         self._fail_closed = fail_closed
         self._on_decision = on_decision
@@ -345,6 +370,12 @@ class _Base:
         self._fail_opens = 0
         self._failures = 0
         self._unimplemented_logged = False
+
+    @property
+    def local_refusals(self) -> int:
+        """How many requests the client refused by itself, from its memory
+        of refusals, without calling ratelimitd."""
+        return self._local
 
     @property
     def fail_opens(self) -> int:
@@ -356,6 +387,27 @@ class _Base:
         """How many calls ratelimitd failed (allowed or refused by the
         failure policy)."""
         return self._failures
+
+    def _remembered(self, domain: str, descriptors: Sequence[Descriptor]):
+        """Checks the request, and returns (its key in the refusal memory or
+        None, the remembered refusal or None)."""
+        check(domain, descriptors)
+        if self._refusals is None:
+            return None, None
+        key = refusal_key(domain, descriptors)
+        d = self._refusals.get(key)
+        if d is not None:
+            with self._lock:
+                self._local += 1
+        return key, d
+
+    def _decided(self, key, resp) -> Decision:
+        """ratelimitd's decision resp, remembered when a refusal with a
+        retry-after."""
+        d = decision(resp)
+        if not d.allowed and key is not None and d.retry_after > 0:
+            self._refusals.put(key, d)
+        return d
 
     def _budget(self, timeout: Optional[float]) -> Optional[float]:
         if timeout is None:
@@ -408,12 +460,23 @@ class Client(_Base):
     every decision, the failure policy's included (its exceptions are
     logged, not raised). logger: for the UNIMPLEMENTED warning and hook
     errors (default logging.getLogger("ratelimitd")).
+
+    refusal_cache: when ratelimitd refuses a request with a retry-after of
+    T, the client refuses the same request (domain, descriptors, entries,
+    hits and overrides, in the same order) by itself for min(T,
+    refusal_cache) seconds (DEFAULT_REFUSAL_CACHE; 0: off), without a call:
+    Decision.local is then True, and local_refusals counts them.
+    refusal_cache_size bounds how many are remembered (10000). clock: the
+    seconds clock of that memory (time.monotonic).
     """
 
     def __init__(self, channel: grpc.Channel, *, timeout: Optional[float] = DEFAULT_TIMEOUT,
                  fail_closed: bool = False, on_decision: Optional[DecisionHook] = None,
-                 logger: Optional[logging.Logger] = None):
-        super().__init__(timeout=timeout, fail_closed=fail_closed, on_decision=on_decision, logger=logger)
+                 logger: Optional[logging.Logger] = None, refusal_cache: float = DEFAULT_REFUSAL_CACHE,
+                 refusal_cache_size: int = DEFAULT_REFUSAL_CACHE_SIZE,
+                 clock: Callable[[], float] = time.monotonic):
+        super().__init__(timeout=timeout, fail_closed=fail_closed, on_decision=on_decision, logger=logger,
+                         refusal_cache=refusal_cache, refusal_cache_size=refusal_cache_size, clock=clock)
         self._stub = pb_grpc.RateLimitServiceStub(channel)
 
     def should_rate_limit(self, domain: str, *descriptors: Descriptor,
@@ -424,13 +487,16 @@ class Client(_Base):
         limits; a refused request consumes nothing. timeout overrides the
         client's budget for this call (<= 0: none). Raises InvalidRequest
         for a malformed request; never raises for ratelimitd's failures."""
-        req = request(domain, descriptors)
+        key, d = self._remembered(domain, descriptors)
+        if d is not None:
+            return self._hook(domain, descriptors, d)
+        req = _build(domain, descriptors)
         try:
             resp = self._stub.ShouldRateLimit(req, timeout=self._budget(timeout), metadata=metadata)
         except grpc.RpcError as err:
             d = self._failed(err)
         else:
-            d = decision(resp)
+            d = self._decided(key, resp)
         return self._hook(domain, descriptors, d)
 
 
@@ -442,19 +508,25 @@ class AsyncClient(_Base):
 
     def __init__(self, channel: "grpc.aio.Channel", *, timeout: Optional[float] = DEFAULT_TIMEOUT,
                  fail_closed: bool = False, on_decision: Optional[DecisionHook] = None,
-                 logger: Optional[logging.Logger] = None):
-        super().__init__(timeout=timeout, fail_closed=fail_closed, on_decision=on_decision, logger=logger)
+                 logger: Optional[logging.Logger] = None, refusal_cache: float = DEFAULT_REFUSAL_CACHE,
+                 refusal_cache_size: int = DEFAULT_REFUSAL_CACHE_SIZE,
+                 clock: Callable[[], float] = time.monotonic):
+        super().__init__(timeout=timeout, fail_closed=fail_closed, on_decision=on_decision, logger=logger,
+                         refusal_cache=refusal_cache, refusal_cache_size=refusal_cache_size, clock=clock)
         self._stub = pb_grpc.RateLimitServiceStub(channel)
 
     async def should_rate_limit(self, domain: str, *descriptors: Descriptor,
                                 timeout: Optional[float] = None,
                                 metadata: Optional[Sequence[Tuple[str, str]]] = None) -> Decision:
         """See Client.should_rate_limit."""
-        req = request(domain, descriptors)
+        key, d = self._remembered(domain, descriptors)
+        if d is not None:
+            return self._hook(domain, descriptors, d)
+        req = _build(domain, descriptors)
         try:
             resp = await self._stub.ShouldRateLimit(req, timeout=self._budget(timeout), metadata=metadata)
         except grpc.RpcError as err:
             d = self._failed(err)
         else:
-            d = decision(resp)
+            d = self._decided(key, resp)
         return self._hook(domain, descriptors, d)
