@@ -23,6 +23,6 @@ with grpc.insecure_channel(addr) as channel:
     print("allowed" if d.allowed else f"refused: retry in {d.retry_after:.3f} s")
     for s in d.statuses:
         if s.limit:
-            print(f"  limit {s.limit.name}: {s.remaining} of {s.limit.requests} left per {s.limit.window:g} s")
+            print(f"  limit {s.limit.name} ({s.limit.requests} per {s.limit.window:g} s): {s.remaining} remaining")
     for name, value in d.headers:
         print(f"  {name}: {value}")
