@@ -218,7 +218,7 @@ class LiveTest(unittest.TestCase):
                              capture_output=True, text=True, timeout=60)
         self.assertEqual(out.returncode, 0, out.stderr)
         self.assertTrue(out.stdout.startswith("allowed\n"), out.stdout)
-        self.assertIn("limit burst:", out.stdout)
+        self.assertIn("limit burst (10 per 1 s): ", out.stdout)
         self.assertIn("RateLimit", out.stdout)
 
 
