@@ -160,7 +160,7 @@ class RateLimitMiddleware:
             await _plain(send, 503, "rate limit service unavailable")
             return
         # ASGI wants lower-case names; values are ratelimitd's, as Go writes them.
-        headers = [(n.lower().encode("latin-1"), v.encode("latin-1")) for n, v in d.headers
+        headers = [(n.lower().encode("latin-1", "replace"), v.encode("latin-1", "replace")) for n, v in d.headers
                    if n.lower() != "retry-after"]
         if self._x_ratelimit:
             headers.extend(_x_ratelimit(d.statuses))
