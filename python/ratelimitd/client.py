@@ -437,7 +437,8 @@ class _Base:
             "ratelimitd: the server does not implement ratelimit.v1.RateLimitService/ShouldRateLimit "
             "(UNIMPLEMENTED): is this client pointed at ratelimitd, or at another rate limit service "
             "(such as envoyproxy/ratelimit, which serves only Envoy's envoy.service.ratelimit.v3; use "
-            "ratelimitd.envoy_rls for it)? Every call is now decided by the failure policy (%s).",
+            "ratelimitd.envoy_rls for it)? Calls so answered are decided by the failure policy (%s); "
+            "this is logged once.",
             "fail closed" if self._fail_closed else "fail open")
 
     def _hook(self, domain: str, descriptors: Sequence[Descriptor], d: Decision) -> Decision:
