@@ -1,0 +1,9 @@
+"""Generated stubs of ratelimitd's gRPC APIs (gen/python in its repository).
+
+# ratelimitd: made by .ci/generate-python with protoc 3.21.12 and grpc_python_plugin 1.51.1; nested under ratelimitd.proto.
+
+ratelimit.v1 (the native API): ratelimitd.proto.ratelimit.v1.ratelimit_pb2
+and ratelimit_pb2_grpc. Envoy's RLS v3:
+ratelimitd.proto.envoy.service.ratelimit.v3.rls_pb2 and rls_pb2_grpc, with
+the files they import, each under ratelimitd.proto as under its proto path.
+"""

@@ -1,0 +1,533 @@
+"""Clients of ratelimitd's native API (ratelimit.v1.RateLimitService).
+
+Client (blocking, over a grpc.Channel) and AsyncClient (asyncio, over a
+grpc.aio.Channel) ask ratelimitd whether work may proceed and return a
+Decision. They mirror the Go client (github.com/ratelimitd/ratelimitd/client):
+
+- over the limit is a decision (Decision.allowed is False), not an error;
+- a malformed request, one ratelimitd would refuse whatever its rules or
+  that cannot be sent, raises InvalidRequest, whatever the failure policy,
+  before any call when the client can tell;
+- when ratelimitd fails (unreachable, slower than the budget, any other
+  error), the failure policy decides: allowed (fail open, the default) or
+  refused (fail_closed=True), with ratelimitd's error in Decision.error.
+
+Each call has a budget of DEFAULT_TIMEOUT (50 ms) unless told otherwise,
+and a request ratelimitd refused is refused again by the client itself for
+min(its retry-after, DEFAULT_REFUSAL_CACHE: 1 s). The caller owns the
+channel and closes it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Optional, Sequence, Tuple, Union
+
+import grpc
+
+from ._refusals import Refusals, refusal_key
+from .proto.ratelimit.v1 import ratelimit_pb2 as pb
+from .proto.ratelimit.v1 import ratelimit_pb2_grpc as pb_grpc
+
+__all__ = [
+    "DEFAULT_REFUSAL_CACHE",
+    "DEFAULT_REFUSAL_CACHE_SIZE",
+    "DEFAULT_TIMEOUT",
+    "Algorithm",
+    "AsyncClient",
+    "Client",
+    "D",
+    "Decision",
+    "Descriptor",
+    "Entry",
+    "InvalidRequest",
+    "Limit",
+    "LimitOverride",
+    "Status",
+]
+
+#: The default budget of one call, in seconds.
+DEFAULT_TIMEOUT = 0.05
+#: How long, at most, a refusal is remembered by default, in seconds.
+DEFAULT_REFUSAL_CACHE = 1.0
+#: How many refusals are remembered at most by default.
+DEFAULT_REFUSAL_CACHE_SIZE = 10000
+
+log = logging.getLogger("ratelimitd")
+
+# ratelimitd's bounds on a request, which the client checks before sending.
+MAX_DOMAIN = 256
+MAX_DESCRIPTORS = 64
+MAX_ENTRIES = 32
+MAX_KEY = 1024
+MAX_VALUE = 1024  # a longer value is sent as its SHA-256 digest
+MAX_HITS = 2**32 - 1
+MAX_REQUEST = 1 << 20  # bytes of the encoded request
+MAX_REQUESTS = 2**32 - 1  # of a LimitOverride
+
+Value = Union[str, bytes]
+
+
+class InvalidRequest(ValueError):
+    """A request ratelimitd would refuse whatever its rules, or that cannot
+    be sent: found by the client before any call, or answered
+    INVALID_ARGUMENT by ratelimitd (then .rpc_error holds its answer). It is
+    a bug in the caller: no failure policy hides it."""
+
+    def __init__(self, message: str, rpc_error: Optional[grpc.RpcError] = None):
+        super().__init__(message)
+        self.rpc_error = rpc_error
+
+
+class Algorithm:
+    """How a limit counts, named as in the rules' YAML."""
+
+    SLIDING_WINDOW = "sliding_window"
+    FIXED_WINDOW = "fixed_window"
+    SLIDING_LOG = "sliding_log"
+    TOKEN_BUCKET = "token_bucket"
+    GCRA = "gcra"
+
+
+_ALGORITHMS = {
+    pb.ALGORITHM_SLIDING_WINDOW: Algorithm.SLIDING_WINDOW,
+    pb.ALGORITHM_FIXED_WINDOW: Algorithm.FIXED_WINDOW,
+    pb.ALGORITHM_SLIDING_LOG: Algorithm.SLIDING_LOG,
+    pb.ALGORITHM_TOKEN_BUCKET: Algorithm.TOKEN_BUCKET,
+    pb.ALGORITHM_GCRA: Algorithm.GCRA,
+}
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One key/value pair of a Descriptor. key: 1 to 1024 bytes of UTF-8.
+    value: any str or bytes, of any length (see Descriptor)."""
+
+    key: str
+    value: Value
+
+
+@dataclass(frozen=True)
+class LimitOverride:
+    """A limit given by the caller instead of the configuration, for one
+    request (the matched rule's algorithm is kept; the domain must exist).
+    requests: admitted per window, 0 refuses everything. window: seconds, a
+    whole number of microseconds from 1 ms to 100 years."""
+
+    requests: int
+    window: float
+
+
+@dataclass(frozen=True)
+class Descriptor:
+    """One counter of a request: entries matched, outermost first, against
+    the nested rules of the request's domain, such as
+    [("tenant", "acme"), ("path", "/search")].
+
+    hits: how much the work consumes on this descriptor (None or 0: 1).
+    check_only: ask whether the counter is already past its limit without
+    consuming anything (hits is then ignored). limit: a LimitOverride
+    replacing the configured limits for this request.
+
+    Values may hold any bytes, of any length: a value that is not valid
+    UTF-8 is sent as bytes (it counts as the same bytes sent as a string),
+    one over 1024 bytes as its SHA-256 digest, by which ratelimitd counts
+    every such value (it then only matches rules matching any value).
+    """
+
+    entries: Tuple[Entry, ...]
+    hits: Optional[int] = None
+    check_only: bool = False
+    limit: Optional[LimitOverride] = None
+
+    def __init__(
+        self,
+        entries: Iterable[Union[Entry, Tuple[str, Value]]],
+        hits: Optional[int] = None,
+        check_only: bool = False,
+        limit: Optional[LimitOverride] = None,
+    ):
+        es = tuple(e if isinstance(e, Entry) else Entry(*e) for e in entries)
+        object.__setattr__(self, "entries", es)
+        object.__setattr__(self, "hits", hits)
+        object.__setattr__(self, "check_only", check_only)
+        object.__setattr__(self, "limit", limit)
+
+
+def D(*kv: Value, hits: Optional[int] = None, check_only: bool = False,
+      limit: Optional[LimitOverride] = None) -> Descriptor:
+    """A Descriptor whose entries are kv, given as key, value pairs:
+    D("path", "/login", "remote_address", "10.0.0.1"). Raises ValueError for
+    an odd number of arguments."""
+    if len(kv) % 2:
+        raise ValueError(f"ratelimitd.D: odd argument count {len(kv)}")
+    return Descriptor(zip(kv[0::2], kv[1::2]), hits=hits, check_only=check_only, limit=limit)
+
+
+@dataclass(frozen=True)
+class Limit:
+    """A configured (or overridden) limit. window is in seconds."""
+
+    name: str = ""
+    requests: int = 0
+    window: float = 0.0
+    algorithm: str = ""
+    burst: int = 0
+
+
+@dataclass(frozen=True)
+class Status:
+    """The decision on one descriptor. Durations are in seconds.
+
+    limit is the limit that decided (the one that refused, else the one with
+    the least remaining), None when no limit applies or the rule is
+    unlimited. remaining: hits the limit admits now. reset_after: until the
+    counter resets. retry_after: until the same hits would be admitted (0
+    when admitted)."""
+
+    over_limit: bool = False
+    limit: Optional[Limit] = None
+    remaining: int = 0
+    reset_after: float = 0.0
+    retry_after: float = 0.0
+    unlimited: bool = False
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The answer to one call.
+
+    allowed: whether the work may proceed. statuses: one Status per request
+    descriptor, in order (empty when the failure policy decided).
+    retry_after: when refused, seconds until the same request would be
+    admitted (the longest of the descriptors over their limit); 0 when
+    allowed, and when the failure policy refused. headers: the HTTP response
+    headers ratelimitd asks the caller to send (RateLimit-Policy and
+    RateLimit, or the legacy family, and Retry-After when refused), as
+    (name, value) pairs. error: ratelimitd's failure (a grpc.RpcError) when
+    the failure policy decided instead of ratelimitd, else None. local: the
+    client refused by itself, remembering an earlier refusal of the same
+    request, without calling ratelimitd; its durations, and its headers'
+    (Retry-After, the t parameters of RateLimit), count down from the
+    remembered answer's."""
+
+    allowed: bool
+    statuses: Tuple[Status, ...] = ()
+    retry_after: float = 0.0
+    headers: Tuple[Tuple[str, str], ...] = ()
+    error: Optional[Exception] = field(default=None, compare=False)
+    local: bool = False
+
+
+#: The signature of on_decision: (domain, descriptors, decision).
+DecisionHook = Callable[[str, Sequence[Descriptor], Decision], None]
+
+
+def _utf8(s: str) -> Optional[bytes]:
+    try:
+        return s.encode("utf-8")
+    except UnicodeEncodeError:
+        return None
+
+
+def check(domain: str, descriptors: Sequence[Descriptor]) -> None:
+    """Raises InvalidRequest for the malformed requests ratelimitd would
+    refuse whatever its rules, and those that cannot be encoded."""
+    if not isinstance(domain, str) or domain == "":
+        raise InvalidRequest("ratelimitd: domain is empty")
+    d = _utf8(domain)
+    if d is None:
+        raise InvalidRequest(f"ratelimitd: domain {domain!r} is not valid UTF-8")
+    if len(d) > MAX_DOMAIN:
+        raise InvalidRequest(f"ratelimitd: domain is {len(d)} bytes, over the maximum {MAX_DOMAIN}")
+    if not descriptors:
+        raise InvalidRequest("ratelimitd: no descriptors")
+    if len(descriptors) > MAX_DESCRIPTORS:
+        raise InvalidRequest(f"ratelimitd: {len(descriptors)} descriptors, over the maximum {MAX_DESCRIPTORS}")
+    for i, desc in enumerate(descriptors):
+        if not isinstance(desc, Descriptor):
+            raise InvalidRequest(f"ratelimitd: descriptor {i} is a {type(desc).__name__}, not a Descriptor")
+        if not desc.entries:
+            raise InvalidRequest(f"ratelimitd: descriptor {i} has no entries")
+        if len(desc.entries) > MAX_ENTRIES:
+            raise InvalidRequest(
+                f"ratelimitd: descriptor {i} has {len(desc.entries)} entries, over the maximum {MAX_ENTRIES}")
+        if not desc.check_only and desc.hits is not None and not 0 <= desc.hits <= MAX_HITS:
+            raise InvalidRequest(f"ratelimitd: descriptor {i}: hits {desc.hits} outside 0 to {MAX_HITS}")
+        if desc.limit is not None:
+            if not 0 <= desc.limit.requests <= MAX_REQUESTS:
+                raise InvalidRequest(
+                    f"ratelimitd: descriptor {i}: limit of {desc.limit.requests} requests outside 0 to {MAX_REQUESTS}")
+            if not desc.limit.window > 0:
+                raise InvalidRequest(f"ratelimitd: descriptor {i}: limit window {desc.limit.window} is not positive")
+        for j, e in enumerate(desc.entries):
+            if not isinstance(e.key, str) or e.key == "":
+                raise InvalidRequest(f"ratelimitd: descriptor {i} entry {j} has an empty key")
+            k = _utf8(e.key)
+            if k is None:
+                raise InvalidRequest(f"ratelimitd: descriptor {i} entry {j}: key {e.key!r} is not valid UTF-8")
+            if len(k) > MAX_KEY:
+                raise InvalidRequest(
+                    f"ratelimitd: descriptor {i} entry {j}: key is {len(k)} bytes, over the maximum {MAX_KEY}")
+            if not isinstance(e.value, (str, bytes)):
+                raise InvalidRequest(f"ratelimitd: descriptor {i} entry {j}: value is a {type(e.value).__name__}")
+
+
+def _entry(e: Entry) -> pb.Entry:
+    """e in the smallest form ratelimitd counts it by: over MAX_VALUE bytes
+    its digest; else, when not valid UTF-8, bytes; else a string. A str
+    holding lone surrogates (as decoded with surrogateescape) is sent as the
+    bytes it stands for."""
+    v = e.value
+    if isinstance(v, str):
+        try:
+            b = v.encode("utf-8")
+        except UnicodeEncodeError:
+            b = v.encode("utf-8", "surrogateescape")
+    else:
+        b = bytes(v)
+    if len(b) > MAX_VALUE:
+        return pb.Entry(key=e.key, value_sha256=hashlib.sha256(b).digest())
+    try:
+        return pb.Entry(key=e.key, value=b.decode("utf-8"))
+    except UnicodeDecodeError:
+        return pb.Entry(key=e.key, raw_value=b)
+
+
+def request(domain: str, descriptors: Sequence[Descriptor]) -> pb.ShouldRateLimitRequest:
+    """The request to send, checked; raises InvalidRequest."""
+    check(domain, descriptors)
+    return _build(domain, descriptors)
+
+
+def _build(domain: str, descriptors: Sequence[Descriptor]) -> pb.ShouldRateLimitRequest:
+    """The request to send for descriptors, checked by check; raises
+    InvalidRequest when it is over ratelimitd's largest request."""
+    req = pb.ShouldRateLimitRequest(domain=domain)
+    for desc in descriptors:
+        rd = req.descriptors.add()
+        rd.entries.extend(_entry(e) for e in desc.entries)
+        if desc.check_only:
+            rd.hits = 0
+        elif desc.hits:
+            rd.hits = desc.hits
+        if desc.limit is not None:
+            rd.limit.requests = desc.limit.requests
+            micros = round(desc.limit.window * 1_000_000)
+            rd.limit.window.seconds, us = divmod(micros, 1_000_000)
+            rd.limit.window.nanos = us * 1000
+    n = req.ByteSize()
+    if n > MAX_REQUEST:
+        raise InvalidRequest(f"ratelimitd: request is {n} bytes, over the maximum {MAX_REQUEST}")
+    return req
+
+
+def _seconds(d) -> float:
+    """A Duration in seconds; negative ones, which ratelimitd never sends, 0."""
+    return max(d.seconds + d.nanos / 1e9, 0.0)
+
+
+def decision(resp: pb.ShouldRateLimitResponse) -> Decision:
+    """Converts ratelimitd's answer."""
+    allowed = resp.code != pb.CODE_OVER_LIMIT
+    statuses = []
+    retry = 0.0
+    for st in resp.statuses:
+        limit = None
+        if st.HasField("limit"):
+            l = st.limit
+            limit = Limit(name=l.name, requests=l.requests, window=_seconds(l.window),
+                          algorithm=_ALGORITHMS.get(l.algorithm, ""), burst=l.burst)
+        s = Status(over_limit=st.code == pb.CODE_OVER_LIMIT, limit=limit, remaining=st.remaining,
+                   reset_after=_seconds(st.reset_after), retry_after=_seconds(st.retry_after),
+                   unlimited=st.unlimited)
+        if not allowed and s.over_limit:
+            retry = max(retry, s.retry_after)
+        statuses.append(s)
+    return Decision(allowed=allowed, statuses=tuple(statuses), retry_after=retry,
+                    headers=tuple((h.name, h.value) for h in resp.headers))
+
+
+class _Base:
+    """What Client and AsyncClient share: options, counters, the failure
+    policy and the hook."""
+
+    def __init__(self, *, timeout: Optional[float], fail_closed: bool,
+                 on_decision: Optional[DecisionHook], logger: Optional[logging.Logger],
+                 refusal_cache: float, refusal_cache_size: int, clock: Callable[[], float]):
+        self._refusals = (Refusals(refusal_cache, refusal_cache_size, clock)
+                          if refusal_cache > 0 and refusal_cache_size > 0 else None)
+        self._local = 0
+        self._timeout = timeout if timeout is not None and timeout > 0 else None
+        self._fail_closed = fail_closed
+        self._on_decision = on_decision
+        self._log = logger or log
+        self._lock = threading.Lock()
+        self._fail_opens = 0
+        self._failures = 0
+        self._unimplemented_logged = False
+
+    @property
+    def local_refusals(self) -> int:
+        """How many requests the client refused by itself, from its memory
+        of refusals, without calling ratelimitd."""
+        return self._local
+
+    @property
+    def fail_opens(self) -> int:
+        """How many requests were allowed because ratelimitd failed."""
+        return self._fail_opens
+
+    @property
+    def failures(self) -> int:
+        """How many calls ratelimitd failed (allowed or refused by the
+        failure policy)."""
+        return self._failures
+
+    def _remembered(self, domain: str, descriptors: Sequence[Descriptor]):
+        """Checks the request, and returns (its key in the refusal memory or
+        None, the remembered refusal or None)."""
+        check(domain, descriptors)
+        if self._refusals is None:
+            return None, None
+        key = refusal_key(domain, descriptors)
+        d = self._refusals.get(key)
+        if d is not None:
+            with self._lock:
+                self._local += 1
+        return key, d
+
+    def _decided(self, key, resp) -> Decision:
+        """ratelimitd's decision resp, remembered when a refusal with a
+        retry-after."""
+        d = decision(resp)
+        if not d.allowed and key is not None and d.retry_after > 0:
+            self._refusals.put(key, d)
+        return d
+
+    def _budget(self, timeout: Optional[float]) -> Optional[float]:
+        if timeout is None:
+            return self._timeout
+        return timeout if timeout > 0 else None
+
+    def _failed(self, err: grpc.RpcError) -> Decision:
+        """The failure policy's decision on ratelimitd's error err; raises
+        InvalidRequest for INVALID_ARGUMENT."""
+        code = err.code() if hasattr(err, "code") else None
+        if code == grpc.StatusCode.INVALID_ARGUMENT:
+            raise InvalidRequest(f"ratelimitd: {err.details()}", err) from err
+        if code == grpc.StatusCode.UNIMPLEMENTED:
+            self._unimplemented()
+        with self._lock:
+            self._failures += 1
+            if not self._fail_closed:
+                self._fail_opens += 1
+        return Decision(allowed=not self._fail_closed, error=err)
+
+    def _unimplemented(self) -> None:
+        with self._lock:
+            if self._unimplemented_logged:
+                return
+            self._unimplemented_logged = True
+        self._log.error(
+            "ratelimitd: the server does not implement ratelimit.v1.RateLimitService/ShouldRateLimit "
+            "(UNIMPLEMENTED): is this client pointed at ratelimitd, or at another rate limit service "
+            "(such as envoyproxy/ratelimit, which serves only Envoy's envoy.service.ratelimit.v3; use "
+            "ratelimitd.envoy_rls for it)? Calls so answered are decided by the failure policy (%s); "
+            "this is logged once.",
+            "fail closed" if self._fail_closed else "fail open")
+
+    def _hook(self, domain: str, descriptors: Sequence[Descriptor], d: Decision) -> Decision:
+        if self._on_decision is not None:
+            try:
+                self._on_decision(domain, descriptors, d)
+            except Exception:  # a hook must not turn a decision into an error
+                self._log.exception("ratelimitd: on_decision hook raised")
+        return d
+
+
+class Client(_Base):
+    """A blocking client of ratelimitd's native API over channel (a
+    grpc.Channel, such as grpc.insecure_channel("127.0.0.1:8081")), which the
+    caller keeps and closes. Safe for use by several threads.
+
+    timeout: the budget of each call in seconds (DEFAULT_TIMEOUT; None or
+    <= 0: none). fail_closed: refuse instead of allowing when ratelimitd
+    fails. on_decision: called with (domain, descriptors, decision) after
+    every decision, the failure policy's included (its exceptions are
+    logged, not raised). logger: for the UNIMPLEMENTED warning and hook
+    errors (default logging.getLogger("ratelimitd")).
+
+    refusal_cache: when ratelimitd refuses a request with a retry-after of
+    T, the client refuses the same request (domain, descriptors, entries,
+    hits and overrides, in the same order) by itself for min(T,
+    refusal_cache) seconds (DEFAULT_REFUSAL_CACHE; 0: off), without a call:
+    Decision.local is then True, and local_refusals counts them.
+    refusal_cache_size bounds how many are remembered (10000). clock: the
+    seconds clock of that memory (time.monotonic).
+    """
+
+    def __init__(self, channel: grpc.Channel, *, timeout: Optional[float] = DEFAULT_TIMEOUT,
+                 fail_closed: bool = False, on_decision: Optional[DecisionHook] = None,
+                 logger: Optional[logging.Logger] = None, refusal_cache: float = DEFAULT_REFUSAL_CACHE,
+                 refusal_cache_size: int = DEFAULT_REFUSAL_CACHE_SIZE,
+                 clock: Callable[[], float] = time.monotonic):
+        super().__init__(timeout=timeout, fail_closed=fail_closed, on_decision=on_decision, logger=logger,
+                         refusal_cache=refusal_cache, refusal_cache_size=refusal_cache_size, clock=clock)
+        self._stub = pb_grpc.RateLimitServiceStub(channel)
+
+    def should_rate_limit(self, domain: str, *descriptors: Descriptor,
+                          timeout: Optional[float] = None,
+                          metadata: Optional[Sequence[Tuple[str, str]]] = None) -> Decision:
+        """Asks whether the work described by descriptors may proceed under
+        the rules of domain: allowed only if every descriptor is within its
+        limits; a refused request consumes nothing. timeout overrides the
+        client's budget for this call (<= 0: none). Raises InvalidRequest
+        for a malformed request; never raises for ratelimitd's failures."""
+        key, d = self._remembered(domain, descriptors)
+        if d is not None:
+            return self._hook(domain, descriptors, d)
+        req = _build(domain, descriptors)
+        try:
+            resp = self._stub.ShouldRateLimit(req, timeout=self._budget(timeout), metadata=metadata)
+        except grpc.RpcError as err:
+            d = self._failed(err)
+        else:
+            d = self._decided(key, resp)
+        return self._hook(domain, descriptors, d)
+
+
+class AsyncClient(_Base):
+    """The asyncio variant of Client, over a grpc.aio.Channel (such as
+    grpc.aio.insecure_channel("127.0.0.1:8081"), made in the event loop that
+    uses it), which the caller keeps and closes. Same options as Client.
+    Cancelling the awaiting task cancels the call (asyncio.CancelledError)."""
+
+    def __init__(self, channel: "grpc.aio.Channel", *, timeout: Optional[float] = DEFAULT_TIMEOUT,
+                 fail_closed: bool = False, on_decision: Optional[DecisionHook] = None,
+                 logger: Optional[logging.Logger] = None, refusal_cache: float = DEFAULT_REFUSAL_CACHE,
+                 refusal_cache_size: int = DEFAULT_REFUSAL_CACHE_SIZE,
+                 clock: Callable[[], float] = time.monotonic):
+        super().__init__(timeout=timeout, fail_closed=fail_closed, on_decision=on_decision, logger=logger,
+                         refusal_cache=refusal_cache, refusal_cache_size=refusal_cache_size, clock=clock)
+        self._stub = pb_grpc.RateLimitServiceStub(channel)
+
+    async def should_rate_limit(self, domain: str, *descriptors: Descriptor,
+                                timeout: Optional[float] = None,
+                                metadata: Optional[Sequence[Tuple[str, str]]] = None) -> Decision:
+        """See Client.should_rate_limit."""
+        key, d = self._remembered(domain, descriptors)
+        if d is not None:
+            return self._hook(domain, descriptors, d)
+        req = _build(domain, descriptors)
+        try:
+            resp = await self._stub.ShouldRateLimit(req, timeout=self._budget(timeout), metadata=metadata)
+        except grpc.RpcError as err:
+            d = self._failed(err)
+        else:
+            d = self._decided(key, resp)
+        return self._hook(domain, descriptors, d)
