@@ -300,6 +300,18 @@ class Client {
     );
   }
 
+  /**
+   * waitForReady resolves once the connection to ratelimitd is up, or
+   * rejects after timeoutMs: call it at start-up so that the first
+   * decisions do not spend their budget connecting.
+   * @param {number} [timeoutMs] 5000 by default
+   */
+  waitForReady(timeoutMs = 5000) {
+    return new Promise((resolve, reject) => {
+      this._rls.waitForReady(new Date(Date.now() + timeoutMs), (err) => (err ? reject(err) : resolve()));
+    });
+  }
+
   /** close closes the connection the Client made (not one it was given). */
   close() {
     if (this._owned) this._rls.close();
