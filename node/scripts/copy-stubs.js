@@ -16,13 +16,18 @@ const pkg = path.join(__dirname, '..');
 const src = path.join(pkg, '..', 'gen', 'node');
 const dst = path.join(pkg, 'gen');
 
-if (!fs.existsSync(path.join(src, 'ratelimit'))) {
-  if (!fs.existsSync(dst)) {
-    console.warn(`ratelimitd: no stubs at ${src} (run .ci/generate-node) nor in ${dst}`);
+/** copyStubs copies the stubs and LICENSE, when in the repository. */
+function copyStubs() {
+  if (!fs.existsSync(path.join(src, 'ratelimit'))) {
+    if (!fs.existsSync(dst)) {
+      console.warn(`ratelimitd: no stubs at ${src} (run .ci/generate-node) nor in ${dst}`);
+    }
+    return;
   }
-  process.exit(0);
+  fs.rmSync(dst, { recursive: true, force: true });
+  fs.cpSync(src, dst, { recursive: true });
+  const license = path.join(pkg, '..', 'LICENSE');
+  if (fs.existsSync(license)) fs.copyFileSync(license, path.join(pkg, 'LICENSE'));
 }
-fs.rmSync(dst, { recursive: true, force: true });
-fs.cpSync(src, dst, { recursive: true });
-const license = path.join(pkg, '..', 'LICENSE');
-if (fs.existsSync(license)) fs.copyFileSync(license, path.join(pkg, 'LICENSE'));
+
+copyStubs();
