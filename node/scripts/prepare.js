@@ -18,7 +18,7 @@ const pkg = path.join(__dirname, '..');
 const deps = Object.keys(require(path.join(pkg, 'package.json')).dependencies);
 const missing = deps.filter((d) => {
   try {
-    require.resolve(`${d}/package.json`, { paths: [pkg] });
+    require.resolve(d, { paths: [pkg] });
     return false;
   } catch {
     return true;
