@@ -24,7 +24,9 @@ const missing = deps.filter((d) => {
     return true;
   }
 });
-if (missing.length > 0) {
+// npm pack and publish need only the files, not the dependencies.
+const packing = ['pack', 'publish'].includes(process.env.npm_command);
+if (missing.length > 0 && !packing) {
   console.warn(`ratelimitd: installing the runtime dependencies in ${pkg} (missing: ${missing.join(', ')})`);
   const npm = process.env.npm_execpath
     ? [process.execPath, [process.env.npm_execpath]]
