@@ -7,6 +7,10 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import * as ratelimitV1 from './gen/ratelimit/v1/ratelimit';
 import * as envoyRatelimitV3 from './gen/envoy/service/ratelimit/v3/rls';
 import * as duration from './gen/google/protobuf/duration';
+import * as grpc from '@grpc/grpc-js';
+
+/** The @grpc/grpc-js the stubs use: its credentials and metadata work with them. */
+export { grpc };
 
 /** The generated stubs of ratelimitd's native API, ratelimit.v1. */
 export { ratelimitV1 };

@@ -4,6 +4,7 @@
 
 const { Client, D, DEFAULT_TIMEOUT_MS } = require('./client.js');
 const { middleware, clientIP, QUOTA_EXCEEDED } = require('./middleware.js');
+const grpc = require('@grpc/grpc-js');
 const stubs = require('./stubs.js');
 
 module.exports = {
@@ -16,4 +17,6 @@ module.exports = {
   ratelimitV1: stubs.ratelimitV1,
   envoyRatelimitV3: stubs.envoyRatelimitV3,
   duration: stubs.duration,
+  // The @grpc/grpc-js the stubs use: its credentials and metadata work with them.
+  grpc,
 };

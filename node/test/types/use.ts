@@ -1,7 +1,6 @@
 // Compiled, not run, by types.test.js: the package's types as a TypeScript user sees them.
-import { Client, D, middleware, envoyRatelimitV3, ratelimitV1, Decision } from 'ratelimitd';
+import { Client, D, middleware, envoyRatelimitV3, ratelimitV1, Decision, grpc } from 'ratelimitd';
 import * as http from 'node:http';
-import * as grpc from '@grpc/grpc-js';
 async function main(): Promise<void> {
   const c = new Client('127.0.0.1:8081', { failClosed: true, onDecision: (d: Decision) => console.log(d.allowed) });
   const d = await c.shouldRateLimit('edge', [D('k', 'v'), { entries: [{ key: 'a', value: 'b' }], limit: { requests: 1, windowMs: 1000 } }]);
