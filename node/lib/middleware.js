@@ -18,7 +18,10 @@ function seconds(ms) {
 
 /** header returns the first value of the request header name, or ''. */
 function header(req, name) {
-  const v = req.headers[name.toLowerCase()];
+  const lower = name.toLowerCase();
+  // Node joins repeated fields with ", "; Go's Header.Get takes the first.
+  if (req.headersDistinct && req.headersDistinct[lower]) return req.headersDistinct[lower][0];
+  const v = req.headers[lower];
   if (Array.isArray(v)) return v[0] || '';
   return v || '';
 }

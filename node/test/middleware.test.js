@@ -156,6 +156,13 @@ test('API key, route function, custom descriptors, in the Go order', async (t) =
   );
   await get(`${url}/items/42`, { 'X-API-Key': 'k1', 'X-Tenant': 'acme' }, 'DELETE');
   await get(`${url}/items/7`);
+  await new Promise((resolve, reject) => {
+    const req = http.request(`${url}/`, { agent: false }, (res) => res.resume().on('end', resolve));
+    req.on('error', reject);
+    req.setHeader('X-API-Key', ['first', 'second']);
+    req.end();
+  });
+  assert.deepEqual(entries(fake.requests[2])[0], ['api_key=first'], 'the first of repeated fields, as Go reads it');
   assert.deepEqual(entries(fake.requests[0]), [
     ['api_key=k1'],
     ['remote_address=127.0.0.1'],
