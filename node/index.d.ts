@@ -1,0 +1,225 @@
+// Types of the ratelimitd package: a client of ratelimitd's native API
+// (ratelimit.v1), an Express-style HTTP middleware, and the generated gRPC
+// stubs of both its APIs (see gen/).
+
+import type { ChannelCredentials, ChannelOptions, ServiceError } from '@grpc/grpc-js';
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import * as ratelimitV1 from './gen/ratelimit/v1/ratelimit';
+import * as envoyRatelimitV3 from './gen/envoy/service/ratelimit/v3/rls';
+import * as duration from './gen/google/protobuf/duration';
+import * as grpc from '@grpc/grpc-js';
+
+/** The @grpc/grpc-js the stubs use: its credentials and metadata work with them. */
+export { grpc };
+
+/** The generated stubs of ratelimitd's native API, ratelimit.v1. */
+export { ratelimitV1 };
+/** The generated stubs of Envoy's rate limit service, envoy.service.ratelimit.v3. */
+export { envoyRatelimitV3 };
+/** google.protobuf.Duration, which both APIs use. */
+export { duration };
+
+/** The default budget of one shouldRateLimit call: 50 ms. */
+export declare const DEFAULT_TIMEOUT_MS: number;
+
+/** The problem type (RFC 9457) of the middleware's 429 body. */
+export declare const QUOTA_EXCEEDED: 'https://iana.org/assignments/http-problem-types#quota-exceeded';
+
+/** One key/value pair of a Descriptor. */
+export interface Entry {
+  /** Names the entry, such as "remote_address": 1 to 1024 bytes. */
+  key: string;
+  /**
+   * Any bytes, of any length: a value over 1024 bytes is sent as its
+   * SHA-256 digest, bytes that are not UTF-8 as raw bytes.
+   */
+  value: string | Uint8Array;
+}
+
+/** A per-request limit replacing the configured ones of a descriptor. */
+export interface LimitOverride {
+  /** Requests admitted per window; 0 refuses everything. */
+  requests: number;
+  /** The window in milliseconds: a whole number of microseconds from 1 ms to 100 years. */
+  windowMs: number;
+}
+
+/** One counter of a request: entries matched, outermost first, against the domain's rules. */
+export interface Descriptor {
+  /** 1 to 32 entries, outermost first. */
+  entries: Entry[];
+  /** How much the work consumes on this descriptor; 0 or absent means 1. */
+  hits?: number;
+  /** Ask whether the counter is already past its limit, consuming nothing (hits is ignored). */
+  checkOnly?: boolean;
+  /** Replaces the configured limits of this descriptor for this request (the domain must exist). */
+  limit?: LimitOverride;
+}
+
+/** How a limit counts, named as in the rules' YAML ('' when unknown). */
+export type Algorithm = 'sliding_window' | 'fixed_window' | 'sliding_log' | 'token_bucket' | 'gcra' | '';
+
+/** A configured (or overridden) limit. */
+export interface Limit {
+  /** The limit's name, or else the rule's key path. */
+  name: string;
+  /** Requests admitted per window. */
+  requests: number;
+  windowMs: number;
+  algorithm: Algorithm;
+  /** Hits that may pass at once (token bucket, GCRA); else requests. */
+  burst: number;
+}
+
+/** The decision on one descriptor. */
+export interface Status {
+  overLimit: boolean;
+  /** The limit that decided; null when none applies or the rule is unlimited. */
+  limit: Limit | null;
+  /** Hits the limit admits now (4294967295 when unlimited). */
+  remaining: number;
+  resetAfterMs: number;
+  /** Time until the same hits would be admitted; 0 when admitted. */
+  retryAfterMs: number;
+  /** The rule is unlimited: nothing was counted. */
+  unlimited: boolean;
+}
+
+/** One HTTP header field. */
+export interface Header {
+  name: string;
+  value: string;
+}
+
+/** The answer to one shouldRateLimit call. */
+export interface Decision {
+  /** Whether the work may proceed. */
+  allowed: boolean;
+  /** One per request descriptor, in order; empty when the failure policy decided. */
+  statuses: Status[];
+  /** When refused: the longest retryAfterMs of the descriptors over their limit; else 0. */
+  retryAfterMs: number;
+  /** The HTTP headers ratelimitd asks the caller to send (RateLimit-Policy, RateLimit, Retry-After...). */
+  headers: Header[];
+  /**
+   * ratelimitd's failure when the failure policy decided (allowed is then
+   * true, or false with failClosed); null when ratelimitd decided.
+   */
+  error: ServiceError | Error | null;
+}
+
+/** What the onDecision hook is told besides the decision. */
+export interface DecisionInfo {
+  domain: string;
+  descriptors: Descriptor[];
+}
+
+/** A logger: console by default. */
+export interface Logger {
+  warn(message: string): void;
+  error(message: string): void;
+}
+
+export interface ClientOptions {
+  /** The budget of one call in ms (default 50); past it the failure policy decides. <= 0: none. */
+  timeoutMs?: number;
+  /** Refuse, instead of allowing, when ratelimitd fails or is too slow. */
+  failClosed?: boolean;
+  /** Called with every decision, including the failure policy's. Errors it throws are logged. */
+  onDecision?: (decision: Decision, info: DecisionInfo) => void;
+  /** Where the UNIMPLEMENTED warning and hook errors go; console by default. */
+  logger?: Logger;
+  /** Credentials of the connection; insecure by default. */
+  credentials?: ChannelCredentials;
+  /** Options of the gRPC channel. */
+  channelOptions?: ChannelOptions;
+}
+
+export interface CallOptions {
+  /** Aborting it rejects the call with the signal's reason (not a failure of ratelimitd). */
+  signal?: AbortSignal;
+  /** This call's budget in ms, instead of the Client's. */
+  timeoutMs?: number;
+}
+
+/**
+ * A client of ratelimitd's native API (ratelimit.v1). It fails open by
+ * default, within a 50 ms budget per call, and warns once, loudly, if the
+ * server does not implement the native API (such as envoyproxy/ratelimit).
+ */
+export declare class Client {
+  /**
+   * @param target ratelimitd's gRPC address ("127.0.0.1:8081"), or a
+   *   ratelimitV1.RateLimitServiceClient, which the caller keeps and closes.
+   */
+  constructor(target: string | ratelimitV1.RateLimitServiceClient, options?: ClientOptions);
+  /** How many calls the failure policy allowed (fail open). */
+  readonly failOpens: number;
+  /** How many calls the failure policy decided, open or closed. */
+  readonly failures: number;
+  /**
+   * Asks whether the work described by descriptors may proceed under the
+   * rules of domain. Over the limit is a decision, not an error; so is a
+   * failure of ratelimitd (see Decision.error). It rejects only for a
+   * malformed request (an error with code 3, INVALID_ARGUMENT, found
+   * before any RPC or answered by ratelimitd), or when signal aborts.
+   */
+  shouldRateLimit(domain: string, descriptors: Descriptor[], options?: CallOptions): Promise<Decision>;
+  /** Resolves once connected, or rejects after timeoutMs (default 5000). */
+  waitForReady(timeoutMs?: number): Promise<void>;
+  /** Closes the connection the Client made (not one it was given). */
+  close(): void;
+}
+
+/** A descriptor of one hit whose entries are kv as key, value pairs: D('path', '/login', 'remote_address', ip). */
+export declare function D(...kv: Array<string | Uint8Array>): Descriptor;
+
+export interface MiddlewareOptions {
+  /** Adds [api_key=<value of this header>] when the request has it. */
+  apiKeyHeader?: string;
+  /** Adds [remote_address=<client network>]: the IPv4 address, or the IPv6 /64. */
+  clientIP?: boolean;
+  /**
+   * CIDR prefixes (or addresses) of the proxies trusted to report the
+   * client in proxyHeader; without them no header is read. Setting it
+   * turns clientIP on unless clientIP is false.
+   */
+  trustedProxies?: string[];
+  /** "X-Forwarded-For" (default), "Forwarded" (RFC 7239), or another list header such as "X-Real-IP". */
+  proxyHeader?: string;
+  /** Leading bits of an IPv4 client counted together: 1 to 32, default 32. */
+  ipv4Prefix?: number;
+  /** Leading bits of an IPv6 client counted together: 1 to 128, default 64. */
+  ipv6Prefix?: number;
+  /** Adds [path=<route>, method=<method>]: true for the request's path, or a function naming the route. */
+  route?: boolean | ((req: IncomingMessage) => string | Uint8Array);
+  /** Adds these descriptors, after the others (a custom key function). */
+  descriptors?: (req: IncomingMessage) => Descriptor[] | Promise<Descriptor[]>;
+  /** Requests for which it returns true pass without asking ratelimitd. */
+  skip?: (req: IncomingMessage) => boolean | Promise<boolean>;
+  /** Adds X-RateLimit-Limit, -Remaining and -Reset of the tightest limit. */
+  xRateLimitHeaders?: boolean;
+  /** Where malformed-descriptor errors are logged; not logged by default. */
+  logger?: Logger;
+}
+
+/**
+ * An Express-style middleware asking client, under the rules of domain,
+ * whether each request may proceed; with node:http, call it as
+ * mw(req, res, () => handler(req, res)). Without descriptor options it
+ * counts the client IP and the route. Allowed: ratelimitd's headers are
+ * set and next is called. Refused: 429 with Retry-After and an
+ * application/problem+json body. ratelimitd failing: next without
+ * headers (fail open) or 503 (failClosed). Malformed descriptors: 500.
+ */
+export declare function middleware(
+  client: Client,
+  domain: string,
+  options?: MiddlewareOptions,
+): (req: IncomingMessage, res: ServerResponse, next: (err?: unknown) => void) => Promise<void>;
+
+/**
+ * The client's IP address of req, or null when unknown: the peer, or when
+ * the peer is a trusted proxy, the right-most untrusted address of proxyHeader.
+ */
+export declare function clientIP(req: IncomingMessage, options?: { trustedProxies?: string[]; proxyHeader?: string }): string | null;

@@ -1,0 +1,321 @@
+'use strict';
+// The client of ratelimitd's native API (ratelimit.v1), with the
+// semantics of the Go client (github.com/ratelimitd/ratelimitd/client):
+// a budget per call, a failure policy, values of any bytes and length.
+
+const crypto = require('node:crypto');
+const grpc = require('@grpc/grpc-js');
+const { ratelimitV1: pb } = require('./stubs.js');
+
+/** The default budget of one shouldRateLimit call, in milliseconds. */
+const DEFAULT_TIMEOUT_MS = 50;
+
+// ratelimitd's bounds on a request, which the Client checks before
+// sending it.
+const MAX_DOMAIN = 256;
+const MAX_DESCRIPTORS = 64;
+const MAX_ENTRIES = 32;
+const MAX_KEY = 1024;
+const MAX_VALUE = 1024; // a longer value is sent as its SHA-256 digest
+const MAX_HITS = 0xffffffff;
+const MAX_REQUEST = 1 << 20; // bytes of the encoded request
+
+const ALGORITHMS = {
+  [pb.Algorithm.ALGORITHM_SLIDING_WINDOW]: 'sliding_window',
+  [pb.Algorithm.ALGORITHM_FIXED_WINDOW]: 'fixed_window',
+  [pb.Algorithm.ALGORITHM_SLIDING_LOG]: 'sliding_log',
+  [pb.Algorithm.ALGORITHM_TOKEN_BUCKET]: 'token_bucket',
+  [pb.Algorithm.ALGORITHM_GCRA]: 'gcra',
+};
+
+const utf8 = new TextDecoder('utf-8', { fatal: true });
+
+/**
+ * invalid returns the error of a malformed request: a gRPC-style error
+ * with code INVALID_ARGUMENT (3), as ratelimitd would answer it.
+ */
+function invalid(msg) {
+  const err = new Error(`ratelimitd: ${msg}`);
+  err.code = grpc.status.INVALID_ARGUMENT;
+  err.details = msg;
+  return err;
+}
+
+/**
+ * D returns a descriptor of one hit whose entries are kv, given as key,
+ * value pairs: D('path', '/login', 'remote_address', '10.0.0.1').
+ */
+function D(...kv) {
+  if (kv.length % 2 === 1) throw new TypeError(`ratelimitd: D: odd argument count ${kv.length}`);
+  const entries = [];
+  for (let i = 0; i < kv.length; i += 2) entries.push({ key: kv[i], value: kv[i + 1] });
+  return { entries };
+}
+
+/** wellFormed reports whether s has no lone surrogates (valid UTF-8 once encoded). */
+function wellFormed(s) {
+  return !/[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/.test(s);
+}
+
+/** isUint reports whether n is an integer from 0 to max. */
+function isUint(n, max) {
+  return Number.isInteger(n) && n >= 0 && n <= max;
+}
+
+/**
+ * check throws INVALID_ARGUMENT for the malformed requests ratelimitd
+ * would refuse whatever its rules, so that they are reported even while
+ * ratelimitd is away.
+ */
+function check(domain, descriptors) {
+  if (typeof domain !== 'string' || domain === '') throw invalid('domain is empty');
+  const dl = Buffer.byteLength(domain);
+  if (dl > MAX_DOMAIN) throw invalid(`domain is ${dl} bytes, over the maximum ${MAX_DOMAIN}`);
+  if (!wellFormed(domain)) throw invalid(`domain ${JSON.stringify(domain)} is not valid UTF-8`);
+  if (!Array.isArray(descriptors) || descriptors.length === 0) throw invalid('no descriptors');
+  if (descriptors.length > MAX_DESCRIPTORS) {
+    throw invalid(`${descriptors.length} descriptors, over the maximum ${MAX_DESCRIPTORS}`);
+  }
+  descriptors.forEach((d, i) => {
+    const entries = d && d.entries;
+    if (!Array.isArray(entries) || entries.length === 0) throw invalid(`descriptor ${i} has no entries`);
+    if (entries.length > MAX_ENTRIES) {
+      throw invalid(`descriptor ${i} has ${entries.length} entries, over the maximum ${MAX_ENTRIES}`);
+    }
+    if (!d.checkOnly && d.hits !== undefined && !isUint(d.hits, MAX_HITS)) {
+      throw invalid(`descriptor ${i}: hits ${d.hits} is not an integer from 0 to ${MAX_HITS}`);
+    }
+    if (d.limit != null) {
+      if (!isUint(d.limit.requests, MAX_HITS)) {
+        throw invalid(`descriptor ${i}: limit requests ${d.limit.requests} is not an integer from 0 to ${MAX_HITS}`);
+      }
+      if (!(d.limit.windowMs > 0) || !Number.isFinite(d.limit.windowMs)) {
+        throw invalid(`descriptor ${i}: limit windowMs ${d.limit.windowMs} is not a positive number`);
+      }
+    }
+    entries.forEach((e, j) => {
+      const key = e && e.key;
+      if (typeof key !== 'string' || key === '') throw invalid(`descriptor ${i} entry ${j} has an empty key`);
+      const kl = Buffer.byteLength(key);
+      if (kl > MAX_KEY) throw invalid(`descriptor ${i} entry ${j}: key is ${kl} bytes, over the maximum ${MAX_KEY}`);
+      if (!wellFormed(key)) throw invalid(`descriptor ${i} entry ${j}: key ${JSON.stringify(key)} is not valid UTF-8`);
+      const v = e.value;
+      if (typeof v !== 'string' && !(v instanceof Uint8Array)) {
+        throw invalid(`descriptor ${i} entry ${j}: value is neither a string nor bytes`);
+      }
+    });
+  });
+}
+
+/**
+ * entry converts e. A value is sent as ratelimitd counts it, in the
+ * smallest form that can be encoded: over 1024 bytes, as its SHA-256
+ * digest; else, bytes that are not valid UTF-8 as raw_value; else as a
+ * string.
+ */
+function entry(e) {
+  const v = e.value;
+  const bytes = typeof v === 'string' ? Buffer.from(v, 'utf8') : Buffer.from(v.buffer, v.byteOffset, v.byteLength);
+  if (bytes.length > MAX_VALUE) {
+    return { key: e.key, valueSha256: crypto.createHash('sha256').update(bytes).digest() };
+  }
+  if (typeof v === 'string') return { key: e.key, value: v };
+  try {
+    return { key: e.key, value: utf8.decode(bytes) };
+  } catch {
+    return { key: e.key, rawValue: Buffer.from(bytes) };
+  }
+}
+
+/** duration converts milliseconds to a google.protobuf.Duration. */
+function duration(ms) {
+  const seconds = Math.floor(ms / 1000);
+  return { seconds, nanos: Math.round((ms - seconds * 1000) * 1e6) };
+}
+
+/** millis converts a google.protobuf.Duration to milliseconds, not below 0. */
+function millis(d) {
+  if (!d) return 0;
+  return Math.max(Number(d.seconds) * 1000 + d.nanos / 1e6, 0);
+}
+
+/** request returns the request to send, checked by check. */
+function request(domain, descriptors) {
+  const req = pb.ShouldRateLimitRequest.fromPartial({
+    domain,
+    descriptors: descriptors.map((d) => {
+      const rd = { entries: d.entries.map(entry) };
+      if (d.checkOnly) rd.hits = 0;
+      else if (d.hits) rd.hits = d.hits;
+      if (d.limit != null) rd.limit = { requests: d.limit.requests, window: duration(d.limit.windowMs) };
+      return rd;
+    }),
+  });
+  const n = pb.ShouldRateLimitRequest.encode(req).finish().length;
+  if (n > MAX_REQUEST) throw invalid(`request is ${n} bytes, over the maximum ${MAX_REQUEST}`);
+  return req;
+}
+
+/** decision converts ratelimitd's answer. */
+function decision(resp) {
+  const allowed = resp.code !== pb.Code.CODE_OVER_LIMIT;
+  let retryAfterMs = 0;
+  const statuses = resp.statuses.map((st) => {
+    const s = {
+      overLimit: st.code === pb.Code.CODE_OVER_LIMIT,
+      limit: st.limit
+        ? {
+            name: st.limit.name,
+            requests: st.limit.requests,
+            windowMs: millis(st.limit.window),
+            algorithm: ALGORITHMS[st.limit.algorithm] || '',
+            burst: st.limit.burst,
+          }
+        : null,
+      remaining: st.remaining,
+      resetAfterMs: millis(st.resetAfter),
+      retryAfterMs: millis(st.retryAfter),
+      unlimited: st.unlimited,
+    };
+    if (!allowed && s.overLimit) retryAfterMs = Math.max(retryAfterMs, s.retryAfterMs);
+    return s;
+  });
+  const headers = resp.headers.map((h) => ({ name: h.name, value: h.value }));
+  return { allowed, statuses, retryAfterMs, headers, error: null };
+}
+
+/** abortError returns the error a call rejects with when signal aborts it. */
+function abortError(signal) {
+  if (signal.reason instanceof Error) return signal.reason;
+  const err = new Error('ratelimitd: the call was aborted');
+  err.name = 'AbortError';
+  return err;
+}
+
+/**
+ * A Client asks ratelimitd's native API whether work may proceed. See
+ * index.d.ts for the options.
+ */
+class Client {
+  /**
+   * @param {string | object} target ratelimitd's gRPC address
+   *   ("127.0.0.1:8081"), or a RateLimitServiceClient of the stubs to use
+   *   (the caller then keeps and closes it).
+   * @param {object} [options]
+   */
+  constructor(target, options = {}) {
+    this._timeoutMs = options.timeoutMs === undefined ? DEFAULT_TIMEOUT_MS : options.timeoutMs;
+    this._failClosed = Boolean(options.failClosed);
+    this._onDecision = options.onDecision || null;
+    this._logger = options.logger || console;
+    this._failOpens = 0;
+    this._failures = 0;
+    this._warnedUnimplemented = false;
+    if (typeof target === 'string') {
+      this._target = target;
+      this._rls = new pb.RateLimitServiceClient(
+        target,
+        options.credentials || grpc.credentials.createInsecure(),
+        options.channelOptions || {},
+      );
+      this._owned = true;
+    } else if (target && typeof target.shouldRateLimit === 'function') {
+      this._target = typeof target.getChannel === 'function' ? target.getChannel().getTarget() : 'ratelimitd';
+      this._rls = target;
+      this._owned = false;
+    } else {
+      throw new TypeError('ratelimitd: Client wants an address or a RateLimitServiceClient');
+    }
+  }
+
+  /** How many calls the failure policy allowed (fail open) since the Client was made. */
+  get failOpens() {
+    return this._failOpens;
+  }
+
+  /** How many calls the failure policy decided, open or closed. */
+  get failures() {
+    return this._failures;
+  }
+
+  /**
+   * shouldRateLimit asks whether the work described by descriptors may
+   * proceed under the rules of domain. See index.d.ts.
+   * @returns {Promise<object>} the Decision
+   */
+  async shouldRateLimit(domain, descriptors, callOptions = {}) {
+    check(domain, descriptors);
+    const req = request(domain, descriptors);
+    const { signal } = callOptions;
+    if (signal && signal.aborted) throw abortError(signal);
+    const timeoutMs = callOptions.timeoutMs === undefined ? this._timeoutMs : callOptions.timeoutMs;
+    let d;
+    try {
+      const resp = await this._call(req, timeoutMs, signal);
+      d = decision(resp);
+    } catch (err) {
+      if (signal && signal.aborted) throw abortError(signal);
+      if (err.code === grpc.status.INVALID_ARGUMENT) throw err;
+      if (err.code === grpc.status.UNIMPLEMENTED) this._warnUnimplemented(err);
+      this._failures++;
+      if (!this._failClosed) this._failOpens++;
+      d = { allowed: !this._failClosed, statuses: [], retryAfterMs: 0, headers: [], error: err };
+    }
+    if (this._onDecision) {
+      try {
+        this._onDecision(d, { domain, descriptors });
+      } catch (err) {
+        this._logger.error(`ratelimitd: the onDecision hook threw: ${err && err.stack ? err.stack : err}`);
+      }
+    }
+    return d;
+  }
+
+  /** _call makes the RPC, with a deadline timeoutMs away, cancelled by signal. */
+  _call(req, timeoutMs, signal) {
+    return new Promise((resolve, reject) => {
+      const opts = timeoutMs > 0 ? { deadline: new Date(Date.now() + timeoutMs) } : {};
+      let onAbort = null;
+      const call = this._rls.shouldRateLimit(req, new grpc.Metadata(), opts, (err, resp) => {
+        if (onAbort) signal.removeEventListener('abort', onAbort);
+        if (err) reject(err);
+        else resolve(resp);
+      });
+      if (signal) {
+        onAbort = () => call.cancel();
+        signal.addEventListener('abort', onAbort, { once: true });
+      }
+    });
+  }
+
+  /** _warnUnimplemented logs, once, that the server does not serve the native API. */
+  _warnUnimplemented(err) {
+    if (this._warnedUnimplemented) return;
+    this._warnedUnimplemented = true;
+    this._logger.warn(
+      `ratelimitd: ${this._target} answered UNIMPLEMENTED to ratelimit.v1.RateLimitService/ShouldRateLimit ` +
+        `(${err.details || err.message}): it does not serve ratelimitd's native API. Is it envoyproxy/ratelimit, ` +
+        "which serves only Envoy's envoy.service.ratelimit.v3? Point this client at ratelimitd, or use the " +
+        `package's envoy stubs. Until then every call fails ${this._failClosed ? 'closed (refused)' : 'open (allowed)'}.`,
+    );
+  }
+
+  /**
+   * waitForReady resolves once the connection to ratelimitd is up, or
+   * rejects after timeoutMs: call it at start-up so that the first
+   * decisions do not spend their budget connecting.
+   * @param {number} [timeoutMs] 5000 by default
+   */
+  waitForReady(timeoutMs = 5000) {
+    return new Promise((resolve, reject) => {
+      this._rls.waitForReady(new Date(Date.now() + timeoutMs), (err) => (err ? reject(err) : resolve()));
+    });
+  }
+
+  /** close closes the connection the Client made (not one it was given). */
+  close() {
+    if (this._owned) this._rls.close();
+  }
+}
+
+module.exports = { Client, D, DEFAULT_TIMEOUT_MS };
