@@ -264,9 +264,9 @@ class Client {
    */
   async shouldRateLimit(domain, descriptors, callOptions = {}) {
     check(domain, descriptors);
-    let key = null;
+    let key = null; // built only when needed: nothing remembered costs nothing
     let d = null;
-    if (this._refusals) {
+    if (this._refusals && this._refusals.length > 0) {
       key = refusalKey(domain, descriptors);
       d = this._refusals.get(key);
       if (d) {
@@ -290,7 +290,9 @@ class Client {
       d = { allowed: !this._failClosed, statuses: [], retryAfterMs: 0, headers: [], error: err, local: false };
     }
     // Only ratelimitd's refusals are remembered: the failure policy's have no retry-after.
-    if (key !== null && !d.allowed && d.error === null && d.retryAfterMs > 0) this._refusals.put(key, d);
+    if (this._refusals && !d.allowed && d.error === null && d.retryAfterMs > 0) {
+      this._refusals.put(key === null ? refusalKey(domain, descriptors) : key, d);
+    }
     return this._hook(d, domain, descriptors);
   }
 

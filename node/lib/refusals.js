@@ -17,14 +17,33 @@ const EVICT_SAMPLE = 16;
 // The most digits of a Structured Fields Integer (RFC 9651 section 3.3.1).
 const MAX_DIGITS = 15;
 
-/** bytesOf returns the bytes of a value, a string or a Uint8Array. */
-function bytesOf(v) {
-  return typeof v === 'string' ? Buffer.from(v, 'utf8') : Buffer.from(v.buffer, v.byteOffset, v.byteLength);
+const utf8 = new TextDecoder('utf-8', { fatal: true });
+
+/** digest returns the SHA-256 digest of b, a string (as UTF-8) or bytes, as 32 latin1 characters. */
+function digest(b) {
+  return crypto.createHash('sha256').update(b).digest('latin1');
 }
 
-/** lengthPrefixed appends to parts the length of b, then b. */
-function lengthPrefixed(parts, b) {
-  parts.push(Buffer.from(`${b.length}:`, 'latin1'), b);
+/**
+ * valueKey returns the part of a refusal key of one value: over 1024 bytes,
+ * "#" and its digest; else a string, or bytes that are UTF-8, as that
+ * string, length-prefixed and ":"; else the bytes as latin1,
+ * length-prefixed and "b".
+ */
+function valueKey(v) {
+  if (typeof v === 'string') {
+    // A string of n UTF-16 units is at most 3n bytes of UTF-8.
+    if (v.length * 3 <= MAX_VALUE || Buffer.byteLength(v) <= MAX_VALUE) return `${v.length}:${v}`;
+    return `#${digest(v)}`;
+  }
+  const b = Buffer.from(v.buffer, v.byteOffset, v.byteLength);
+  if (b.length > MAX_VALUE) return `#${digest(b)}`;
+  try {
+    const s = utf8.decode(b);
+    return `${s.length}:${s}`;
+  } catch {
+    return `${b.length}b${b.toString('latin1')}`;
+  }
 }
 
 /**
@@ -37,26 +56,15 @@ function lengthPrefixed(parts, b) {
  * share a counter.
  */
 function refusalKey(domain, descriptors) {
-  const parts = [];
-  lengthPrefixed(parts, Buffer.from(domain, 'utf8'));
-  parts.push(Buffer.from(`${descriptors.length};`, 'latin1'));
+  let k = `${domain.length}:${domain}${descriptors.length};`;
   for (const d of descriptors) {
-    parts.push(Buffer.from(`${d.entries.length};`, 'latin1'));
-    for (const e of d.entries) {
-      lengthPrefixed(parts, Buffer.from(e.key, 'utf8'));
-      const v = bytesOf(e.value);
-      if (v.length > MAX_VALUE) {
-        // The prefix MAX_VALUE+1, which no short value has, marks a digest.
-        parts.push(Buffer.from(`${MAX_VALUE + 1}#`, 'latin1'), crypto.createHash('sha256').update(v).digest());
-      } else {
-        lengthPrefixed(parts, v);
-      }
-    }
+    k += `${d.entries.length};`;
+    for (const e of d.entries) k += `${e.key.length}:${e.key}${valueKey(e.value)}`;
     const hits = d.checkOnly ? 0 : Math.max(d.hits || 1, 1);
     const limit = d.limit != null ? `${d.limit.requests}/${Math.round(d.limit.windowMs * 1000)}` : '-';
-    parts.push(Buffer.from(`${hits};${limit};`, 'latin1'));
+    k += `${hits};${limit};`;
   }
-  return Buffer.concat(parts).toString('latin1');
+  return k;
 }
 
 /** cloneDecision returns a copy of d that shares nothing mutable with it. */

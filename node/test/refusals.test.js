@@ -281,6 +281,11 @@ test('refusalKey: requests that differ never share a key', () => {
   assert.notEqual(long1, long2);
   assert.equal(long1, refusalKey('a', [D('b', Buffer.from('x'.repeat(2 << 20)))]));
   assert.ok(refusalKey('a', [D('b', 'x'.repeat(1024))]).length > 1024, 'a 1024-byte value is keyed as it is');
+  // The 1024-byte bound is in bytes of UTF-8, for strings as for bytes.
+  for (const v of ['\u00e9'.repeat(512), '\u00e9'.repeat(513), '\u20ac'.repeat(341), '\u20ac'.repeat(342)]) {
+    assert.equal(refusalKey('a', [D('b', v)]), refusalKey('a', [D('b', Buffer.from(v))]), `${Buffer.byteLength(v)} bytes`);
+    assert.equal(refusalKey('a', [D('b', v)]).length < 64, Buffer.byteLength(v) > 1024, `${Buffer.byteLength(v)} bytes`);
+  }
   for (const k of seen.keys()) assert.notEqual(k, long1);
   // Hits absent, 0 and 1 are one hit.
   const one = refusalKey('a', [D('b', 'c')]);
