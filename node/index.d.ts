@@ -248,6 +248,9 @@ export interface MiddlewareOptions {
  * set and next is called. Refused: 429 with Retry-After and an
  * application/problem+json body. ratelimitd failing: next without
  * headers (fail open) or 503 (failClosed). Malformed descriptors: 500.
+ * A refused client's repeats are answered from the Client's memory of
+ * refusals (see ClientOptions.refusalCacheMs), with the headers counted
+ * down, without asking ratelimitd.
  */
 export declare function middleware(
   client: Client,
