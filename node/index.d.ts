@@ -22,6 +22,12 @@ export { duration };
 /** The default budget of one shouldRateLimit call: 50 ms. */
 export declare const DEFAULT_TIMEOUT_MS: number;
 
+/** How long, at most, a refusal is remembered by default: 1000 ms. */
+export declare const DEFAULT_REFUSAL_CACHE_MS: number;
+
+/** How many refusals are remembered at most by default: 10000. */
+export declare const DEFAULT_REFUSAL_CACHE_SIZE: number;
+
 /** The problem type (RFC 9457) of the middleware's 429 body. */
 export declare const QUOTA_EXCEEDED: 'https://iana.org/assignments/http-problem-types#quota-exceeded';
 
@@ -99,13 +105,25 @@ export interface Decision {
   statuses: Status[];
   /** When refused: the longest retryAfterMs of the descriptors over their limit; else 0. */
   retryAfterMs: number;
-  /** The HTTP headers ratelimitd asks the caller to send (RateLimit-Policy, RateLimit, Retry-After...). */
+  /**
+   * The HTTP headers ratelimitd asks the caller to send (RateLimit-Policy,
+   * RateLimit, Retry-After...). For a local decision, those of the
+   * remembered refusal, counted down: Retry-After from retryAfterMs, the t
+   * parameters of RateLimit and RateLimit-Reset by the whole seconds elapsed.
+   */
   headers: Header[];
   /**
    * ratelimitd's failure when the failure policy decided (allowed is then
    * true, or false with failClosed); null when ratelimitd decided.
    */
   error: ServiceError | Error | null;
+  /**
+   * The Client refused by itself, remembering an earlier refusal of the
+   * same request, without calling ratelimitd. Its durations (retryAfterMs,
+   * the statuses' resetAfterMs and retryAfterMs) are counted down to now;
+   * the rest is as remembered.
+   */
+  local: boolean;
 }
 
 /** What the onDecision hook is told besides the decision. */
@@ -133,6 +151,22 @@ export interface ClientOptions {
   credentials?: ChannelCredentials;
   /** Options of the gRPC channel. */
   channelOptions?: ChannelOptions;
+  /**
+   * When ratelimitd refuses a request with a retry-after of T ms, the
+   * Client refuses the same request (domain, and descriptors with the same
+   * entries, hits, checkOnly and limit, in the same order) by itself for
+   * min(T, refusalCacheMs), without a call: decision.local is then true.
+   * Default 1000 (DEFAULT_REFUSAL_CACHE_MS); <= 0 turns the memory off.
+   */
+  refusalCacheMs?: number;
+  /**
+   * How many distinct refused requests are remembered at most; when full,
+   * the expired ones are forgotten first, else the oldest. Default 10000
+   * (DEFAULT_REFUSAL_CACHE_SIZE); <= 0 turns the memory off.
+   */
+  refusalCacheSize?: number;
+  /** The refusal memory's clock, in ms, never going back (tests); performance.now by default. */
+  clock?: () => number;
 }
 
 export interface CallOptions {
@@ -144,8 +178,9 @@ export interface CallOptions {
 
 /**
  * A client of ratelimitd's native API (ratelimit.v1). It fails open by
- * default, within a 50 ms budget per call, and warns once, loudly, if the
- * server does not implement the native API (such as envoyproxy/ratelimit).
+ * default, within a 50 ms budget per call, remembers refusals for up to
+ * 1 s (see refusalCacheMs), and warns once, loudly, if the server does not
+ * implement the native API (such as envoyproxy/ratelimit).
  */
 export declare class Client {
   /**
@@ -157,6 +192,8 @@ export declare class Client {
   readonly failOpens: number;
   /** How many calls the failure policy decided, open or closed. */
   readonly failures: number;
+  /** How many requests the Client refused by itself, from its memory of refusals, without calling ratelimitd. */
+  readonly localRefusals: number;
   /**
    * Asks whether the work described by descriptors may proceed under the
    * rules of domain. Over the limit is a decision, not an error; so is a
@@ -211,6 +248,9 @@ export interface MiddlewareOptions {
  * set and next is called. Refused: 429 with Retry-After and an
  * application/problem+json body. ratelimitd failing: next without
  * headers (fail open) or 503 (failClosed). Malformed descriptors: 500.
+ * A refused client's repeats are answered from the Client's memory of
+ * refusals (see ClientOptions.refusalCacheMs), with the headers counted
+ * down, without asking ratelimitd.
  */
 export declare function middleware(
   client: Client,

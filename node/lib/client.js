@@ -1,11 +1,13 @@
 'use strict';
 // The client of ratelimitd's native API (ratelimit.v1), with the
 // semantics of the Go client (github.com/ratelimitd/ratelimitd/client):
-// a budget per call, a failure policy, values of any bytes and length.
+// a budget per call, a failure policy, values of any bytes and length, a
+// memory of refusals.
 
 const crypto = require('node:crypto');
 const grpc = require('@grpc/grpc-js');
 const { ratelimitV1: pb } = require('./stubs.js');
+const { Refusals, refusalKey, DEFAULT_REFUSAL_CACHE_MS, DEFAULT_REFUSAL_CACHE_SIZE } = require('./refusals.js');
 
 /** The default budget of one shouldRateLimit call, in milliseconds. */
 const DEFAULT_TIMEOUT_MS = 50;
@@ -181,7 +183,12 @@ function decision(resp) {
     return s;
   });
   const headers = resp.headers.map((h) => ({ name: h.name, value: h.value }));
-  return { allowed, statuses, retryAfterMs, headers, error: null };
+  return { allowed, statuses, retryAfterMs, headers, error: null, local: false };
+}
+
+/** monotonic is the default clock of the refusal memory: milliseconds that never go back. */
+function monotonic() {
+  return performance.now();
 }
 
 /** abortError returns the error a call rejects with when signal aborts it. */
@@ -211,6 +218,10 @@ class Client {
     this._failOpens = 0;
     this._failures = 0;
     this._warnedUnimplemented = false;
+    const cacheMs = options.refusalCacheMs === undefined ? DEFAULT_REFUSAL_CACHE_MS : options.refusalCacheMs;
+    const cacheSize = options.refusalCacheSize === undefined ? DEFAULT_REFUSAL_CACHE_SIZE : options.refusalCacheSize;
+    this._refusals = cacheMs > 0 && cacheSize > 0 ? new Refusals(cacheMs, cacheSize, options.clock || monotonic) : null;
+    this._localRefusals = 0;
     if (typeof target === 'string') {
       this._target = target;
       this._rls = new pb.RateLimitServiceClient(
@@ -239,17 +250,34 @@ class Client {
   }
 
   /**
+   * How many requests the Client refused by itself, from its memory of
+   * refusals, without calling ratelimitd.
+   */
+  get localRefusals() {
+    return this._localRefusals;
+  }
+
+  /**
    * shouldRateLimit asks whether the work described by descriptors may
    * proceed under the rules of domain. See index.d.ts.
    * @returns {Promise<object>} the Decision
    */
   async shouldRateLimit(domain, descriptors, callOptions = {}) {
     check(domain, descriptors);
+    let key = null; // built only when needed: nothing remembered costs nothing
+    let d = null;
+    if (this._refusals && this._refusals.length > 0) {
+      key = refusalKey(domain, descriptors);
+      d = this._refusals.get(key);
+      if (d) {
+        this._localRefusals++;
+        return this._hook(d, domain, descriptors);
+      }
+    }
     const req = request(domain, descriptors);
     const { signal } = callOptions;
     if (signal && signal.aborted) throw abortError(signal);
     const timeoutMs = callOptions.timeoutMs === undefined ? this._timeoutMs : callOptions.timeoutMs;
-    let d;
     try {
       const resp = await this._call(req, timeoutMs, signal);
       d = decision(resp);
@@ -259,8 +287,17 @@ class Client {
       if (err.code === grpc.status.UNIMPLEMENTED) this._warnUnimplemented(err);
       this._failures++;
       if (!this._failClosed) this._failOpens++;
-      d = { allowed: !this._failClosed, statuses: [], retryAfterMs: 0, headers: [], error: err };
+      d = { allowed: !this._failClosed, statuses: [], retryAfterMs: 0, headers: [], error: err, local: false };
     }
+    // Only ratelimitd's refusals are remembered: the failure policy's have no retry-after.
+    if (this._refusals && !d.allowed && d.error === null && d.retryAfterMs > 0) {
+      this._refusals.put(key === null ? refusalKey(domain, descriptors) : key, d);
+    }
+    return this._hook(d, domain, descriptors);
+  }
+
+  /** _hook calls the onDecision hook, if any, with d, and returns d. */
+  _hook(d, domain, descriptors) {
     if (this._onDecision) {
       try {
         this._onDecision(d, { domain, descriptors });
@@ -318,4 +355,4 @@ class Client {
   }
 }
 
-module.exports = { Client, D, DEFAULT_TIMEOUT_MS };
+module.exports = { Client, D, DEFAULT_TIMEOUT_MS, DEFAULT_REFUSAL_CACHE_MS, DEFAULT_REFUSAL_CACHE_SIZE };

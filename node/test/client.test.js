@@ -38,6 +38,7 @@ test('an allowed request: the decision mirrors the answer', async (t) => {
       { name: 'RateLimit', value: '"per_ip";r=9;t=43' },
     ],
     error: null,
+    local: false,
   });
   assert.equal(fake.requests.length, 1);
   assert.equal(fake.requests[0].domain, 'edge');

@@ -127,6 +127,10 @@ test('live ratelimitd', { skip: BIN ? false : 'RATELIMITD_BIN is not set' }, asy
       const refused = got[LIMIT];
       assert.ok(refused.retryAfterMs > 0 && refused.retryAfterMs <= 60000);
       assert.equal(refused.statuses[0].limit.algorithm, 'sliding_log');
+      // Asked again at once: refused, by the Client's memory unless over 1 s passed.
+      const again = await client.shouldRateLimit(DOMAIN, ds);
+      assert.equal(again.allowed, false);
+      assert.equal(client.localRefusals, again.local ? 1 : 0);
       // A per-request override: 1 request per hour for a fresh user.
       const over = { entries: [{ key: 'user', value: `override-${run}` }], limit: { requests: 1, windowMs: 3600000 } };
       const a = await client.shouldRateLimit(DOMAIN, [over]);
@@ -184,8 +188,10 @@ test('live ratelimitd', { skip: BIN ? false : 'RATELIMITD_BIN is not set' }, asy
       );
     });
     const lines = out.trim().split('\n');
-    assert.equal(lines.length, 6, out);
+    assert.equal(lines.length, 7, out);
     for (let i = 0; i < 5; i++) assert.match(lines[i], new RegExp(`^login ${i + 1}: allowed, ${4 - i} left$`));
     assert.match(lines[5], /^login 6: refused, retry in \d+ s$/);
+    // Locally unless more than the refusal memory's 1 s passed since login 6.
+    assert.match(lines[6], /^login 7: refused( locally)?, retry in \d+ s$/);
   });
 });

@@ -98,6 +98,26 @@ test('refused: 429, Retry-After, problem+json as the Go middleware writes them',
   );
 });
 
+test("refused again: the Client's memory answers, without an RPC, its headers counted down", async (t) => {
+  const clock = { now: 0 };
+  const { fake, client } = await setup(t, () => overResponse(), { refusalCacheMs: 5000, clock: () => clock.now });
+  const url = await serve(t, middleware(client, 'edge'));
+  const first = await get(`${url}/`);
+  assert.deepEqual([first.status, first.headers['retry-after'], first.headers.ratelimit], [429, '13', '"per_ip";r=0;t=30']);
+  clock.now = 2500;
+  const res = await get(`${url}/`);
+  assert.equal(fake.requests.length, 1, 'answered from the memory of refusals');
+  assert.equal(res.status, 429);
+  assert.equal(res.headers['retry-after'], '10', '12.1 s - 2.5 s, rounded up');
+  assert.equal(res.headers.ratelimit, '"per_ip";r=0;t=28');
+  assert.equal(res.headers['ratelimit-policy'], '"per_ip";q=2;w=60');
+  assert.match(res.body, /"detail":"Too many requests; retry in 10 s\.","violated-policies":\["per_ip"\]/);
+  assert.equal(client.localRefusals, 1);
+  clock.now = 5000;
+  assert.equal((await get(`${url}/`)).status, 429);
+  assert.equal(fake.requests.length, 2, 'asked again after the cap');
+});
+
 test('refused without a limit name: no violated-policies, Retry-After at least 1', async (t) => {
   const resp = overResponse();
   resp.statuses[0].limit.name = '<&>';
