@@ -1,4 +1,4 @@
-package client_test
+package clientintegration_test
 
 import (
 	"context"
@@ -22,7 +22,6 @@ import (
 	"github.com/ratelimitd/ratelimitd/backend/backendtest"
 	"github.com/ratelimitd/ratelimitd/backend/memory"
 	"github.com/ratelimitd/ratelimitd/client"
-	ratelimitv1 "github.com/ratelimitd/ratelimitd/gen/ratelimit/v1"
 	"github.com/ratelimitd/ratelimitd/internal/grpctest"
 	"github.com/ratelimitd/ratelimitd/server"
 )
@@ -76,7 +75,7 @@ func newGRPCEnv(t *testing.T) *grpcEnv {
 // refusal memory unless opts turn it on, and with a call budget long
 // enough for a loaded machine (tests of the budget set their own).
 func (e *grpcEnv) client(opts ...client.Option) *client.Client {
-	return client.New(e.conn, append([]client.Option{client.WithNow(e.clock.Now), client.WithRefusalCache(0), client.WithTimeout(10 * time.Second)}, opts...)...)
+	return client.New(e.conn, append([]client.Option{client.WithClock(e.clock.Now), client.WithRefusalCache(0), client.WithTimeout(10 * time.Second)}, opts...)...)
 }
 
 // A target is the protected service, grpc.health.v1.Health, counting the
@@ -454,28 +453,5 @@ func TestInterceptorContext(t *testing.T) {
 	})
 	if got := status.Code(err); got != codes.Canceled || invoked {
 		t.Errorf("interceptor with a canceled ctx: %v (code %v), invoked %v; want Canceled, not invoked", err, got, invoked)
-	}
-}
-
-// TestInterceptorRawBytes: a binary metadata value that is not valid UTF-8
-// is sent as bytes, with the call's other descriptors, and counted: the
-// second call within the fake's limit of 1 per hour is refused.
-func TestInterceptorRawBytes(t *testing.T) {
-	f := &fakeRLS{limit: 1}
-	c := client.New(newFakeRLS(t, f), client.WithTimeout(0))
-	tg := newTarget(t, []grpc.ServerOption{grpc.ChainUnaryInterceptor(
-		client.UnaryServerInterceptor(c, "grpc", client.WithMethodKey(""), client.WithMetadataKey("x-key-bin")))})
-	if _, err := tg.check(t, "x-key-bin", "k\xff"); err != nil {
-		t.Fatalf("first call: %v", err)
-	}
-	_, err := tg.check(t, "x-key-bin", "k\xff")
-	wantCode(t, "second call", err, codes.ResourceExhausted)
-	reqs := f.requests()
-	if len(reqs) != 2 {
-		t.Fatalf("ratelimitd received %d requests, want 2", len(reqs))
-	}
-	want := []*ratelimitv1.Descriptor{entries("x-key-bin", []byte("k\xff"))}
-	if diff := cmp.Diff(want, reqs[0].GetDescriptors(), protocmp.Transform()); diff != "" {
-		t.Errorf("descriptors received mismatch (-want +got):\n%s", diff)
 	}
 }
