@@ -28,7 +28,9 @@ func TestServerInterceptors(t *testing.T) {
 	c := client.New(newFakeRLS(t, f), client.WithTimeout(0), client.WithRefusalCache(0))
 	tg := newTarget(t, []grpc.ServerOption{
 		grpc.UnaryInterceptor(client.UnaryServerInterceptor(c, "grpc", client.WithMetadataKey("X-Api-Key"), client.WithPeerAddress(),
-			client.WithDescriptors(func(context.Context, string) []client.Descriptor { return []client.Descriptor{client.D("tenant", "acme")} }))),
+			client.WithDescriptors(func(context.Context, string) []client.Descriptor {
+				return []client.Descriptor{client.D("tenant", "acme")}
+			}))),
 		grpc.StreamInterceptor(client.StreamServerInterceptor(c, "grpc")),
 	})
 	md, err := tg.check(t, "x-api-key", "k1")

@@ -108,7 +108,9 @@ func TestHTTPFailures(t *testing.T) {
 	} {
 		n := &next{}
 		mw := client.HTTPMiddleware(client.New(conn, tc.opts...), "web",
-			client.WithHTTPDescriptors(func(*http.Request) []client.Descriptor { return append([]client.Descriptor{client.D("k", "v")}, tc.ds...) }))(n)
+			client.WithHTTPDescriptors(func(*http.Request) []client.Descriptor {
+				return append([]client.Descriptor{client.D("k", "v")}, tc.ds...)
+			}))(n)
 		resp := serve(mw, request("GET", "/", "192.0.2.1:1").WithContext(tc.ctx))
 		if resp.StatusCode != tc.want || (n.calls == 1) != (tc.want == http.StatusOK) {
 			t.Errorf("%s: status %d, next called %d times; want %d", tc.name, resp.StatusCode, n.calls, tc.want)
@@ -244,6 +246,7 @@ func TestHTTPKeyErrors(t *testing.T) {
 		t.Errorf("Infallible(f)(r) = %v, %v; want f's descriptors, nil", ds, err)
 	}
 }
+
 // trusted are the proxies of the ClientIP tests.
 var trusted = []netip.Prefix{
 	netip.MustParsePrefix("10.0.0.0/8"),
