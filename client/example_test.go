@@ -114,7 +114,7 @@ func ExampleWithDecisionHook() {
 		_, _ = rl.ShouldRateLimit(ctx, "edge", client.D("api_key", "k-123"))
 	}
 	_, _ = rl.ShouldRateLimit(ctx, "", client.D("api_key", "k-123")) // malformed: no domain
-	stop()                                                            // ratelimitd is away
+	stop()                                                           // ratelimitd is away
 	_, _ = rl.ShouldRateLimit(ctx, "edge", client.D("api_key", "k-456"))
 	fmt.Println("fail opens:", rl.FailOpens())
 	// Output:
