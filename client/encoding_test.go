@@ -51,6 +51,31 @@ func TestEntryEncoding(t *testing.T) {
 	}
 }
 
+// TestRequestSize: a request of exactly 1 MiB, ratelimitd's largest, is
+// sent; one byte more is an InvalidArgument error, found without an RPC,
+// not a failure the policy would hide.
+func TestRequestSize(t *testing.T) {
+	const maxSize = 1 << 20
+	ds := exactRequest(t, "api", maxSize)
+	last := &ds[len(ds)-1].Entries[len(ds[len(ds)-1].Entries)-1]
+	f := &fakeRLS{}
+	c := client.New(newFakeRLS(t, f), client.WithTimeout(0))
+	ask(t, c, "api", ds...)
+	if got := proto.Size(f.requests()[0]); got != maxSize {
+		t.Errorf("request received: %d bytes, want %d", got, maxSize)
+	}
+
+	last.Value += "v"
+	if _, err := client.Request("api", ds); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("Request(%d + 1 bytes): error %v, want InvalidArgument", maxSize, err)
+	}
+	_, err := c.ShouldRateLimit(t.Context(), "api", ds...)
+	wantCode(t, "ShouldRateLimit(1 MiB + 1 byte)", err, codes.InvalidArgument)
+	if got := f.rpcs(); got != 1 {
+		t.Errorf("%d RPCs, want 1: none for the request over 1 MiB", got)
+	}
+}
+
 // FuzzRequest: whatever the domain, key and value, the Client either
 // refuses the request with InvalidArgument or builds one that encodes,
 // within 1 MiB, with the value in exactly the field ratelimitd expects.

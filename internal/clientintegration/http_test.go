@@ -348,8 +348,3 @@ func TestHTTPDescriptors(t *testing.T) {
 	resp := serve(mw, request("GET", "/?key=q1", "192.0.2.1:1"))
 	wantHeaders(t, "custom", resp, map[string]string{"RateLimit": `"api_key";r=1;t=60`})
 }
-
-var trusted = []netip.Prefix{
-	netip.MustParsePrefix("10.0.0.0/8"),
-	netip.MustParsePrefix("2001:db8:ffff::/48"),
-}
