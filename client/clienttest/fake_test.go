@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -101,5 +102,27 @@ func TestFakeHTTPMiddleware(t *testing.T) {
 	}
 	if got := f.Calls()[1].Descriptors; len(got) != 1 || got[0].Entries[0] != (client.Entry{Key: "api_key", Value: "k1"}) {
 		t.Errorf("descriptors %v, want [api_key=k1]", got)
+	}
+}
+
+// TestFakeInterceptor: the gRPC interceptors refuse what the Fake refuses,
+// with ResourceExhausted, and send it the call's descriptors.
+func TestFakeInterceptor(t *testing.T) {
+	var f clienttest.Fake
+	f.Push(clienttest.Refuse(time.Minute), clienttest.FailClosed(nil))
+	in := client.UnaryServerInterceptor(&f, "grpc")
+	info := &grpc.UnaryServerInfo{FullMethod: "/pkg.Service/Method"}
+	handled := 0
+	handler := func(context.Context, any) (any, error) { handled++; return "ok", nil }
+	for i, want := range []codes.Code{codes.ResourceExhausted, codes.Unavailable, codes.OK} {
+		if _, err := in(t.Context(), nil, info, handler); status.Code(err) != want {
+			t.Errorf("call %d: %v, want %v", i, err, want)
+		}
+	}
+	if handled != 1 {
+		t.Errorf("handler called %d times, want 1", handled)
+	}
+	if got := f.Calls()[0].Descriptors; len(got) != 1 || got[0].Entries[0] != (client.Entry{Key: "method", Value: "/pkg.Service/Method"}) {
+		t.Errorf("descriptors %v, want [method=/pkg.Service/Method]", got)
 	}
 }
