@@ -160,9 +160,9 @@ func WithHTTPDescriptorFunc(f DescriptorFunc) HTTPOption {
 // WithKeyErrorHandler sets what the middleware answers when a RouteFunc
 // or DescriptorFunc fails: handle writes the answer (next is not called).
 // The default answers 400 Bad Request, with a plain-text body that does
-// not include err, and logs err with WithHTTPLogger at Warn. To let such
-// requests through unlimited instead, call next from handle (which the
-// default never does).
+// not include err, and logs err with WithHTTPLogger at Warn. Such a
+// request is never passed on: a key function that means to let a request
+// through unlimited returns no descriptors and a nil error instead.
 func WithKeyErrorHandler(handle func(w http.ResponseWriter, r *http.Request, err error)) HTTPOption {
 	return func(o *httpOptions) { o.keyError = handle }
 }
