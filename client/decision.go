@@ -32,9 +32,11 @@ type Descriptor struct {
 // domain its rules name only: in an unknown domain, the override is
 // ignored and the descriptor is allowed, as any descriptor there.
 //
-// The counter is the descriptor's own, whatever the limit: requests
-// that give different limits for one descriptor share its count. A
-// refusal is remembered (see the package documentation) per limit given.
+// ratelimitd counts a descriptor under an override in its counter for
+// the window and algorithm: requests giving the same window share a
+// count whatever their Requests (and share it with a configured limit of
+// that window and algorithm); another window counts apart. The Client
+// remembers a refusal (see the package documentation) per limit given.
 type LimitOverride struct {
 	// Requests is how many requests (hits) the limit admits per Window;
 	// 0 refuses every request.

@@ -61,3 +61,24 @@ func TestLimitOverrideValidation(t *testing.T) {
 		}
 	}
 }
+
+// TestLimitOverrideCounters: overrides of one window share the
+// descriptor's count whatever their requests; another window counts
+// apart.
+func TestLimitOverrideCounters(t *testing.T) {
+	h := newHarness(t)
+	c := h.client(client.WithRefusalCache(0))
+	with := func(requests uint32, window time.Duration) client.Descriptor {
+		d := client.D("api_key", "k1")
+		d.Limit = &client.LimitOverride{Requests: requests, Window: window}
+		return d
+	}
+	ask(t, c, "api", with(2, time.Minute))
+	ask(t, c, "api", with(2, time.Minute))
+	if d := ask(t, c, "api", with(3, time.Minute)); !d.Allowed || d.Statuses[0].Remaining != 0 {
+		t.Errorf("third hit under 3 a minute: %+v, want allowed, 0 remaining (the count is shared)", d)
+	}
+	if d := ask(t, c, "api", with(2, 30*time.Second)); !d.Allowed || d.Statuses[0].Remaining != 1 {
+		t.Errorf("under another window: %+v, want allowed, 1 remaining (counted apart)", d)
+	}
+}
