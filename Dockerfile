@@ -11,8 +11,12 @@
 
 FROM --platform=$BUILDPLATFORM golang:1.26-bookworm AS build
 WORKDIR /src
-# The modules first, so that a change to the code reuses this layer.
+# The modules first, so that a change to the code reuses this layer: go.mod
+# replaces the generated stubs' and the Go client's modules by gen/ and
+# client/, whose go.mod files the download reads.
 COPY go.mod go.sum ./
+COPY gen/go.mod gen/go.sum ./gen/
+COPY client/go.mod client/go.sum ./client/
 RUN --mount=type=cache,target=/go/pkg/mod go mod download
 COPY . .
 ARG VERSION=devel

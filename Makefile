@@ -40,17 +40,20 @@ test: deps build ## every test: Go with the race detector, the Go client under G
 check: fmt vet lint breaking check-generate tidy ## every static check CI runs
 
 .PHONY: fmt
-fmt: ## fail if gofmt would change a file
+fmt: ## fail if gofmt would change a file (of every module, client/ included; gen/ is generated)
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^gen/')); \
 	if [ -n "$$out" ]; then echo "gofmt wants to change:"; echo "$$out"; exit 1; fi
 
 .PHONY: vet
-vet: ## go vet
+vet: ## go vet, in ratelimitd's module and in the gen/ and client/ modules
 	$(GO) vet ./...
+	cd gen && $(GO) vet ./...
+	cd client && $(GO) vet ./...
 
 .PHONY: lint
-lint: ## golangci-lint (.golangci.yml), then buf lint and buf format on proto/
+lint: ## golangci-lint (.golangci.yml) here and in client/, then buf lint and buf format on proto/
 	$(LINT) golangci-lint run
+	cd client && $(GO) tool -modfile=../tools/lint/go.mod golangci-lint run
 	$(TOOL) buf lint
 	$(TOOL) buf format --diff --exit-code
 
@@ -72,8 +75,10 @@ check-generate: generate ## fail if gen/ is not what proto/ generates
 	@test -z "$$(git status --porcelain -- gen)" || { git status --porcelain -- gen; echo "gen/ has files proto/ does not generate"; exit 1; }
 
 .PHONY: tidy
-tidy: ## fail if go.mod or go.sum (the product's, and golangci-lint's) is not tidy
+tidy: ## fail if a go.mod or go.sum (the product's, gen/'s, client/'s, golangci-lint's) is not tidy
 	$(GO) mod tidy -diff
+	cd gen && $(GO) mod tidy -diff
+	cd client && $(GO) mod tidy -diff
 	cd tools/lint && $(GO) mod tidy -diff
 
 .PHONY: bench

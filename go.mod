@@ -12,6 +12,8 @@ require (
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3
 	github.com/prometheus/common v0.72.0
+	github.com/ratelimitd/ratelimitd/client v0.0.0
+	github.com/ratelimitd/ratelimitd/gen v0.0.0
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/sony/gobreaker/v2 v2.4.0
 	go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc v0.72.0
@@ -53,4 +55,12 @@ require (
 	golang.org/x/sys v0.48.0 // indirect
 	golang.org/x/text v0.42.0 // indirect
 	google.golang.org/genproto/googleapis/api v0.0.0-20260928230214-8a89bd6388cc // indirect
+)
+
+// The Go client and the generated stubs are modules of their own, so that
+// services on an older Go can require them; ratelimitd builds them from
+// this checkout.
+replace (
+	github.com/ratelimitd/ratelimitd/client => ./client
+	github.com/ratelimitd/ratelimitd/gen => ./gen
 )

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
+	"log/slog"
 	"math"
 	"sync/atomic"
 	"time"
@@ -13,9 +14,24 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	ratelimitv1 "github.com/ratelimitd/ratelimitd/gen/ratelimit/v1"
 )
+
+// A RateLimiter decides whether work may proceed: *Client does, by
+// asking ratelimitd, and so does clienttest.Fake, by a script, in tests.
+// Code that depends on a RateLimiter rather than a *Client can be tested
+// without a ratelimitd; the interceptors and HTTPMiddleware take one.
+//
+// ShouldRateLimit's contract is Client.ShouldRateLimit's: over the limit
+// is a Decision with Allowed false; a non-nil error means no decision (a
+// malformed request, codes.InvalidArgument, or ctx ended).
+type RateLimiter interface {
+	ShouldRateLimit(ctx context.Context, domain string, descriptors ...Descriptor) (Decision, error)
+}
+
+var _ RateLimiter = (*Client)(nil)
 
 // A Client asks ratelimitd's native API whether work may proceed.
 //
@@ -26,7 +42,35 @@ type Client struct {
 	opts     options
 	refusals *refusals // nil when the refusal memory is off
 	local    atomic.Uint64
+	failOpen atomic.Uint64
+	// unimplemented is set once the server answered Unimplemented, and
+	// that was logged.
+	unimplemented atomic.Bool
 }
+
+// An Observation describes one ShouldRateLimit call, for the hook of
+// WithDecisionHook.
+type Observation struct {
+	// Domain and Descriptors are the call's arguments. Descriptors is the
+	// caller's slice: neither modify nor keep it.
+	Domain      string
+	Descriptors []Descriptor
+	// Decision is the call's decision: by ratelimitd, by the refusal
+	// memory (Decision.Local), or by the failure policy (Decision.Err
+	// set). It is the zero Decision when Err is set.
+	Decision Decision
+	// Err is the error ShouldRateLimit returns: a malformed request
+	// (codes.InvalidArgument) or ctx ended. It is nil when there is a
+	// decision, even one of the failure policy.
+	Err error
+	// Duration is how long the call took, on the real clock.
+	Duration time.Duration
+}
+
+// FailedOpen reports whether the failure policy allowed the call because
+// ratelimitd could not be asked (or failed): Decision.Allowed with
+// Decision.Err set. Client.FailOpens counts these.
+func (o Observation) FailedOpen() bool { return o.Decision.Allowed && o.Decision.Err != nil }
 
 // New returns a Client calling ratelimitd over conn, usually a
 // *grpc.ClientConn, which the caller keeps and closes. Without options it
@@ -48,6 +92,13 @@ func New(conn grpc.ClientConnInterface, opts ...Option) *Client {
 // from its memory of refusals, without calling ratelimitd.
 func (c *Client) LocalRefusals() uint64 { return c.local.Load() }
 
+// FailOpens reports how many requests the Client allowed because
+// ratelimitd could not be asked or failed (unreachable, slower than the
+// budget, answering an error, not implementing the native API) and the
+// failure policy is to fail open: requests let through unchecked. Export
+// it as a counter; a Client failing closed never counts any.
+func (c *Client) FailOpens() uint64 { return c.failOpen.Load() }
+
 // ShouldRateLimit asks whether the work described by descriptors may
 // proceed under the rules of domain. The request is allowed only if every
 // descriptor is within its limits, and a refused request consumes nothing.
@@ -60,7 +111,26 @@ func (c *Client) LocalRefusals() uint64 { return c.local.Load() }
 // be sent (codes.InvalidArgument, whatever the policy), or when ctx ends
 // first (the error then wraps ctx.Err()). Values may hold any bytes, of
 // any length: see the package documentation.
+//
+// A server that does not implement the native API (codes.Unimplemented:
+// an Envoy rate limit service such as envoyproxy/ratelimit, or a wrong
+// address) cannot decide anything: the failure policy decides every
+// request, and the Client logs an error once (see WithLogger) so that the
+// mistake does not go unnoticed behind answers that all fail open.
+//
+// With WithDecisionHook, the hook sees every call before it returns.
 func (c *Client) ShouldRateLimit(ctx context.Context, domain string, descriptors ...Descriptor) (Decision, error) {
+	if c.opts.hook == nil {
+		return c.shouldRateLimit(ctx, domain, descriptors)
+	}
+	start := time.Now()
+	d, err := c.shouldRateLimit(ctx, domain, descriptors)
+	c.opts.hook(ctx, Observation{Domain: domain, Descriptors: descriptors, Decision: d, Err: err, Duration: time.Since(start)})
+	return d, err
+}
+
+// shouldRateLimit is ShouldRateLimit without the hook.
+func (c *Client) shouldRateLimit(ctx context.Context, domain string, descriptors []Descriptor) (Decision, error) {
 	if err := check(domain, descriptors); err != nil {
 		return Decision{}, err
 	}
@@ -89,8 +159,14 @@ func (c *Client) ShouldRateLimit(ctx context.Context, domain string, descriptors
 		if err := ended(ctx, callCtx, err); err != nil {
 			return Decision{}, fmt.Errorf("client: ShouldRateLimit: %w", err)
 		}
-		if status.Code(err) == codes.InvalidArgument {
+		switch status.Code(err) {
+		case codes.InvalidArgument:
 			return Decision{}, err
+		case codes.Unimplemented:
+			c.warnUnimplemented(ctx, err)
+		}
+		if !c.opts.failClosed {
+			c.failOpen.Add(1)
 		}
 		return Decision{Allowed: !c.opts.failClosed, Err: err}, nil
 	}
@@ -100,6 +176,40 @@ func (c *Client) ShouldRateLimit(ctx context.Context, domain string, descriptors
 		c.refusals.put(key, d, c.opts.now())
 	}
 	return d, nil
+}
+
+// warnUnimplemented logs, the first time only, that the server does not
+// implement the native API.
+func (c *Client) warnUnimplemented(ctx context.Context, err error) {
+	if !c.unimplemented.CompareAndSwap(false, true) {
+		return
+	}
+	l := c.opts.logger
+	if l == nil {
+		l = slog.Default()
+	}
+	policy := "fail open: every request is allowed unchecked"
+	if c.opts.failClosed {
+		policy = "fail closed: every request is refused"
+	}
+	l.ErrorContext(ctx, "ratelimitd client: the server does not implement ratelimit.v1.RateLimitService "+
+		"(an Envoy rate limit service such as envoyproxy/ratelimit, or the wrong address?); "+
+		"nothing is rate limited, the failure policy decides every request (logged once)",
+		"policy", policy, "err", err)
+}
+
+// Validate returns the error ShouldRateLimit would return for a request
+// to domain of descriptors without asking ratelimitd (nil when it can be
+// sent): codes.InvalidArgument for a malformed request or one over
+// ratelimitd's bounds (see the package documentation). clienttest.Fake
+// calls it, so that tests catch the malformed requests a Client would
+// refuse.
+func Validate(domain string, descriptors ...Descriptor) error {
+	if err := check(domain, descriptors); err != nil {
+		return err
+	}
+	_, err := request(domain, descriptors)
+	return err
 }
 
 // ended returns the caller's context error if the call failed because ctx
@@ -128,6 +238,9 @@ const (
 	maxValue       = 1024 // a longer value is sent as its SHA-256 digest
 	maxHits        = math.MaxUint32
 	maxRequest     = 1 << 20 // bytes of the encoded request
+	// The bounds of a LimitOverride's window.
+	minOverrideWindow = time.Millisecond
+	maxOverrideWindow = 100 * 365 * 24 * time.Hour
 )
 
 // check returns InvalidArgument for the malformed requests ratelimitd
@@ -156,6 +269,9 @@ func check(domain string, descriptors []Descriptor) error {
 		case !d.CheckOnly && d.Hits > maxHits:
 			return status.Errorf(codes.InvalidArgument, "client: descriptor %d: hits %d over the maximum %d", i, d.Hits, uint64(maxHits))
 		}
+		if err := checkOverride(i, d.Limit); err != nil {
+			return err
+		}
 		for j, e := range d.Entries {
 			switch {
 			case e.Key == "":
@@ -166,6 +282,21 @@ func check(domain string, descriptors []Descriptor) error {
 				return status.Errorf(codes.InvalidArgument, "client: descriptor %d entry %d: key %q is not valid UTF-8", i, j, e.Key)
 			}
 		}
+	}
+	return nil
+}
+
+// checkOverride returns InvalidArgument for a limit override ratelimitd
+// would refuse: a window out of [1ms, 100 years] (of 365 days), or not a
+// whole number of microseconds. nil is no override.
+func checkOverride(i int, l *LimitOverride) error {
+	switch {
+	case l == nil:
+		return nil
+	case l.Window < minOverrideWindow || l.Window > maxOverrideWindow:
+		return status.Errorf(codes.InvalidArgument, "client: descriptor %d: limit override window %v out of range [%v, %v]", i, l.Window, minOverrideWindow, maxOverrideWindow)
+	case l.Window%time.Microsecond != 0:
+		return status.Errorf(codes.InvalidArgument, "client: descriptor %d: limit override window %v is not a whole number of microseconds", i, l.Window)
 	}
 	return nil
 }
@@ -196,7 +327,10 @@ func request(domain string, descriptors []Descriptor) (*ratelimitv1.ShouldRateLi
 		case d.Hits != 0:
 			rd.Hits = proto.Uint64(d.Hits)
 		}
-		bound += 16
+		if l := d.Limit; l != nil {
+			rd.Limit = &ratelimitv1.LimitOverride{Requests: l.Requests, Window: durationpb.New(l.Window)}
+		}
+		bound += 48 // hits, and an override of at most 2 + 6 + 2 + 11 + 6
 		req.Descriptors[i] = rd
 	}
 	if bound > maxRequest {

@@ -17,6 +17,35 @@ type Descriptor struct {
 	// CheckOnly asks whether the counter is already past its limit,
 	// without consuming anything; Hits is then ignored.
 	CheckOnly bool
+	// Limit, when set, replaces the configured limits of this descriptor
+	// for this request (the native API's LimitOverride): for plans or
+	// quotas kept outside ratelimitd's rules. nil applies the rules.
+	Limit *LimitOverride
+}
+
+// A LimitOverride is a limit a request gives for one of its descriptors,
+// in place of the limits its rule configures. ratelimitd counts it with
+// the algorithm of the rule the descriptor matches (the default
+// algorithm, sliding_window, when none matches; a sliding log admits at
+// most 10000 requests per window whatever Requests says), under the
+// name of the rule's limit when it has a single one, and applies it in a
+// domain its rules name only: in an unknown domain, the override is
+// ignored and the descriptor is allowed, as any descriptor there.
+//
+// ratelimitd counts a descriptor under an override in its counter for
+// the window and algorithm: requests giving the same window share a
+// count whatever their Requests (and share it with a configured limit of
+// that window and algorithm); another window counts apart. The Client
+// remembers a refusal (see the package documentation) per limit given.
+type LimitOverride struct {
+	// Requests is how many requests (hits) the limit admits per Window;
+	// 0 refuses every request.
+	Requests uint32
+	// Window is the limit's window: a whole number of microseconds, from
+	// 1 ms to 100 years (of 365 days). ShouldRateLimit refuses a request
+	// whose window is outside these bounds with codes.InvalidArgument, as
+	// ratelimitd would.
+	Window time.Duration
 }
 
 // An Entry is one key/value pair of a Descriptor.

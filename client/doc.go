@@ -7,7 +7,30 @@
 // what remains, when the counter resets and when a refused request may be
 // retried), and the HTTP headers ratelimitd asks the caller to send.
 //
-// Usage:
+// # Installing
+//
+// The client is a Go module of its own, github.com/ratelimitd/ratelimitd/client
+// (Go 1.25 or later), which requires the generated stubs' module,
+// github.com/ratelimitd/ratelimitd/gen; neither depends on the daemon's
+// module. Once they are tagged (client/vX.Y.Z and gen/vX.Y.Z in
+// ratelimitd's repository):
+//
+//	go get github.com/ratelimitd/ratelimitd/client@latest
+//
+// No version is published yet. Until then, require both modules from a
+// checkout of the repository with replace directives in your go.mod:
+//
+//	require (
+//		github.com/ratelimitd/ratelimitd/client v0.0.0
+//		github.com/ratelimitd/ratelimitd/gen v0.0.0
+//	)
+//
+//	replace (
+//		github.com/ratelimitd/ratelimitd/client => ../ratelimitd/client
+//		github.com/ratelimitd/ratelimitd/gen => ../ratelimitd/gen
+//	)
+//
+// # Usage
 //
 //	conn, err := grpc.NewClient("ratelimitd:8081",
 //		grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -25,6 +48,28 @@
 //		// refuse; retry in d.RetryAfter, send d.Headers
 //	}
 //
+// Code that asks through the RateLimiter interface, rather than *Client,
+// can be tested with clienttest.Fake, which answers by a script, records
+// the calls, and drives the interceptors and HTTPMiddleware as a Client
+// does.
+//
+// # Observing decisions
+//
+// WithDecisionHook calls a function after every ShouldRateLimit call,
+// with its domain, descriptors, decision, error and duration: feed
+// metrics and logs from it. FailOpens counts the requests the failure
+// policy let through unchecked, and LocalRefusals those the refusal
+// memory refused. A server that does not implement the native API (an
+// Envoy rate limit service such as envoyproxy/ratelimit answers
+// Unimplemented) is logged once, as an error, to WithLogger's logger
+// (slog.Default() by default), rather than failing open in silence.
+//
+// # Limit overrides
+//
+// A Descriptor's Limit, when set, replaces the configured limits of that
+// descriptor for one request (the native API's LimitOverride): see
+// LimitOverride for how ratelimitd applies it and what it accepts.
+//
 // # Interceptors and middleware
 //
 // UnaryServerInterceptor and StreamServerInterceptor protect a gRPC server:
@@ -38,9 +83,13 @@
 // proxies: each IPv4 address, and each IPv6 /64, since one IPv6 host
 // commonly holds a whole /64; see WithClientIPPrefix), route and method,
 // sends the IETF RateLimit-Policy and RateLimit headers, and refuses with
-// 429, Retry-After and an application/problem+json body. A request it
-// cannot send to ratelimitd, which only its own configuration can build
-// (see HTTPMiddleware), is answered 500 and never let through unlimited.
+// 429, Retry-After and an application/problem+json body (WithRefusalWriter
+// writes another answer). WithSkip exempts requests; key functions that
+// can fail (WithRouteFunc, WithHTTPDescriptorFunc) answer 400 when they
+// do (WithKeyErrorHandler changes that), never letting the request
+// through unlimited. A request it cannot send to ratelimitd, which only
+// its own configuration can build (see HTTPMiddleware), is answered 500
+// and never let through unlimited either.
 //
 // # Values
 //
@@ -66,8 +115,10 @@
 //     descriptors, a descriptor without entries, an empty key, a domain or
 //     key that is not valid UTF-8, anything over ratelimitd's bounds (a
 //     domain over 256 bytes, over 64 descriptors, over 32 entries in a
-//     descriptor, a key over 1024 bytes, over 4294967295 hits, or a
-//     request over 1 MiB once long values are digested), or anything
+//     descriptor, a key over 1024 bytes, over 4294967295 hits, a limit
+//     override's window out of [1ms, 100 years] or not in whole
+//     microseconds, or a request over 1 MiB once long values are
+//     digested), or anything
 //     ratelimitd answers with InvalidArgument: status.Code(err) is
 //     codes.InvalidArgument. The Client finds all but the last itself,
 //     before any RPC. This is a bug in the caller, so the failure policy

@@ -52,26 +52,27 @@ func TestEntryEncoding(t *testing.T) {
 }
 
 // TestRequestSize: a request of exactly 1 MiB, ratelimitd's largest, is
-// sent (and the real ratelimitd accepts it); one byte more is an
-// InvalidArgument error, not a failure the policy would hide.
+// sent; one byte more is an InvalidArgument error, found without an RPC,
+// not a failure the policy would hide.
 func TestRequestSize(t *testing.T) {
 	const maxSize = 1 << 20
 	ds := exactRequest(t, "api", maxSize)
 	last := &ds[len(ds)-1].Entries[len(ds[len(ds)-1].Entries)-1]
-
-	h := newHarness(t)
-	c := h.client()
+	f := &fakeRLS{}
+	c := client.New(newFakeRLS(t, f), client.WithTimeout(0))
 	ask(t, c, "api", ds...)
+	if got := proto.Size(f.requests()[0]); got != maxSize {
+		t.Errorf("request received: %d bytes, want %d", got, maxSize)
+	}
 
 	last.Value += "v"
 	if _, err := client.Request("api", ds); status.Code(err) != codes.InvalidArgument {
 		t.Errorf("Request(%d + 1 bytes): error %v, want InvalidArgument", maxSize, err)
 	}
-	rpcs := h.rpcs.Load()
 	_, err := c.ShouldRateLimit(t.Context(), "api", ds...)
 	wantCode(t, "ShouldRateLimit(1 MiB + 1 byte)", err, codes.InvalidArgument)
-	if got := h.rpcs.Load() - rpcs; got != 0 {
-		t.Errorf("%d RPCs for a request over 1 MiB, want 0", got)
+	if got := f.rpcs(); got != 1 {
+		t.Errorf("%d RPCs, want 1: none for the request over 1 MiB", got)
 	}
 }
 

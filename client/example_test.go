@@ -11,44 +11,25 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
+	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/ratelimitd/ratelimitd/backend/memory"
 	"github.com/ratelimitd/ratelimitd/client"
-	"github.com/ratelimitd/ratelimitd/config"
-	"github.com/ratelimitd/ratelimitd/server"
+	ratelimitv1 "github.com/ratelimitd/ratelimitd/gen/ratelimit/v1"
 )
 
-// exampleRules lets each API key through 3 times at once, then once every
-// 20 minutes.
-const exampleRules = `
-domain: edge
-descriptors:
-  - key: api_key
-    rate_limit: {algorithm: token_bucket, unit: hour, requests_per_unit: 3}
-`
-
-// ratelimitd starts an in-process ratelimitd on the memory store, and
-// returns a connection to it and a function that stops it.
+// ratelimitd starts a stand-in for ratelimitd in process, over bufconn:
+// it admits 3 hits per descriptor per hour, then refuses for 20 minutes.
+// It returns a connection to it and a function that stops it. (The
+// module ratelimitd runs these examples against the real server.)
 func ratelimitd() (*grpc.ClientConn, func()) {
-	domains, err := config.Parse("rules.yaml", []byte(exampleRules))
-	if err != nil {
-		log.Fatal(err)
-	}
-	rules, err := config.Compile(domains)
-	if err != nil {
-		log.Fatal(err)
-	}
-	store := memory.New(memory.Options{})
-	srv := server.New(store, rules, server.Options{})
-	g := grpc.NewServer(srv.GRPCOptions()...)
-	srv.Register(g)
+	f := &fakeRLS{limit: 3, retryAfter: durationpb.New(20 * time.Minute), counts: map[string]uint64{}}
+	g := grpc.NewServer()
+	ratelimitv1.RegisterRateLimitServiceServer(g, f)
 	lis := bufconn.Listen(1 << 20)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		// nil after stop, or ErrServerStopped when an example stops
-		// ratelimitd before Serve begins.
-		_ = g.Serve(lis)
+		_ = g.Serve(lis) // nil after Stop, or ErrServerStopped when stopped first
 	}()
 	conn, err := grpc.NewClient("passthrough:///ratelimitd",
 		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
@@ -57,11 +38,7 @@ func ratelimitd() (*grpc.ClientConn, func()) {
 	if err != nil {
 		log.Fatal(err)
 	}
-	return conn, func() {
-		g.Stop()
-		<-done
-		store.Close()
-	}
+	return conn, func() { g.Stop(); <-done }
 }
 
 func ExampleNew() {
@@ -111,4 +88,42 @@ func ExampleWithFailClosed() {
 	// Output:
 	// allowed true: Unavailable
 	// allowed false: Unavailable
+}
+
+// A decision hook feeds metrics and logs: here it prints each decision,
+// and FailOpens counts the requests let through while ratelimitd was
+// away (export it as a counter, say with prometheus.NewCounterFunc).
+func ExampleWithDecisionHook() {
+	conn, stop := ratelimitd()
+	defer conn.Close()
+
+	hook := func(_ context.Context, o client.Observation) {
+		switch {
+		case o.Err != nil:
+			fmt.Println(o.Domain, "error:", status.Code(o.Err))
+		case o.FailedOpen():
+			fmt.Println(o.Domain, "failed open:", status.Code(o.Decision.Err))
+		default:
+			fmt.Println(o.Domain, o.Descriptors[0].Entries, "allowed:", o.Decision.Allowed, "local:", o.Decision.Local)
+		}
+		_ = o.Duration // for a latency histogram
+	}
+	rl := client.New(conn, client.WithDecisionHook(hook))
+	ctx := context.Background()
+	for range 5 {
+		_, _ = rl.ShouldRateLimit(ctx, "edge", client.D("api_key", "k-123"))
+	}
+	_, _ = rl.ShouldRateLimit(ctx, "", client.D("api_key", "k-123")) // malformed: no domain
+	stop()                                                           // ratelimitd is away
+	_, _ = rl.ShouldRateLimit(ctx, "edge", client.D("api_key", "k-456"))
+	fmt.Println("fail opens:", rl.FailOpens())
+	// Output:
+	// edge [{api_key k-123}] allowed: true local: false
+	// edge [{api_key k-123}] allowed: true local: false
+	// edge [{api_key k-123}] allowed: true local: false
+	// edge [{api_key k-123}] allowed: false local: false
+	// edge [{api_key k-123}] allowed: false local: true
+	//  error: InvalidArgument
+	// edge failed open: Unavailable
+	// fail opens: 1
 }

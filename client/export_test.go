@@ -1,12 +1,5 @@
 package client
 
-import "time"
-
-// WithNow makes the Client read the time from now (for its refusal memory).
-func WithNow(now func() time.Time) Option {
-	return func(o *options) { o.now = now }
-}
-
 // Refusals returns how many refusals c remembers.
 func (c *Client) Refusals() int {
 	if c.refusals == nil {

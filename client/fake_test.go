@@ -4,27 +4,44 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/test/bufconn"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	ratelimitv1 "github.com/ratelimitd/ratelimitd/gen/ratelimit/v1"
-	"github.com/ratelimitd/ratelimitd/internal/grpctest"
 )
 
-// A fakeRLS stands in for ratelimitd where a test needs what the real one
-// does not offer: it records the requests it receives, and limits every
-// descriptor to limit hits per hour, counted by its entries (a value
-// counts the same whichever field carries it), deciding a request all or
-// nothing.
+// A fakeRLS stands in for ratelimitd, so that the client module's tests
+// need nothing of the daemon's: a real gRPC server of the native API, over
+// bufconn, scripted. It records the requests it receives and, unless
+// answer is set, limits every descriptor to limit hits per hour, counted
+// by its entries (a value counts the same whichever field carries it),
+// deciding a request all or nothing, and sends the IETF rate-limit
+// headers. (The tests of the module ratelimitd check the Client against
+// the real server.)
 type fakeRLS struct {
 	ratelimitv1.UnimplementedRateLimitServiceServer
 	limit      uint64               // hits admitted per descriptor; 0 admits everything
 	retryAfter *durationpb.Duration // of a refusal; an hour when nil
+	// answer, when set, answers every request instead of the counters.
+	answer func(*ratelimitv1.ShouldRateLimitRequest) (*ratelimitv1.ShouldRateLimitResponse, error)
+	// slow makes the server answer only when the call's context ends.
+	slow atomic.Bool
+	// fail, when set, is the error the server answers with.
+	fail atomic.Pointer[error]
+	// stop stops the server early (newFakeRLS sets it); idempotent.
+	stop func()
 
 	mu     sync.Mutex
 	reqs   []*ratelimitv1.ShouldRateLimitRequest // guarded by mu
@@ -37,8 +54,42 @@ func newFakeRLS(t testing.TB, f *fakeRLS) *grpc.ClientConn {
 	f.counts = make(map[string]uint64)
 	g := grpc.NewServer()
 	ratelimitv1.RegisterRateLimitServiceServer(g, f)
-	conn, _ := grpctest.Serve(t, g)
+	conn, stop := serveGRPC(t, g)
+	f.stop = stop
 	return conn
+}
+
+// serveGRPC serves g on an in-memory listener until the test ends, and
+// returns a client connection to it (with dialOpts added) and a function
+// that stops g early. Both are cleaned up with t; stopping twice is safe.
+func serveGRPC(t testing.TB, g *grpc.Server, dialOpts ...grpc.DialOption) (*grpc.ClientConn, func()) {
+	t.Helper()
+	lis := bufconn.Listen(1 << 20)
+	served := make(chan error, 1)
+	go func() { served <- g.Serve(lis) }()
+	stop := sync.OnceFunc(func() {
+		g.Stop()
+		if err := <-served; err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	t.Cleanup(stop)
+	conn, err := grpc.NewClient("passthrough:///bufnet", append([]grpc.DialOption{
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+	}, dialOpts...)...)
+	if err != nil {
+		t.Fatalf("grpc.NewClient: %v", err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn, stop
+}
+
+// rpcs returns how many requests f received.
+func (f *fakeRLS) rpcs() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.reqs)
 }
 
 // requests returns the requests f received, in order.
@@ -49,10 +100,22 @@ func (f *fakeRLS) requests() []*ratelimitv1.ShouldRateLimitRequest {
 }
 
 // ShouldRateLimit implements ratelimitv1.RateLimitServiceServer.
-func (f *fakeRLS) ShouldRateLimit(_ context.Context, req *ratelimitv1.ShouldRateLimitRequest) (*ratelimitv1.ShouldRateLimitResponse, error) {
+func (f *fakeRLS) ShouldRateLimit(ctx context.Context, req *ratelimitv1.ShouldRateLimitRequest) (*ratelimitv1.ShouldRateLimitResponse, error) {
+	f.mu.Lock()
+	f.reqs = append(f.reqs, proto.CloneOf(req))
+	f.mu.Unlock()
+	if f.slow.Load() {
+		<-ctx.Done()
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
+	if err := f.fail.Load(); err != nil {
+		return nil, *err
+	}
+	if f.answer != nil {
+		return f.answer(req)
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.reqs = append(f.reqs, proto.CloneOf(req))
 	retry := f.retryAfter
 	if retry == nil {
 		retry = durationpb.New(time.Hour)
@@ -75,8 +138,14 @@ func (f *fakeRLS) ShouldRateLimit(_ context.Context, req *ratelimitv1.ShouldRate
 			} else {
 				st.Remaining = f.limit - used - hits[i]
 			}
+			resp.Headers = append(resp.Headers,
+				&ratelimitv1.Header{Name: "RateLimit-Policy", Value: fmt.Sprintf("%q;q=%d;w=3600", st.Limit.Name, f.limit)},
+				&ratelimitv1.Header{Name: "RateLimit", Value: fmt.Sprintf("%q;r=%d;t=3600", st.Limit.Name, st.Remaining)})
 		}
 		resp.Statuses = append(resp.Statuses, st)
+	}
+	if resp.Code == ratelimitv1.Code_CODE_OVER_LIMIT {
+		resp.Headers = append(resp.Headers, &ratelimitv1.Header{Name: "Retry-After", Value: fmt.Sprint(retry.GetSeconds())})
 	}
 	if resp.Code == ratelimitv1.Code_CODE_OK {
 		for i, k := range keys {

@@ -80,18 +80,18 @@ func WithDescriptors(f func(ctx context.Context, fullMethod string) []Descriptor
 
 // interceptor holds what the interceptors share.
 type interceptor struct {
-	c      *Client
+	rl     RateLimiter
 	domain string
 	o      interceptorOptions
 }
 
-func newInterceptor(c *Client, domain string, opts []InterceptorOption) *interceptor {
+func newInterceptor(rl RateLimiter, domain string, opts []InterceptorOption) *interceptor {
 	o := interceptorOptions{methodKey: MethodKey}
 	for _, opt := range opts {
 		opt(&o)
 	}
 	o.metadataKeys = append([]string(nil), o.metadataKeys...)
-	return &interceptor{c: c, domain: domain, o: o}
+	return &interceptor{rl: rl, domain: domain, o: o}
 }
 
 // descriptors returns the descriptors of a call, in this order: the
@@ -133,7 +133,7 @@ func (in *interceptor) decide(ctx context.Context, fullMethod string, ds []Descr
 	if len(ds) == 0 {
 		return Decision{Allowed: true}, nil
 	}
-	d, err := in.c.ShouldRateLimit(ctx, in.domain, ds...)
+	d, err := in.rl.ShouldRateLimit(ctx, in.domain, ds...)
 	if err != nil {
 		return Decision{}, callError(fullMethod, err)
 	}
@@ -207,8 +207,8 @@ func headerMD(d Decision) metadata.MD {
 }
 
 // UnaryServerInterceptor returns a gRPC server interceptor that asks
-// ratelimitd, through c and under the rules of domain, whether each call
-// may proceed.
+// ratelimitd, through rl (a *Client, or in tests a clienttest.Fake) and
+// under the rules of domain, whether each call may proceed.
 //
 // A call's descriptors are, in this order: [method=<full method>] (see
 // WithMethodKey), then one per metadata key of WithMetadataKey that the
@@ -240,8 +240,8 @@ func headerMD(d Decision) metadata.MD {
 //	rl := client.New(conn)
 //	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(
 //		client.UnaryServerInterceptor(rl, "api", client.WithMetadataKey("x-api-key"))))
-func UnaryServerInterceptor(c *Client, domain string, opts ...InterceptorOption) grpc.UnaryServerInterceptor {
-	in := newInterceptor(c, domain, opts)
+func UnaryServerInterceptor(rl RateLimiter, domain string, opts ...InterceptorOption) grpc.UnaryServerInterceptor {
+	in := newInterceptor(rl, domain, opts)
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		md, _ := metadata.FromIncomingContext(ctx)
 		d, err := in.decide(ctx, info.FullMethod, in.descriptors(ctx, info.FullMethod, md, true))
@@ -257,8 +257,8 @@ func UnaryServerInterceptor(c *Client, domain string, opts ...InterceptorOption)
 
 // StreamServerInterceptor is UnaryServerInterceptor for streams: it asks
 // once, when the stream starts.
-func StreamServerInterceptor(c *Client, domain string, opts ...InterceptorOption) grpc.StreamServerInterceptor {
-	in := newInterceptor(c, domain, opts)
+func StreamServerInterceptor(rl RateLimiter, domain string, opts ...InterceptorOption) grpc.StreamServerInterceptor {
+	in := newInterceptor(rl, domain, opts)
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		ctx := ss.Context()
 		md, _ := metadata.FromIncomingContext(ctx)
@@ -274,15 +274,15 @@ func StreamServerInterceptor(c *Client, domain string, opts ...InterceptorOption
 }
 
 // UnaryClientInterceptor returns a gRPC client interceptor that throttles
-// outbound calls: it asks ratelimitd, through c and under the rules of
+// outbound calls: it asks ratelimitd, through rl and under the rules of
 // domain, before each call, and when refused fails the call locally,
 // without sending it, with the errors of UnaryServerInterceptor
 // (ResourceExhausted with RetryInfo and QuotaFailure, or Unavailable when
 // failing closed). Its descriptors are built as UnaryServerInterceptor's,
 // from the outgoing metadata; WithPeerAddress does not apply. The
 // decision's headers are not reported.
-func UnaryClientInterceptor(c *Client, domain string, opts ...InterceptorOption) grpc.UnaryClientInterceptor {
-	in := newInterceptor(c, domain, opts)
+func UnaryClientInterceptor(rl RateLimiter, domain string, opts ...InterceptorOption) grpc.UnaryClientInterceptor {
+	in := newInterceptor(rl, domain, opts)
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, callOpts ...grpc.CallOption) error {
 		md, _ := metadata.FromOutgoingContext(ctx)
 		if _, err := in.decide(ctx, method, in.descriptors(ctx, method, md, false)); err != nil {
@@ -294,8 +294,8 @@ func UnaryClientInterceptor(c *Client, domain string, opts ...InterceptorOption)
 
 // StreamClientInterceptor is UnaryClientInterceptor for streams: it asks
 // once, before opening the stream.
-func StreamClientInterceptor(c *Client, domain string, opts ...InterceptorOption) grpc.StreamClientInterceptor {
-	in := newInterceptor(c, domain, opts)
+func StreamClientInterceptor(rl RateLimiter, domain string, opts ...InterceptorOption) grpc.StreamClientInterceptor {
+	in := newInterceptor(rl, domain, opts)
 	return func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, callOpts ...grpc.CallOption) (grpc.ClientStream, error) {
 		md, _ := metadata.FromOutgoingContext(ctx)
 		if _, err := in.decide(ctx, method, in.descriptors(ctx, method, md, false)); err != nil {
@@ -333,7 +333,13 @@ var _ ratelimit.Limiter = (*Limiter)(nil)
 //	grpc.NewServer(grpc.ChainUnaryInterceptor(
 //		ratelimit.UnaryServerInterceptor(rl.Limiter("api", nil))))
 func (c *Client) Limiter(domain string, descriptors func(ctx context.Context) []Descriptor) *Limiter {
-	return &Limiter{in: newInterceptor(c, domain, nil), descriptors: descriptors}
+	return NewLimiter(c, domain, descriptors)
+}
+
+// NewLimiter is Client.Limiter for any RateLimiter, such as a
+// clienttest.Fake.
+func NewLimiter(rl RateLimiter, domain string, descriptors func(ctx context.Context) []Descriptor) *Limiter {
+	return &Limiter{in: newInterceptor(rl, domain, nil), descriptors: descriptors}
 }
 
 // Limit returns nil when the call of ctx may proceed, and otherwise the

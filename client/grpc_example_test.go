@@ -67,8 +67,8 @@ func ExampleUnaryServerInterceptor() {
 		}
 	}
 	// Output:
-	// OK ["api_key";r=2;t=1200]
-	// OK ["api_key";r=1;t=2400]
+	// OK ["api_key";r=2;t=3600]
+	// OK ["api_key";r=1;t=3600]
 	// OK ["api_key";r=0;t=3600]
 	// ResourceExhausted retry in 20m0s
 }

@@ -29,10 +29,31 @@ type httpOptions struct {
 	ipv6Bits     int // the client IP's prefix length, IPv6
 	proxyHeader  string
 	route        bool
-	routeFunc    func(*http.Request) string
-	descriptors  func(*http.Request) []Descriptor
+	routeFunc    RouteFunc
+	descriptors  DescriptorFunc
 	xRateLimit   bool
 	logger       *slog.Logger
+	skip         func(*http.Request) bool
+	refused      func(http.ResponseWriter, *http.Request, Decision)
+	keyError     func(http.ResponseWriter, *http.Request, error)
+}
+
+// A RouteFunc returns the route of a request for WithRouteFunc, or an
+// error when it cannot tell: see HTTPMiddleware for what the middleware
+// then answers.
+type RouteFunc func(*http.Request) (string, error)
+
+// A DescriptorFunc returns descriptors of a request for
+// WithHTTPDescriptorFunc, or an error when it cannot build them (say, a
+// credential it cannot parse): see HTTPMiddleware for what the middleware
+// then answers.
+type DescriptorFunc func(*http.Request) ([]Descriptor, error)
+
+// Infallible adapts a function that always builds a request's descriptors
+// into a DescriptorFunc that never fails:
+// WithHTTPDescriptorFunc(Infallible(f)) is WithHTTPDescriptors(f).
+func Infallible(f func(*http.Request) []Descriptor) DescriptorFunc {
+	return func(r *http.Request) ([]Descriptor, error) { return f(r), nil }
 }
 
 // WithAPIKeyHeader adds the descriptor [api_key=<value of the header
@@ -95,6 +116,17 @@ func WithProxyHeader(name string) HTTPOption {
 // (mux.Handle("GET /items/{id}", mw(h))), or pass a route function that
 // normalises paths.
 func WithRoute(route func(*http.Request) string) HTTPOption {
+	if route == nil {
+		return WithRouteFunc(nil)
+	}
+	return WithRouteFunc(func(r *http.Request) (string, error) { return route(r), nil })
+}
+
+// WithRouteFunc is WithRoute with a route function that may fail: a
+// request whose route it cannot tell is answered as HTTPMiddleware says
+// (400 by default, see WithKeyErrorHandler), never let through
+// unlimited. nil means WithRoute's default.
+func WithRouteFunc(route RouteFunc) HTTPOption {
 	return func(o *httpOptions) {
 		o.route = true
 		o.routeFunc = route
@@ -108,7 +140,50 @@ func WithRoute(route func(*http.Request) string) HTTPOption {
 // middleware answer 500: keep keys to fixed names, and put what the
 // request carries in values.
 func WithHTTPDescriptors(f func(*http.Request) []Descriptor) HTTPOption {
+	if f == nil {
+		return WithHTTPDescriptorFunc(nil)
+	}
+	return WithHTTPDescriptorFunc(Infallible(f))
+}
+
+// WithHTTPDescriptorFunc is WithHTTPDescriptors with a function that may
+// fail, when it cannot attribute the request (a token it cannot parse, a
+// tenant it cannot find): the request is then answered as HTTPMiddleware
+// says (400 by default, see WithKeyErrorHandler), and never let through
+// unlimited, since a caller who could make the key fail would otherwise
+// escape every limit. Return no descriptors and a nil error for requests
+// that should go without.
+func WithHTTPDescriptorFunc(f DescriptorFunc) HTTPOption {
 	return func(o *httpOptions) { o.descriptors = f }
+}
+
+// WithKeyErrorHandler sets what the middleware answers when a RouteFunc
+// or DescriptorFunc fails: handle writes the answer (next is not called).
+// The default answers 400 Bad Request, with a plain-text body that does
+// not include err, and logs err with WithHTTPLogger at Warn. Such a
+// request is never passed on: a key function that means to let a request
+// through unlimited returns no descriptors and a nil error instead.
+func WithKeyErrorHandler(handle func(w http.ResponseWriter, r *http.Request, err error)) HTTPOption {
+	return func(o *httpOptions) { o.keyError = handle }
+}
+
+// WithSkip makes the middleware pass the requests for which skip returns
+// true straight to the next handler, without asking ratelimitd nor
+// sending rate-limit headers: health checks, internal callers, static
+// files.
+func WithSkip(skip func(*http.Request) bool) HTTPOption {
+	return func(o *httpOptions) { o.skip = skip }
+}
+
+// WithRefusalWriter sets how the middleware answers a request ratelimitd
+// refused (or the Client's refusal memory did): write is called instead
+// of WriteTooManyRequests, the default, and next is not. When it is
+// called, w's header already holds the decision's rate-limit headers
+// (and the X-RateLimit ones with WithXRateLimitHeaders) and Retry-After;
+// write sets the status and the body, and may change the headers. To add
+// to the default answer, call WriteTooManyRequests from write.
+func WithRefusalWriter(write func(w http.ResponseWriter, r *http.Request, d Decision)) HTTPOption {
+	return func(o *httpOptions) { o.refused = write }
 }
 
 // WithXRateLimitHeaders adds, to every decided answer, the legacy
@@ -126,9 +201,10 @@ func WithHTTPLogger(l *slog.Logger) HTTPOption {
 	return func(o *httpOptions) { o.logger = l }
 }
 
-// HTTPMiddleware returns net/http middleware that asks c, under the rules
-// of domain, whether each request may proceed, before calling the next
-// handler.
+// HTTPMiddleware returns net/http middleware that asks rl (a *Client, or
+// in tests a clienttest.Fake), under the rules of domain, whether each
+// request may proceed, before calling the next handler. Requests for
+// which WithSkip's function returns true go to the next handler unasked.
 //
 // # Descriptors
 //
@@ -136,8 +212,8 @@ func WithHTTPLogger(l *slog.Logger) HTTPOption {
 //
 //	[api_key=<header value>]             WithAPIKeyHeader
 //	[remote_address=<client network>]    WithClientIP, WithClientIPPrefix
-//	[path=<route>, method=<method>]      WithRoute
-//	...                                  WithHTTPDescriptors
+//	[path=<route>, method=<method>]      WithRoute, WithRouteFunc
+//	...                                  WithHTTPDescriptors, WithHTTPDescriptorFunc
 //
 // Values are sent whatever their bytes and length (see the package
 // documentation): a header or path that is not valid UTF-8 (such as
@@ -162,7 +238,8 @@ func WithHTTPLogger(l *slog.Logger) HTTPOption {
 //     (Decision.RetryAfter in seconds, rounded up, at least 1), and an
 //     application/problem+json body (RFC 9457) of type QuotaExceeded whose
 //     "violated-policies" lists the names of the limits over their
-//     budget. next is not called.
+//     budget (WriteTooManyRequests; WithRefusalWriter replaces it). next
+//     is not called.
 //   - ratelimitd failed: the Client's failure policy decides. Fail open
 //     (the default) calls next without rate-limit headers. Fail closed
 //     answers 503 Service Unavailable, with a plain-text body and no
@@ -182,11 +259,17 @@ func WithHTTPLogger(l *slog.Logger) HTTPOption {
 //     it.
 //   - The request's context ended before ratelimitd answered: 503, and
 //     next is not called.
+//   - A RouteFunc or DescriptorFunc failed: the request cannot be
+//     attributed, so it is not counted, and it is not let through either
+//     (a caller able to make the key fail would escape every limit): 400
+//     Bad Request by default, as the request is what the function could
+//     not read; WithKeyErrorHandler changes the answer. ratelimitd is not
+//     asked.
 //
 // HTTPMiddleware panics when given prefix lengths out of range (see
 // WithClientIPPrefix). The middleware is safe for concurrent use by
 // multiple goroutines.
-func HTTPMiddleware(c *Client, domain string, opts ...HTTPOption) func(http.Handler) http.Handler {
+func HTTPMiddleware(rl RateLimiter, domain string, opts ...HTTPOption) func(http.Handler) http.Handler {
 	o := httpOptions{proxyHeader: "X-Forwarded-For", ipv4Bits: 32, ipv6Bits: 64}
 	for _, opt := range opts {
 		opt(&o)
@@ -203,14 +286,28 @@ func HTTPMiddleware(c *Client, domain string, opts ...HTTPOption) func(http.Hand
 	if o.logger == nil {
 		o.logger = slog.New(slog.DiscardHandler)
 	}
+	if o.refused == nil {
+		o.refused = WriteTooManyRequests
+	}
+	if o.keyError == nil {
+		o.keyError = o.badRequest
+	}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			ds := o.requestDescriptors(r)
+			if o.skip != nil && o.skip(r) {
+				next.ServeHTTP(w, r)
+				return
+			}
+			ds, err := o.requestDescriptors(r)
+			if err != nil {
+				o.keyError(w, r, err)
+				return
+			}
 			if len(ds) == 0 {
 				next.ServeHTTP(w, r)
 				return
 			}
-			d, err := c.ShouldRateLimit(r.Context(), domain, ds...)
+			d, err := rl.ShouldRateLimit(r.Context(), domain, ds...)
 			if err != nil {
 				if status.Code(err) == codes.InvalidArgument {
 					o.logger.ErrorContext(r.Context(), "rate limit request malformed",
@@ -239,13 +336,21 @@ func HTTPMiddleware(c *Client, domain string, opts ...HTTPOption) func(http.Hand
 				next.ServeHTTP(w, r)
 				return
 			}
-			httpWriteRefusal(w, d)
+			h.Set("Retry-After", strconv.FormatInt(max(seconds(d.RetryAfter), 1), 10))
+			o.refused(w, r, d)
 		})
 	}
 }
 
-// requestDescriptors returns r's descriptors.
-func (o *httpOptions) requestDescriptors(r *http.Request) []Descriptor {
+// badRequest is the default key error handler: 400, logged at Warn.
+func (o *httpOptions) badRequest(w http.ResponseWriter, r *http.Request, err error) {
+	o.logger.WarnContext(r.Context(), "rate limit key function failed", "err", err)
+	http.Error(w, "rate limit: cannot attribute the request", http.StatusBadRequest)
+}
+
+// requestDescriptors returns r's descriptors, or the error of a key
+// function.
+func (o *httpOptions) requestDescriptors(r *http.Request) ([]Descriptor, error) {
 	var ds []Descriptor
 	if o.apiKeyHeader != "" {
 		if v := r.Header.Get(o.apiKeyHeader); v != "" {
@@ -258,12 +363,20 @@ func (o *httpOptions) requestDescriptors(r *http.Request) []Descriptor {
 		}
 	}
 	if o.route {
-		ds = append(ds, D("path", o.routeFunc(r), "method", r.Method))
+		route, err := o.routeFunc(r)
+		if err != nil {
+			return nil, fmt.Errorf("client: route of %s %s: %w", r.Method, r.URL.Path, err)
+		}
+		ds = append(ds, D("path", route, "method", r.Method))
 	}
 	if o.descriptors != nil {
-		ds = append(ds, o.descriptors(r)...)
+		more, err := o.descriptors(r)
+		if err != nil {
+			return nil, fmt.Errorf("client: descriptors of %s %s: %w", r.Method, r.URL.Path, err)
+		}
+		ds = append(ds, more...)
 	}
-	return ds
+	return ds, nil
 }
 
 // network returns the network of ip (valid, zone-less and unmapped, as
@@ -281,11 +394,11 @@ func (o *httpOptions) network(ip netip.Addr) string {
 }
 
 // httpDefaultRoute is r.Pattern when set, else r.URL.Path.
-func httpDefaultRoute(r *http.Request) string {
+func httpDefaultRoute(r *http.Request) (string, error) {
 	if r.Pattern != "" {
-		return r.Pattern
+		return r.Pattern, nil
 	}
-	return r.URL.Path
+	return r.URL.Path, nil
 }
 
 // httpSetXRateLimit sets the X-RateLimit headers of the tightest limit of sts.
@@ -325,8 +438,13 @@ type httpProblem struct {
 	ViolatedPolicies []string `json:"violated-policies,omitempty"`
 }
 
-// httpWriteRefusal answers a refusal: 429, Retry-After, problem+json.
-func httpWriteRefusal(w http.ResponseWriter, d Decision) {
+// WriteTooManyRequests writes HTTPMiddleware's default answer to a
+// refused request: 429 Too Many Requests, Retry-After (d.RetryAfter in
+// seconds, rounded up, at least 1), and an application/problem+json body
+// (RFC 9457) of type QuotaExceeded whose "violated-policies" lists the
+// names of d's limits over their budget. A WithRefusalWriter function may
+// call it to keep that answer and add to it.
+func WriteTooManyRequests(w http.ResponseWriter, _ *http.Request, d Decision) {
 	retry := max(seconds(d.RetryAfter), 1)
 	p := httpProblem{
 		Type:   QuotaExceeded,

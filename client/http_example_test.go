@@ -11,7 +11,7 @@ import (
 )
 
 // HTTPMiddleware keys requests by their X-API-Key header: each key may
-// make 3 requests at once, then one every 20 minutes (exampleRules).
+// make 3 requests an hour (the stand-in of ratelimitd in these examples).
 func ExampleHTTPMiddleware() {
 	conn, stop := ratelimitd()
 	defer stop()
@@ -34,8 +34,8 @@ func ExampleHTTPMiddleware() {
 		}
 	}
 	// Output:
-	// 200 "api_key";r=2;t=1200
-	// 200 "api_key";r=1;t=2400
+	// 200 "api_key";r=2;t=3600
+	// 200 "api_key";r=1;t=3600
 	// 200 "api_key";r=0;t=3600
 	// 429 "api_key";r=0;t=3600 1200
 	// application/problem+json {"type":"https://iana.org/assignments/http-problem-types#quota-exceeded","title":"Request cannot be satisfied as assigned quota has been exceeded","status":429,"detail":"Too many requests; retry in 1200 s.","violated-policies":["api_key"]}

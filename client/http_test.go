@@ -2,353 +2,252 @@ package client_test
 
 import (
 	"context"
-	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"net/netip"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/testing/protocmp"
 
 	"github.com/ratelimitd/ratelimitd/client"
+	ratelimitv1 "github.com/ratelimitd/ratelimitd/gen/ratelimit/v1"
 )
 
-// httpRules are the HTTP tests' rate limits.
-const httpRules = `
-domain: web
-descriptors:
-  - key: api_key
-    rate_limit: {algorithm: fixed_window, unit: minute, requests_per_unit: 2}
-  - key: remote_address
-    rate_limit: {algorithm: fixed_window, unit: minute, requests_per_unit: 1}
-  - key: path
-    value: /login
-    descriptors:
-      - key: method
-        value: POST
-        rate_limit: {name: login, algorithm: fixed_window, unit: minute, requests_per_unit: 1}
-  - key: path
-    value: "GET /items/{id}"
-    descriptors:
-      - key: method
-        rate_limit: {name: items, algorithm: fixed_window, unit: minute, requests_per_unit: 1}
-`
-
-// newHTTPHarness is newHarness with httpRules.
-func newHTTPHarness(t *testing.T) *harness { return newHarnessRules(t, httpRules) }
-
-// next is a handler that counts its calls and answers 200 "ok".
-type next struct{ calls int }
-
-func (n *next) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
-	n.calls++
-	io.WriteString(w, "ok")
-}
-
-// serve runs one request through h and returns the response.
-func serve(h http.Handler, r *http.Request) *http.Response {
-	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, r)
-	return rec.Result()
-}
-
-func request(method, target, remote string, header ...string) *http.Request {
-	r := httptest.NewRequest(method, target, nil)
-	r.RemoteAddr = remote
-	for i := 0; i+1 < len(header); i += 2 {
-		r.Header.Add(header[i], header[i+1])
-	}
-	return r
-}
-
-// problem is the 429 body.
-type problem struct {
-	Type             string   `json:"type"`
-	Title            string   `json:"title"`
-	Status           int      `json:"status"`
-	Detail           string   `json:"detail"`
-	ViolatedPolicies []string `json:"violated-policies"`
-}
-
-func readProblem(t *testing.T, resp *http.Response) problem {
-	t.Helper()
-	if got, want := resp.Header.Get("Content-Type"), "application/problem+json"; got != want {
-		t.Errorf("Content-Type = %q, want %q", got, want)
-	}
-	var p problem
-	dec := json.NewDecoder(resp.Body)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&p); err != nil {
-		t.Fatalf("decoding the problem body: %v", err)
-	}
-	return p
-}
-
-func wantHeaders(t *testing.T, step string, resp *http.Response, want map[string]string) {
-	t.Helper()
-	for name, v := range want {
-		if got := resp.Header.Values(name); v == "" && len(got) != 0 || v != "" && (len(got) != 1 || got[0] != v) {
-			t.Errorf("%s: header %s = %q, want %q", step, name, got, v)
-		}
-	}
-}
-
-// TestHTTPAllowedRefused: with the default descriptors (client IP, route
-// and method), an allowed request passes with the IETF headers; a refused
-// one gets 429, Retry-After and a quota-exceeded problem, and next is not
-// called; a locally remembered refusal is answered the same way.
+// TestHTTPAllowedRefused: against the scripted server, an allowed request
+// passes with ratelimitd's headers (and X-RateLimit ones when asked); a
+// refused one gets 429, Retry-After and a quota-exceeded problem, and
+// next is not called.
 func TestHTTPAllowedRefused(t *testing.T) {
-	h := newHTTPHarness(t)
+	f := &fakeRLS{limit: 1}
+	c := client.New(newFakeRLS(t, f), client.WithTimeout(0))
 	n := &next{}
-	mw := client.HTTPMiddleware(h.client(), "web")(n)
-	h.at(15 * time.Second)
-
-	resp := serve(mw, request("POST", "/login", "192.0.2.1:1234"))
-	if resp.StatusCode != http.StatusOK || n.calls != 1 {
-		t.Fatalf("first request: status %d, next called %d times; want 200, 1", resp.StatusCode, n.calls)
+	mw := client.HTTPMiddleware(c, "web", client.WithAPIKeyHeader("X-API-Key"), client.WithXRateLimitHeaders())(n)
+	resp := serve(mw, request("GET", "/", "192.0.2.1:1", "X-API-Key", "k1"))
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("first request: status %d, want 200", resp.StatusCode)
 	}
 	wantHeaders(t, "allowed", resp, map[string]string{
-		"RateLimit-Policy":  `"remote_address";q=1;w=60, "login";q=1;w=60`,
-		"RateLimit":         `"remote_address";r=0;t=45, "login";r=0;t=45`,
-		"Retry-After":       "",
-		"X-RateLimit-Limit": "",
+		"RateLimit-Policy": `"api_key";q=1;w=3600`, "RateLimit": `"api_key";r=0;t=3600`, "Retry-After": "",
+		"X-RateLimit-Limit": "1", "X-RateLimit-Remaining": "0",
 	})
-
-	for i, wantLocal := range []bool{false, true} {
-		rpcs := h.rpcs.Load()
-		resp = serve(mw, request("POST", "/login", "192.0.2.1:1234"))
-		if resp.StatusCode != http.StatusTooManyRequests || n.calls != 1 {
-			t.Fatalf("refused %d: status %d, next called %d times; want 429, 1", i, resp.StatusCode, n.calls)
+	for _, step := range []string{"refused", "refused locally"} {
+		resp = serve(mw, request("GET", "/", "192.0.2.1:1", "X-API-Key", "k1"))
+		if resp.StatusCode != http.StatusTooManyRequests {
+			t.Fatalf("%s: status %d, want 429", step, resp.StatusCode)
 		}
-		if local := h.rpcs.Load() == rpcs; local != wantLocal {
-			t.Errorf("refused %d: decided locally %v, want %v", i, local, wantLocal)
-		}
-		wantHeaders(t, "refused", resp, map[string]string{
-			"RateLimit-Policy": `"remote_address";q=1;w=60, "login";q=1;w=60`,
-			"RateLimit":        `"remote_address";r=0;t=45, "login";r=0;t=45`,
-			"Retry-After":      "45",
-		})
-		got := readProblem(t, resp)
-		want := problem{
-			Type:             "https://iana.org/assignments/http-problem-types#quota-exceeded",
-			Title:            "Request cannot be satisfied as assigned quota has been exceeded",
-			Status:           429,
-			Detail:           "Too many requests; retry in 45 s.",
-			ViolatedPolicies: []string{"remote_address", "login"},
-		}
-		if diff := cmp.Diff(want, got); diff != "" {
-			t.Errorf("refused %d: problem mismatch (-want +got):\n%s", i, diff)
+		wantHeaders(t, step, resp, map[string]string{"Retry-After": "3600", "RateLimit": `"api_key";r=0;t=3600`})
+		p := readProblem(t, resp)
+		want := problem{Type: client.QuotaExceeded, Title: "Request cannot be satisfied as assigned quota has been exceeded",
+			Status: 429, Detail: "Too many requests; retry in 3600 s.", ViolatedPolicies: []string{"api_key"}}
+		if diff := cmp.Diff(want, p); diff != "" {
+			t.Errorf("%s: problem mismatch (-want +got):\n%s", step, diff)
 		}
 	}
-
-	// Another client, another route: its own counters.
-	resp = serve(mw, request("GET", "/search", "192.0.2.2:1234"))
-	if resp.StatusCode != http.StatusOK || n.calls != 2 {
-		t.Errorf("other client: status %d, next called %d times; want 200, 2", resp.StatusCode, n.calls)
+	if n.calls != 1 {
+		t.Errorf("next called %d times, want 1", n.calls)
 	}
-	wantHeaders(t, "other client", resp, map[string]string{
-		"RateLimit-Policy": `"remote_address";q=1;w=60`,
-		"RateLimit":        `"remote_address";r=0;t=45`,
-	})
-}
-
-// TestHTTPRetryAfterRoundsUp: Retry-After is whole seconds, rounded up.
-func TestHTTPRetryAfterRoundsUp(t *testing.T) {
-	h := newHTTPHarness(t)
-	mw := client.HTTPMiddleware(h.client(client.WithRefusalCache(0)), "web", client.WithClientIP())(&next{})
-	h.at(59*time.Second + 100*time.Millisecond)
-	serve(mw, request("GET", "/", "192.0.2.1:1"))
-	resp := serve(mw, request("GET", "/", "192.0.2.1:1"))
-	wantHeaders(t, "refused", resp, map[string]string{"Retry-After": "1"})
-}
-
-// TestHTTPXRateLimit: WithXRateLimitHeaders adds the legacy headers of the
-// tightest limit, allowed or refused.
-func TestHTTPXRateLimit(t *testing.T) {
-	h := newHTTPHarness(t)
-	n := &next{}
-	mw := client.HTTPMiddleware(h.client(), "web",
-		client.WithAPIKeyHeader("X-API-Key"), client.WithXRateLimitHeaders())(n)
-	h.at(10*time.Second + 500*time.Millisecond)
-	for i, want := range []struct {
-		status    int
-		remaining string
-	}{{200, "1"}, {200, "0"}, {429, "0"}} {
-		resp := serve(mw, request("GET", "/", "192.0.2.1:1", "X-API-Key", "k1"))
-		if resp.StatusCode != want.status {
-			t.Errorf("request %d: status %d, want %d", i, resp.StatusCode, want.status)
-		}
-		wantHeaders(t, "X-RateLimit", resp, map[string]string{
-			"X-RateLimit-Limit":     "2",
-			"X-RateLimit-Remaining": want.remaining,
-			"X-RateLimit-Reset":     "50",
-			"RateLimit-Policy":      `"api_key";q=2;w=60`,
-		})
+	if c.LocalRefusals() != 1 {
+		t.Errorf("LocalRefusals() = %d, want 1", c.LocalRefusals())
 	}
 }
 
-// TestHTTPAPIKey: each API key has its own counter; a request without one
-// has no descriptor and passes without asking ratelimitd.
-func TestHTTPAPIKey(t *testing.T) {
-	h := newHTTPHarness(t)
-	n := &next{}
-	mw := client.HTTPMiddleware(h.client(), "web", client.WithAPIKeyHeader("X-API-Key"))(n)
-	steps := []struct {
-		key        string
-		wantStatus int
-	}{{"k1", 200}, {"k1", 200}, {"k1", 429}, {"k2", 200}, {"", 200}, {"", 200}}
-	for i, st := range steps {
-		rpcs := h.rpcs.Load()
-		r := request("GET", "/", "192.0.2.1:1")
-		if st.key != "" {
-			r.Header.Set("X-API-Key", st.key)
-		}
-		resp := serve(mw, r)
-		if resp.StatusCode != st.wantStatus {
-			t.Errorf("step %d (key %q): status %d, want %d", i, st.key, resp.StatusCode, st.wantStatus)
-		}
-		if st.key == "" {
-			if h.rpcs.Load() != rpcs || resp.Header.Get("RateLimit") != "" {
-				t.Errorf("step %d: no key, but ratelimitd was asked (headers %v)", i, resp.Header)
-			}
-		}
-	}
-	if n.calls != 5 {
-		t.Errorf("next called %d times, want 5", n.calls)
-	}
-}
-
-// TestHTTPClientIP: the middleware keys by ClientIP: an untrusted peer by
-// itself, whatever X-Forwarded-For says; a trusted proxy's clients each by
-// the address the proxy reports.
-func TestHTTPClientIP(t *testing.T) {
-	h := newHTTPHarness(t)
-	mw := client.HTTPMiddleware(h.client(), "web",
-		client.WithClientIP(netip.MustParsePrefix("10.0.0.0/8")))(&next{})
-	steps := []struct {
-		remote, xff string
-		wantStatus  int
-	}{
-		{"10.0.0.1:1", "203.0.113.7, 10.0.0.2", 200},
-		{"10.0.0.3:1", "203.0.113.8", 200},  // another client, same proxies
-		{"10.0.0.1:1", "203.0.113.7", 429},  // same client, other proxy path
-		{"192.0.2.9:1", "203.0.113.9", 200}, // untrusted: keyed by the peer
-		{"192.0.2.9:1", "203.0.113.10", 429},
-	}
-	for i, st := range steps {
-		resp := serve(mw, request("GET", "/", st.remote, "X-Forwarded-For", st.xff))
-		if resp.StatusCode != st.wantStatus {
-			t.Errorf("step %d: peer %s, X-Forwarded-For %q: status %d, want %d", i, st.remote, st.xff, resp.StatusCode, st.wantStatus)
-		}
-	}
-}
-
-// TestHTTPPattern: inside a ServeMux, the default route is the matched
-// pattern, so /items/1 and /items/2 share the items limit.
-func TestHTTPPattern(t *testing.T) {
-	h := newHTTPHarness(t)
-	mw := client.HTTPMiddleware(h.client(), "web", client.WithRoute(nil))
+// TestHTTPDefaultDescriptors: without options, a request is keyed by its
+// client's address and by route and method; the route is r.Pattern when
+// the mux set it.
+func TestHTTPDefaultDescriptors(t *testing.T) {
+	f := &fakeRLS{}
+	c := client.New(newFakeRLS(t, f), client.WithTimeout(0))
 	mux := http.NewServeMux()
-	mux.Handle("GET /items/{id}", mw(&next{}))
-	for i, want := range []int{200, 429} {
-		resp := serve(mux, request("GET", "/items/"+string(rune('1'+i)), "192.0.2.1:1"))
-		if resp.StatusCode != want {
-			t.Errorf("GET /items/%d: status %d, want %d", i+1, resp.StatusCode, want)
-		}
+	mux.Handle("GET /items/{id}", client.HTTPMiddleware(c, "web")(&next{}))
+	serve(mux, request("GET", "/items/7", "192.0.2.1:1"))
+	serve(client.HTTPMiddleware(c, "web")(&next{}), request("POST", "/login", "192.0.2.1:1"))
+	want := [][]*ratelimitv1.Descriptor{{
+		{Entries: []*ratelimitv1.Entry{{Key: "remote_address", Value: "192.0.2.1"}}},
+		{Entries: []*ratelimitv1.Entry{{Key: "path", Value: "GET /items/{id}"}, {Key: "method", Value: "GET"}}},
+	}, {
+		{Entries: []*ratelimitv1.Entry{{Key: "remote_address", Value: "192.0.2.1"}}},
+		{Entries: []*ratelimitv1.Entry{{Key: "path", Value: "/login"}, {Key: "method", Value: "POST"}}},
+	}}
+	var got [][]*ratelimitv1.Descriptor
+	for _, r := range f.requests() {
+		got = append(got, r.GetDescriptors())
+	}
+	if diff := cmp.Diff(want, got, protocmp.Transform()); diff != "" {
+		t.Errorf("descriptors sent mismatch (-want +got):\n%s", diff)
 	}
 }
 
-// TestHTTPFailurePolicy: with ratelimitd stopped, the Client's policy
-// decides: fail open calls next, fail closed answers 503.
-func TestHTTPFailurePolicy(t *testing.T) {
+// TestHTTPFailures: failing closed answers 503 without Retry-After,
+// failing open passes; a malformed descriptor answers 500 whatever the
+// policy; a request whose context ended answers 503; none calls next but
+// the fail-open one.
+func TestHTTPFailures(t *testing.T) {
+	f := &fakeRLS{}
+	conn := newFakeRLS(t, f)
+	unavailable := status.Error(codes.Unavailable, "down")
+	f.fail.Store(&unavailable)
+	canceled, cancel := context.WithCancel(t.Context())
+	cancel()
 	for _, tc := range []struct {
-		name       string
-		opts       []client.Option
-		wantStatus int
-		wantCalls  int
+		name string
+		opts []client.Option
+		ds   []client.Descriptor
+		ctx  context.Context
+		want int
 	}{
-		{"open", nil, 200, 1},
-		{"closed", []client.Option{client.WithFailClosed()}, 503, 0},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			h := newHTTPHarness(t)
-			n := &next{}
-			c := h.client(append(tc.opts, client.WithTimeout(30*time.Millisecond))...)
-			mw := client.HTTPMiddleware(c, "web")(n)
-			serve(mw, request("GET", "/", "192.0.2.200:1")) // connected
-			n.calls = 0
-			h.stop()
-			resp := serve(mw, request("GET", "/", "192.0.2.1:1"))
-			if resp.StatusCode != tc.wantStatus || n.calls != tc.wantCalls {
-				t.Errorf("status %d, next called %d times; want %d, %d", resp.StatusCode, n.calls, tc.wantStatus, tc.wantCalls)
-			}
-			if resp.Header.Get("RateLimit") != "" || resp.Header.Get("Retry-After") != "" {
-				t.Errorf("rate-limit headers %v, want none", resp.Header)
-			}
-		})
-	}
-}
-
-// TestHTTPMalformed: a malformed request, or one over ratelimitd's bounds,
-// built from the middleware's own configuration answers 500 with a plain
-// body, even when ratelimitd is stopped and the Client fails open.
-func TestHTTPMalformed(t *testing.T) {
-	h := newHTTPHarness(t)
-	c := h.client()
-	h.stop()
-	bad := func(ds ...client.Descriptor) client.HTTPOption {
-		return client.WithHTTPDescriptors(func(*http.Request) []client.Descriptor { return ds })
-	}
-	for _, tc := range []struct {
-		name   string
-		domain string
-		opts   []client.HTTPOption
-	}{
-		{"empty key", "web", []client.HTTPOption{bad(client.D("", "x"))}},
-		{"key not UTF-8", "web", []client.HTTPOption{bad(client.D("k\xff", "x"))}},
-		{"too many entries", "web", []client.HTTPOption{bad(client.Descriptor{Entries: make33()})}},
-		{"too many descriptors", "web", []client.HTTPOption{bad(make65()...)}},
-		{"empty domain", "", nil},
+		{"fail open", nil, nil, t.Context(), http.StatusOK},
+		{"fail closed", []client.Option{client.WithFailClosed()}, nil, t.Context(), http.StatusServiceUnavailable},
+		{"malformed", nil, []client.Descriptor{client.D("", "v")}, t.Context(), http.StatusInternalServerError},
+		{"context ended", nil, nil, canceled, http.StatusServiceUnavailable},
 	} {
 		n := &next{}
-		resp := serve(client.HTTPMiddleware(c, tc.domain, tc.opts...)(n), request("GET", "/", "192.0.2.1:1"))
-		if resp.StatusCode != http.StatusInternalServerError || n.calls != 0 {
-			t.Errorf("%s: status %d, next called %d times; want 500, 0", tc.name, resp.StatusCode, n.calls)
+		mw := client.HTTPMiddleware(client.New(conn, tc.opts...), "web",
+			client.WithHTTPDescriptors(func(*http.Request) []client.Descriptor {
+				return append([]client.Descriptor{client.D("k", "v")}, tc.ds...)
+			}))(n)
+		resp := serve(mw, request("GET", "/", "192.0.2.1:1").WithContext(tc.ctx))
+		if resp.StatusCode != tc.want || (n.calls == 1) != (tc.want == http.StatusOK) {
+			t.Errorf("%s: status %d, next called %d times; want %d", tc.name, resp.StatusCode, n.calls, tc.want)
 		}
-		if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/plain") {
-			t.Errorf("%s: Content-Type %q, want text/plain", tc.name, ct)
-		}
+		wantHeaders(t, tc.name, resp, map[string]string{"Retry-After": ""})
 	}
 }
 
-// TestHTTPContextEnded: a request whose context has ended is answered 503
-// without calling next.
-func TestHTTPContextEnded(t *testing.T) {
-	h := newHTTPHarness(t)
+// TestHTTPSkip: a skipped request goes to next without asking ratelimitd
+// and without rate-limit headers; the others are asked.
+func TestHTTPSkip(t *testing.T) {
+	f := &fakeRLS{limit: 1}
+	c := client.New(newFakeRLS(t, f), client.WithTimeout(0))
 	n := &next{}
-	mw := client.HTTPMiddleware(h.client(), "web")(n)
-	ctx, cancel := context.WithCancel(t.Context())
-	cancel()
-	resp := serve(mw, request("GET", "/", "192.0.2.1:1").WithContext(ctx))
-	if resp.StatusCode != http.StatusServiceUnavailable || n.calls != 0 {
-		t.Errorf("status %d, next called %d times; want 503, 0", resp.StatusCode, n.calls)
+	mw := client.HTTPMiddleware(c, "web", client.WithClientIP(),
+		client.WithSkip(func(r *http.Request) bool { return r.URL.Path == "/healthz" }))(n)
+	for range 3 {
+		resp := serve(mw, request("GET", "/healthz", "192.0.2.1:1"))
+		if resp.StatusCode != http.StatusOK || resp.Header.Get("RateLimit") != "" {
+			t.Errorf("skipped request: status %d, RateLimit %q; want 200 without headers", resp.StatusCode, resp.Header.Get("RateLimit"))
+		}
+	}
+	if got := f.rpcs(); got != 0 {
+		t.Errorf("%d RPCs for skipped requests, want 0", got)
+	}
+	serve(mw, request("GET", "/", "192.0.2.1:1"))
+	if resp := serve(mw, request("GET", "/", "192.0.2.1:1")); resp.StatusCode != http.StatusTooManyRequests {
+		t.Errorf("request not skipped: status %d, want 429", resp.StatusCode)
+	}
+	if n.calls != 4 {
+		t.Errorf("next called %d times, want 4", n.calls)
 	}
 }
 
-// TestHTTPDescriptors: the caller's descriptors are sent after the others.
-func TestHTTPDescriptors(t *testing.T) {
-	h := newHTTPHarness(t)
-	mw := client.HTTPMiddleware(h.client(), "web",
-		client.WithHTTPDescriptors(func(r *http.Request) []client.Descriptor {
-			return []client.Descriptor{client.D("api_key", r.URL.Query().Get("key"))}
+// TestHTTPRefusalWriter: WithRefusalWriter writes refusals, given the
+// decision, with the rate-limit headers and Retry-After already set; it
+// may call WriteTooManyRequests to keep the default answer.
+func TestHTTPRefusalWriter(t *testing.T) {
+	f := &fakeRLS{limit: 1}
+	c := client.New(newFakeRLS(t, f), client.WithTimeout(0))
+	var got client.Decision
+	mw := client.HTTPMiddleware(c, "web", client.WithClientIP(),
+		client.WithRefusalWriter(func(w http.ResponseWriter, r *http.Request, d client.Decision) {
+			got = d
+			if r.URL.Path == "/default" {
+				w.Header().Set("X-Refused-By", "test")
+				client.WriteTooManyRequests(w, r, d)
+				return
+			}
+			w.Header().Set("Content-Type", "text/plain")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			io.WriteString(w, "slow down")
 		}))(&next{})
-	resp := serve(mw, request("GET", "/?key=q1", "192.0.2.1:1"))
-	wantHeaders(t, "custom", resp, map[string]string{"RateLimit": `"api_key";r=1;t=60`})
+	serve(mw, request("GET", "/", "192.0.2.1:1"))
+	resp := serve(mw, request("GET", "/", "192.0.2.1:1"))
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusServiceUnavailable || string(body) != "slow down" {
+		t.Errorf("refused: %d %q, want the writer's 503 \"slow down\"", resp.StatusCode, body)
+	}
+	wantHeaders(t, "custom refusal", resp, map[string]string{"Retry-After": "3600", "RateLimit": `"remote_address";r=0;t=3600`})
+	if got.Allowed || got.RetryAfter != time.Hour {
+		t.Errorf("writer given %+v, want the refusal", got)
+	}
+	resp = serve(mw, request("GET", "/default", "192.0.2.1:1"))
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("X-Refused-By") != "test" {
+		t.Errorf("default kept: status %d, X-Refused-By %q; want 429, test", resp.StatusCode, resp.Header.Get("X-Refused-By"))
+	}
+	readProblem(t, resp)
 }
 
+// TestHTTPKeyErrors: a route or descriptor function that fails answers
+// 400 without asking ratelimitd nor calling next, by default, and what
+// WithKeyErrorHandler writes otherwise; the infallible forms still work.
+func TestHTTPKeyErrors(t *testing.T) {
+	f := &fakeRLS{}
+	c := client.New(newFakeRLS(t, f), client.WithTimeout(0))
+	errNoTenant := errors.New("no tenant")
+	descs := func(r *http.Request) ([]client.Descriptor, error) {
+		if tenant := r.Header.Get("X-Tenant"); tenant != "" {
+			return []client.Descriptor{client.D("tenant", tenant)}, nil
+		}
+		return nil, errNoTenant
+	}
+	route := func(r *http.Request) (string, error) {
+		if strings.HasPrefix(r.URL.Path, "/api/") {
+			return "/api/*", nil
+		}
+		return "", errors.New("unknown route")
+	}
+	for _, tc := range []struct {
+		name string
+		opt  client.HTTPOption
+		path string
+	}{
+		{"descriptors", client.WithHTTPDescriptorFunc(descs), "/api/x"},
+		{"route", client.WithRouteFunc(route), "/other"},
+	} {
+		n := &next{}
+		resp := serve(client.HTTPMiddleware(c, "web", tc.opt)(n), request("GET", tc.path, "192.0.2.1:1"))
+		body, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusBadRequest || n.calls != 0 || strings.Contains(string(body), "unknown route") || strings.Contains(string(body), "no tenant") {
+			t.Errorf("%s failing: %d %q, next called %d times; want 400 without the error's text, next not called", tc.name, resp.StatusCode, body, n.calls)
+		}
+	}
+	if got := f.rpcs(); got != 0 {
+		t.Errorf("%d RPCs for requests that could not be attributed, want 0", got)
+	}
+
+	var handled error
+	n := &next{}
+	mw := client.HTTPMiddleware(c, "web", client.WithHTTPDescriptorFunc(descs), client.WithRouteFunc(route),
+		client.WithKeyErrorHandler(func(w http.ResponseWriter, _ *http.Request, err error) {
+			handled = err
+			http.Error(w, "who are you?", http.StatusUnauthorized)
+		}))(n)
+	if resp := serve(mw, request("GET", "/api/x", "192.0.2.1:1")); resp.StatusCode != http.StatusUnauthorized || !errors.Is(handled, errNoTenant) {
+		t.Errorf("handler: status %d, handled %v; want 401, the function's error", resp.StatusCode, handled)
+	}
+	if resp := serve(mw, request("GET", "/api/x", "192.0.2.1:1", "X-Tenant", "acme")); resp.StatusCode != http.StatusOK || n.calls != 1 {
+		t.Errorf("attributed request: status %d, want 200", resp.StatusCode)
+	}
+	want := []*ratelimitv1.Descriptor{
+		{Entries: []*ratelimitv1.Entry{{Key: "path", Value: "/api/*"}, {Key: "method", Value: "GET"}}},
+		{Entries: []*ratelimitv1.Entry{{Key: "tenant", Value: "acme"}}},
+	}
+	if diff := cmp.Diff(want, f.requests()[0].GetDescriptors(), protocmp.Transform()); diff != "" {
+		t.Errorf("descriptors sent mismatch (-want +got):\n%s", diff)
+	}
+
+	// Infallible adapts the old form.
+	ds, err := client.Infallible(func(*http.Request) []client.Descriptor { return []client.Descriptor{client.D("a", "b")} })(request("GET", "/", "192.0.2.1:1"))
+	if err != nil || len(ds) != 1 || ds[0].Entries[0].Key != "a" {
+		t.Errorf("Infallible(f)(r) = %v, %v; want f's descriptors, nil", ds, err)
+	}
+}
+
+// trusted are the proxies of the ClientIP tests.
 var trusted = []netip.Prefix{
 	netip.MustParsePrefix("10.0.0.0/8"),
 	netip.MustParsePrefix("2001:db8:ffff::/48"),

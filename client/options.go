@@ -1,6 +1,10 @@
 package client
 
-import "time"
+import (
+	"context"
+	"log/slog"
+	"time"
+)
 
 // Defaults of the options.
 const (
@@ -23,6 +27,8 @@ type options struct {
 	refusalAge  time.Duration
 	refusalSize int
 	now         func() time.Time
+	logger      *slog.Logger // nil: slog.Default() when logging
+	hook        func(context.Context, Observation)
 }
 
 var defaults = options{
@@ -61,4 +67,33 @@ func WithRefusalCache(maxAge time.Duration) Option {
 // DefaultRefusalCacheSize.
 func WithRefusalCacheSize(n int) Option {
 	return func(o *options) { o.refusalSize = n }
+}
+
+// WithClock makes the Client read the time from now, for its refusal
+// memory (when a remembered refusal expires, and how far its durations
+// have counted down), instead of time.Now: for tests that drive a manual
+// clock, such as one shared with an in-process ratelimitd. Durations
+// reported to WithDecisionHook are measured on the real clock.
+func WithClock(now func() time.Time) Option {
+	return func(o *options) { o.now = now }
+}
+
+// WithLogger sets the logger of the Client's warnings: when ratelimitd
+// does not implement the native API (see ShouldRateLimit), it logs one
+// error, once per Client. nil, the default, logs to slog.Default() as it
+// is when the warning is logged.
+func WithLogger(l *slog.Logger) Option {
+	return func(o *options) { o.logger = l }
+}
+
+// WithDecisionHook makes the Client call hook after every ShouldRateLimit
+// call, whoever decided (ratelimitd, the refusal memory, or the failure
+// policy), and for calls that fail (a malformed request, ctx ended): to
+// count decisions, failures and fail-open answers in metrics, or log
+// them. hook runs synchronously on the caller's goroutine, with the
+// caller's ctx, before ShouldRateLimit returns: it must be quick, and
+// safe for concurrent use. Observation.Descriptors is the caller's slice:
+// hook must neither modify nor keep it.
+func WithDecisionHook(hook func(ctx context.Context, o Observation)) Option {
+	return func(o *options) { o.hook = hook }
 }

@@ -261,12 +261,12 @@ func (r *refusals) len() int {
 }
 
 // refusalKey appends to buf an unambiguous encoding of a request: every
-// string is length-prefixed, and hits are encoded as sent (0 for a check
-// only, otherwise at least 1). A value over maxValue bytes is encoded as
-// ratelimitd counts it, by its SHA-256 digest, after the prefix
-// maxValue+1, which no other value has: a remembered refusal then holds at
-// most a few KiB per descriptor, however long the headers a flood of
-// refused requests carries.
+// string is length-prefixed, hits are encoded as sent (0 for a check
+// only, otherwise at least 1), and then the limit override, if any. A
+// value over maxValue bytes is encoded as ratelimitd counts it, by its
+// SHA-256 digest, after the prefix maxValue+1, which no other value has:
+// a remembered refusal then holds at most a few KiB per descriptor,
+// however long the headers a flood of refused requests carries.
 func refusalKey(buf []byte, domain string, descriptors []Descriptor) []byte {
 	buf = appendString(buf, domain)
 	for _, d := range descriptors {
@@ -286,6 +286,13 @@ func refusalKey(buf []byte, domain string, descriptors []Descriptor) []byte {
 			hits = 0
 		}
 		buf = binary.AppendUvarint(buf, hits)
+		if d.Limit == nil {
+			buf = append(buf, 0)
+			continue
+		}
+		buf = append(buf, 1)
+		buf = binary.AppendUvarint(buf, uint64(d.Limit.Requests))
+		buf = binary.AppendVarint(buf, int64(d.Limit.Window))
 	}
 	return buf
 }

@@ -1,0 +1,457 @@
+package clientintegration_test
+
+import (
+	"context"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/ratelimit"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/testing/protocmp"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/ratelimitd/ratelimitd/backend/backendtest"
+	"github.com/ratelimitd/ratelimitd/backend/memory"
+	"github.com/ratelimitd/ratelimitd/client"
+	"github.com/ratelimitd/ratelimitd/internal/grpctest"
+	"github.com/ratelimitd/ratelimitd/server"
+)
+
+// grpcRules are the limits of the interceptor tests: the protected service
+// is grpc.health.v1.Health.
+const grpcRules = `
+domain: grpc
+descriptors:
+  - key: method
+    value: /grpc.health.v1.Health/Check
+    rate_limit: {name: check, algorithm: fixed_window, unit: minute, requests_per_unit: 2}
+  - key: method
+    value: /grpc.health.v1.Health/Watch
+    rate_limit: {name: watch, algorithm: fixed_window, unit: minute, requests_per_unit: 1}
+  - key: x-api-key
+    rate_limit: {name: api_keys, algorithm: fixed_window, unit: minute, requests_per_unit: 1}
+  - key: remote_address
+    value: bufconn
+    rate_limit: {name: bufconn_peers, algorithm: fixed_window, unit: minute, requests_per_unit: 1}
+  - key: tenant
+    rate_limit: {name: tenants, algorithm: fixed_window, unit: minute, requests_per_unit: 1}
+`
+
+const (
+	checkMethod = "/grpc.health.v1.Health/Check"
+	watchMethod = "/grpc.health.v1.Health/Watch"
+)
+
+// A grpcEnv is an in-process ratelimitd (the memory store on a manual
+// clock at t0) over bufconn, with grpcRules.
+type grpcEnv struct {
+	clock *backendtest.Clock
+	conn  *grpc.ClientConn
+	stop  func() // stops ratelimitd; idempotent
+}
+
+func newGRPCEnv(t *testing.T) *grpcEnv {
+	t.Helper()
+	e := &grpcEnv{clock: backendtest.NewClock(t0)}
+	store := memory.New(memory.Options{Now: e.clock.Now})
+	t.Cleanup(func() { store.Close() })
+	srv := server.New(store, compileRules(t, grpcRules), server.Options{})
+	g := grpc.NewServer(srv.GRPCOptions()...)
+	srv.Register(g)
+	e.conn, e.stop = grpctest.Serve(t, g)
+	return e
+}
+
+// client returns a Client of ratelimitd reading e's clock, without
+// refusal memory unless opts turn it on, and with a call budget long
+// enough for a loaded machine (tests of the budget set their own).
+func (e *grpcEnv) client(opts ...client.Option) *client.Client {
+	return client.New(e.conn, append([]client.Option{client.WithClock(e.clock.Now), client.WithRefusalCache(0), client.WithTimeout(10 * time.Second)}, opts...)...)
+}
+
+// A target is the protected service, grpc.health.v1.Health, counting the
+// calls that reach it.
+type target struct {
+	health healthpb.HealthClient
+	calls  atomic.Int64
+}
+
+// newTarget serves the health service with the interceptors of opts,
+// called through a connection with dialOpts. It counts the calls (and
+// streams) that pass opts' interceptors.
+func newTarget(t testing.TB, opts []grpc.ServerOption, dialOpts ...grpc.DialOption) *target {
+	t.Helper()
+	tg := &target{}
+	countUnary := func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		tg.calls.Add(1)
+		return h(ctx, req)
+	}
+	countStream := func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+		tg.calls.Add(1)
+		return h(srv, ss)
+	}
+	g := grpc.NewServer(append(opts[:len(opts):len(opts)],
+		grpc.ChainUnaryInterceptor(countUnary), grpc.ChainStreamInterceptor(countStream))...)
+	healthpb.RegisterHealthServer(g, health.NewServer())
+	conn, _ := grpctest.Serve(t, g, dialOpts...)
+	tg.health = healthpb.NewHealthClient(conn)
+	return tg
+}
+
+// check calls Health.Check with the outgoing metadata kv, and returns the
+// response header metadata and the error.
+func (tg *target) check(t *testing.T, kv ...string) (metadata.MD, error) {
+	t.Helper()
+	var hdr metadata.MD
+	ctx := metadata.AppendToOutgoingContext(t.Context(), kv...)
+	_, err := tg.health.Check(ctx, &healthpb.HealthCheckRequest{}, grpc.Header(&hdr))
+	return hdr, err
+}
+
+// details returns the RetryInfo and QuotaFailure details of err.
+func details(t *testing.T, err error) (*errdetails.RetryInfo, *errdetails.QuotaFailure) {
+	t.Helper()
+	var ri *errdetails.RetryInfo
+	var qf *errdetails.QuotaFailure
+	for _, d := range status.Convert(err).Details() {
+		switch d := d.(type) {
+		case *errdetails.RetryInfo:
+			ri = d
+		case *errdetails.QuotaFailure:
+			qf = d
+		case error:
+			t.Errorf("status detail of %v: %v", err, d)
+		}
+	}
+	return ri, qf
+}
+
+// wantRefused checks that err is ResourceExhausted with a RetryInfo of
+// retry and a QuotaFailure of the violations of subjects.
+func wantRefused(t *testing.T, call string, err error, retry time.Duration, subjects ...string) {
+	t.Helper()
+	wantCode(t, call, err, codes.ResourceExhausted)
+	ri, qf := details(t, err)
+	if diff := cmp.Diff(&errdetails.RetryInfo{RetryDelay: durationpb.New(retry)}, ri, protocmp.Transform()); diff != "" {
+		t.Errorf("%s: RetryInfo mismatch (-want +got):\n%s", call, diff)
+	}
+	var got []string
+	for _, v := range qf.GetViolations() {
+		got = append(got, v.GetSubject())
+		if v.GetDescription() == "" {
+			t.Errorf("%s: QuotaFailure violation %q has no description", call, v.GetSubject())
+		}
+	}
+	if diff := cmp.Diff(subjects, got); diff != "" {
+		t.Errorf("%s: QuotaFailure subjects mismatch (-want +got):\n%s", call, diff)
+	}
+}
+
+// TestUnaryServerInterceptor: by default a call's descriptor is its
+// method; allowed calls pass with the rate-limit headers in the response
+// metadata, refused ones fail with ResourceExhausted, RetryInfo,
+// QuotaFailure and the headers too.
+func TestUnaryServerInterceptor(t *testing.T) {
+	e := newGRPCEnv(t)
+	tg := newTarget(t, []grpc.ServerOption{grpc.UnaryInterceptor(client.UnaryServerInterceptor(e.client(), "grpc"))})
+
+	steps := []struct {
+		at      time.Duration
+		wantErr bool
+		want    metadata.MD
+	}{
+		{0, false, metadata.MD{"ratelimit-policy": {`"check";q=2;w=60`}, "ratelimit": {`"check";r=1;t=60`}}},
+		{10 * time.Second, false, metadata.MD{"ratelimit-policy": {`"check";q=2;w=60`}, "ratelimit": {`"check";r=0;t=50`}}},
+		{15 * time.Second, true, metadata.MD{"ratelimit-policy": {`"check";q=2;w=60`}, "ratelimit": {`"check";r=0;t=45`}, "retry-after": {"45"}}},
+	}
+	for i, st := range steps {
+		e.clock.Set(t0.Add(st.at))
+		hdr, err := tg.check(t)
+		if st.wantErr {
+			wantRefused(t, "Check", err, 45*time.Second, "check")
+		} else if err != nil {
+			t.Fatalf("step %d: Check: %v", i, err)
+		}
+		for _, k := range []string{"ratelimit-policy", "ratelimit", "retry-after"} {
+			if diff := cmp.Diff(st.want[k], hdr[k]); diff != "" {
+				t.Errorf("step %d: header %q mismatch (-want +got):\n%s", i, k, diff)
+			}
+		}
+	}
+	if got, want := tg.calls.Load(), int64(2); got != want {
+		t.Errorf("target calls = %d, want %d", got, want)
+	}
+}
+
+// TestServerInterceptorDescriptors: metadata keys, the peer's address and
+// the caller's descriptors are sent, and counted by rules keyed on them.
+func TestServerInterceptorDescriptors(t *testing.T) {
+	tenant := func(ctx context.Context, fullMethod string) []client.Descriptor {
+		if fullMethod != checkMethod {
+			t.Errorf("WithDescriptors: fullMethod %q, want %q", fullMethod, checkMethod)
+		}
+		md, _ := metadata.FromIncomingContext(ctx)
+		if vs := md.Get("tenant"); len(vs) > 0 {
+			return []client.Descriptor{client.D("tenant", vs[0])}
+		}
+		return nil
+	}
+	type call struct {
+		md      []string
+		subject string // of the refusal; "" when allowed
+	}
+	tests := []struct {
+		name  string
+		opts  []client.InterceptorOption
+		calls []call
+	}{
+		{"metadata key", []client.InterceptorOption{client.WithMethodKey(""), client.WithMetadataKey("X-API-Key")}, []call{
+			{[]string{"x-api-key", "k1"}, ""},
+			{[]string{"x-api-key", "k1"}, "api_keys"},
+			{[]string{"x-api-key", "k2"}, ""},
+			{nil, ""}, // no descriptors: not asked
+			{nil, ""},
+			{[]string{"x-api-key", ""}, ""}, // an empty value: no descriptor
+		}},
+		{"peer", []client.InterceptorOption{client.WithMethodKey(""), client.WithPeerAddress()}, []call{
+			{nil, ""},
+			{nil, "bufconn_peers"},
+		}},
+		{"descriptors", []client.InterceptorOption{client.WithMethodKey(""), client.WithDescriptors(tenant)}, []call{
+			{[]string{"tenant", "acme"}, ""},
+			{[]string{"tenant", "globex"}, ""},
+			{[]string{"tenant", "acme"}, "tenants"},
+			{nil, ""},
+		}},
+		{"all", []client.InterceptorOption{client.WithMetadataKey("x-api-key"), client.WithPeerAddress(), client.WithDescriptors(tenant)}, []call{
+			{[]string{"x-api-key", "k1"}, ""},
+			// method and tenant allowed, x-api-key and peer over.
+			{[]string{"x-api-key", "k1", "tenant", "acme"}, "api_keys,bufconn_peers"},
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newGRPCEnv(t)
+			tg := newTarget(t, []grpc.ServerOption{grpc.UnaryInterceptor(client.UnaryServerInterceptor(e.client(), "grpc", tt.opts...))})
+			for i, c := range tt.calls {
+				_, err := tg.check(t, c.md...)
+				switch {
+				case c.subject == "" && err != nil:
+					t.Errorf("call %d %v: %v", i, c.md, err)
+				case c.subject != "":
+					wantCode(t, "Check", err, codes.ResourceExhausted)
+					_, qf := details(t, err)
+					var got []string
+					for _, v := range qf.GetViolations() {
+						got = append(got, v.GetSubject())
+					}
+					if diff := cmp.Diff(c.subject, strings.Join(got, ",")); diff != "" {
+						t.Errorf("call %d %v: QuotaFailure subjects mismatch (-want +got):\n%s", i, c.md, diff)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestServerInterceptorRefusalMemory: a refusal remembered by the Client
+// fails the call in the same way, with the remembered headers.
+func TestServerInterceptorRefusalMemory(t *testing.T) {
+	e := newGRPCEnv(t)
+	c := e.client(client.WithRefusalCache(time.Minute))
+	tg := newTarget(t, []grpc.ServerOption{grpc.UnaryInterceptor(client.UnaryServerInterceptor(c, "grpc"))})
+	for i := range 2 {
+		if _, err := tg.check(t); err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+	}
+	_, err := tg.check(t)
+	wantRefused(t, "Check", err, time.Minute, "check")
+
+	e.clock.Set(t0.Add(20 * time.Second))
+	hdr, err := tg.check(t)
+	wantRefused(t, "Check (local)", err, 40*time.Second, "check")
+	if got := c.LocalRefusals(); got != 1 {
+		t.Errorf("LocalRefusals() = %d, want 1", got)
+	}
+	// The headers are the remembered answer's, counted down as RetryInfo
+	// is (see Decision.Headers).
+	for k, want := range map[string][]string{
+		"retry-after":      {"40"},
+		"ratelimit":        {`"check";r=0;t=40`},
+		"ratelimit-policy": {`"check";q=2;w=60`},
+	} {
+		if got := hdr.Get(k); !cmp.Equal(got, want) {
+			t.Errorf("local refusal: %s header %q, want %q", k, got, want)
+		}
+	}
+}
+
+// TestStreamServerInterceptor: a stream asks once, when it starts, and
+// gets the headers; a refused one fails with the details.
+func TestStreamServerInterceptor(t *testing.T) {
+	e := newGRPCEnv(t)
+	tg := newTarget(t, []grpc.ServerOption{grpc.StreamInterceptor(client.StreamServerInterceptor(e.client(), "grpc"))})
+
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	w, err := tg.health.Watch(ctx, &healthpb.HealthCheckRequest{})
+	if err != nil {
+		t.Fatalf("Watch: %v", err)
+	}
+	if _, err := w.Recv(); err != nil {
+		t.Fatalf("Watch: Recv: %v", err)
+	}
+	hdr, err := w.Header()
+	if err != nil {
+		t.Fatalf("Watch: Header: %v", err)
+	}
+	if got, want := hdr.Get("ratelimit"), []string{`"watch";r=0;t=60`}; !cmp.Equal(got, want) {
+		t.Errorf("Watch: ratelimit header %q, want %q", got, want)
+	}
+
+	w2, err := tg.health.Watch(ctx, &healthpb.HealthCheckRequest{})
+	if err != nil {
+		t.Fatalf("second Watch: %v", err)
+	}
+	_, err = w2.Recv()
+	wantRefused(t, "second Watch: Recv", err, time.Minute, "watch")
+	hdr, _ = w2.Header()
+	if got, want := hdr.Get("retry-after"), []string{"60"}; !cmp.Equal(got, want) {
+		t.Errorf("second Watch: retry-after header %q, want %q", got, want)
+	}
+	if got, want := tg.calls.Load(), int64(1); got != want {
+		t.Errorf("target streams = %d, want %d", got, want)
+	}
+}
+
+// TestClientInterceptors: outbound calls are throttled locally: a refused
+// call never reaches the target.
+func TestClientInterceptors(t *testing.T) {
+	e := newGRPCEnv(t)
+	c := e.client()
+	tg := newTarget(t, nil,
+		grpc.WithChainUnaryInterceptor(client.UnaryClientInterceptor(c, "grpc", client.WithMetadataKey("x-api-key"))),
+		grpc.WithChainStreamInterceptor(client.StreamClientInterceptor(c, "grpc")))
+
+	if _, err := tg.check(t, "x-api-key", "k1"); err != nil {
+		t.Fatalf("Check: %v", err)
+	}
+	_, err := tg.check(t, "x-api-key", "k1")
+	wantRefused(t, "second Check", err, time.Minute, "api_keys")
+	if _, err := tg.check(t, "x-api-key", "k2"); err != nil {
+		t.Fatalf("Check k2: %v", err)
+	}
+	_, err = tg.check(t)
+	wantRefused(t, "Check without key", err, time.Minute, "check")
+	if got, want := tg.calls.Load(), int64(2); got != want {
+		t.Errorf("target calls after Check = %d, want %d", got, want)
+	}
+
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	w, err := tg.health.Watch(ctx, &healthpb.HealthCheckRequest{})
+	if err != nil {
+		t.Fatalf("Watch: %v", err)
+	}
+	if _, err := w.Recv(); err != nil {
+		t.Fatalf("Watch: Recv: %v", err)
+	}
+	_, err = tg.health.Watch(ctx, &healthpb.HealthCheckRequest{})
+	wantRefused(t, "second Watch", err, time.Minute, "watch")
+	if got, want := tg.calls.Load(), int64(3); got != want {
+		t.Errorf("target calls after Watch = %d, want %d", got, want)
+	}
+}
+
+// TestLimiter: the adapter in go-grpc-middleware's interceptor refuses
+// with ResourceExhausted, but that interceptor drops the details; Limit
+// itself returns them.
+func TestLimiter(t *testing.T) {
+	e := newGRPCEnv(t)
+	c := e.client()
+	tg := newTarget(t, []grpc.ServerOption{grpc.UnaryInterceptor(ratelimit.UnaryServerInterceptor(c.Limiter("grpc", nil)))})
+	for i := range 2 {
+		if _, err := tg.check(t); err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+	}
+	_, err := tg.check(t)
+	wantCode(t, "Check", err, codes.ResourceExhausted)
+	if ri, qf := details(t, err); ri != nil || qf != nil {
+		t.Errorf("Check: details %v, %v; go-grpc-middleware was expected to drop them", ri, qf)
+	}
+
+	l := c.Limiter("grpc", func(context.Context) []client.Descriptor { return []client.Descriptor{client.D("tenant", "acme")} })
+	if err := l.Limit(t.Context()); err != nil {
+		t.Fatalf("Limit: %v", err)
+	}
+	wantRefused(t, "second Limit", l.Limit(t.Context()), time.Minute, "tenants")
+	if err := c.Limiter("grpc", nil).Limit(t.Context()); err != nil { // no method: no descriptors
+		t.Errorf("Limit outside a call: %v, want nil", err)
+	}
+}
+
+// TestInterceptorFailures: the Client's failure policy when ratelimitd is
+// down, and Internal for descriptors that the interceptor's configuration
+// makes malformed.
+func TestInterceptorFailures(t *testing.T) {
+	bad := func(context.Context, string) []client.Descriptor { return []client.Descriptor{client.D("", "x")} }
+	tests := []struct {
+		name  string
+		copts []client.Option
+		iopts []client.InterceptorOption
+		down  bool
+		want  codes.Code
+		calls int64 // reaching the handler
+	}{
+		{"fail open", nil, nil, true, codes.OK, 1},
+		{"fail closed", []client.Option{client.WithFailClosed()}, nil, true, codes.Unavailable, 0},
+		{"malformed", nil, []client.InterceptorOption{client.WithDescriptors(bad)}, false, codes.Internal, 0},
+		{"malformed, ratelimitd down", nil, []client.InterceptorOption{client.WithDescriptors(bad)}, true, codes.Internal, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newGRPCEnv(t)
+			if tt.down {
+				e.stop()
+			}
+			tg := newTarget(t, []grpc.ServerOption{grpc.UnaryInterceptor(
+				client.UnaryServerInterceptor(e.client(tt.copts...), "grpc", tt.iopts...))})
+			_, err := tg.check(t)
+			if got := status.Code(err); got != tt.want {
+				t.Errorf("Check: %v (code %v), want code %v", err, got, tt.want)
+			}
+			if got := tg.calls.Load(); got != tt.calls {
+				t.Errorf("handler calls = %d, want %d", got, tt.calls)
+			}
+		})
+	}
+}
+
+// TestInterceptorContext: a call whose context ends while asking fails
+// with the context's status.
+func TestInterceptorContext(t *testing.T) {
+	e := newGRPCEnv(t)
+	c := e.client(client.WithTimeout(0))
+	in := client.UnaryClientInterceptor(c, "grpc")
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	invoked := false
+	err := in(ctx, checkMethod, nil, nil, nil, func(context.Context, string, any, any, *grpc.ClientConn, ...grpc.CallOption) error {
+		invoked = true
+		return nil
+	})
+	if got := status.Code(err); got != codes.Canceled || invoked {
+		t.Errorf("interceptor with a canceled ctx: %v (code %v), invoked %v; want Canceled, not invoked", err, got, invoked)
+	}
+}
