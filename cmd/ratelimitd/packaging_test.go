@@ -522,8 +522,10 @@ func TestDockerignoreKeepsTheBuildInputs(t *testing.T) {
 			}
 		}
 	}
-	// ...and every Go file of the module that ratelimitd is built from.
-	cmd := exec.CommandContext(t.Context(), "go", "list", "-deps", "-f", "{{if .Module}}{{if .Module.Main}}{{.Dir}}{{end}}{{end}}", "./cmd/ratelimitd")
+	// ...and every Go file of the repository that ratelimitd is built
+	// from: its module's, and those of the modules go.mod replaces by a
+	// directory of the repository (gen/, client/).
+	cmd := exec.CommandContext(t.Context(), "go", "list", "-deps", "-f", "{{if .Module}}{{.Dir}}{{end}}", "./cmd/ratelimitd")
 	cmd.Dir = repoRoot
 	out, err := cmd.Output()
 	if err != nil {
@@ -533,7 +535,14 @@ func TestDockerignoreKeepsTheBuildInputs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	genDirs := 0 // gen/'s packages found, to show replaced modules are read
 	for _, dir := range strings.Fields(string(out)) {
+		if rel, err := filepath.Rel(root, dir); err != nil || !filepath.IsLocal(rel) {
+			continue // the module cache's
+		}
+		if strings.HasPrefix(dir, filepath.Join(root, "gen")+string(filepath.Separator)) {
+			genDirs++
+		}
 		files, err := filepath.Glob(filepath.Join(dir, "*"))
 		if err != nil {
 			t.Fatal(err)
@@ -546,6 +555,9 @@ func TestDockerignoreKeepsTheBuildInputs(t *testing.T) {
 	}
 	if len(need) < 10 {
 		t.Fatalf("found only %d files the build needs: %v", len(need), need)
+	}
+	if genDirs == 0 {
+		t.Fatalf("none of the files the build needs is in gen/: %v", need)
 	}
 	for _, name := range need {
 		if ig.ignores(name) {
