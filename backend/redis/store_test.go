@@ -94,7 +94,7 @@ func TestOneRoundTrip(t *testing.T) {
 }
 
 // TestKeys: keys carry the prefix, and expire when their state is as good
-// as fresh.
+// as fresh, a second later on a clock that is not Redis's.
 func TestKeys(t *testing.T) {
 	srv := redistest.Start(t)
 	clock := backendtest.NewClock(backendtest.T0)
@@ -117,7 +117,7 @@ func TestKeys(t *testing.T) {
 		}
 		// Windows: until the state is forgotten (sliding: two windows);
 		// buckets: until full again (one hit: a tenth of the window).
-		// Then a second's grace, for replicas whose clocks disagree.
+		// Then a second's grace: the store's clock is not Redis's.
 		const grace = time.Second
 		maxTTL := grace + map[backend.Algorithm]time.Duration{
 			backend.FixedWindow: time.Minute, backend.SlidingWindow: 2 * time.Minute, backend.SlidingLog: time.Minute,
@@ -126,6 +126,14 @@ func TestKeys(t *testing.T) {
 		if ttl <= grace || ttl > maxTTL+time.Millisecond {
 			t.Errorf("%v: PTTL %s = %v, want in (%v, %v]", a, key, ttl, grace, maxTTL)
 		}
+	}
+	// On Redis's clock, no grace: one hit on a bucket of 10 a minute is
+	// forgotten 6 s later.
+	plain := newStore(t, newClient(t, "redis://"+srv.Addr), redis.Options{Prefix: "rl-plain:", Timeout: 5 * time.Second})
+	tb := descriptors(1, backend.Limit{Algorithm: backend.TokenBucket, Requests: 10, Window: time.Minute})
+	mustTake(t, plain, tb...)
+	if ttl := rdb.PTTL(t.Context(), "rl-plain:v2:"+tb[0].Key).Val(); ttl <= 5*time.Second || ttl > 6*time.Second {
+		t.Errorf("token bucket on Redis's clock: PTTL = %v, want in (5s, 6s]", ttl)
 	}
 	// A check-only call writes nothing.
 	reqs := descriptors(1, backend.Limit{Algorithm: backend.FixedWindow, Requests: 5, Window: 2 * time.Minute})
@@ -327,9 +335,13 @@ func (h *breakerLog) count() map[slog.Level]int {
 // on the counters the replica had.
 func TestSentinelFailover(t *testing.T) {
 	sg := redistest.StartSentinel(t)
-	s := newStore(t, newClient(t, sg.URL()), redis.Options{LocalCache: -1})
+	client := newClient(t, sg.URL())
 	reqs := descriptors(1, hourly(1000))
-	mustTake(t, s, reqs...)
+	// The first call asks Sentinel for the master, dials it, checks its
+	// version and loads the script: more than 50 ms under -race on a busy
+	// machine. A patient store makes it, on the client the test uses.
+	mustTake(t, newStore(t, client, redis.Options{LocalCache: -1, Timeout: 5 * time.Second}), reqs...)
+	s := newStore(t, client, redis.Options{LocalCache: -1})
 	sg.Failover(t)
 	res := waitTake(t, s, 5*time.Second, reqs...)
 	if res[0].OverLimit || res[0].Remaining > 998 {

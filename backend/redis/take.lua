@@ -64,8 +64,8 @@ local MAX_COUNT = 2^63 - 1024
 -- may use nothing but the redis API while it loads.
 local floor, ceil, min, max, fmod, unpack, pack, concat, tunpack, format, call, pcall, type, tonumber, ipairs
 
--- The run's op and clock, set by take.
-local op, now = P.TAKE, 0
+-- The run's op and clock, and its keys' grace, set by take.
+local op, now, grace = P.TAKE, 0, 0
 
 -- Each algorithm is a table of functions of (st, r, ...), where st is a
 -- counter's state ({t, n, p}, or a log's) and r a request:
@@ -418,12 +418,14 @@ local function ttl(st)
   return min(ceil((st.f.expiry(st) - now) / 1000), 9e12)
 end
 
--- GRACE is how many ms a key outlives its state. Each replica decides on
--- its own clock, but Redis expires a key on Redis's: without it, a
--- replica whose clock lags another's would find the window the other
--- opened already gone before the window ends on its own clock, and count
--- from zero again. A state kept past its time decides as a fresh one, so
--- the grace changes no decision; it costs a second of memory per key.
+-- GRACE is how many ms a key outlives its state when the caller gives
+-- the clock (HEADER's now; redis.Options.Now, for tests on a manual
+-- clock): Redis expires keys on its own clock, which then runs apart
+-- from the one the script decides on, and a key whose state is fresh a
+-- millisecond later on the caller's clock would vanish a real millisecond
+-- later. A state kept past its time decides as a fresh one, so the grace
+-- changes no decision. On Redis's clock (now = 0, the daemon's case) a
+-- key expires as its state turns fresh.
 local GRACE = 1000
 
 local function save(st)
@@ -435,7 +437,7 @@ local function save(st)
     local n, n0 = min(st.n, MAX_COUNT), min(st.n0, MAX_COUNT)
     if n ~= n0 then
       call('INCRBY', st.cur, int(n - n0))
-      if st.n0 == 0 then call('PEXPIRE', st.cur, int(ttl(st) + GRACE)) end
+      if st.n0 == 0 then call('PEXPIRE', st.cur, int(ttl(st) + grace)) end
     end
     return
   end
@@ -445,7 +447,7 @@ local function save(st)
     return
   end
   if f ~= log then
-    call('SET', st.key, pack(P.STATE, st.t, st.n, st.p), 'PX', int(ms + GRACE))
+    call('SET', st.key, pack(P.STATE, st.t, st.n, st.p), 'PX', int(ms + grace))
     return
   end
   if st.changed then
@@ -453,7 +455,7 @@ local function save(st)
     if st.hdr then call('LSET', st.key, 0, h) else call('LPUSH', st.key, h) end
   end
   -- A log that only dropped entries keeps its newest, so its TTL.
-  if st.counted then call('PEXPIRE', st.key, int(ms + GRACE)) end
+  if st.counted then call('PEXPIRE', st.key, int(ms + grace)) end
 end
 
 local function retry_after(st, r, hits)
@@ -658,9 +660,10 @@ local function take(keys, blob)
   end
   local ncalls, off
   op, now, ncalls, off = unpack(P.HEADER, blob)
+  grace = GRACE
   if now == 0 then
     local t = call('TIME')
-    now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    now, grace = tonumber(t[1]) * 1000000 + tonumber(t[2]), 0
   end
   states, dirty, out, vals, suffixes = {}, { n = 0 }, {}, {}, {}
 
