@@ -16,38 +16,10 @@ you may.
             ...  # refuse; retry in d.retry_after seconds, send d.headers
 """
 
-from .client import (
-    DEFAULT_REFUSAL_CACHE,
-    DEFAULT_REFUSAL_CACHE_SIZE,
-    DEFAULT_TIMEOUT,
-    Algorithm,
-    AsyncClient,
-    Client,
-    D,
-    Decision,
-    Descriptor,
-    Entry,
-    InvalidRequest,
-    Limit,
-    LimitOverride,
-    Status,
-)
+from . import client
+from .client import *  # noqa: F401,F403 (the names of client.__all__)
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "DEFAULT_REFUSAL_CACHE",
-    "DEFAULT_REFUSAL_CACHE_SIZE",
-    "DEFAULT_TIMEOUT",
-    "Algorithm",
-    "AsyncClient",
-    "Client",
-    "D",
-    "Decision",
-    "Descriptor",
-    "Entry",
-    "InvalidRequest",
-    "Limit",
-    "LimitOverride",
-    "Status",
-]
+__all__ = []
+__all__ += client.__all__

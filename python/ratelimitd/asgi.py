@@ -17,9 +17,9 @@ import inspect
 import ipaddress
 import json
 import logging
-import math
 from typing import Awaitable, Callable, Iterable, List, Optional, Sequence, Tuple, Union
 
+from ._common import seconds
 from .client import AsyncClient, D, Decision, Descriptor, InvalidRequest, Status
 
 __all__ = ["QUOTA_EXCEEDED", "RateLimitMiddleware", "client_ip"]
@@ -188,11 +188,6 @@ def _header(scope: Scope, name: bytes) -> Optional[bytes]:
         if bytes(n).lower() == name:
             return bytes(v)
     return None
-
-
-def seconds(d: float) -> int:
-    """d in whole seconds, rounded up; 0 for d <= 0."""
-    return math.ceil(d) if d > 0 else 0
 
 
 def _x_ratelimit(sts: Sequence[Status]) -> List[Tuple[bytes, bytes]]:

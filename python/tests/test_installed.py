@@ -15,6 +15,19 @@ class InstalledTest(unittest.TestCase):
         self.assertFalse(got.startswith(src + os.sep), f"ratelimitd imported from the source tree: {got}")
         self.assertIn("site-packages", got)
 
+    @unittest.skipUnless(os.environ.get("RATELIMITD_TEST_INSTALLED"), "set by .ci/test-python")
+    def test_version(self):
+        """The distribution's version is the package's (pyproject.toml reads
+        it from ratelimitd.__version__)."""
+        from importlib.metadata import version
+        self.assertEqual(version("ratelimitd"), ratelimitd.__version__)
+
+    def test_exports(self):
+        from ratelimitd import client
+        self.assertEqual(ratelimitd.__all__, client.__all__)
+        for name in ratelimitd.__all__:
+            self.assertIs(getattr(ratelimitd, name), getattr(client, name))
+
     def test_stubs_are_nested(self):
         import sys
         self.assertTrue(envoy_rls.rls_pb2.__name__.startswith("ratelimitd.proto."))
