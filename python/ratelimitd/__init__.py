@@ -4,6 +4,7 @@ you may.
 - Client and AsyncClient call the native API (ratelimit.v1) and return a
   Decision; D and Descriptor describe what the work is.
 - ratelimitd.asgi.RateLimitMiddleware protects any ASGI application.
+- ratelimitd.testing has fake clients for the tests of code using them.
 - ratelimitd.envoy_rls holds Envoy's RLS v3 API, ratelimitd.v1 the native
   one, as generated stubs (all under ratelimitd.proto).
 
