@@ -250,16 +250,16 @@ class MiddlewareTest(unittest.TestCase):
                 self.assertEqual(self.entries(n), [[("remote_address", want)]])
 
     def test_trusted_proxies_turn_client_ip_on(self):
-        """trusted_proxies means client_ip, which switches the default set
-        off: the route is not counted."""
+        # trusted_proxies means client_ip, which switches the default set
+        # off: the route is not counted.
         self.server.answer(ok())
         self.call(App(), [http_scope(client=("10.0.0.1", 1), headers=[("X-Forwarded-For", "203.0.113.5")])],
                   trusted_proxies=["10.0.0.0/8"])
         self.assertEqual(self.entries(), [[("remote_address", "203.0.113.5")]])
 
     def test_ipv4_mapped_trusted_proxy(self):
-        """A trusted proxy written IPv4-mapped, as dual-stack sockets show
-        peers, matches the peer (compared unmapped)."""
+        # A trusted proxy written IPv4-mapped, as dual-stack sockets show
+        # peers, matches the peer (compared unmapped).
         for trusted in ("::ffff:10.0.0.5", "::ffff:10.0.0.0/104", "::ffff:a00:5"):
             for peer in ("10.0.0.5", "::ffff:10.0.0.5"):
                 with self.subTest(trusted=trusted, peer=peer):
@@ -273,9 +273,9 @@ class MiddlewareTest(unittest.TestCase):
         self.assertEqual(trusted_network("2001:db8::/32"), ipaddress.ip_network("2001:db8::/32"))
 
     def test_key_function_errors_are_400(self):
-        """A key function (route, descriptors, skip) that raises: 400 as the
-        Go middleware answers, logged at warning, ratelimitd not asked and
-        the application not called."""
+        # A key function (route, descriptors, skip) that raises: 400 as the
+        # Go middleware answers, logged at warning, ratelimitd not asked and
+        # the application not called.
         def boom(scope):
             raise LookupError("no tenant")
 
@@ -310,9 +310,9 @@ class MiddlewareTest(unittest.TestCase):
         self.assertEqual(seen, [("/x", err)])
 
     def test_client_kinds(self):
-        """A blocking Client, or anything not a client, is refused when the
-        middleware is made (or the client function returns it), not on the
-        first request with "not callable"."""
+        # A blocking Client, or anything not a client, is refused when the
+        # middleware is made (or the client function returns it), not on the
+        # first request with "not callable".
         with grpc.insecure_channel(self.server.addr) as ch:
             with self.assertRaisesRegex(TypeError, "AsyncClient"):
                 RateLimitMiddleware(App(), ratelimitd.Client(ch), "web")
@@ -328,7 +328,7 @@ class MiddlewareTest(unittest.TestCase):
             asyncio.run(main())
 
     def test_fake_async_client(self):
-        """FakeAsyncClient serves as the middleware's client, given as is."""
+        # FakeAsyncClient serves as the middleware's client, given as is.
         fake = FakeAsyncClient(refuse(30))
         app = App()
         sent = []

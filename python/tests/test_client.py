@@ -172,8 +172,8 @@ class ClientTest(unittest.TestCase):
         self.assertEqual(len(self.server.requests), 1)
 
     def test_limit_override_bounds(self):
-        """The override windows ratelimitd accepts are sent, to the
-        microsecond."""
+        # The override windows ratelimitd accepts are sent, to the
+        # microsecond.
         cases = [(0.001, (0, 1_000_000)), (1.1, (1, 100_000_000)), (0.0015, (0, 1_500_000)),
                  (100 * 365 * 86400, (100 * 365 * 86400, 0)), (60, (60, 0))]
         for window, want in cases:

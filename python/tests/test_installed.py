@@ -17,8 +17,8 @@ class InstalledTest(unittest.TestCase):
 
     @unittest.skipUnless(os.environ.get("RATELIMITD_TEST_INSTALLED"), "set by .ci/test-python")
     def test_version(self):
-        """The distribution's version is the package's (pyproject.toml reads
-        it from ratelimitd.__version__)."""
+        # The distribution's version is the package's (pyproject.toml reads
+        # it from ratelimitd.__version__).
         from importlib.metadata import version
         self.assertEqual(version("ratelimitd"), ratelimitd.__version__)
 
@@ -29,10 +29,10 @@ class InstalledTest(unittest.TestCase):
             self.assertIs(getattr(ratelimitd, name), getattr(client, name))
 
     def test_client_registers_only_the_native_proto(self):
-        """import ratelimitd (client, middleware, fakes) puts no Envoy, validate,
-        udpa or xds file into protobuf's process-wide pool, where another
-        distribution's differing copy would clash (python/README.md says
-        so); ratelimitd.envoy_rls does."""
+        # import ratelimitd (client, middleware, fakes) puts no Envoy, validate,
+        # udpa or xds file into protobuf's process-wide pool, where another
+        # distribution's differing copy would clash (python/README.md says
+        # so); ratelimitd.envoy_rls does.
         import subprocess
         import sys
         prog = (

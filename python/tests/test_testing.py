@@ -65,7 +65,7 @@ class FakeTest(unittest.TestCase):
         self.assertEqual(allow()("edge", (D("a", "b"), D("c", "d"))).statuses[1].over_limit, False)
 
     def test_answer_may_call_the_fake(self):
-        """An answer runs without the fake's lock held."""
+        # An answer runs without the fake's lock held.
         fake = FakeClient()
         fake.set_default(lambda domain, ds: Decision(allowed=len(fake.calls) < 1))
         done = threading.Event()
