@@ -314,7 +314,7 @@ class MiddlewareTest(unittest.TestCase):
         # middleware is made (or the client function returns it), not on the
         # first request with "not callable".
         with grpc.insecure_channel(self.server.addr) as ch:
-            with self.assertRaisesRegex(TypeError, "AsyncClient"):
+            with self.assertRaisesRegex(TypeError, "blocking ratelimitd.Client"):
                 RateLimitMiddleware(App(), ratelimitd.Client(ch), "web")
         with self.assertRaisesRegex(TypeError, "coroutine function"):
             RateLimitMiddleware(App(), FakeClient(), "web")
