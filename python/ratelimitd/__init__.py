@@ -4,6 +4,7 @@ you may.
 - Client and AsyncClient call the native API (ratelimit.v1) and return a
   Decision; D and Descriptor describe what the work is.
 - ratelimitd.asgi.RateLimitMiddleware protects any ASGI application.
+- ratelimitd.testing has fake clients for the tests of code using them.
 - ratelimitd.envoy_rls holds Envoy's RLS v3 API, ratelimitd.v1 the native
   one, as generated stubs (all under ratelimitd.proto).
 
@@ -16,38 +17,10 @@ you may.
             ...  # refuse; retry in d.retry_after seconds, send d.headers
 """
 
-from .client import (
-    DEFAULT_REFUSAL_CACHE,
-    DEFAULT_REFUSAL_CACHE_SIZE,
-    DEFAULT_TIMEOUT,
-    Algorithm,
-    AsyncClient,
-    Client,
-    D,
-    Decision,
-    Descriptor,
-    Entry,
-    InvalidRequest,
-    Limit,
-    LimitOverride,
-    Status,
-)
+from . import client
+from .client import *  # noqa: F401,F403 (the names of client.__all__)
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "DEFAULT_REFUSAL_CACHE",
-    "DEFAULT_REFUSAL_CACHE_SIZE",
-    "DEFAULT_TIMEOUT",
-    "Algorithm",
-    "AsyncClient",
-    "Client",
-    "D",
-    "Decision",
-    "Descriptor",
-    "Entry",
-    "InvalidRequest",
-    "Limit",
-    "LimitOverride",
-    "Status",
-]
+__all__ = []
+__all__ += client.__all__

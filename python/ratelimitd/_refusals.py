@@ -11,11 +11,10 @@ import threading
 from itertools import islice
 from typing import TYPE_CHECKING, Callable, Dict, Hashable, Optional, Sequence, Tuple
 
+from ._common import MAX_VALUE, micros, seconds
+
 if TYPE_CHECKING:
     from .client import Decision, Descriptor
-
-# client.MAX_VALUE: a longer value is sent, and counted, by its digest.
-MAX_VALUE = 1024
 
 # How many refusals evict examines without a full sweep.
 _EVICT_SAMPLE = 16
@@ -37,7 +36,7 @@ def refusal_key(domain: str, descriptors: Sequence["Descriptor"]) -> Hashable:
             es.append((e.key, hashlib.sha256(b).digest() if len(b) > MAX_VALUE else b,
                        len(b) > MAX_VALUE))
         hits = 0 if d.check_only else max(d.hits or 1, 1)
-        limit = (d.limit.requests, round(d.limit.window * 1_000_000)) if d.limit is not None else None
+        limit = (d.limit.requests, micros(d.limit.window)) if d.limit is not None else None
         ds.append((tuple(es), hits, limit))
     return (domain, tuple(ds))
 
@@ -105,10 +104,6 @@ class Refusals:
             del self._m[sample[0][0]]
 
 
-def _seconds(d: float) -> int:
-    return math.ceil(d) if d > 0 else 0
-
-
 def _delta_seconds(s: str) -> Optional[int]:
     """s as a non-negative number of seconds: 1 to 15 decimal digits."""
     if not s or len(s) > _MAX_DIGITS or not all("0" <= c <= "9" for c in s):
@@ -128,7 +123,7 @@ def local_headers(hs: Sequence[Tuple[str, str]], elapsed: float, retry_after: fl
         low = name.lower()
         if low == "retry-after":
             if _delta_seconds(value) is not None:
-                value = str(max(_seconds(retry_after), 1))
+                value = str(max(seconds(retry_after), 1))
         elif low == "ratelimit":
             value = count_down_t(value, secs)
         elif low == "ratelimit-reset":

@@ -17,12 +17,12 @@ import inspect
 import ipaddress
 import json
 import logging
-import math
 from typing import Awaitable, Callable, Iterable, List, Optional, Sequence, Tuple, Union
 
-from .client import AsyncClient, D, Decision, Descriptor, InvalidRequest, Status
+from ._common import seconds
+from .client import AsyncClient, Client, D, Decision, Descriptor, InvalidRequest, Status
 
-__all__ = ["QUOTA_EXCEEDED", "RateLimitMiddleware", "client_ip"]
+__all__ = ["QUOTA_EXCEEDED", "KeyErrorHandler", "RateLimitMiddleware", "client_ip", "trusted_network"]
 
 #: The problem type (RFC 9457) of the 429 body, as
 #: draft-ietf-httpapi-ratelimit-headers registers it.
@@ -33,6 +33,9 @@ _TITLE = "Request cannot be satisfied as assigned quota has been exceeded"
 Scope = dict
 IPAddress = Union[ipaddress.IPv4Address, ipaddress.IPv6Address]
 Network = Union[ipaddress.IPv4Network, ipaddress.IPv6Network]
+#: The signature of key_error_handler: (scope, receive, send, exception),
+#: a coroutine function that sends the answer.
+KeyErrorHandler = Callable[[Scope, Callable, Callable, Exception], Awaitable[None]]
 
 
 class RateLimitMiddleware:
@@ -40,9 +43,12 @@ class RateLimitMiddleware:
     each HTTP request may proceed, before calling app. Other scopes
     (websocket, lifespan) pass through.
 
-    client: an AsyncClient, or a function returning one, called once on the
-    first request (grpc.aio channels belong to the event loop that made
-    them, which a server starts after the application is built).
+    client: an AsyncClient (or anything whose should_rate_limit is a
+    coroutine function taking the same arguments, such as
+    ratelimitd.testing.FakeAsyncClient), or a function returning one,
+    called once on the first request (grpc.aio channels belong to the event
+    loop that made them, which a server starts after the application is
+    built). The blocking Client is refused: it would stall the event loop.
 
     Descriptors, in this order, each request being one hit on each:
 
@@ -51,16 +57,27 @@ class RateLimitMiddleware:
         [path=<route>, method=<method>]    route=True, or a function of the scope
         ...                                descriptors=function of the scope
 
-    Without api_key_header, client_ip, route and descriptors, the default set
-    is client_ip and route. A request left without descriptors passes without
+    trusted_proxies turns client_ip on. Without api_key_header, client_ip
+    (or trusted_proxies), route and descriptors, the default set is
+    client_ip and route. A request left without descriptors passes without
     asking. The client network is the peer's address (scope["client"]) or,
     only when the peer is in trusted_proxies (CIDRs), the right-most address
     of proxy_header (X-Forwarded-For, or Forwarded, RFC 7239) that is not
     trusted; then masked to ipv4_prefix (32) or ipv6_prefix (64) bits: a
-    single IPv6 host commonly holds a whole /64. The default route is
-    scope["path"]; pass a function to normalise paths (IDs and all).
+    single IPv6 host commonly holds a whole /64. IPv4-mapped IPv6 addresses
+    count as IPv4, trusted proxies included (::ffff:10.0.0.0/104 is
+    10.0.0.0/8). The default route is scope["path"]; pass a function to
+    normalise paths (IDs and all).
 
     skip(scope) -> True passes a request without asking (health checks...).
+
+    Key functions (route, descriptors and skip) that raise: the request
+    cannot be attributed, so it is neither counted nor passed on (a caller
+    able to make them fail would escape every limit): 400, text/plain
+    "rate limit: cannot attribute the request", the exception logged at
+    warning; key_error_handler(scope, receive, send, exc), a coroutine
+    function, answers instead. A key function meaning to let a request
+    through unlimited returns no descriptors (or skip returns True).
 
     Answers, as the Go middleware's: allowed, ratelimitd's headers
     (RateLimit-Policy, RateLimit...) are added to the application's response
@@ -89,6 +106,7 @@ class RateLimitMiddleware:
         route: Union[bool, Callable[[Scope], str]] = False,
         descriptors: Optional[Callable[[Scope], Union[Sequence[Descriptor], Awaitable[Sequence[Descriptor]]]]] = None,
         skip: Optional[Callable[[Scope], bool]] = None,
+        key_error_handler: Optional[KeyErrorHandler] = None,
         x_ratelimit_headers: bool = False,
         logger: Optional[logging.Logger] = None,
     ):
@@ -96,27 +114,44 @@ class RateLimitMiddleware:
             raise ValueError(f"ratelimitd: prefix lengths {ipv4_prefix}, {ipv6_prefix}: want an IPv4 length "
                              "of 1 to 32 and an IPv6 length of 1 to 128")
         self.app = app
-        self._client = client if isinstance(client, AsyncClient) else None
-        self._new_client = None if isinstance(client, AsyncClient) else client
+        if _is_client(client):
+            self._client, self._new_client = _checked_client(client), None
+        elif callable(client):
+            self._client, self._new_client = None, client
+        else:
+            raise TypeError(f"ratelimitd: RateLimitMiddleware's client is a {type(client).__name__}: want an "
+                            "AsyncClient, or a function returning one")
         self.domain = domain
         self._api_key = api_key_header.lower().encode("latin-1") if api_key_header else None
+        self._trusted = [trusted_network(p) for p in trusted_proxies]
+        if self._trusted:
+            client_ip = True
         if not api_key_header and not client_ip and not route and descriptors is None:
             client_ip, route = True, True
         self._client_ip = client_ip
-        self._trusted = [ipaddress.ip_network(p, strict=False) if isinstance(p, str) else p
-                         for p in trusted_proxies]
         self._proxy_header = proxy_header
         self._v4, self._v6 = ipv4_prefix, ipv6_prefix
         self._route = route
         self._descriptors = descriptors
         self._skip = skip
+        self._key_error = key_error_handler or self._bad_request
         self._x_ratelimit = x_ratelimit_headers
         self._log = logger or logging.getLogger("ratelimitd")
 
     def _get_client(self) -> AsyncClient:
         if self._client is None:
-            self._client = self._new_client()
+            c = self._new_client()
+            if not _is_client(c):
+                raise TypeError(f"ratelimitd: RateLimitMiddleware's client function returned a "
+                                f"{type(c).__name__}: want an AsyncClient")
+            self._client = _checked_client(c)
         return self._client
+
+    async def _bad_request(self, scope: Scope, receive, send, exc: Exception) -> None:
+        """The default key error handler: 400, logged at warning."""
+        self._log.warning("rate limit key function failed: %s %r: %r", scope.get("method", ""),
+                          scope.get("path", ""), exc, exc_info=exc)
+        await _plain(send, 400, "rate limit: cannot attribute the request")
 
     async def _request_descriptors(self, scope: Scope) -> List[Descriptor]:
         ds: List[Descriptor] = []
@@ -138,20 +173,39 @@ class RateLimitMiddleware:
             ds.extend(more)
         return ds
 
+    async def _attributed(self, scope: Scope):
+        """The request's descriptors, None to pass it on unasked (skipped),
+        or the exception of a key function."""
+        try:
+            if self._skip is not None and self._skip(scope):
+                return None
+            return await self._request_descriptors(scope)
+        except Exception as e:  # a key function's failure, answered by _key_error
+            return e
+
     def _network(self, ip: IPAddress) -> str:
         bits = self._v4 if ip.version == 4 else self._v6
         return str(ipaddress.ip_network((ip, bits), strict=False).network_address)
 
     async def __call__(self, scope, receive, send):
-        if scope.get("type") != "http" or (self._skip is not None and self._skip(scope)):
+        if scope.get("type") != "http":
             await self.app(scope, receive, send)
             return
-        ds = await self._request_descriptors(scope)
+        ds = await self._attributed(scope)
+        if isinstance(ds, Exception):
+            answered = self._key_error(scope, receive, send, ds)
+            if inspect.isawaitable(answered):
+                await answered
+            return
         if not ds:
             await self.app(scope, receive, send)
             return
         try:
-            d = await self._get_client().should_rate_limit(self.domain, *ds)
+            d = self._get_client().should_rate_limit(self.domain, *ds)
+            if not inspect.isawaitable(d):
+                raise TypeError(f"ratelimitd: the should_rate_limit of RateLimitMiddleware's client returned a "
+                                f"{type(d).__name__}, not an awaitable")
+            d = await d
         except InvalidRequest as e:
             self._log.error("rate limit request malformed: domain=%r err=%s", self.domain, e)
             await _plain(send, 500, "rate limit: malformed rate limit request")
@@ -182,17 +236,45 @@ class RateLimitMiddleware:
         await self.app(scope, receive, send_with_headers)
 
 
+def _is_client(c) -> bool:
+    """Whether c looks like a client rather than a function making one."""
+    return isinstance(c, (AsyncClient, Client)) or hasattr(c, "should_rate_limit")
+
+
+def _checked_client(c):
+    """c, when it may serve as the middleware's client; raises TypeError
+    for a blocking one."""
+    if isinstance(c, Client):
+        raise TypeError("ratelimitd: RateLimitMiddleware needs an AsyncClient (over a grpc.aio channel), not "
+                        "the blocking ratelimitd.Client, whose calls would stall the event loop")
+    m = c.should_rate_limit
+    if (inspect.isfunction(m) or inspect.ismethod(m)) and not inspect.iscoroutinefunction(m):
+        raise TypeError(f"ratelimitd: the should_rate_limit of RateLimitMiddleware's client, a "
+                        f"{type(c).__name__}, is not a coroutine function (async def): want an AsyncClient")
+    return c
+
+
+def trusted_network(p: Union[str, Network]) -> Network:
+    """A trusted proxy network, from a CIDR or an address (strict=False: host
+    bits are dropped). An IPv4-mapped IPv6 network of /96 or longer is
+    turned into the IPv4 network it maps (::ffff:10.0.0.0/104 is
+    10.0.0.0/8), since client addresses are compared unmapped; one shorter
+    than /96 that covers ::ffff:0:0/96 still matches only IPv6 addresses.
+    Raises ValueError for anything else."""
+    n = ipaddress.ip_network(p, strict=False) if isinstance(p, str) else p
+    if not isinstance(n, (ipaddress.IPv4Network, ipaddress.IPv6Network)):
+        raise ValueError(f"ratelimitd: trusted proxy {p!r} is not an IP network")
+    if n.version == 6 and n.prefixlen >= 96 and n.network_address.ipv4_mapped is not None:
+        return ipaddress.IPv4Network((n.network_address.ipv4_mapped, n.prefixlen - 96))
+    return n
+
+
 def _header(scope: Scope, name: bytes) -> Optional[bytes]:
     """The first value of the header name (lower case), or None."""
     for n, v in scope.get("headers", ()):
         if bytes(n).lower() == name:
             return bytes(v)
     return None
-
-
-def seconds(d: float) -> int:
-    """d in whole seconds, rounded up; 0 for d <= 0."""
-    return math.ceil(d) if d > 0 else 0
 
 
 def _x_ratelimit(sts: Sequence[Status]) -> List[Tuple[bytes, bytes]]:
@@ -331,7 +413,9 @@ def client_ip(scope: Scope, header: str = "X-Forwarded-For",
     address stops the walk at the last trusted address before it. header is
     "Forwarded" (RFC 7239: the for= parameters) or a comma-separated list
     such as X-Forwarded-For; all the request's fields of that name are read
-    in order."""
+    in order. Addresses are compared without zone, IPv4-mapped IPv6 ones as
+    IPv4: pass trusted networks through trusted_network, which maps the
+    IPv4-mapped ones likewise."""
     peer_t = scope.get("client")
     peer = parse_node(str(peer_t[0])) if peer_t else None
     if peer is None or not _trusted(peer, trusted):

@@ -29,6 +29,8 @@ from typing import Callable, Iterable, Optional, Sequence, Tuple, Union
 
 import grpc
 
+from ._common import (MAX_DESCRIPTORS, MAX_DOMAIN, MAX_ENTRIES, MAX_HITS, MAX_KEY, MAX_OVERRIDE_WINDOW,
+                      MAX_REQUEST, MAX_REQUESTS, MAX_VALUE, MIN_OVERRIDE_WINDOW, micros, whole_micros)
 from ._refusals import Refusals, refusal_key
 from .proto.ratelimit.v1 import ratelimit_pb2 as pb
 from .proto.ratelimit.v1 import ratelimit_pb2_grpc as pb_grpc
@@ -58,16 +60,6 @@ DEFAULT_REFUSAL_CACHE = 1.0
 DEFAULT_REFUSAL_CACHE_SIZE = 10000
 
 log = logging.getLogger("ratelimitd")
-
-# ratelimitd's bounds on a request, which the client checks before sending.
-MAX_DOMAIN = 256
-MAX_DESCRIPTORS = 64
-MAX_ENTRIES = 32
-MAX_KEY = 1024
-MAX_VALUE = 1024  # a longer value is sent as its SHA-256 digest
-MAX_HITS = 2**32 - 1
-MAX_REQUEST = 1 << 20  # bytes of the encoded request
-MAX_REQUESTS = 2**32 - 1  # of a LimitOverride
 
 Value = Union[str, bytes]
 
@@ -256,14 +248,11 @@ def check(domain: str, descriptors: Sequence[Descriptor]) -> None:
         if len(desc.entries) > MAX_ENTRIES:
             raise InvalidRequest(
                 f"ratelimitd: descriptor {i} has {len(desc.entries)} entries, over the maximum {MAX_ENTRIES}")
-        if not desc.check_only and desc.hits is not None and not 0 <= desc.hits <= MAX_HITS:
-            raise InvalidRequest(f"ratelimitd: descriptor {i}: hits {desc.hits} outside 0 to {MAX_HITS}")
+        if not desc.check_only and desc.hits is not None and not _int_in(desc.hits, MAX_HITS):
+            raise InvalidRequest(f"ratelimitd: descriptor {i}: hits {desc.hits!r} is not a whole number "
+                                 f"from 0 to {MAX_HITS}")
         if desc.limit is not None:
-            if not 0 <= desc.limit.requests <= MAX_REQUESTS:
-                raise InvalidRequest(
-                    f"ratelimitd: descriptor {i}: limit of {desc.limit.requests} requests outside 0 to {MAX_REQUESTS}")
-            if not desc.limit.window > 0:
-                raise InvalidRequest(f"ratelimitd: descriptor {i}: limit window {desc.limit.window} is not positive")
+            _check_override(i, desc.limit)
         for j, e in enumerate(desc.entries):
             if not isinstance(e.key, str) or e.key == "":
                 raise InvalidRequest(f"ratelimitd: descriptor {i} entry {j} has an empty key")
@@ -275,6 +264,29 @@ def check(domain: str, descriptors: Sequence[Descriptor]) -> None:
                     f"ratelimitd: descriptor {i} entry {j}: key is {len(k)} bytes, over the maximum {MAX_KEY}")
             if not isinstance(e.value, (str, bytes)):
                 raise InvalidRequest(f"ratelimitd: descriptor {i} entry {j}: value is a {type(e.value).__name__}")
+
+
+def _int_in(n, most: int) -> bool:
+    """Whether n is an int (not a bool) from 0 to most."""
+    return isinstance(n, int) and not isinstance(n, bool) and 0 <= n <= most
+
+
+def _check_override(i: int, limit: LimitOverride) -> None:
+    """Raises InvalidRequest for a limit override ratelimitd would refuse:
+    requests not a whole number from 0 to MAX_REQUESTS, a window out of [1
+    ms, 100 years] (of 365 days) or not a whole number of microseconds."""
+    if not isinstance(limit, LimitOverride):
+        raise InvalidRequest(f"ratelimitd: descriptor {i}: limit is a {type(limit).__name__}, not a LimitOverride")
+    if not _int_in(limit.requests, MAX_REQUESTS):
+        raise InvalidRequest(f"ratelimitd: descriptor {i}: limit override of {limit.requests!r} requests is not "
+                             f"a whole number from 0 to {MAX_REQUESTS}")
+    w = limit.window
+    if not isinstance(w, (int, float)) or isinstance(w, bool) or not MIN_OVERRIDE_WINDOW <= w <= MAX_OVERRIDE_WINDOW:
+        raise InvalidRequest(f"ratelimitd: descriptor {i}: limit override window {w!r} s out of range "
+                             f"[{MIN_OVERRIDE_WINDOW} s, {MAX_OVERRIDE_WINDOW} s]")
+    if not whole_micros(w):
+        raise InvalidRequest(f"ratelimitd: descriptor {i}: limit override window {w!r} s is not a whole number "
+                             "of microseconds")
 
 
 def _entry(e: Entry) -> pb.Entry:
@@ -317,8 +329,7 @@ def _build(domain: str, descriptors: Sequence[Descriptor]) -> pb.ShouldRateLimit
             rd.hits = desc.hits
         if desc.limit is not None:
             rd.limit.requests = desc.limit.requests
-            micros = round(desc.limit.window * 1_000_000)
-            rd.limit.window.seconds, us = divmod(micros, 1_000_000)
+            rd.limit.window.seconds, us = divmod(micros(desc.limit.window), 1_000_000)
             rd.limit.window.nanos = us * 1000
     n = req.ByteSize()
     if n > MAX_REQUEST:

@@ -11,7 +11,8 @@ import grpc
 
 import ratelimitd
 from ratelimitd import D, Descriptor
-from ratelimitd.asgi import QUOTA_EXCEEDED, RateLimitMiddleware, client_ip
+from ratelimitd.asgi import QUOTA_EXCEEDED, RateLimitMiddleware, client_ip, trusted_network
+from ratelimitd.testing import FakeAsyncClient, FakeClient, refuse
 
 from scripted import Server, ok, over, status
 
@@ -247,6 +248,105 @@ class MiddlewareTest(unittest.TestCase):
                 self.call(App(), [http_scope(client=peer, headers=headers)], client_ip=True,
                           trusted_proxies=trusted, **prefixes)
                 self.assertEqual(self.entries(n), [[("remote_address", want)]])
+
+    def test_trusted_proxies_turn_client_ip_on(self):
+        # trusted_proxies means client_ip, which switches the default set
+        # off: the route is not counted.
+        self.server.answer(ok())
+        self.call(App(), [http_scope(client=("10.0.0.1", 1), headers=[("X-Forwarded-For", "203.0.113.5")])],
+                  trusted_proxies=["10.0.0.0/8"])
+        self.assertEqual(self.entries(), [[("remote_address", "203.0.113.5")]])
+
+    def test_ipv4_mapped_trusted_proxy(self):
+        # A trusted proxy written IPv4-mapped, as dual-stack sockets show
+        # peers, matches the peer (compared unmapped).
+        for trusted in ("::ffff:10.0.0.5", "::ffff:10.0.0.0/104", "::ffff:a00:5"):
+            for peer in ("10.0.0.5", "::ffff:10.0.0.5"):
+                with self.subTest(trusted=trusted, peer=peer):
+                    n = len(self.server.requests)
+                    self.server.answer(ok())
+                    self.call(App(), [http_scope(client=(peer, 1), headers=[("X-Forwarded-For", "203.0.113.5")])],
+                              trusted_proxies=[trusted])
+                    self.assertEqual(self.entries(n), [[("remote_address", "203.0.113.5")]])
+        self.assertEqual(trusted_network("::ffff:10.0.0.0/104"), ipaddress.ip_network("10.0.0.0/8"))
+        self.assertEqual(trusted_network(ipaddress.ip_network("::ffff:0:0/96")), ipaddress.ip_network("0.0.0.0/0"))
+        self.assertEqual(trusted_network("2001:db8::/32"), ipaddress.ip_network("2001:db8::/32"))
+
+    def test_key_function_errors_are_400(self):
+        # A key function (route, descriptors, skip) that raises: 400 as the
+        # Go middleware answers, logged at warning, ratelimitd not asked and
+        # the application not called.
+        def boom(scope):
+            raise LookupError("no tenant")
+
+        async def aboom(scope):
+            raise LookupError("no tenant")
+        for opts in ({"route": boom}, {"descriptors": boom}, {"descriptors": aboom}, {"skip": boom}):
+            with self.subTest(opts=list(opts)):
+                app = App()
+                with self.assertLogs("ratelimitd", logging.WARNING) as logs:
+                    [r] = self.call(app, [http_scope()], **opts)
+                self.assertEqual((r.status, app.calls), (400, 0))
+                self.assertEqual(r.body, b"rate limit: cannot attribute the request\n")
+                self.assertEqual(r.get("Content-Type"), "text/plain; charset=utf-8")
+                self.assertEqual([rec.levelno for rec in logs.records], [logging.WARNING])
+                self.assertIn("no tenant", logs.output[0])
+        self.assertEqual(self.server.requests, [])
+
+    def test_key_error_handler(self):
+        seen = []
+
+        async def handler(scope, receive, send, exc):
+            seen.append((scope["path"], exc))
+            await send({"type": "http.response.start", "status": 401, "headers": []})
+            await send({"type": "http.response.body", "body": b"who are you?"})
+        err = PermissionError("bad token")
+
+        def tenant(scope):
+            raise err
+        app = App()
+        [r] = self.call(app, [http_scope(path="/x")], descriptors=tenant, key_error_handler=handler)
+        self.assertEqual((r.status, r.body, app.calls), (401, b"who are you?", 0))
+        self.assertEqual(seen, [("/x", err)])
+
+    def test_client_kinds(self):
+        # A blocking Client, or anything not a client, is refused when the
+        # middleware is made (or the client function returns it), not on the
+        # first request with "not callable".
+        with grpc.insecure_channel(self.server.addr) as ch:
+            with self.assertRaisesRegex(TypeError, "blocking ratelimitd.Client"):
+                RateLimitMiddleware(App(), ratelimitd.Client(ch), "web")
+        with self.assertRaisesRegex(TypeError, "coroutine function"):
+            RateLimitMiddleware(App(), FakeClient(), "web")
+        with self.assertRaisesRegex(TypeError, "want an AsyncClient"):
+            RateLimitMiddleware(App(), "127.0.0.1:8081", "web")
+
+        async def main():
+            mw = RateLimitMiddleware(App(), lambda: FakeClient(), "web")
+            await mw(http_scope(), None, None)
+        with self.assertRaisesRegex(TypeError, "coroutine function"):
+            asyncio.run(main())
+
+    def test_fake_async_client(self):
+        # FakeAsyncClient serves as the middleware's client, given as is.
+        fake = FakeAsyncClient(refuse(30))
+        app = App()
+        sent = []
+
+        async def main():
+            mw = RateLimitMiddleware(app, fake, "web", route=True)
+
+            async def send(m):
+                sent.append(m)
+            await mw(http_scope(path="/a"), None, send)
+            await mw(http_scope(path="/b"), None, send)
+        asyncio.run(main())
+        self.assertEqual(Response(sent[:2]).status, 429)
+        self.assertEqual(Response(sent[:2]).get("Retry-After"), "30")
+        self.assertEqual(Response(sent[2:]).status, 200)
+        self.assertEqual(app.calls, 1)
+        self.assertEqual([c.descriptors for c in fake.calls],
+                         [(D("path", "/a", "method", "GET"),), (D("path", "/b", "method", "GET"),)])
 
     def test_bad_prefix(self):
         for v4, v6 in ((0, 64), (33, 64), (32, 0), (32, 129)):

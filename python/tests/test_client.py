@@ -143,6 +143,20 @@ class ClientTest(unittest.TestCase):
             ("edge", [D("k", "v", hits=-1)]),
             ("edge", [D("k", "v", limit=LimitOverride(requests=2**32, window=1))]),
             ("edge", [D("k", "v", limit=LimitOverride(requests=1, window=0))]),
+            ("edge", [D("k", "v", limit=LimitOverride(requests=5, window=1e-7))]),  # under 1 ms
+            ("edge", [D("k", "v", limit=LimitOverride(requests=5, window=0.000999))]),
+            ("edge", [D("k", "v", limit=LimitOverride(requests=5, window=100 * 365 * 86400 + 1))]),
+            ("edge", [D("k", "v", limit=LimitOverride(requests=5, window=float("inf")))]),
+            ("edge", [D("k", "v", limit=LimitOverride(requests=5, window=float("nan")))]),
+            ("edge", [D("k", "v", limit=LimitOverride(requests=5, window=0.0015001))]),  # not whole microseconds
+            ("edge", [D("k", "v", limit=LimitOverride(requests=5, window="60"))]),
+            ("edge", [D("k", "v", limit=LimitOverride(requests=1.5, window=60))]),
+            ("edge", [D("k", "v", limit=LimitOverride(requests=True, window=60))]),
+            ("edge", [D("k", "v", limit=LimitOverride(requests=-1, window=60))]),
+            ("edge", [D("k", "v", limit=(5, 60))]),
+            ("edge", [D("k", "v", hits=1.5)]),
+            ("edge", [D("k", "v", hits="2")]),
+            ("edge", [D("k", "v", hits=True)]),
             ("edge", [("k", "v")]),
             ("edge", [Descriptor([("k", 3)])]),
             ("edge", [Descriptor([("k" * 1000, "v")] * 32)] * 40),  # over 1 MiB
@@ -156,6 +170,19 @@ class ClientTest(unittest.TestCase):
         self.server.answer(ok())
         self.client.should_rate_limit("d" * 256, D("k" * 1024, "v" * 5000, hits=2**32 - 1))
         self.assertEqual(len(self.server.requests), 1)
+
+    def test_limit_override_bounds(self):
+        # The override windows ratelimitd accepts are sent, to the
+        # microsecond.
+        cases = [(0.001, (0, 1_000_000)), (1.1, (1, 100_000_000)), (0.0015, (0, 1_500_000)),
+                 (100 * 365 * 86400, (100 * 365 * 86400, 0)), (60, (60, 0))]
+        for window, want in cases:
+            with self.subTest(window=window):
+                n = len(self.server.requests)
+                self.server.answer(ok())
+                self.client.should_rate_limit("edge", D("k", "v", limit=LimitOverride(2**32 - 1, window)))
+                w = self.server.requests[n].descriptors[0].limit.window
+                self.assertEqual((w.seconds, w.nanos), want)
 
     def test_odd_D(self):
         with self.assertRaises(ValueError):

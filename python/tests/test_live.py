@@ -13,6 +13,7 @@ import sys
 import tempfile
 import time
 import unittest
+from unittest import mock
 
 import grpc
 
@@ -143,9 +144,17 @@ class LiveTest(unittest.TestCase):
 
     def test_native_invalid_argument(self):
         rl = ratelimitd.Client(self.channel, timeout=5)
-        with self.assertRaises(ratelimitd.InvalidRequest) as cm:  # a window under 1 ms, which ratelimitd checks
-            rl.should_rate_limit(DOMAIN, D("user", fresh_user("invalid"), limit=LimitOverride(1, 0.0001)))
+        ds = D("user", fresh_user("invalid"), limit=LimitOverride(1, 0.0001))  # a window under 1 ms
+        with self.assertRaises(ratelimitd.InvalidRequest) as cm:  # refused by the client itself
+            rl.should_rate_limit(DOMAIN, ds)
+        self.assertIsNone(cm.exception.rpc_error)
+        # With the client's check off, ratelimitd refuses it: INVALID_ARGUMENT
+        # raises InvalidRequest too, holding ratelimitd's answer.
+        with mock.patch("ratelimitd.client._check_override"):
+            with self.assertRaises(ratelimitd.InvalidRequest) as cm:
+                rl.should_rate_limit(DOMAIN, ds)
         self.assertEqual(cm.exception.rpc_error.code(), grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertIn("limit override", str(cm.exception))
 
     def test_native_async(self):
         user = fresh_user("async")
