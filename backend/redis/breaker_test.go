@@ -30,9 +30,14 @@ func faultyStore(t *testing.T, url string, faults *redistest.Faults, opts redis.
 	}
 	t.Cleanup(func() { client.Close() })
 	opts.LocalCache = -1
-	s := newStore(t, client, opts)
-	mustTake(t, s, descriptors(1, hourly(1000))...)
-	return s
+	// The first call dials, checks the node's version and loads the
+	// script: more than a test's short Timeout under -race on a busy
+	// machine. A patient store makes it on the same client, whose warm
+	// connection the store then uses.
+	patient := opts
+	patient.Timeout = 5 * time.Second
+	mustTake(t, newStore(t, client, patient), descriptors(1, hourly(1000))...)
+	return newStore(t, client, opts)
 }
 
 // topologies are the deployments the breaker tests run on: standalone
