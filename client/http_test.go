@@ -251,6 +251,9 @@ func TestHTTPKeyErrors(t *testing.T) {
 var trusted = []netip.Prefix{
 	netip.MustParsePrefix("10.0.0.0/8"),
 	netip.MustParsePrefix("2001:db8:ffff::/48"),
+	netip.MustParsePrefix("::ffff:172.16.0.0/108"),  // 172.16.0.0/12
+	netip.MustParsePrefix("::ffff:192.168.1.1/128"), // 192.168.1.1/32
+	netip.MustParsePrefix("::ffff:0:0/95"),          // shorter than /96: no IPv4 address
 }
 
 // TestClientIP: the right-most untrusted address, read only when the peer
@@ -280,6 +283,9 @@ func TestClientIP(t *testing.T) {
 		{"Forwarded without for", "10.0.0.1:80", "Forwarded", `by=10.1.1.1`, "10.0.0.1"},
 		{"Forwarded unterminated", "10.0.0.1:80", "Forwarded", `for="198.51.100.17`, "10.0.0.1"},
 		{"Forwarded ignores XFF", "10.0.0.1:80", "Forwarded", ``, "10.0.0.1"},
+		{"IPv4-mapped trusted prefix", "[::ffff:172.16.0.5]:80", "X-Forwarded-For", "203.0.113.1", "203.0.113.1"},
+		{"IPv4-mapped trusted host", "172.16.9.9:80", "X-Forwarded-For", "203.0.113.1, ::ffff:192.168.1.1", "203.0.113.1"},
+		{"IPv4-mapped short prefix", "100.64.0.1:80", "X-Forwarded-For", "203.0.113.1", "100.64.0.1"},
 	}
 	for _, tc := range tests {
 		r := request("GET", "/", tc.remote, "X-Forwarded-For", "192.0.2.99")
@@ -335,9 +341,11 @@ func FuzzClientIP(f *testing.F) {
 	})
 }
 
+// slicesContainsPrefix reports whether a, or for an IPv4 address its
+// IPv4-mapped form under a prefix of /96 or longer, is in one of ps.
 func slicesContainsPrefix(ps []netip.Prefix, a netip.Addr) bool {
 	for _, p := range ps {
-		if p.Contains(a) {
+		if p.Contains(a) || a.Is4() && p.Bits() >= 96 && p.Contains(netip.AddrFrom16(a.As16())) {
 			return true
 		}
 	}
