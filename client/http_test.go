@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -115,7 +116,41 @@ func TestHTTPFailures(t *testing.T) {
 		if resp.StatusCode != tc.want || (n.calls == 1) != (tc.want == http.StatusOK) {
 			t.Errorf("%s: status %d, next called %d times; want %d", tc.name, resp.StatusCode, n.calls, tc.want)
 		}
-		wantHeaders(t, tc.name, resp, map[string]string{"Retry-After": ""})
+		wantHeaders(t, tc.name, resp, map[string]string{"RateLimit": "", "Retry-After": ""})
+	}
+}
+
+// TestHTTPMalformed: a malformed request, or one over ratelimitd's
+// bounds, built from the middleware's own configuration answers 500 with a
+// plain-text body and no rate-limit headers, without calling next, even
+// when ratelimitd is stopped and the Client fails open.
+func TestHTTPMalformed(t *testing.T) {
+	f := &fakeRLS{}
+	c := client.New(newFakeRLS(t, f))
+	f.stop()
+	bad := func(ds ...client.Descriptor) client.HTTPOption {
+		return client.WithHTTPDescriptors(func(*http.Request) []client.Descriptor { return ds })
+	}
+	for _, tc := range []struct {
+		name   string
+		domain string
+		opts   []client.HTTPOption
+	}{
+		{"empty key", "web", []client.HTTPOption{bad(client.D("", "x"))}},
+		{"key not UTF-8", "web", []client.HTTPOption{bad(client.D("k\xff", "x"))}},
+		{"too many entries", "web", []client.HTTPOption{bad(client.Descriptor{Entries: slices.Repeat([]client.Entry{{Key: "k", Value: "v"}}, 33)})}},
+		{"too many descriptors", "web", []client.HTTPOption{bad(slices.Repeat([]client.Descriptor{client.D("k", "v")}, 65)...)}},
+		{"empty domain", "", nil},
+	} {
+		n := &next{}
+		resp := serve(client.HTTPMiddleware(c, tc.domain, tc.opts...)(n), request("GET", "/", "192.0.2.1:1"))
+		if resp.StatusCode != http.StatusInternalServerError || n.calls != 0 {
+			t.Errorf("%s: status %d, next called %d times; want 500, 0", tc.name, resp.StatusCode, n.calls)
+		}
+		if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/plain") {
+			t.Errorf("%s: Content-Type %q, want text/plain", tc.name, ct)
+		}
+		wantHeaders(t, tc.name, resp, map[string]string{"RateLimit": "", "Retry-After": ""})
 	}
 }
 

@@ -19,11 +19,8 @@ import (
 	"google.golang.org/protobuf/testing/protocmp"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/ratelimitd/ratelimitd/backend/backendtest"
-	"github.com/ratelimitd/ratelimitd/backend/memory"
 	"github.com/ratelimitd/ratelimitd/client"
 	"github.com/ratelimitd/ratelimitd/internal/grpctest"
-	"github.com/ratelimitd/ratelimitd/server"
 )
 
 // grpcRules are the limits of the interceptor tests: the protected service
@@ -50,33 +47,6 @@ const (
 	checkMethod = "/grpc.health.v1.Health/Check"
 	watchMethod = "/grpc.health.v1.Health/Watch"
 )
-
-// A grpcEnv is an in-process ratelimitd (the memory store on a manual
-// clock at t0) over bufconn, with grpcRules.
-type grpcEnv struct {
-	clock *backendtest.Clock
-	conn  *grpc.ClientConn
-	stop  func() // stops ratelimitd; idempotent
-}
-
-func newGRPCEnv(t *testing.T) *grpcEnv {
-	t.Helper()
-	e := &grpcEnv{clock: backendtest.NewClock(t0)}
-	store := memory.New(memory.Options{Now: e.clock.Now})
-	t.Cleanup(func() { store.Close() })
-	srv := server.New(store, compileRules(t, grpcRules), server.Options{})
-	g := grpc.NewServer(srv.GRPCOptions()...)
-	srv.Register(g)
-	e.conn, e.stop = grpctest.Serve(t, g)
-	return e
-}
-
-// client returns a Client of ratelimitd reading e's clock, without
-// refusal memory unless opts turn it on, and with a call budget long
-// enough for a loaded machine (tests of the budget set their own).
-func (e *grpcEnv) client(opts ...client.Option) *client.Client {
-	return client.New(e.conn, append([]client.Option{client.WithClock(e.clock.Now), client.WithRefusalCache(0), client.WithTimeout(10 * time.Second)}, opts...)...)
-}
 
 // A target is the protected service, grpc.health.v1.Health, counting the
 // calls that reach it.
@@ -161,8 +131,8 @@ func wantRefused(t *testing.T, call string, err error, retry time.Duration, subj
 // metadata, refused ones fail with ResourceExhausted, RetryInfo,
 // QuotaFailure and the headers too.
 func TestUnaryServerInterceptor(t *testing.T) {
-	e := newGRPCEnv(t)
-	tg := newTarget(t, []grpc.ServerOption{grpc.UnaryInterceptor(client.UnaryServerInterceptor(e.client(), "grpc"))})
+	e := newHarnessRules(t, grpcRules)
+	tg := newTarget(t, []grpc.ServerOption{grpc.UnaryInterceptor(client.UnaryServerInterceptor(e.client(client.WithRefusalCache(0)), "grpc"))})
 
 	steps := []struct {
 		at      time.Duration
@@ -240,8 +210,8 @@ func TestServerInterceptorDescriptors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			e := newGRPCEnv(t)
-			tg := newTarget(t, []grpc.ServerOption{grpc.UnaryInterceptor(client.UnaryServerInterceptor(e.client(), "grpc", tt.opts...))})
+			e := newHarnessRules(t, grpcRules)
+			tg := newTarget(t, []grpc.ServerOption{grpc.UnaryInterceptor(client.UnaryServerInterceptor(e.client(client.WithRefusalCache(0)), "grpc", tt.opts...))})
 			for i, c := range tt.calls {
 				_, err := tg.check(t, c.md...)
 				switch {
@@ -266,7 +236,7 @@ func TestServerInterceptorDescriptors(t *testing.T) {
 // TestServerInterceptorRefusalMemory: a refusal remembered by the Client
 // fails the call in the same way, with the remembered headers.
 func TestServerInterceptorRefusalMemory(t *testing.T) {
-	e := newGRPCEnv(t)
+	e := newHarnessRules(t, grpcRules)
 	c := e.client(client.WithRefusalCache(time.Minute))
 	tg := newTarget(t, []grpc.ServerOption{grpc.UnaryInterceptor(client.UnaryServerInterceptor(c, "grpc"))})
 	for i := range 2 {
@@ -299,8 +269,8 @@ func TestServerInterceptorRefusalMemory(t *testing.T) {
 // TestStreamServerInterceptor: a stream asks once, when it starts, and
 // gets the headers; a refused one fails with the details.
 func TestStreamServerInterceptor(t *testing.T) {
-	e := newGRPCEnv(t)
-	tg := newTarget(t, []grpc.ServerOption{grpc.StreamInterceptor(client.StreamServerInterceptor(e.client(), "grpc"))})
+	e := newHarnessRules(t, grpcRules)
+	tg := newTarget(t, []grpc.ServerOption{grpc.StreamInterceptor(client.StreamServerInterceptor(e.client(client.WithRefusalCache(0)), "grpc"))})
 
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
@@ -337,8 +307,8 @@ func TestStreamServerInterceptor(t *testing.T) {
 // TestClientInterceptors: outbound calls are throttled locally: a refused
 // call never reaches the target.
 func TestClientInterceptors(t *testing.T) {
-	e := newGRPCEnv(t)
-	c := e.client()
+	e := newHarnessRules(t, grpcRules)
+	c := e.client(client.WithRefusalCache(0))
 	tg := newTarget(t, nil,
 		grpc.WithChainUnaryInterceptor(client.UnaryClientInterceptor(c, "grpc", client.WithMetadataKey("x-api-key"))),
 		grpc.WithChainStreamInterceptor(client.StreamClientInterceptor(c, "grpc")))
@@ -377,8 +347,8 @@ func TestClientInterceptors(t *testing.T) {
 // with ResourceExhausted, but that interceptor drops the details; Limit
 // itself returns them.
 func TestLimiter(t *testing.T) {
-	e := newGRPCEnv(t)
-	c := e.client()
+	e := newHarnessRules(t, grpcRules)
+	c := e.client(client.WithRefusalCache(0))
 	tg := newTarget(t, []grpc.ServerOption{grpc.UnaryInterceptor(ratelimit.UnaryServerInterceptor(c.Limiter("grpc", nil)))})
 	for i := range 2 {
 		if _, err := tg.check(t); err != nil {
@@ -398,60 +368,5 @@ func TestLimiter(t *testing.T) {
 	wantRefused(t, "second Limit", l.Limit(t.Context()), time.Minute, "tenants")
 	if err := c.Limiter("grpc", nil).Limit(t.Context()); err != nil { // no method: no descriptors
 		t.Errorf("Limit outside a call: %v, want nil", err)
-	}
-}
-
-// TestInterceptorFailures: the Client's failure policy when ratelimitd is
-// down, and Internal for descriptors that the interceptor's configuration
-// makes malformed.
-func TestInterceptorFailures(t *testing.T) {
-	bad := func(context.Context, string) []client.Descriptor { return []client.Descriptor{client.D("", "x")} }
-	tests := []struct {
-		name  string
-		copts []client.Option
-		iopts []client.InterceptorOption
-		down  bool
-		want  codes.Code
-		calls int64 // reaching the handler
-	}{
-		{"fail open", nil, nil, true, codes.OK, 1},
-		{"fail closed", []client.Option{client.WithFailClosed()}, nil, true, codes.Unavailable, 0},
-		{"malformed", nil, []client.InterceptorOption{client.WithDescriptors(bad)}, false, codes.Internal, 0},
-		{"malformed, ratelimitd down", nil, []client.InterceptorOption{client.WithDescriptors(bad)}, true, codes.Internal, 0},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			e := newGRPCEnv(t)
-			if tt.down {
-				e.stop()
-			}
-			tg := newTarget(t, []grpc.ServerOption{grpc.UnaryInterceptor(
-				client.UnaryServerInterceptor(e.client(tt.copts...), "grpc", tt.iopts...))})
-			_, err := tg.check(t)
-			if got := status.Code(err); got != tt.want {
-				t.Errorf("Check: %v (code %v), want code %v", err, got, tt.want)
-			}
-			if got := tg.calls.Load(); got != tt.calls {
-				t.Errorf("handler calls = %d, want %d", got, tt.calls)
-			}
-		})
-	}
-}
-
-// TestInterceptorContext: a call whose context ends while asking fails
-// with the context's status.
-func TestInterceptorContext(t *testing.T) {
-	e := newGRPCEnv(t)
-	c := e.client(client.WithTimeout(0))
-	in := client.UnaryClientInterceptor(c, "grpc")
-	ctx, cancel := context.WithCancel(t.Context())
-	cancel()
-	invoked := false
-	err := in(ctx, checkMethod, nil, nil, nil, func(context.Context, string, any, any, *grpc.ClientConn, ...grpc.CallOption) error {
-		invoked = true
-		return nil
-	})
-	if got := status.Code(err); got != codes.Canceled || invoked {
-		t.Errorf("interceptor with a canceled ctx: %v (code %v), invoked %v; want Canceled, not invoked", err, got, invoked)
 	}
 }

@@ -1,13 +1,11 @@
 package clientintegration_test
 
 import (
-	"context"
 	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
-	"strings"
 	"testing"
 	"time"
 
@@ -258,83 +256,6 @@ func TestHTTPPattern(t *testing.T) {
 		if resp.StatusCode != want {
 			t.Errorf("GET /items/%d: status %d, want %d", i+1, resp.StatusCode, want)
 		}
-	}
-}
-
-// TestHTTPFailurePolicy: with ratelimitd stopped, the Client's policy
-// decides: fail open calls next, fail closed answers 503.
-func TestHTTPFailurePolicy(t *testing.T) {
-	for _, tc := range []struct {
-		name       string
-		opts       []client.Option
-		wantStatus int
-		wantCalls  int
-	}{
-		{"open", nil, 200, 1},
-		{"closed", []client.Option{client.WithFailClosed()}, 503, 0},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			h := newHTTPHarness(t)
-			n := &next{}
-			c := h.client(append(tc.opts, client.WithTimeout(30*time.Millisecond))...)
-			mw := client.HTTPMiddleware(c, "web")(n)
-			serve(mw, request("GET", "/", "192.0.2.200:1")) // connected
-			n.calls = 0
-			h.stop()
-			resp := serve(mw, request("GET", "/", "192.0.2.1:1"))
-			if resp.StatusCode != tc.wantStatus || n.calls != tc.wantCalls {
-				t.Errorf("status %d, next called %d times; want %d, %d", resp.StatusCode, n.calls, tc.wantStatus, tc.wantCalls)
-			}
-			if resp.Header.Get("RateLimit") != "" || resp.Header.Get("Retry-After") != "" {
-				t.Errorf("rate-limit headers %v, want none", resp.Header)
-			}
-		})
-	}
-}
-
-// TestHTTPMalformed: a malformed request, or one over ratelimitd's bounds,
-// built from the middleware's own configuration answers 500 with a plain
-// body, even when ratelimitd is stopped and the Client fails open.
-func TestHTTPMalformed(t *testing.T) {
-	h := newHTTPHarness(t)
-	c := h.client()
-	h.stop()
-	bad := func(ds ...client.Descriptor) client.HTTPOption {
-		return client.WithHTTPDescriptors(func(*http.Request) []client.Descriptor { return ds })
-	}
-	for _, tc := range []struct {
-		name   string
-		domain string
-		opts   []client.HTTPOption
-	}{
-		{"empty key", "web", []client.HTTPOption{bad(client.D("", "x"))}},
-		{"key not UTF-8", "web", []client.HTTPOption{bad(client.D("k\xff", "x"))}},
-		{"too many entries", "web", []client.HTTPOption{bad(client.Descriptor{Entries: make33()})}},
-		{"too many descriptors", "web", []client.HTTPOption{bad(make65()...)}},
-		{"empty domain", "", nil},
-	} {
-		n := &next{}
-		resp := serve(client.HTTPMiddleware(c, tc.domain, tc.opts...)(n), request("GET", "/", "192.0.2.1:1"))
-		if resp.StatusCode != http.StatusInternalServerError || n.calls != 0 {
-			t.Errorf("%s: status %d, next called %d times; want 500, 0", tc.name, resp.StatusCode, n.calls)
-		}
-		if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/plain") {
-			t.Errorf("%s: Content-Type %q, want text/plain", tc.name, ct)
-		}
-	}
-}
-
-// TestHTTPContextEnded: a request whose context has ended is answered 503
-// without calling next.
-func TestHTTPContextEnded(t *testing.T) {
-	h := newHTTPHarness(t)
-	n := &next{}
-	mw := client.HTTPMiddleware(h.client(), "web")(n)
-	ctx, cancel := context.WithCancel(t.Context())
-	cancel()
-	resp := serve(mw, request("GET", "/", "192.0.2.1:1").WithContext(ctx))
-	if resp.StatusCode != http.StatusServiceUnavailable || n.calls != 0 {
-		t.Errorf("status %d, next called %d times; want 503, 0", resp.StatusCode, n.calls)
 	}
 }
 
