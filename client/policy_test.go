@@ -3,18 +3,14 @@ package client_test
 import (
 	"context"
 	"errors"
-	"net"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
-	"google.golang.org/grpc/test/bufconn"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/ratelimitd/ratelimitd/client"
@@ -125,19 +121,12 @@ func TestFailurePolicy(t *testing.T) {
 	}
 }
 
-// TestNeverReachable: a Client whose ratelimitd never answered (its
-// listener closed before the first call) fails open within its budget.
+// TestNeverReachable: a Client whose ratelimitd stopped before its first
+// call, so that it never connected, fails open.
 func TestNeverReachable(t *testing.T) {
-	lis := bufconn.Listen(1 << 10)
-	lis.Close()
-	conn, err := grpc.NewClient("passthrough:///bufnet",
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-	)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	f := &fakeRLS{}
+	conn := newFakeRLS(t, f)
+	f.stop()
 	d, err := client.New(conn).ShouldRateLimit(t.Context(), "api", client.D("api_key", "k1"))
 	if err != nil || !d.Allowed || d.Err == nil {
 		t.Errorf("ShouldRateLimit = %+v, %v; want allowed, with Decision.Err set", d, err)
