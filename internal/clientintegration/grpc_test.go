@@ -304,9 +304,9 @@ func TestStreamServerInterceptor(t *testing.T) {
 	}
 }
 
-// TestClientInterceptors: outbound calls are throttled locally: a refused
-// call never reaches the target.
-func TestClientInterceptors(t *testing.T) {
+// TestClientInterceptorsServer: outbound calls are throttled by
+// ratelimitd's rules: a refused call never reaches the target.
+func TestClientInterceptorsServer(t *testing.T) {
 	e := newHarnessRules(t, grpcRules)
 	c := e.client(client.WithRefusalCache(0))
 	tg := newTarget(t, nil,
@@ -343,10 +343,10 @@ func TestClientInterceptors(t *testing.T) {
 	}
 }
 
-// TestLimiter: the adapter in go-grpc-middleware's interceptor refuses
-// with ResourceExhausted, but that interceptor drops the details; Limit
-// itself returns them.
-func TestLimiter(t *testing.T) {
+// TestLimiterServer: the adapter in go-grpc-middleware's interceptor
+// refuses with ResourceExhausted, but that interceptor drops the details;
+// Limit itself returns them.
+func TestLimiterServer(t *testing.T) {
 	e := newHarnessRules(t, grpcRules)
 	c := e.client(client.WithRefusalCache(0))
 	tg := newTarget(t, []grpc.ServerOption{grpc.UnaryInterceptor(ratelimit.UnaryServerInterceptor(c.Limiter("grpc", nil)))})

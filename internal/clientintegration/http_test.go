@@ -94,11 +94,11 @@ func wantHeaders(t *testing.T, step string, resp *http.Response, want map[string
 	}
 }
 
-// TestHTTPAllowedRefused: with the default descriptors (client IP, route
+// TestHTTPServerHeaders: with the default descriptors (client IP, route
 // and method), an allowed request passes with the IETF headers; a refused
 // one gets 429, Retry-After and a quota-exceeded problem, and next is not
 // called; a locally remembered refusal is answered the same way.
-func TestHTTPAllowedRefused(t *testing.T) {
+func TestHTTPServerHeaders(t *testing.T) {
 	h := newHTTPHarness(t)
 	n := &next{}
 	mw := client.HTTPMiddleware(h.client(), "web")(n)
