@@ -10,8 +10,6 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/ratelimitd/ratelimitd/backend/backendtest"
 	"github.com/ratelimitd/ratelimitd/backend/memory"
@@ -107,13 +105,6 @@ func ask(t *testing.T, c *client.Client, domain string, ds ...client.Descriptor)
 		t.Fatalf("ShouldRateLimit(%q, %v) was answered by the failure policy: %v", domain, ds, d.Err)
 	}
 	return d
-}
-
-func wantCode(t *testing.T, call string, err error, code codes.Code) {
-	t.Helper()
-	if got := status.Code(err); err == nil || got != code {
-		t.Errorf("%s: error %v (code %v), want code %v", call, err, got, code)
-	}
 }
 
 var (
