@@ -97,6 +97,23 @@ func TestInterceptorFailures(t *testing.T) {
 	}
 }
 
+// TestInterceptorContext: an outbound call whose context has ended fails
+// with the context's status and is not invoked.
+func TestInterceptorContext(t *testing.T) {
+	c := client.New(newFakeRLS(t, &fakeRLS{}), client.WithTimeout(0))
+	in := client.UnaryClientInterceptor(c, "grpc")
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	invoked := false
+	err := in(ctx, checkMethod, nil, nil, nil, func(context.Context, string, any, any, *grpc.ClientConn, ...grpc.CallOption) error {
+		invoked = true
+		return nil
+	})
+	if got := status.Code(err); got != codes.Canceled || invoked {
+		t.Errorf("interceptor with a canceled ctx: %v (code %v), invoked %v; want Canceled, not invoked", err, got, invoked)
+	}
+}
+
 // TestClientInterceptors: the client interceptors throttle outbound calls
 // locally: a refused call is never sent.
 func TestClientInterceptors(t *testing.T) {

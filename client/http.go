@@ -76,7 +76,10 @@ func WithAPIKeyHeader(name string) HTTPOption {
 // 2001:db8:1:2:: for any of 2001:db8:1:2::/64. A single IPv6 host is
 // commonly given a whole /64, so counting each IPv6 address apart would
 // give one client 2^64 counters. IPv4-mapped IPv6 addresses
-// (::ffff:192.0.2.1) count as IPv4.
+// (::ffff:192.0.2.1) count as IPv4, and so do trusted prefixes inside
+// ::ffff:0:0/96 of length 96 or more: ::ffff:10.0.0.0/104, the form a
+// dual-stack listener shows IPv4 peers in, trusts 10.0.0.0/8 (see
+// ClientIP).
 func WithClientIP(trusted ...netip.Prefix) HTTPOption {
 	return func(o *httpOptions) {
 		o.clientIP = true
@@ -488,6 +491,11 @@ func WriteTooManyRequests(w http.ResponseWriter, _ *http.Request, d Decision) {
 // the request's fields of that name are read in order. Addresses are
 // returned without zone, and IPv4-mapped IPv6 addresses as IPv4.
 //
+// Addresses are compared with trusted after that unmapping, so a trusted
+// prefix inside ::ffff:0:0/96 of length 96 or more stands for the IPv4
+// prefix of its length minus 96 (::ffff:10.0.0.5/128 for 10.0.0.5/32);
+// a shorter one (::/0) matches no IPv4 address.
+//
 //nolint:revive // "client" is the HTTP request's here, not this package: client.IP would not say whose
 func ClientIP(r *http.Request, header string, trusted []netip.Prefix) netip.Addr {
 	peer := httpParseNode(r.RemoteAddr)
@@ -519,13 +527,25 @@ func ClientIP(r *http.Request, header string, trusted []netip.Prefix) netip.Addr
 	return ip
 }
 
+// httpTrusted reports whether a, unmapped, is in one of the trusted
+// prefixes, IPv4-mapped ones unmapped (see httpUnmapPrefix).
 func httpTrusted(a netip.Addr, trusted []netip.Prefix) bool {
 	for _, p := range trusted {
-		if p.Contains(a) {
+		if httpUnmapPrefix(p).Contains(a) {
 			return true
 		}
 	}
 	return false
+}
+
+// httpUnmapPrefix returns the IPv4 prefix of length p.Bits()-96 that p
+// stands for when p lies inside ::ffff:0:0/96 and is at least that long,
+// as addresses are compared unmapped; p itself otherwise.
+func httpUnmapPrefix(p netip.Prefix) netip.Prefix {
+	if !p.Addr().Is4In6() || p.Bits() < 96 {
+		return p
+	}
+	return netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96).Masked()
 }
 
 // httpParseNode parses an address with an optional port, IPv6 optionally in

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -115,7 +116,41 @@ func TestHTTPFailures(t *testing.T) {
 		if resp.StatusCode != tc.want || (n.calls == 1) != (tc.want == http.StatusOK) {
 			t.Errorf("%s: status %d, next called %d times; want %d", tc.name, resp.StatusCode, n.calls, tc.want)
 		}
-		wantHeaders(t, tc.name, resp, map[string]string{"Retry-After": ""})
+		wantHeaders(t, tc.name, resp, map[string]string{"RateLimit": "", "Retry-After": ""})
+	}
+}
+
+// TestHTTPMalformed: a malformed request, or one over ratelimitd's
+// bounds, built from the middleware's own configuration answers 500 with a
+// plain-text body and no rate-limit headers, without calling next, even
+// when ratelimitd is stopped and the Client fails open.
+func TestHTTPMalformed(t *testing.T) {
+	f := &fakeRLS{}
+	c := client.New(newFakeRLS(t, f))
+	f.stop()
+	bad := func(ds ...client.Descriptor) client.HTTPOption {
+		return client.WithHTTPDescriptors(func(*http.Request) []client.Descriptor { return ds })
+	}
+	for _, tc := range []struct {
+		name   string
+		domain string
+		opts   []client.HTTPOption
+	}{
+		{"empty key", "web", []client.HTTPOption{bad(client.D("", "x"))}},
+		{"key not UTF-8", "web", []client.HTTPOption{bad(client.D("k\xff", "x"))}},
+		{"too many entries", "web", []client.HTTPOption{bad(client.Descriptor{Entries: slices.Repeat([]client.Entry{{Key: "k", Value: "v"}}, 33)})}},
+		{"too many descriptors", "web", []client.HTTPOption{bad(slices.Repeat([]client.Descriptor{client.D("k", "v")}, 65)...)}},
+		{"empty domain", "", nil},
+	} {
+		n := &next{}
+		resp := serve(client.HTTPMiddleware(c, tc.domain, tc.opts...)(n), request("GET", "/", "192.0.2.1:1"))
+		if resp.StatusCode != http.StatusInternalServerError || n.calls != 0 {
+			t.Errorf("%s: status %d, next called %d times; want 500, 0", tc.name, resp.StatusCode, n.calls)
+		}
+		if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/plain") {
+			t.Errorf("%s: Content-Type %q, want text/plain", tc.name, ct)
+		}
+		wantHeaders(t, tc.name, resp, map[string]string{"RateLimit": "", "Retry-After": ""})
 	}
 }
 
@@ -251,6 +286,9 @@ func TestHTTPKeyErrors(t *testing.T) {
 var trusted = []netip.Prefix{
 	netip.MustParsePrefix("10.0.0.0/8"),
 	netip.MustParsePrefix("2001:db8:ffff::/48"),
+	netip.MustParsePrefix("::ffff:172.16.0.0/108"),  // 172.16.0.0/12
+	netip.MustParsePrefix("::ffff:192.168.1.1/128"), // 192.168.1.1/32
+	netip.MustParsePrefix("::ffff:0:0/95"),          // shorter than /96: no IPv4 address
 }
 
 // TestClientIP: the right-most untrusted address, read only when the peer
@@ -280,6 +318,9 @@ func TestClientIP(t *testing.T) {
 		{"Forwarded without for", "10.0.0.1:80", "Forwarded", `by=10.1.1.1`, "10.0.0.1"},
 		{"Forwarded unterminated", "10.0.0.1:80", "Forwarded", `for="198.51.100.17`, "10.0.0.1"},
 		{"Forwarded ignores XFF", "10.0.0.1:80", "Forwarded", ``, "10.0.0.1"},
+		{"IPv4-mapped trusted prefix", "[::ffff:172.16.0.5]:80", "X-Forwarded-For", "203.0.113.1", "203.0.113.1"},
+		{"IPv4-mapped trusted host", "172.16.9.9:80", "X-Forwarded-For", "203.0.113.1, ::ffff:192.168.1.1", "203.0.113.1"},
+		{"IPv4-mapped short prefix", "100.64.0.1:80", "X-Forwarded-For", "203.0.113.1", "100.64.0.1"},
 	}
 	for _, tc := range tests {
 		r := request("GET", "/", tc.remote, "X-Forwarded-For", "192.0.2.99")
@@ -335,9 +376,11 @@ func FuzzClientIP(f *testing.F) {
 	})
 }
 
+// slicesContainsPrefix reports whether a, or for an IPv4 address its
+// IPv4-mapped form under a prefix of /96 or longer, is in one of ps.
 func slicesContainsPrefix(ps []netip.Prefix, a netip.Addr) bool {
 	for _, p := range ps {
-		if p.Contains(a) {
+		if p.Contains(a) || a.Is4() && p.Bits() >= 96 && p.Contains(netip.AddrFrom16(a.As16())) {
 			return true
 		}
 	}

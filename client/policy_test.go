@@ -121,6 +121,18 @@ func TestFailurePolicy(t *testing.T) {
 	}
 }
 
+// TestNeverReachable: a Client whose ratelimitd stopped before its first
+// call, so that it never connected, fails open.
+func TestNeverReachable(t *testing.T) {
+	f := &fakeRLS{}
+	conn := newFakeRLS(t, f)
+	f.stop()
+	d, err := client.New(conn).ShouldRateLimit(t.Context(), "api", client.D("api_key", "k1"))
+	if err != nil || !d.Allowed || d.Err == nil {
+		t.Errorf("ShouldRateLimit = %+v, %v; want allowed, with Decision.Err set", d, err)
+	}
+}
+
 // TestContextEnded: when the caller's context ends first, there is no
 // decision, whatever the policy: the error wraps ctx.Err(); a budget
 // longer than ctx does not extend it.

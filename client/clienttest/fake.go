@@ -45,7 +45,7 @@ type Call struct {
 // call whose ctx has ended with an error wrapping ctx.Err(), before any
 // Answer; other calls take the next queued Answer (see Push), else the
 // default one (see SetDefault), else Allow. Every call is recorded (see
-// Calls).
+// Calls) once answered.
 //
 // A Fake is safe for concurrent use by multiple goroutines.
 type Fake struct {
@@ -73,7 +73,7 @@ func (f *Fake) SetDefault(a Answer) {
 	f.def = a
 }
 
-// Calls returns the calls f received, in order.
+// Calls returns the calls f has answered, in the order it answered them.
 func (f *Fake) Calls() []Call {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -87,31 +87,41 @@ func (f *Fake) Reset() {
 	f.queue, f.def, f.calls = nil, nil, nil
 }
 
-// ShouldRateLimit implements client.RateLimiter.
+// ShouldRateLimit implements client.RateLimiter. The Answer runs without
+// f's lock held, so an Answer may block (other calls go on meanwhile) or
+// use f itself (Calls, Push); each call is recorded once answered.
 func (f *Fake) ShouldRateLimit(ctx context.Context, domain string, descriptors ...client.Descriptor) (client.Decision, error) {
 	call := Call{Domain: domain, Descriptors: cloneDescriptors(descriptors)}
-	f.mu.Lock()
-	defer f.mu.Unlock()
 	switch err := client.Validate(domain, descriptors...); {
 	case err != nil:
 		call.Err = err
 	case ctx.Err() != nil:
 		call.Err = fmt.Errorf("clienttest: ShouldRateLimit: %w", ctx.Err())
 	default:
-		answer := f.def
-		if len(f.queue) > 0 {
-			answer, f.queue = f.queue[0], f.queue[1:]
-		}
-		if answer == nil {
-			answer = Allow()
-		}
-		call.Decision, call.Err = answer(domain, call.Descriptors)
+		call.Decision, call.Err = f.next()(domain, call.Descriptors)
 		if call.Err != nil {
 			call.Decision = client.Decision{}
 		}
 	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	f.calls = append(f.calls, call)
 	return call.Decision, call.Err
+}
+
+// next takes the Answer of the next call: the first queued one, else the
+// default, else Allow.
+func (f *Fake) next() Answer {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	answer := f.def
+	if len(f.queue) > 0 {
+		answer, f.queue = f.queue[0], f.queue[1:]
+	}
+	if answer == nil {
+		answer = Allow()
+	}
+	return answer
 }
 
 // cloneDescriptors copies ds deeply enough that the caller may reuse it.

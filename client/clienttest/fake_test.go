@@ -83,6 +83,37 @@ func TestFake(t *testing.T) {
 	}
 }
 
+// TestFakeAnswerUnlocked: an Answer runs without the Fake's lock: while
+// one blocks, other calls are answered, and an Answer may read the calls.
+func TestFakeAnswerUnlocked(t *testing.T) {
+	var f clienttest.Fake
+	entered, release := make(chan struct{}), make(chan struct{})
+	var seen int
+	f.Push(func(string, []client.Descriptor) (client.Decision, error) {
+		seen = len(f.Calls())
+		close(entered)
+		<-release
+		return client.Decision{Allowed: true}, nil
+	})
+	done := make(chan error, 1)
+	go func() {
+		_, err := f.ShouldRateLimit(t.Context(), "api", client.D("k", "blocked"))
+		done <- err
+	}()
+	<-entered
+	if d, err := f.ShouldRateLimit(t.Context(), "api", client.D("k", "free")); err != nil || !d.Allowed {
+		t.Errorf("call beside a blocked Answer: %+v, %v; want allowed", d, err)
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Errorf("blocked call: %v", err)
+	}
+	calls := f.Calls()
+	if seen != 0 || len(calls) != 2 || calls[0].Descriptors[0].Entries[0].Value != "free" {
+		t.Errorf("Answer saw %d calls, then %+v; want 0, then the free call first", seen, calls)
+	}
+}
+
 // TestFakeHTTPMiddleware: the middleware refuses what the Fake refuses,
 // with its default 429, and sends it the request's descriptors.
 func TestFakeHTTPMiddleware(t *testing.T) {

@@ -1,93 +1,77 @@
 package clientintegration_test
 
 import (
+	"sort"
 	"strings"
 	"testing"
 
 	"google.golang.org/grpc/codes"
-	"google.golang.org/protobuf/proto"
+	"google.golang.org/grpc/status"
 
 	"github.com/ratelimitd/ratelimitd/client"
-	ratelimitv1 "github.com/ratelimitd/ratelimitd/gen/ratelimit/v1"
 )
 
-// TestRequestSize: a request of exactly 1 MiB, ratelimitd's largest, is
-// sent (and the real ratelimitd accepts it); one byte more is an
-// InvalidArgument error, not a failure the policy would hide.
-func TestRequestSize(t *testing.T) {
-	const maxSize = 1 << 20
-	ds := exactRequest(t, "api", maxSize)
-	last := &ds[len(ds)-1].Entries[len(ds[len(ds)-1].Entries)-1]
-
+// TestValidationBounds: the largest requests the Client sends, at each of
+// its bounds (which its own tests fix at ratelimitd's documented ones),
+// are accepted by the real ratelimitd: hits, key length, domain length,
+// descriptors, entries, and the request's size, where one byte more is an
+// InvalidArgument error found without an RPC.
+func TestValidationBounds(t *testing.T) {
 	h := newHarness(t)
 	c := h.client()
-	ask(t, c, "api", ds...)
+	hits := client.D(strings.Repeat("k", 1024), strings.Repeat("v", 1024))
+	hits.Hits = 1<<32 - 1
+	entries := client.Descriptor{}
+	for range 32 {
+		entries.Entries = append(entries.Entries, client.Entry{Key: "k", Value: "v"})
+	}
+	descriptors := make([]client.Descriptor, 64)
+	for i := range descriptors {
+		descriptors[i] = client.D("api_key", "k")
+	}
+	ask(t, c, strings.Repeat("d", 256), hits)
+	ask(t, c, "api", entries)
+	ask(t, c, "api", descriptors...)
 
+	largest := largestRequest(t, "api")
+	ask(t, c, "api", largest...)
+	last := &largest[len(largest)-1].Entries[len(largest[len(largest)-1].Entries)-1]
 	last.Value += "v"
 	rpcs := h.rpcs.Load()
-	_, err := c.ShouldRateLimit(t.Context(), "api", ds...)
-	wantCode(t, "ShouldRateLimit(1 MiB + 1 byte)", err, codes.InvalidArgument)
+	_, err := c.ShouldRateLimit(t.Context(), "api", largest...)
+	if got := status.Code(err); got != codes.InvalidArgument {
+		t.Errorf("ShouldRateLimit(the largest request + 1 byte): %v, want InvalidArgument", err)
+	}
 	if got := h.rpcs.Load() - rpcs; got != 0 {
-		t.Errorf("%d RPCs for a request over 1 MiB, want 0", got)
+		t.Errorf("%d RPCs for a request over the bound, want 0", got)
 	}
 }
 
-// exactRequest returns descriptors whose request to domain is exactly size
-// bytes: entries of 1000-byte values, then one whose key and value lengths
-// make up the rest.
-func exactRequest(t *testing.T, domain string, size int) []client.Descriptor {
+// largestRequest returns the largest request to domain that
+// client.Validate accepts, of descriptors of 32 entries with 1000-byte
+// values, then one more entry whose value is as long as the size bound
+// allows.
+func largestRequest(t *testing.T, domain string) []client.Descriptor {
 	t.Helper()
-	sizeOf := func(ds []client.Descriptor) int {
-		return proto.Size(nativeRequest(domain, ds))
-	}
-	build := func(n int, last ...client.Entry) []client.Descriptor {
+	build := func(full, lastLen int) []client.Descriptor {
 		var ds []client.Descriptor
-		for i, e := 0, (client.Entry{Key: "k", Value: strings.Repeat("v", 1000)}); i < n+len(last); i++ {
-			if i >= n {
-				e = last[i-n]
-			}
+		for i := range full + 1 {
 			if i%32 == 0 {
 				ds = append(ds, client.Descriptor{})
+			}
+			e := client.Entry{Key: "k", Value: strings.Repeat("v", 1000)}
+			if i == full {
+				e.Value = strings.Repeat("v", lastLen)
 			}
 			ds[len(ds)-1].Entries = append(ds[len(ds)-1].Entries, e)
 		}
 		return ds
 	}
-	// The most full entries leaving at least 1000 bytes to go...
-	lo, hi := 0, size/1000
-	for lo < hi {
-		if mid := (lo + hi + 1) / 2; sizeOf(build(mid)) <= size-1000 {
-			lo = mid
-		} else {
-			hi = mid - 1
-		}
+	fits := func(ds []client.Descriptor) bool { return client.Validate(domain, ds...) == nil }
+	full := sort.Search(64*32, func(n int) bool { return !fits(build(n, 0)) }) - 1
+	lastLen := sort.Search(1025, func(n int) bool { return !fits(build(full, n)) }) - 1
+	if full < 0 || lastLen < 0 || lastLen == 1024 {
+		t.Fatalf("no request at the size bound: %d full entries, a last value of %d bytes", full, lastLen)
 	}
-	// ... then one entry of up to 1024 + 1024 bytes makes up the rest: one
-	// of 300 + 300 bytes leaves extra to go, and each byte more in its key
-	// or value is a byte more in the request (lengths over 127 and under
-	// 16384 all take two bytes).
-	entry := func(k, v int) client.Entry {
-		return client.Entry{Key: strings.Repeat("k", k), Value: strings.Repeat("v", v)}
-	}
-	extra := size - sizeOf(build(lo, entry(300, 300)))
-	dk := min(extra, 700)
-	if ds := build(lo, entry(300+dk, 300+extra-dk)); sizeOf(ds) == size {
-		return ds
-	}
-	t.Fatalf("no request of exactly %d bytes", size)
-	return nil
-}
-
-// nativeRequest is the request a Client sends for ds, whose values are
-// valid UTF-8 of at most 1024 bytes, and whose hits are 0 (one).
-func nativeRequest(domain string, ds []client.Descriptor) *ratelimitv1.ShouldRateLimitRequest {
-	req := &ratelimitv1.ShouldRateLimitRequest{Domain: domain}
-	for _, d := range ds {
-		rd := &ratelimitv1.Descriptor{}
-		for _, e := range d.Entries {
-			rd.Entries = append(rd.Entries, &ratelimitv1.Entry{Key: e.Key, Value: e.Value})
-		}
-		req.Descriptors = append(req.Descriptors, rd)
-	}
-	return req
+	return build(full, lastLen)
 }

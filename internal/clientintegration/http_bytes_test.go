@@ -22,7 +22,7 @@ func TestHTTPClientIPv6Shared(t *testing.T) {
 		{"[2001:db8:1:2::2]:1", http.StatusTooManyRequests},
 		{"[2001:db8:1:3::1]:1", http.StatusOK},
 	} {
-		if resp := serve(mw, request("GET", "/", st.remote)); resp.StatusCode != st.want {
+		if resp := do(mw, "GET", "/", st.remote); resp.StatusCode != st.want {
 			t.Errorf("step %d: peer %s: status %d, want %d", i, st.remote, resp.StatusCode, st.want)
 		}
 	}
@@ -59,7 +59,7 @@ descriptors:
 					return []client.Descriptor{client.D("path", r.URL.Path)}
 				}))(&next{})
 			for i, want := range []int{http.StatusOK, http.StatusTooManyRequests} {
-				resp := serve(mw, request("GET", tc.target, "192.0.2.1:1", "X-API-Key", tc.key))
+				resp := do(mw, "GET", tc.target, "192.0.2.1:1", "X-API-Key", tc.key)
 				if resp.StatusCode != want {
 					t.Errorf("request %d: status %d, want %d", i, resp.StatusCode, want)
 				}

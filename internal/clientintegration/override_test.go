@@ -12,9 +12,10 @@ import (
 	ratelimitv1 "github.com/ratelimitd/ratelimitd/gen/ratelimit/v1"
 )
 
-// TestLimitOverride: ratelimitd applies a descriptor's limit override in
-// place of its rule's limits, with the rule's algorithm and name.
-func TestLimitOverride(t *testing.T) {
+// TestLimitOverrideApplied: ratelimitd applies a descriptor's limit
+// override in place of its rule's limits, with the rule's algorithm and
+// name.
+func TestLimitOverrideApplied(t *testing.T) {
 	h := newHarness(t)
 	c := h.client(client.WithRefusalCache(0))
 	d := client.D("api_key", "k1") // the rule admits 2 a minute
