@@ -8,6 +8,7 @@ const crypto = require('node:crypto');
 const grpc = require('@grpc/grpc-js');
 const { ratelimitV1: pb } = require('./stubs.js');
 const { Refusals, refusalKey, DEFAULT_REFUSAL_CACHE_MS, DEFAULT_REFUSAL_CACHE_SIZE } = require('./refusals.js');
+const { MAX_VALUE, utf8 } = require('./util.js'); // MAX_VALUE: a longer value is sent as its SHA-256 digest
 
 /** The default budget of one shouldRateLimit call, in milliseconds. */
 const DEFAULT_TIMEOUT_MS = 50;
@@ -18,7 +19,6 @@ const MAX_DOMAIN = 256;
 const MAX_DESCRIPTORS = 64;
 const MAX_ENTRIES = 32;
 const MAX_KEY = 1024;
-const MAX_VALUE = 1024; // a longer value is sent as its SHA-256 digest
 const MAX_HITS = 0xffffffff;
 const MAX_REQUEST = 1 << 20; // bytes of the encoded request
 
@@ -29,8 +29,6 @@ const ALGORITHMS = {
   [pb.Algorithm.ALGORITHM_TOKEN_BUCKET]: 'token_bucket',
   [pb.Algorithm.ALGORITHM_GCRA]: 'gcra',
 };
-
-const utf8 = new TextDecoder('utf-8', { fatal: true });
 
 /**
  * invalid returns the error of a malformed request: a gRPC-style error

@@ -5,16 +5,10 @@
 // framework: with node:http, call it as middleware(req, res, () => handler(req, res)).
 
 const ip = require('./ip.js');
+const { utf8, seconds } = require('./util.js');
 
 /** The problem type (RFC 9457) of the 429 body. */
 const QUOTA_EXCEEDED = 'https://iana.org/assignments/http-problem-types#quota-exceeded';
-
-const utf8 = new TextDecoder('utf-8', { fatal: true });
-
-/** seconds returns ms in whole seconds, rounded up; 0 when not positive. */
-function seconds(ms) {
-  return ms > 0 ? Math.ceil(ms / 1000) : 0;
-}
 
 /** header returns the first value of the request header name, or ''. */
 function header(req, name) {
