@@ -46,7 +46,7 @@ export interface Entry {
 export interface LimitOverride {
   /** Requests admitted per window; 0 refuses everything. */
   requests: number;
-  /** The window in milliseconds: a whole number of microseconds from 1 ms to 100 years. */
+  /** The window in milliseconds: a whole number of microseconds from 1 ms to 100 years (of 365 days); else the call rejects with code 3. */
   windowMs: number;
 }
 
@@ -145,7 +145,7 @@ export interface ClientOptions {
   failClosed?: boolean;
   /** Called with every decision, including the failure policy's. Errors it throws are logged. */
   onDecision?: (decision: Decision, info: DecisionInfo) => void;
-  /** Where the UNIMPLEMENTED warning and hook errors go; console by default. */
+  /** Where the UNIMPLEMENTED error and hook errors go (logger.error); console by default. */
   logger?: Logger;
   /** Credentials of the connection; insecure by default. */
   credentials?: ChannelCredentials;
@@ -179,7 +179,7 @@ export interface CallOptions {
 /**
  * A client of ratelimitd's native API (ratelimit.v1). It fails open by
  * default, within a 50 ms budget per call, remembers refusals for up to
- * 1 s (see refusalCacheMs), and warns once, loudly, if the server does not
+ * 1 s (see refusalCacheMs), and logs once, at error, if the server does not
  * implement the native API (such as envoyproxy/ratelimit).
  */
 export declare class Client {
