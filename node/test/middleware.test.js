@@ -270,6 +270,19 @@ test('clientIP and prefixes, as the Go ClientIP reads peers and headers', () => 
   for (const [r, opts, want] of cases) {
     assert.equal(clientIP(r, opts), want, JSON.stringify([r, opts]));
   }
+  // IPv4-mapped trusted proxies (Node shows peers on dual-stack sockets
+  // so) match the peer, which is compared unmapped.
+  const xff = { 'x-forwarded-for': '1.2.3.4' };
+  for (const [proxies, peer, want] of [
+    [['::ffff:10.0.0.5'], '::ffff:10.0.0.5', '1.2.3.4'],
+    [['::ffff:10.0.0.5'], '10.0.0.5', '1.2.3.4'],
+    [['::ffff:10.0.0.0/104'], '::ffff:10.9.0.1', '1.2.3.4'],
+    [['::ffff:10.0.0.0/104'], '11.0.0.1', '11.0.0.1'],
+    [['::ffff:0:0/96'], '192.0.2.7', '1.2.3.4'],
+    [['::/64'], '192.0.2.7', '192.0.2.7'],
+  ]) {
+    assert.equal(clientIP(req(peer, xff), { trustedProxies: proxies }), want, `${proxies} ${peer}`);
+  }
   assert.throws(() => clientIP(req('10.0.0.2'), { trustedProxies: ['10.0.0.0/33'] }), TypeError);
   assert.throws(() => middleware({}, 'edge', { ipv6Prefix: 129 }), RangeError);
 });
