@@ -234,9 +234,16 @@ export interface MiddlewareOptions {
   descriptors?: (req: IncomingMessage) => Descriptor[] | Promise<Descriptor[]>;
   /** Requests for which it returns true pass without asking ratelimitd. */
   skip?: (req: IncomingMessage) => boolean | Promise<boolean>;
+  /**
+   * Answers a request whose route, descriptors or skip function threw (next
+   * is not called: a caller able to make the key fail would otherwise escape
+   * every limit). Default: 400 "rate limit: cannot attribute the request",
+   * err logged at warn. Return no descriptors instead to let a request through.
+   */
+  keyErrorHandler?: (req: IncomingMessage, res: ServerResponse, err: unknown) => void | Promise<void>;
   /** Adds X-RateLimit-Limit, -Remaining and -Reset of the tightest limit. */
   xRateLimitHeaders?: boolean;
-  /** Where malformed-descriptor errors are logged; not logged by default. */
+  /** Where key-function failures (warn) and malformed descriptors (error) are logged; not logged by default. */
   logger?: Logger;
 }
 
@@ -248,6 +255,10 @@ export interface MiddlewareOptions {
  * set and next is called. Refused: 429 with Retry-After and an
  * application/problem+json body. ratelimitd failing: next without
  * headers (fail open) or 503 (failClosed). Malformed descriptors: 500.
+ * A key function (route, descriptors, skip) throwing: keyErrorHandler,
+ * 400 by default. Headers from ratelimitd that Node cannot send are
+ * dropped; none are set once another handler answered; other errors go
+ * to next(err), never to an unhandled rejection.
  * A refused client's repeats are answered from the Client's memory of
  * refusals (see ClientOptions.refusalCacheMs), with the headers counted
  * down, without asking ratelimitd.
