@@ -179,7 +179,6 @@ function requestPath(req) {
  * with a character over 0x7F goes as those bytes, not re-encoded as UTF-8.
  */
 function headerBytes(v) {
-  // eslint-disable-next-line no-control-regex
   return /[^\x00-\x7f]/.test(v) ? Buffer.from(v, 'latin1') : v;
 }
 
