@@ -46,7 +46,7 @@ export interface Entry {
 export interface LimitOverride {
   /** Requests admitted per window; 0 refuses everything. */
   requests: number;
-  /** The window in milliseconds: a whole number of microseconds from 1 ms to 100 years. */
+  /** The window in milliseconds: a whole number of microseconds from 1 ms to 100 years (of 365 days); else the call rejects with code 3. */
   windowMs: number;
 }
 
@@ -145,7 +145,7 @@ export interface ClientOptions {
   failClosed?: boolean;
   /** Called with every decision, including the failure policy's. Errors it throws are logged. */
   onDecision?: (decision: Decision, info: DecisionInfo) => void;
-  /** Where the UNIMPLEMENTED warning and hook errors go; console by default. */
+  /** Where the UNIMPLEMENTED error and hook errors go (logger.error); console by default. */
   logger?: Logger;
   /** Credentials of the connection; insecure by default. */
   credentials?: ChannelCredentials;
@@ -179,7 +179,7 @@ export interface CallOptions {
 /**
  * A client of ratelimitd's native API (ratelimit.v1). It fails open by
  * default, within a 50 ms budget per call, remembers refusals for up to
- * 1 s (see refusalCacheMs), and warns once, loudly, if the server does not
+ * 1 s (see refusalCacheMs), and logs once, at error, if the server does not
  * implement the native API (such as envoyproxy/ratelimit).
  */
 export declare class Client {
@@ -234,9 +234,16 @@ export interface MiddlewareOptions {
   descriptors?: (req: IncomingMessage) => Descriptor[] | Promise<Descriptor[]>;
   /** Requests for which it returns true pass without asking ratelimitd. */
   skip?: (req: IncomingMessage) => boolean | Promise<boolean>;
+  /**
+   * Answers a request whose route, descriptors or skip function threw (next
+   * is not called: a caller able to make the key fail would otherwise escape
+   * every limit). Default: 400 "rate limit: cannot attribute the request",
+   * err logged at warn. Return no descriptors instead to let a request through.
+   */
+  keyErrorHandler?: (req: IncomingMessage, res: ServerResponse, err: unknown) => void | Promise<void>;
   /** Adds X-RateLimit-Limit, -Remaining and -Reset of the tightest limit. */
   xRateLimitHeaders?: boolean;
-  /** Where malformed-descriptor errors are logged; not logged by default. */
+  /** Where key-function failures (warn) and malformed descriptors (error) are logged; not logged by default. */
   logger?: Logger;
 }
 
@@ -248,6 +255,10 @@ export interface MiddlewareOptions {
  * set and next is called. Refused: 429 with Retry-After and an
  * application/problem+json body. ratelimitd failing: next without
  * headers (fail open) or 503 (failClosed). Malformed descriptors: 500.
+ * A key function (route, descriptors, skip) throwing: keyErrorHandler,
+ * 400 by default. Headers from ratelimitd that Node cannot send are
+ * dropped; none are set once another handler answered; other errors go
+ * to next(err), never to an unhandled rejection.
  * A refused client's repeats are answered from the Client's memory of
  * refusals (see ClientOptions.refusalCacheMs), with the headers counted
  * down, without asking ratelimitd.

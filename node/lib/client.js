@@ -8,6 +8,7 @@ const crypto = require('node:crypto');
 const grpc = require('@grpc/grpc-js');
 const { ratelimitV1: pb } = require('./stubs.js');
 const { Refusals, refusalKey, DEFAULT_REFUSAL_CACHE_MS, DEFAULT_REFUSAL_CACHE_SIZE } = require('./refusals.js');
+const { MAX_VALUE, utf8 } = require('./util.js'); // MAX_VALUE: a longer value is sent as its SHA-256 digest
 
 /** The default budget of one shouldRateLimit call, in milliseconds. */
 const DEFAULT_TIMEOUT_MS = 50;
@@ -18,9 +19,11 @@ const MAX_DOMAIN = 256;
 const MAX_DESCRIPTORS = 64;
 const MAX_ENTRIES = 32;
 const MAX_KEY = 1024;
-const MAX_VALUE = 1024; // a longer value is sent as its SHA-256 digest
 const MAX_HITS = 0xffffffff;
 const MAX_REQUEST = 1 << 20; // bytes of the encoded request
+// The bounds of a limit override's window, in milliseconds.
+const MIN_OVERRIDE_WINDOW_MS = 1;
+const MAX_OVERRIDE_WINDOW_MS = 100 * 365 * 24 * 3600 * 1000;
 
 const ALGORITHMS = {
   [pb.Algorithm.ALGORITHM_SLIDING_WINDOW]: 'sliding_window',
@@ -29,8 +32,6 @@ const ALGORITHMS = {
   [pb.Algorithm.ALGORITHM_TOKEN_BUCKET]: 'token_bucket',
   [pb.Algorithm.ALGORITHM_GCRA]: 'gcra',
 };
-
-const utf8 = new TextDecoder('utf-8', { fatal: true });
 
 /**
  * invalid returns the error of a malformed request: a gRPC-style error
@@ -65,6 +66,29 @@ function isUint(n, max) {
 }
 
 /**
+ * checkOverride throws INVALID_ARGUMENT for a limit override ratelimitd
+ * would refuse: requests not an integer from 0 to 2^32-1, a window out of
+ * [1 ms, 100 years] (of 365 days), or not a whole number of microseconds
+ * (to the nanosecond, as floating point allows).
+ */
+function checkOverride(i, l) {
+  if (typeof l !== 'object') throw invalid(`descriptor ${i}: limit override is not an object`);
+  if (!isUint(l.requests, MAX_HITS)) {
+    throw invalid(`descriptor ${i}: limit override requests ${l.requests} is not an integer from 0 to ${MAX_HITS}`);
+  }
+  const w = l.windowMs;
+  if (typeof w !== 'number' || !(w >= MIN_OVERRIDE_WINDOW_MS && w <= MAX_OVERRIDE_WINDOW_MS)) {
+    throw invalid(
+      `descriptor ${i}: limit override windowMs ${w} out of range [${MIN_OVERRIDE_WINDOW_MS}, ${MAX_OVERRIDE_WINDOW_MS}] (1 ms to 100 years)`,
+    );
+  }
+  const us = w * 1000;
+  if (Math.abs(us - Math.round(us)) > 1e-3) {
+    throw invalid(`descriptor ${i}: limit override windowMs ${w} is not a whole number of microseconds`);
+  }
+}
+
+/**
  * check throws INVALID_ARGUMENT for the malformed requests ratelimitd
  * would refuse whatever its rules, so that they are reported even while
  * ratelimitd is away.
@@ -87,14 +111,7 @@ function check(domain, descriptors) {
     if (!d.checkOnly && d.hits !== undefined && !isUint(d.hits, MAX_HITS)) {
       throw invalid(`descriptor ${i}: hits ${d.hits} is not an integer from 0 to ${MAX_HITS}`);
     }
-    if (d.limit != null) {
-      if (!isUint(d.limit.requests, MAX_HITS)) {
-        throw invalid(`descriptor ${i}: limit requests ${d.limit.requests} is not an integer from 0 to ${MAX_HITS}`);
-      }
-      if (!(d.limit.windowMs > 0) || !Number.isFinite(d.limit.windowMs)) {
-        throw invalid(`descriptor ${i}: limit windowMs ${d.limit.windowMs} is not a positive number`);
-      }
-    }
+    if (d.limit != null) checkOverride(i, d.limit);
     entries.forEach((e, j) => {
       const key = e && e.key;
       if (typeof key !== 'string' || key === '') throw invalid(`descriptor ${i} entry ${j} has an empty key`);
@@ -129,10 +146,14 @@ function entry(e) {
   }
 }
 
-/** duration converts milliseconds to a google.protobuf.Duration. */
+/**
+ * duration converts milliseconds (a whole number of microseconds, checked
+ * by checkOverride) to a google.protobuf.Duration.
+ */
 function duration(ms) {
-  const seconds = Math.floor(ms / 1000);
-  return { seconds, nanos: Math.round((ms - seconds * 1000) * 1e6) };
+  const us = Math.round(ms * 1000);
+  const seconds = Math.floor(us / 1e6);
+  return { seconds, nanos: (us - seconds * 1e6) * 1000 };
 }
 
 /** millis converts a google.protobuf.Duration to milliseconds, not below 0. */
@@ -217,7 +238,7 @@ class Client {
     this._logger = options.logger || console;
     this._failOpens = 0;
     this._failures = 0;
-    this._warnedUnimplemented = false;
+    this._loggedUnimplemented = false;
     const cacheMs = options.refusalCacheMs === undefined ? DEFAULT_REFUSAL_CACHE_MS : options.refusalCacheMs;
     const cacheSize = options.refusalCacheSize === undefined ? DEFAULT_REFUSAL_CACHE_SIZE : options.refusalCacheSize;
     this._refusals = cacheMs > 0 && cacheSize > 0 ? new Refusals(cacheMs, cacheSize, options.clock || monotonic) : null;
@@ -284,7 +305,7 @@ class Client {
     } catch (err) {
       if (signal && signal.aborted) throw abortError(signal);
       if (err.code === grpc.status.INVALID_ARGUMENT) throw err;
-      if (err.code === grpc.status.UNIMPLEMENTED) this._warnUnimplemented(err);
+      if (err.code === grpc.status.UNIMPLEMENTED) this._logUnimplemented(err);
       this._failures++;
       if (!this._failClosed) this._failOpens++;
       d = { allowed: !this._failClosed, statuses: [], retryAfterMs: 0, headers: [], error: err, local: false };
@@ -325,11 +346,14 @@ class Client {
     });
   }
 
-  /** _warnUnimplemented logs, once, that the server does not serve the native API. */
-  _warnUnimplemented(err) {
-    if (this._warnedUnimplemented) return;
-    this._warnedUnimplemented = true;
-    this._logger.warn(
+  /**
+   * _logUnimplemented logs, once, at error (as the Go client does), that
+   * the server does not serve the native API.
+   */
+  _logUnimplemented(err) {
+    if (this._loggedUnimplemented) return;
+    this._loggedUnimplemented = true;
+    this._logger.error(
       `ratelimitd: ${this._target} answered UNIMPLEMENTED to ratelimit.v1.RateLimitService/ShouldRateLimit ` +
         `(${err.details || err.message}): it does not serve ratelimitd's native API. Is it envoyproxy/ratelimit, ` +
         "which serves only Envoy's envoy.service.ratelimit.v3? Point this client at ratelimitd, or use the " +

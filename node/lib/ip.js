@@ -104,14 +104,15 @@ function parseNode(s) {
 
 /**
  * parsePrefix parses a CIDR ("10.0.0.0/8", "2001:db8::/32") or a single
- * address (its full-length prefix). It throws on anything else.
+ * address (its full-length prefix); an IPv4-mapped one of /96 or longer
+ * ("::ffff:10.0.0.5", "::ffff:10.0.0.0/104") as its IPv4 prefix. It
+ * throws on anything else.
  * @param {string} s
  * @returns {{ bytes: Uint8Array, bits: number }}
  */
 function parsePrefix(s) {
   const slash = s.indexOf('/');
   const addr = slash < 0 ? s : s.slice(0, slash);
-  // A prefix keeps its family: ::ffff:10.0.0.0/104 is IPv6, as in Go.
   const bytes = addr.includes(':') ? parseV6(addr) : parseV4(addr);
   if (!bytes) throw new TypeError(`ratelimitd: trusted proxy ${JSON.stringify(s)} is not an address or CIDR prefix`);
   let bits = bytes.length * 8;
@@ -122,6 +123,12 @@ function parsePrefix(s) {
     }
     bits = Number(b);
   }
+  // Peers are compared unmapped (see parseAddr), so an IPv4-mapped prefix
+  // (::ffff:10.0.0.5, as Node shows peers on dual-stack sockets, or
+  // ::ffff:10.0.0.0/104) is its IPv4 prefix; one wider than /96 holds
+  // more than IPv4-mapped addresses and stays IPv6.
+  const v4 = unmap(bytes);
+  if (v4.length === 4 && bytes.length === 16 && bits >= 96) return { bytes: maskBytes(v4, bits - 96), bits: bits - 96 };
   return { bytes: maskBytes(bytes, bits), bits };
 }
 

@@ -4,17 +4,12 @@
 // HTTPMiddleware: the same descriptors, headers and answers. It needs no
 // framework: with node:http, call it as middleware(req, res, () => handler(req, res)).
 
+const http = require('node:http');
 const ip = require('./ip.js');
+const { utf8, seconds } = require('./util.js');
 
 /** The problem type (RFC 9457) of the 429 body. */
 const QUOTA_EXCEEDED = 'https://iana.org/assignments/http-problem-types#quota-exceeded';
-
-const utf8 = new TextDecoder('utf-8', { fatal: true });
-
-/** seconds returns ms in whole seconds, rounded up; 0 when not positive. */
-function seconds(ms) {
-  return ms > 0 ? Math.ceil(ms / 1000) : 0;
-}
 
 /** header returns the first value of the request header name, or ''. */
 function header(req, name) {
@@ -178,6 +173,29 @@ function requestPath(req) {
   }
 }
 
+/**
+ * headerBytes returns a request header's value as Go and Python send it:
+ * Node reads the field's bytes as latin1, one character a byte, so a value
+ * with a character over 0x7F goes as those bytes, not re-encoded as UTF-8.
+ */
+function headerBytes(v) {
+  return /[^\x00-\x7f]/.test(v) ? Buffer.from(v, 'latin1') : v;
+}
+
+/**
+ * sendable reports whether Node would accept name and value as a response
+ * header (no ERR_INVALID_HTTP_TOKEN, no ERR_INVALID_CHAR).
+ */
+function sendable(name, value) {
+  try {
+    http.validateHeaderName(name);
+    http.validateHeaderValue(name, value);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
 /** addHeader adds a response header, keeping the values already set. */
 function addHeader(res, name, value) {
   if (typeof res.appendHeader === 'function') {
@@ -212,10 +230,18 @@ function goJSON(v) {
   return JSON.stringify(v).replace(/[<>&\u2028\u2029]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`);
 }
 
+/**
+ * answered reports whether res can take no more headers: another handler
+ * already sent them, or ended the response.
+ */
+function answered(res) {
+  return res.headersSent || res.writableEnded;
+}
+
 /** writeError answers as Go's http.Error does: plain text, nosniff. */
 function writeError(res, code, msg) {
-  if (res.headersSent) {
-    res.end();
+  if (answered(res)) {
+    if (!res.writableEnded) res.end();
     return;
   }
   res.removeHeader('Content-Length');
@@ -239,6 +265,10 @@ function writeRefusal(res, d) {
     if (s.overLimit && s.limit && s.limit.name !== '' && !violated.includes(s.limit.name)) violated.push(s.limit.name);
   }
   if (violated.length > 0) p['violated-policies'] = violated;
+  if (answered(res)) {
+    if (!res.writableEnded) res.end();
+    return;
+  }
   res.setHeader('Retry-After', String(retry));
   res.setHeader('Content-Type', 'application/problem+json');
   res.setHeader('X-Content-Type-Options', 'nosniff');
@@ -279,7 +309,7 @@ function middleware(client, domain, options = {}) {
     const ds = [];
     if (o.apiKeyHeader) {
       const v = header(req, o.apiKeyHeader);
-      if (v !== '') ds.push({ entries: [{ key: 'api_key', value: v }] });
+      if (v !== '') ds.push({ entries: [{ key: 'api_key', value: headerBytes(v) }] });
     }
     if (useIP) {
       const a = clientAddr(req, proxyHeader, trusted);
@@ -292,17 +322,26 @@ function middleware(client, domain, options = {}) {
     return ds;
   }
 
-  return async function ratelimitd(req, res, next) {
+  const keyError = o.keyErrorHandler || badRequest;
+
+  /** badRequest is the default key error handler: 400, logged at warn. */
+  function badRequest(req, res, err) {
+    if (logger) logger.warn(`ratelimitd: rate limit key function failed (${req.method} ${req.url}): ${err && err.stack ? err.stack : err}`);
+    writeError(res, 400, 'rate limit: cannot attribute the request');
+  }
+
+  /** decide asks ratelimitd about req and answers it, or calls next. */
+  async function decide(req, res, next) {
     let ds;
     try {
+      // A throwing skip cannot attribute the request either.
       if (o.skip && (await o.skip(req))) {
         next();
         return;
       }
       ds = await descriptorsOf(req);
     } catch (err) {
-      if (logger) logger.error(`ratelimitd: building the descriptors of ${req.method} ${req.url} failed: ${err && err.stack ? err.stack : err}`);
-      writeError(res, 500, 'rate limit: malformed rate limit request');
+      await keyError(req, res, err);
       return;
     }
     if (ds.length === 0) {
@@ -331,16 +370,41 @@ function middleware(client, domain, options = {}) {
       writeError(res, 503, 'rate limit service unavailable');
       return;
     }
-    for (const h of d.headers) {
-      if (h.name.toLowerCase() === 'retry-after') continue; // ours
-      addHeader(res, h.name, h.value);
+    // Another handler may have answered meanwhile: then no headers.
+    if (!answered(res)) {
+      for (const h of d.headers) {
+        if (h.name.toLowerCase() === 'retry-after') continue; // ours
+        // A value Node would refuse (a character over 0xFF) is dropped, not thrown.
+        if (!sendable(h.name, h.value)) {
+          if (logger) logger.warn(`ratelimitd: header ${JSON.stringify(h.name)} from ratelimitd dropped: Node cannot send its value`);
+          continue;
+        }
+        addHeader(res, h.name, h.value);
+      }
+      if (o.xRateLimitHeaders) setXRateLimit(res, d.statuses);
     }
-    if (o.xRateLimitHeaders) setXRateLimit(res, d.statuses);
     if (d.allowed) {
       next();
       return;
     }
     writeRefusal(res, d);
+  }
+
+  return async function ratelimitd(req, res, next) {
+    // Express 4 ignores the promise a middleware returns: an error left in
+    // it would be an unhandled rejection, ending the process. It goes to
+    // next(err) instead, as Express expects errors.
+    let nexted = false;
+    const once = (...args) => {
+      nexted = true;
+      next(...args);
+    };
+    try {
+      await decide(req, res, once);
+    } catch (err) {
+      if (nexted) throw err; // the next handler's own error, not ours
+      next(err);
+    }
   };
 }
 

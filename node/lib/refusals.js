@@ -4,20 +4,17 @@
 // refused again by the Client itself for min(T, maxAgeMs), without a call.
 
 const crypto = require('node:crypto');
+const { MAX_VALUE, utf8, seconds } = require('./util.js');
 
 /** The default longest time a refusal is remembered, in milliseconds. */
 const DEFAULT_REFUSAL_CACHE_MS = 1000;
 /** The default most refusals remembered. */
 const DEFAULT_REFUSAL_CACHE_SIZE = 10000;
 
-// A longer value is sent, and counted, by its SHA-256 digest (client.js).
-const MAX_VALUE = 1024;
 // How many refusals evict examines without a full sweep.
 const EVICT_SAMPLE = 16;
 // The most digits of a Structured Fields Integer (RFC 9651 section 3.3.1).
 const MAX_DIGITS = 15;
-
-const utf8 = new TextDecoder('utf-8', { fatal: true });
 
 /** digest returns the SHA-256 digest of b, a string (as UTF-8) or bytes, as 32 latin1 characters. */
 function digest(b) {
@@ -159,11 +156,6 @@ class Refusals {
     }
     if (!freed && first !== null) this._m.delete(first);
   }
-}
-
-/** seconds returns ms in whole seconds, rounded up; 0 when not positive. */
-function seconds(ms) {
-  return ms > 0 ? Math.ceil(ms / 1000) : 0;
 }
 
 /** deltaSeconds returns s as a number of seconds (1 to 15 digits, nothing else), or null. */

@@ -105,6 +105,21 @@ test('malformed requests are refused before any RPC, whatever the policy', async
     ['edge', [D('k\uD800', 'v')]],
     ['edge', [{ entries: [{ key: 'k', value: 'v' }], hits: 2 ** 32 }]],
     ['edge', [{ entries: [{ key: 'k', value: 'v' }], limit: { requests: 1, windowMs: 0 } }]],
+    // Limit overrides ratelimitd refuses: windows out of [1 ms, 100 years]
+    // or not whole microseconds; requests not a uint32.
+    ['edge', [{ entries: [{ key: 'k', value: 'v' }], limit: { requests: 1, windowMs: 1e25 } }]],
+    ['edge', [{ entries: [{ key: 'k', value: 'v' }], limit: { requests: 1, windowMs: 1e-4 } }]],
+    ['edge', [{ entries: [{ key: 'k', value: 'v' }], limit: { requests: 1, windowMs: 0.999 } }]],
+    ['edge', [{ entries: [{ key: 'k', value: 'v' }], limit: { requests: 1, windowMs: 100 * 365 * 86400e3 + 1 } }]],
+    ['edge', [{ entries: [{ key: 'k', value: 'v' }], limit: { requests: 1, windowMs: 1.0005 } }]],
+    ['edge', [{ entries: [{ key: 'k', value: 'v' }], limit: { requests: 1, windowMs: Infinity } }]],
+    ['edge', [{ entries: [{ key: 'k', value: 'v' }], limit: { requests: 1, windowMs: NaN } }]],
+    ['edge', [{ entries: [{ key: 'k', value: 'v' }], limit: { requests: 1, windowMs: '1000' } }]],
+    ['edge', [{ entries: [{ key: 'k', value: 'v' }], limit: { requests: 1.5, windowMs: 1000 } }]],
+    ['edge', [{ entries: [{ key: 'k', value: 'v' }], limit: { requests: -1, windowMs: 1000 } }]],
+    ['edge', [{ entries: [{ key: 'k', value: 'v' }], limit: { requests: 2 ** 32, windowMs: 1000 } }]],
+    ['edge', [{ entries: [{ key: 'k', value: 'v' }], hits: 1.5 }]],
+    ['edge', [{ entries: [{ key: 'k', value: 'v' }], hits: -1 }]],
     ['edge', [{ entries: [{ key: 'k', value: 1 }] }]],
   ];
   for (const [domain, ds] of bad) {
@@ -114,6 +129,26 @@ test('malformed requests are refused before any RPC, whatever the policy', async
   // A request over 1 MiB once long values are digested.
   const big = Array.from({ length: 64 }, () => ({ entries: Array.from({ length: 32 }, () => ({ key: 'k'.repeat(1024), value: 'v' })) }));
   await assert.rejects(client.shouldRateLimit('edge', big), (err) => err.code === grpc.status.INVALID_ARGUMENT && /over the maximum/.test(err.message));
+});
+
+test('limit overrides at the bounds go out exact, to the microsecond', async (t) => {
+  const fake = await startFake(() => ({ code: pb.Code.CODE_OK, statuses: [{}, {}, {}] }));
+  t.after(() => fake.stop());
+  const client = new Client(fake.addr, { timeoutMs: 5000 });
+  t.after(() => client.close());
+  await client.shouldRateLimit('edge', [
+    { entries: [{ key: 'k', value: 'a' }], limit: { requests: 0, windowMs: 1 } },
+    { entries: [{ key: 'k', value: 'b' }], limit: { requests: 2 ** 32 - 1, windowMs: 1.001 } },
+    { entries: [{ key: 'k', value: 'c' }], limit: { requests: 1, windowMs: 100 * 365 * 86400e3 } },
+  ]);
+  assert.deepEqual(
+    fake.requests[0].descriptors.map((d) => d.limit),
+    [
+      { requests: 0, window: { seconds: 0, nanos: 1000000 } },
+      { requests: 2 ** 32 - 1, window: { seconds: 0, nanos: 1001000 } },
+      { requests: 1, window: { seconds: 100 * 365 * 86400, nanos: 0 } },
+    ],
+  );
 });
 
 test("ratelimitd's INVALID_ARGUMENT is thrown, not decided by the policy", async (t) => {
@@ -196,9 +231,10 @@ test('UNIMPLEMENTED (a server without the native API) is logged loudly, once', a
     assert.equal(d.allowed, true);
     assert.equal(d.error.code, grpc.status.UNIMPLEMENTED);
   }
-  assert.equal(logger.lines.warn.length, 1);
-  assert.match(logger.lines.warn[0], /UNIMPLEMENTED.*envoyproxy\/ratelimit/s);
-  assert.match(logger.lines.warn[0], new RegExp(fake.addr));
+  assert.deepEqual(logger.lines.warn, [], 'logged at error, as the Go client does');
+  assert.equal(logger.lines.error.length, 1);
+  assert.match(logger.lines.error[0], /UNIMPLEMENTED.*envoyproxy\/ratelimit/s);
+  assert.match(logger.lines.error[0], new RegExp(fake.addr));
   assert.equal(client.failOpens, 3);
 });
 

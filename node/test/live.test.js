@@ -137,6 +137,11 @@ test('live ratelimitd', { skip: BIN ? false : 'RATELIMITD_BIN is not set' }, asy
       const b = await client.shouldRateLimit(DOMAIN, [over]);
       assert.deepEqual([a.allowed, b.allowed], [true, false]);
       assert.deepEqual([b.statuses[0].limit.requests, b.statuses[0].limit.windowMs], [1, 3600000]);
+      // The bounds the Client accepts, ratelimitd accepts too.
+      for (const windowMs of [1, 1.001, 100 * 365 * 86400e3]) {
+        const edge = await client.shouldRateLimit(DOMAIN, [{ entries: [{ key: 'user', value: `bounds-${windowMs}-${run}` }], limit: { requests: 5, windowMs } }]);
+        assert.deepEqual([edge.allowed, edge.error, edge.statuses[0].limit.windowMs], [true, null, windowMs], `windowMs ${windowMs}`);
+      }
       // checkOnly consumes nothing.
       const c = await client.shouldRateLimit(DOMAIN, [{ entries: [{ key: 'user', value: `check-${run}` }], checkOnly: true }]);
       assert.equal(c.statuses[0].remaining, LIMIT);

@@ -5,6 +5,7 @@
 const test = require('node:test');
 const assert = require('node:assert/strict');
 const http = require('node:http');
+const { EventEmitter } = require('node:events');
 const grpc = require('@grpc/grpc-js');
 const { Client, D, middleware, clientIP, QUOTA_EXCEEDED } = require('..');
 const { startFake, okResponse, overResponse } = require('./helpers.js');
@@ -41,6 +42,12 @@ function get(url, headers = {}, method = 'GET') {
     req.on('error', reject);
     req.end();
   });
+}
+
+/** quiet is a logger keeping its lines. */
+function quiet() {
+  const lines = { warn: [], error: [] };
+  return { lines, warn: (m) => lines.warn.push(m), error: (m) => lines.error.push(m) };
 }
 
 /** setup starts a fake ratelimitd answering answer, and a Client of it. */
@@ -220,19 +227,130 @@ test('ratelimitd failing: open calls next without headers, closed answers 503', 
   assert.equal(res2.body, 'rate limit service unavailable\n');
 });
 
-test('malformed descriptors: 500, logged, next not called, whatever the policy', async (t) => {
+test('malformed descriptors: 500, logged at error, next not called, whatever the policy', async (t) => {
   const { fake, client } = await setup(t, () => okResponse());
-  const errors = [];
-  const logger = { warn() {}, error: (m) => errors.push(m) };
+  const logger = quiet();
   const url = await serve(t, middleware(client, 'edge', { descriptors: () => [{ entries: [] }], logger }));
   const res = await get(`${url}/`);
   assert.equal(res.status, 500);
   assert.equal(res.body, 'rate limit: malformed rate limit request\n');
-  assert.match(errors[0], /descriptor 0 has no entries/);
-  const url2 = await serve(t, middleware(client, 'edge', { descriptors: () => { throw new Error('no session'); }, logger }));
-  assert.equal((await get(`${url2}/`)).status, 500);
-  assert.match(errors[1], /no session/);
+  assert.match(logger.lines.error[0], /descriptor 0 has no entries/);
   assert.equal(fake.requests.length, 0);
+});
+
+test('a key function failing: 400 as in Go, logged at warn, never let through', async (t) => {
+  const { fake, client } = await setup(t, () => okResponse());
+  const logger = quiet();
+  const failing = {
+    descriptors: { descriptors: () => { throw new Error('no session'); } },
+    'async descriptors': { descriptors: async () => { throw new Error('no session'); } },
+    route: { route: () => { throw new Error('no session'); } },
+    skip: { skip: async () => { throw new Error('no session'); } },
+  };
+  for (const [name, opts] of Object.entries(failing)) {
+    let called = false;
+    const mw = middleware(client, 'edge', { ...opts, logger });
+    const url = await serve(t, (req, res, next) => mw(req, res, () => {
+      called = true;
+      next();
+    }));
+    const res = await get(`${url}/`);
+    assert.equal(res.status, 400, name);
+    assert.equal(res.body, 'rate limit: cannot attribute the request\n', name);
+    assert.equal(res.headers['content-type'], 'text/plain; charset=utf-8');
+    assert.equal(called, false, name);
+  }
+  assert.equal(logger.lines.warn.length, 4);
+  assert.match(logger.lines.warn[0], /no session/);
+  assert.deepEqual(logger.lines.error, []);
+  assert.equal(fake.requests.length, 0);
+});
+
+test('keyErrorHandler answers for a failing key function', async (t) => {
+  const { fake, client } = await setup(t, () => okResponse());
+  const seen = [];
+  const url = await serve(t, middleware(client, 'edge', {
+    descriptors: () => { throw new Error('bad token'); },
+    keyErrorHandler: (req, res, err) => {
+      seen.push([req.url, err.message]);
+      res.statusCode = 401;
+      res.end('who are you?');
+    },
+  }));
+  const res = await get(`${url}/x`);
+  assert.deepEqual([res.status, res.body], [401, 'who are you?']);
+  assert.deepEqual(seen, [['/x', 'bad token']]);
+  assert.equal(fake.requests.length, 0);
+});
+
+/** fakeRes is a response whose appendHeader and setHeader run hook first. */
+function fakeRes(hook = () => {}) {
+  const res = new EventEmitter();
+  res.headers = {};
+  res.headersSent = false;
+  res.writableEnded = false;
+  res.statusCode = 200;
+  res.getHeader = (n) => res.headers[n.toLowerCase()];
+  res.setHeader = (n, v) => {
+    hook(n, v);
+    http.validateHeaderValue(n, v);
+    if (res.headersSent) throw Object.assign(new Error('headers sent'), { code: 'ERR_HTTP_HEADERS_SENT' });
+    res.headers[n.toLowerCase()] = v;
+  };
+  res.appendHeader = (n, v) => res.setHeader(n, [].concat(res.getHeader(n) || [], v));
+  res.removeHeader = (n) => delete res.headers[n.toLowerCase()];
+  res.end = (body) => {
+    res.headersSent = true;
+    res.writableEnded = true;
+    res.body = body;
+  };
+  return res;
+}
+
+const fakeReq = () => ({ method: 'GET', url: '/', headers: {}, socket: { remoteAddress: '192.0.2.1' } });
+
+test("response headers Node would refuse, or a response already sent, never reject the middleware's promise", { timeout: 60000 }, async (t) => {
+  const resp = okResponse();
+  resp.headers.push({ name: 'X-Bad', value: 'caf\u0100' }, { name: 'Bad Name', value: 'v' }, { name: 'X-Good', value: 'caf\u00e9' });
+  const { client } = await setup(t, () => resp);
+  const mw = middleware(client, 'edge', { logger: quiet() });
+  // Headers Node cannot send are dropped, the others sent.
+  const url = await serve(t, mw);
+  const res = await get(`${url}/`);
+  assert.equal(res.status, 200);
+  assert.equal(res.headers['x-bad'], undefined);
+  assert.equal(res.headers.ratelimit, '"per_ip";r=9;t=43');
+  assert.ok(res.headers['x-good'], 'a value of latin1 characters is sent');
+
+  // Another handler answered while ratelimitd was asked: no headers, no error.
+  const { client: refusing } = await setup(t, () => overResponse());
+  for (const c of [client, refusing]) {
+    const r = fakeRes();
+    const nexts = [];
+    const p = middleware(c, 'edge')(fakeReq(), r, (...a) => nexts.push(a));
+    r.end('early');
+    await p;
+    assert.equal(r.body, 'early');
+    assert.deepEqual(r.headers, {});
+    assert.ok(nexts.every((a) => a.length === 0), 'no next(err)');
+  }
+
+  // Any other error of the response goes to next(err), as Express expects.
+  const boom = new Error('boom');
+  const r = fakeRes(() => { throw boom; });
+  const nexts = [];
+  await middleware(client, 'edge')(fakeReq(), r, (...a) => nexts.push(a));
+  assert.deepEqual(nexts, [[boom]]);
+});
+
+test("the API key's bytes are sent as they came, as Go sends them", async (t) => {
+  const { fake, client } = await setup(t, () => okResponse());
+  const url = await serve(t, middleware(client, 'edge', { apiKeyHeader: 'X-API-Key' }));
+  // Node sends (and reads) a header value's characters as latin1 bytes.
+  await get(`${url}/`, { 'X-API-Key': 'k\u00e9' }); // the byte 0xE9: not UTF-8
+  await get(`${url}/`, { 'X-API-Key': Buffer.from('k\u00e9', 'utf8').toString('latin1') }); // UTF-8 bytes of "ké"
+  await get(`${url}/`, { 'X-API-Key': 'plain' });
+  assert.deepEqual(fake.requests.map((r) => entries(r)[0]), [['api_key=raw:6be9'], ['api_key=k\u00e9'], ['api_key=plain']]);
 });
 
 test('IPv6 clients are counted per /64', async (t) => {
@@ -269,6 +387,19 @@ test('clientIP and prefixes, as the Go ClientIP reads peers and headers', () => 
   ];
   for (const [r, opts, want] of cases) {
     assert.equal(clientIP(r, opts), want, JSON.stringify([r, opts]));
+  }
+  // IPv4-mapped trusted proxies (Node shows peers on dual-stack sockets
+  // so) match the peer, which is compared unmapped.
+  const xff = { 'x-forwarded-for': '1.2.3.4' };
+  for (const [proxies, peer, want] of [
+    [['::ffff:10.0.0.5'], '::ffff:10.0.0.5', '1.2.3.4'],
+    [['::ffff:10.0.0.5'], '10.0.0.5', '1.2.3.4'],
+    [['::ffff:10.0.0.0/104'], '::ffff:10.9.0.1', '1.2.3.4'],
+    [['::ffff:10.0.0.0/104'], '11.0.0.1', '11.0.0.1'],
+    [['::ffff:0:0/96'], '192.0.2.7', '1.2.3.4'],
+    [['::/64'], '192.0.2.7', '192.0.2.7'],
+  ]) {
+    assert.equal(clientIP(req(peer, xff), { trustedProxies: proxies }), want, `${proxies} ${peer}`);
   }
   assert.throws(() => clientIP(req('10.0.0.2'), { trustedProxies: ['10.0.0.0/33'] }), TypeError);
   assert.throws(() => middleware({}, 'edge', { ipv6Prefix: 129 }), RangeError);
