@@ -1,0 +1,263 @@
+package xds
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	statuspb "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/ratelimitd/ratelimitd/config"
+)
+
+// Default backoff between two attempts to open the stream.
+const (
+	DefaultMinBackoff = time.Second
+	DefaultMaxBackoff = 30 * time.Second
+)
+
+// Options configure a Client. Target is required; the zero value of every
+// other field means its default.
+type Options struct {
+	// Target is the management server's gRPC target, such as
+	// "xds.example:18000" or "dns:///xds.example:18000".
+	Target string
+	// Credentials secure the connection; nil means plaintext.
+	Credentials credentials.TransportCredentials
+	// DialOptions are added to the Client's own when it creates its
+	// connection (message size bounds, interceptors...).
+	DialOptions []grpc.DialOption
+	// NodeID, NodeCluster and NodeMetadata describe this instance to the
+	// management server, which picks the resources it serves by them.
+	NodeID      string
+	NodeCluster string
+	// NodeMetadata is sent as is and must not be modified afterwards.
+	NodeMetadata *structpb.Struct
+	// ConfigOptions bound the compilation of the rules, as for config.Load.
+	ConfigOptions []config.Option
+	// OnRules receives each set of rules that the Client accepts, in order,
+	// before the Client ACKs them, from the Client's goroutine: it must not
+	// block for long, nor call Close.
+	OnRules func(*config.Rules)
+	// Logger receives connection errors and refused resource sets; nil
+	// discards them.
+	Logger *slog.Logger
+	// MinBackoff and MaxBackoff bound the exponential backoff between
+	// attempts to open the stream: DefaultMinBackoff and DefaultMaxBackoff
+	// when zero.
+	MinBackoff, MaxBackoff time.Duration
+}
+
+// A Client subscribes to RateLimitConfig resources over an ADS stream
+// (State of the World) and hands the rules they define to Options.OnRules.
+// It reconnects until closed. Its methods are safe for concurrent use.
+type Client struct {
+	o      Options
+	log    *slog.Logger
+	conn   *grpc.ClientConn
+	node   *corev3.Node
+	cancel context.CancelFunc
+	done   chan struct{} // closed when the run goroutine has returned
+	ready  chan struct{} // closed when the first good rules arrived
+	rules  atomic.Pointer[config.Rules]
+	closer sync.Once
+}
+
+// New validates o, creates the connection and starts the Client, which
+// connects in the background. Call Close to stop it.
+func New(o Options) (*Client, error) {
+	if o.Target == "" {
+		return nil, errors.New("xds: no target")
+	}
+	if o.MinBackoff <= 0 {
+		o.MinBackoff = DefaultMinBackoff
+	}
+	if o.MaxBackoff <= 0 {
+		o.MaxBackoff = DefaultMaxBackoff
+	}
+	if o.MaxBackoff < o.MinBackoff {
+		return nil, fmt.Errorf("xds: max backoff %v is under min backoff %v", o.MaxBackoff, o.MinBackoff)
+	}
+	creds := o.Credentials
+	if creds == nil {
+		creds = insecure.NewCredentials()
+	}
+	dial := append([]grpc.DialOption{grpc.WithTransportCredentials(creds)}, o.DialOptions...)
+	conn, err := grpc.NewClient(o.Target, dial...)
+	if err != nil {
+		return nil, fmt.Errorf("xds: connect to %s: %w", o.Target, err)
+	}
+	log := o.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &Client{
+		o:    o,
+		log:  log.With("target", o.Target),
+		conn: conn,
+		node: &corev3.Node{
+			Id:            o.NodeID,
+			Cluster:       o.NodeCluster,
+			Metadata:      o.NodeMetadata,
+			UserAgentName: "ratelimitd",
+		},
+		cancel: cancel,
+		done:   make(chan struct{}),
+		ready:  make(chan struct{}),
+	}
+	go c.run(ctx)
+	return c, nil
+}
+
+// Close stops the Client and waits for its goroutine to return. The rules
+// it accepted stay available from Rules. Close is idempotent.
+func (c *Client) Close() error {
+	var err error
+	c.closer.Do(func() {
+		c.cancel()
+		<-c.done
+		err = c.conn.Close()
+	})
+	return err
+}
+
+// Ready reports whether the Client has accepted a first set of rules (an
+// empty one included). It stays true once it is, through reconnections:
+// the rules in force stay until others replace them.
+func (c *Client) Ready() bool {
+	select {
+	case <-c.ready:
+		return true
+	default:
+		return false
+	}
+}
+
+// ReadyC returns a channel that is closed when Ready becomes true.
+func (c *Client) ReadyC() <-chan struct{} { return c.ready }
+
+// Rules returns the rules in force: the last set accepted, nil before the
+// first.
+func (c *Client) Rules() *config.Rules { return c.rules.Load() }
+
+// run opens the stream again and again, with backoff, until ctx ends.
+func (c *Client) run(ctx context.Context) {
+	defer close(c.done)
+	var (
+		version  string // last ACKed version_info
+		failures int
+	)
+	for {
+		progressed, err := c.stream(ctx, &version)
+		if ctx.Err() != nil {
+			return
+		}
+		if progressed {
+			failures = 0
+		}
+		wait := backoff(c.o.MinBackoff, c.o.MaxBackoff, failures)
+		failures++
+		c.log.Warn("xds: stream ended, reconnecting", "error", err, "in", wait)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// backoff returns the delay before attempt n+1 after n failures in a row:
+// lo doubled n times, at most hi, less up to a fifth at random so that
+// many instances do not reconnect together.
+func backoff(lo, hi time.Duration, n int) time.Duration {
+	d := lo
+	for i := 0; i < n && d < hi; i++ {
+		d *= 2
+	}
+	d = min(d, hi)
+	return d - time.Duration(rand.Int64N(int64(d)/5+1))
+}
+
+// stream runs one ADS stream until it fails or ctx ends, subscribing with
+// *version, the last ACKed version, and updating it. progressed reports
+// whether the server sent any response on it.
+func (c *Client) stream(ctx context.Context, version *string) (progressed bool, err error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	s, err := discoveryv3.NewAggregatedDiscoveryServiceClient(c.conn).StreamAggregatedResources(ctx)
+	if err != nil {
+		return false, fmt.Errorf("open stream: %w", err)
+	}
+	if err := s.Send(c.request(*version, "", nil)); err != nil {
+		return false, fmt.Errorf("subscribe: %w", err)
+	}
+	for {
+		resp, err := s.Recv()
+		if err != nil {
+			return progressed, fmt.Errorf("receive: %w", err)
+		}
+		progressed = true
+		if err := s.Send(c.handle(resp, version)); err != nil {
+			return progressed, fmt.Errorf("send ack: %w", err)
+		}
+	}
+}
+
+// handle applies one response and returns the request that answers it: an
+// ACK that moves *version to the response's, or a NACK that keeps it.
+func (c *Client) handle(resp *discoveryv3.DiscoveryResponse, version *string) *discoveryv3.DiscoveryRequest {
+	if resp.GetTypeUrl() != TypeURL {
+		err := fmt.Errorf("unexpected type %q, subscribed to %q only", resp.GetTypeUrl(), TypeURL)
+		return c.nack(resp, *version, err)
+	}
+	rules, err := Compile(resp.GetResources(), c.o.ConfigOptions...)
+	if err != nil {
+		return c.nack(resp, *version, err)
+	}
+	c.rules.Store(rules)
+	if c.o.OnRules != nil {
+		c.o.OnRules(rules)
+	}
+	if !c.Ready() {
+		close(c.ready) // only this goroutine closes it
+	}
+	*version = resp.GetVersionInfo()
+	c.log.Info("xds: rules accepted", "version", *version, "resources", len(resp.GetResources()))
+	return c.request(*version, resp.GetNonce(), nil)
+}
+
+// nack logs err and returns the NACK of resp, keeping version.
+func (c *Client) nack(resp *discoveryv3.DiscoveryResponse, version string, err error) *discoveryv3.DiscoveryRequest {
+	c.log.Error("xds: rules refused", "version", resp.GetVersionInfo(), "error", err)
+	return c.request(version, resp.GetNonce(), &statuspb.Status{
+		Code:    int32(codes.InvalidArgument),
+		Message: err.Error(),
+	})
+}
+
+// request builds a request for every RateLimitConfig (a wildcard
+// subscription): the first of a stream, an ACK or a NACK.
+func (c *Client) request(version, nonce string, detail *statuspb.Status) *discoveryv3.DiscoveryRequest {
+	return &discoveryv3.DiscoveryRequest{
+		VersionInfo:   version,
+		Node:          c.node,
+		TypeUrl:       TypeURL,
+		ResponseNonce: nonce,
+		ErrorDetail:   detail,
+	}
+}

@@ -1,0 +1,37 @@
+// Package xds receives ratelimitd's rules from an xDS management server, as
+// envoyproxy/ratelimit does with CONFIG_TYPE=GRPC_XDS_SOTW (the way Envoy
+// Gateway configures it).
+//
+// A Client opens an Aggregated Discovery Service stream
+// (envoy.service.discovery.v3.AggregatedDiscoveryService) and subscribes,
+// State of the World, to every resource of type
+// ratelimit.config.ratelimit.v3.RateLimitConfig (TypeURL). Each response
+// carries the whole set: each resource is one domain. The Client converts
+// the set into the syntax tree that rule files parse into and compiles it
+// with config.Compile, so that it is checked exactly as files are, plus one
+// check across resources: a domain is defined once. A good set replaces the
+// rules in force, goes to Options.OnRules and is ACKed; a bad one is NACKed
+// with the errors, each naming its resource, and the rules in force stay.
+// An empty set is good: it leaves no domain.
+//
+// The Client reconnects with exponential backoff, subscribing again with
+// the last version it ACKed, until Close. Ready turns true with the first
+// good set and stays true.
+//
+// A RateLimitConfig holds what envoyproxy/ratelimit's files hold: domain,
+// descriptors (key, value, shadow_mode, detailed_metric, nested
+// descriptors) and rate_limit (unit, requests_per_unit, unlimited, name,
+// replaces). ratelimitd's extensions to the files cannot be expressed.
+//
+// Usage:
+//
+//	c, err := xds.New(xds.Options{
+//		Target:  "xds.example:18000",
+//		NodeID:  "ratelimitd",
+//		OnRules: func(r *config.Rules) { current.Store(r) },
+//	})
+//	if err != nil {
+//		return err
+//	}
+//	defer c.Close()
+package xds
