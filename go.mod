@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/dunglas/httpsfv v1.1.2
+	github.com/envoyproxy/go-control-plane v0.14.0
 	github.com/envoyproxy/go-control-plane/envoy v1.40.0
 	github.com/envoyproxy/go-control-plane/ratelimit v0.1.0
 	github.com/fsnotify/fsnotify v1.10.1

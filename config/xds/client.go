@@ -157,11 +157,11 @@ func (c *Client) Rules() *config.Rules { return c.rules.Load() }
 func (c *Client) run(ctx context.Context) {
 	defer close(c.done)
 	var (
-		version  string // last ACKed version_info
+		st       state
 		failures int
 	)
 	for {
-		progressed, err := c.stream(ctx, &version)
+		progressed, err := c.stream(ctx, &st)
 		if ctx.Err() != nil {
 			return
 		}
@@ -171,12 +171,8 @@ func (c *Client) run(ctx context.Context) {
 		wait := backoff(c.o.MinBackoff, c.o.MaxBackoff, failures)
 		failures++
 		c.log.Warn("xds: stream ended, reconnecting", "error", err, "in", wait)
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if sleep(ctx, wait) != nil {
 			return
-		case <-t.C:
 		}
 	}
 }
@@ -193,17 +189,29 @@ func backoff(lo, hi time.Duration, n int) time.Duration {
 	return d - time.Duration(rand.Int64N(int64(d)/5+1))
 }
 
+// state is what a Client remembers across responses and streams.
+type state struct {
+	version string // last ACKed version_info
+	// nacked is the version_info last NACKed, and nacks how many times in
+	// a row: a management server may send a refused version again at once
+	// (go-control-plane's snapshot cache does, since the NACK carries an
+	// older version), and the Client then NACKs it again after a backoff,
+	// so that the two do not spin.
+	nacked string
+	nacks  int
+}
+
 // stream runs one ADS stream until it fails or ctx ends, subscribing with
-// *version, the last ACKed version, and updating it. progressed reports
+// st.version, the last ACKed version, and updating st. progressed reports
 // whether the server sent any response on it.
-func (c *Client) stream(ctx context.Context, version *string) (progressed bool, err error) {
+func (c *Client) stream(ctx context.Context, st *state) (progressed bool, err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	s, err := discoveryv3.NewAggregatedDiscoveryServiceClient(c.conn).StreamAggregatedResources(ctx)
 	if err != nil {
 		return false, fmt.Errorf("open stream: %w", err)
 	}
-	if err := s.Send(c.request(*version, "", nil)); err != nil {
+	if err := s.Send(c.request(st.version, "", nil)); err != nil {
 		return false, fmt.Errorf("subscribe: %w", err)
 	}
 	for {
@@ -212,23 +220,50 @@ func (c *Client) stream(ctx context.Context, version *string) (progressed bool, 
 			return progressed, fmt.Errorf("receive: %w", err)
 		}
 		progressed = true
-		if err := s.Send(c.handle(resp, version)); err != nil {
+		req := c.handle(resp, st)
+		if req.GetErrorDetail() != nil && st.nacks > 1 {
+			if err := sleep(ctx, backoff(c.o.MinBackoff, c.o.MaxBackoff, st.nacks-2)); err != nil {
+				return progressed, err
+			}
+		}
+		if err := s.Send(req); err != nil {
 			return progressed, fmt.Errorf("send ack: %w", err)
 		}
 	}
 }
 
+// sleep waits for d, or returns ctx's error if ctx ends first.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
 // handle applies one response and returns the request that answers it: an
-// ACK that moves *version to the response's, or a NACK that keeps it.
-func (c *Client) handle(resp *discoveryv3.DiscoveryResponse, version *string) *discoveryv3.DiscoveryRequest {
+// ACK that moves st.version to the response's, or a NACK that keeps it.
+func (c *Client) handle(resp *discoveryv3.DiscoveryResponse, st *state) *discoveryv3.DiscoveryRequest {
+	var err error
 	if resp.GetTypeUrl() != TypeURL {
-		err := fmt.Errorf("unexpected type %q, subscribed to %q only", resp.GetTypeUrl(), TypeURL)
-		return c.nack(resp, *version, err)
+		err = fmt.Errorf("unexpected type %q, subscribed to %q only", resp.GetTypeUrl(), TypeURL)
 	}
-	rules, err := Compile(resp.GetResources(), c.o.ConfigOptions...)
+	var rules *config.Rules
+	if err == nil {
+		rules, err = Compile(resp.GetResources(), c.o.ConfigOptions...)
+	}
 	if err != nil {
-		return c.nack(resp, *version, err)
+		if resp.GetVersionInfo() == st.nacked {
+			st.nacks++
+		} else {
+			st.nacked, st.nacks = resp.GetVersionInfo(), 1
+		}
+		return c.nack(resp, st.version, err)
 	}
+	st.nacked, st.nacks = "", 0
 	c.rules.Store(rules)
 	if c.o.OnRules != nil {
 		c.o.OnRules(rules)
@@ -236,9 +271,9 @@ func (c *Client) handle(resp *discoveryv3.DiscoveryResponse, version *string) *d
 	if !c.Ready() {
 		close(c.ready) // only this goroutine closes it
 	}
-	*version = resp.GetVersionInfo()
-	c.log.Info("xds: rules accepted", "version", *version, "resources", len(resp.GetResources()))
-	return c.request(*version, resp.GetNonce(), nil)
+	st.version = resp.GetVersionInfo()
+	c.log.Info("xds: rules accepted", "version", st.version, "resources", len(resp.GetResources()))
+	return c.request(st.version, resp.GetNonce(), nil)
 }
 
 // nack logs err and returns the NACK of resp, keeping version.
