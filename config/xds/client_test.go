@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	discoverygrpc "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
@@ -65,7 +64,7 @@ func startServer(t *testing.T, addr string) *mgmtServer {
 		}
 		return nil
 	}}
-	discoverygrpc.RegisterAggregatedDiscoveryServiceServer(m.srv, serverv3.NewServer(ctx, m.cache, cb))
+	discoveryv3.RegisterAggregatedDiscoveryServiceServer(m.srv, serverv3.NewServer(ctx, m.cache, cb))
 	go func() {
 		defer close(m.done)
 		_ = m.srv.Serve(lis)
