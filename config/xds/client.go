@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -69,9 +70,9 @@ type Client struct {
 	conn   *grpc.ClientConn
 	node   *corev3.Node
 	cancel context.CancelFunc
-	done   chan struct{} // closed when the run goroutine has returned
-	ready  chan struct{} // closed when the first good rules arrived
-	rules  atomic.Pointer[config.Rules]
+	done   chan struct{}            // closed when the run goroutine has returned
+	ready  chan struct{}            // closed when the first good rules arrived
+	rules  atomic.Pointer[accepted] // nil before the first rules
 	closer sync.Once
 }
 
@@ -149,9 +150,29 @@ func (c *Client) Ready() bool {
 // ReadyC returns a channel that is closed when Ready becomes true.
 func (c *Client) ReadyC() <-chan struct{} { return c.ready }
 
+// accepted are the rules in force and the version_info they came with.
+type accepted struct {
+	rules   *config.Rules
+	version string
+}
+
 // Rules returns the rules in force: the last set accepted, nil before the
 // first.
-func (c *Client) Rules() *config.Rules { return c.rules.Load() }
+func (c *Client) Rules() *config.Rules {
+	if a := c.rules.Load(); a != nil {
+		return a.rules
+	}
+	return nil
+}
+
+// Version returns the version_info of the rules in force, "" before the
+// first.
+func (c *Client) Version() string {
+	if a := c.rules.Load(); a != nil {
+		return a.version
+	}
+	return ""
+}
 
 // run opens the stream again and again, with backoff, until ctx ends.
 func (c *Client) run(ctx context.Context) {
@@ -247,14 +268,13 @@ func sleep(ctx context.Context, d time.Duration) error {
 // handle applies one response and returns the request that answers it: an
 // ACK that moves st.version to the response's, or a NACK that keeps it.
 func (c *Client) handle(resp *discoveryv3.DiscoveryResponse, st *state) *discoveryv3.DiscoveryRequest {
-	var err error
-	if resp.GetTypeUrl() != TypeURL {
-		err = fmt.Errorf("unexpected type %q, subscribed to %q only", resp.GetTypeUrl(), TypeURL)
+	if t := resp.GetTypeUrl(); t != TypeURL {
+		err := fmt.Errorf("unexpected type %q, subscribed to %q only", t, TypeURL)
+		req := c.nack(resp, "", err)
+		req.TypeUrl = t
+		return req
 	}
-	var rules *config.Rules
-	if err == nil {
-		rules, err = Compile(resp.GetResources(), c.o.ConfigOptions...)
-	}
+	rules, err := Compile(resp.GetResources(), c.o.ConfigOptions...)
 	if err != nil {
 		if resp.GetVersionInfo() == st.nacked {
 			st.nacks++
@@ -264,7 +284,7 @@ func (c *Client) handle(resp *discoveryv3.DiscoveryResponse, st *state) *discove
 		return c.nack(resp, st.version, err)
 	}
 	st.nacked, st.nacks = "", 0
-	c.rules.Store(rules)
+	c.rules.Store(&accepted{rules, resp.GetVersionInfo()})
 	if c.o.OnRules != nil {
 		c.o.OnRules(rules)
 	}
@@ -276,12 +296,20 @@ func (c *Client) handle(resp *discoveryv3.DiscoveryResponse, st *state) *discove
 	return c.request(st.version, resp.GetNonce(), nil)
 }
 
+// maxDetail bounds the bytes of a NACK's error message: past it, the
+// message is cut (the log has all of it).
+const maxDetail = 16 << 10
+
 // nack logs err and returns the NACK of resp, keeping version.
 func (c *Client) nack(resp *discoveryv3.DiscoveryResponse, version string, err error) *discoveryv3.DiscoveryRequest {
 	c.log.Error("xds: rules refused", "version", resp.GetVersionInfo(), "error", err)
+	msg := err.Error()
+	if len(msg) > maxDetail {
+		msg = strings.ToValidUTF8(msg[:maxDetail], "") + "\n... (cut)"
+	}
 	return c.request(version, resp.GetNonce(), &statuspb.Status{
 		Code:    int32(codes.InvalidArgument),
-		Message: err.Error(),
+		Message: msg,
 	})
 }
 

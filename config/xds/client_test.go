@@ -174,7 +174,7 @@ func TestClientFollowsManagementServer(t *testing.T) {
 		first.GetTypeUrl() != xds.TypeURL || len(first.GetResourceNames()) != 0 || first.GetVersionInfo() != "" {
 		t.Fatalf("first request = %v, want a wildcard subscription from the node", first)
 	}
-	if c.Ready() || c.Rules() != nil {
+	if c.Ready() || c.Rules() != nil || c.Version() != "" {
 		t.Fatal("ready before any rules")
 	}
 
@@ -213,8 +213,8 @@ func TestClientFollowsManagementServer(t *testing.T) {
 	if msg := nack.GetErrorDetail().GetMessage(); !strings.Contains(msg, `resource "bad-config"`) || !strings.Contains(msg, "neither unit nor window") {
 		t.Errorf("NACK message %q does not name the resource and the error", msg)
 	}
-	if c.Rules() != r || requests(c.Rules(), "a", "k") != 11 {
-		t.Fatal("rules changed by a NACKed set")
+	if c.Rules() != r || requests(c.Rules(), "a", "k") != 11 || c.Version() != "2" {
+		t.Fatalf("rules changed by a NACKed set (version %q)", c.Version())
 	}
 
 	// Removal: an empty set leaves no domain.
