@@ -1,0 +1,39 @@
+package xds
+
+import (
+	"errors"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+)
+
+func TestNackCutsLongMessages(t *testing.T) {
+	c := &Client{log: slog.New(slog.DiscardHandler)}
+	long := errors.New(strings.Repeat("é", maxDetail)) // 2 bytes a rune: cut mid-rune
+	req := c.nack(&discoveryv3.DiscoveryResponse{Nonce: "n", VersionInfo: "3"}, "2", long)
+	msg := req.GetErrorDetail().GetMessage()
+	if len(msg) > maxDetail+len("\n... (cut)") || !strings.HasSuffix(msg, "(cut)") || !utf8.ValidString(msg) {
+		t.Errorf("message of %d bytes, ending %q, valid UTF-8 %v", len(msg), msg[len(msg)-12:], utf8.ValidString(msg))
+	}
+	if req.GetVersionInfo() != "2" || req.GetResponseNonce() != "n" || req.GetTypeUrl() != TypeURL {
+		t.Errorf("NACK = %v, want version 2, nonce n", req)
+	}
+}
+
+func TestBackoff(t *testing.T) {
+	lo, hi := 100*time.Millisecond, time.Second
+	for n, want := range []time.Duration{lo, 2 * lo, 4 * lo, 8 * lo, hi, hi, hi} {
+		for range 20 {
+			if d := backoff(lo, hi, n); d > want || d < want-want/5 {
+				t.Fatalf("backoff after %d failures = %v, want in [%v, %v]", n, d, want-want/5, want)
+			}
+		}
+	}
+	if d := backoff(lo, hi, 1000); d > hi {
+		t.Fatalf("backoff after 1000 failures = %v, over %v", d, hi)
+	}
+}
