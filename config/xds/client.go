@@ -204,7 +204,11 @@ func (c *Client) run(ctx context.Context) {
 func backoff(lo, hi time.Duration, n int) time.Duration {
 	d := lo
 	for i := 0; i < n && d < hi; i++ {
-		d *= 2
+		if d > hi/2 {
+			d = hi // and no overflow
+		} else {
+			d *= 2
+		}
 	}
 	d = min(d, hi)
 	return d - time.Duration(rand.Int64N(int64(d)/5+1))

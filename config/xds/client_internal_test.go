@@ -13,7 +13,7 @@ import (
 
 func TestNackCutsLongMessages(t *testing.T) {
 	c := &Client{log: slog.New(slog.DiscardHandler)}
-	long := errors.New(strings.Repeat("é", maxDetail)) // 2 bytes a rune: cut mid-rune
+	long := errors.New("x" + strings.Repeat("é", maxDetail)) // 2 bytes a rune: cut mid-rune
 	req := c.nack(&discoveryv3.DiscoveryResponse{Nonce: "n", VersionInfo: "3"}, "2", long)
 	msg := req.GetErrorDetail().GetMessage()
 	if len(msg) > maxDetail+len("\n... (cut)") || !strings.HasSuffix(msg, "(cut)") || !utf8.ValidString(msg) {
@@ -35,5 +35,8 @@ func TestBackoff(t *testing.T) {
 	}
 	if d := backoff(lo, hi, 1000); d > hi {
 		t.Fatalf("backoff after 1000 failures = %v, over %v", d, hi)
+	}
+	if d := backoff(time.Duration(1<<62), time.Duration(1<<62+1), 5); d <= 0 {
+		t.Fatalf("backoff near the largest duration = %v, overflowed", d)
 	}
 }
