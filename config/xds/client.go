@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/ratelimitd/ratelimitd/config"
@@ -40,6 +41,9 @@ type Options struct {
 	// DialOptions are added to the Client's own when it creates its
 	// connection (message size bounds, interceptors...).
 	DialOptions []grpc.DialOption
+	// Headers are gRPC metadata sent when opening each stream, such as an
+	// authorization token the management server requires.
+	Headers map[string]string
 	// NodeID, NodeCluster and NodeMetadata describe this instance to the
 	// management server, which picks the resources it serves by them.
 	NodeID      string
@@ -232,6 +236,9 @@ type state struct {
 func (c *Client) stream(ctx context.Context, st *state) (progressed bool, err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	if len(c.o.Headers) > 0 {
+		ctx = metadata.NewOutgoingContext(ctx, metadata.New(c.o.Headers))
+	}
 	s, err := discoveryv3.NewAggregatedDiscoveryServiceClient(c.conn).StreamAggregatedResources(ctx)
 	if err != nil {
 		return false, fmt.Errorf("open stream: %w", err)

@@ -15,6 +15,7 @@ import (
 	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	rlsconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/ratelimitd/ratelimitd/config"
@@ -33,6 +34,7 @@ type mgmtServer struct {
 	addr  string
 	cache cachev3.SnapshotCache
 	reqs  chan *discoveryv3.DiscoveryRequest
+	hdrs  chan metadata.MD // of each stream opened
 	srv   *grpc.Server
 	ctx   context.Context // ends when the server stops
 	stop  context.CancelFunc
@@ -52,12 +54,20 @@ func startServer(t *testing.T, addr string) *mgmtServer {
 		addr:  lis.Addr().String(),
 		cache: cachev3.NewSnapshotCache(true, cachev3.IDHash{}, nil),
 		reqs:  make(chan *discoveryv3.DiscoveryRequest, 64),
+		hdrs:  make(chan metadata.MD, 8),
 		srv:   grpc.NewServer(),
 		ctx:   ctx,
 		stop:  cancel,
 		done:  make(chan struct{}),
 	}
-	cb := serverv3.CallbackFuncs{StreamRequestFunc: func(_ int64, r *discoveryv3.DiscoveryRequest) error {
+	cb := serverv3.CallbackFuncs{StreamOpenFunc: func(ctx context.Context, _ int64, _ string) error {
+		md, _ := metadata.FromIncomingContext(ctx)
+		select {
+		case m.hdrs <- md:
+		case <-m.ctx.Done():
+		}
+		return nil
+	}, StreamRequestFunc: func(_ int64, r *discoveryv3.DiscoveryRequest) error {
 		select {
 		case m.reqs <- r:
 		case <-m.ctx.Done():
@@ -159,6 +169,7 @@ func TestClientFollowsManagementServer(t *testing.T) {
 		Target:       m.addr,
 		NodeID:       nodeID,
 		NodeMetadata: meta,
+		Headers:      map[string]string{"x-token": "secret"},
 		OnRules:      func(r *config.Rules) { updates <- r },
 		MinBackoff:   10 * time.Millisecond,
 		MaxBackoff:   100 * time.Millisecond,
@@ -173,6 +184,9 @@ func TestClientFollowsManagementServer(t *testing.T) {
 	if first.GetNode().GetId() != nodeID || first.GetNode().GetMetadata().GetFields()["zone"].GetStringValue() != "test" ||
 		first.GetTypeUrl() != xds.TypeURL || len(first.GetResourceNames()) != 0 || first.GetVersionInfo() != "" {
 		t.Fatalf("first request = %v, want a wildcard subscription from the node", first)
+	}
+	if md := <-m.hdrs; len(md.Get("x-token")) != 1 || md.Get("x-token")[0] != "secret" {
+		t.Errorf("stream metadata = %v, want x-token: secret", md)
 	}
 	if c.Ready() || c.Rules() != nil || c.Version() != "" {
 		t.Fatal("ready before any rules")
