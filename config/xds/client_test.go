@@ -2,6 +2,7 @@ package xds_test
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"net"
 	"strings"
@@ -15,11 +16,13 @@ import (
 	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	rlsconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/ratelimitd/ratelimitd/config"
 	"github.com/ratelimitd/ratelimitd/config/xds"
+	"github.com/ratelimitd/ratelimitd/internal/certtest"
 )
 
 // wait is how long a test waits for an event that should come at once: a
@@ -42,8 +45,8 @@ type mgmtServer struct {
 }
 
 // startServer starts a management server listening on addr
-// ("127.0.0.1:0" for any port).
-func startServer(t *testing.T, addr string) *mgmtServer {
+// ("127.0.0.1:0" for any port), with the gRPC server options opts.
+func startServer(t *testing.T, addr string, opts ...grpc.ServerOption) *mgmtServer {
 	t.Helper()
 	lis, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -55,7 +58,7 @@ func startServer(t *testing.T, addr string) *mgmtServer {
 		cache: cachev3.NewSnapshotCache(true, cachev3.IDHash{}, nil),
 		reqs:  make(chan *discoveryv3.DiscoveryRequest, 64),
 		hdrs:  make(chan metadata.MD, 8),
-		srv:   grpc.NewServer(),
+		srv:   grpc.NewServer(opts...),
 		ctx:   ctx,
 		stop:  cancel,
 		done:  make(chan struct{}),
@@ -185,8 +188,13 @@ func TestClientFollowsManagementServer(t *testing.T) {
 		first.GetTypeUrl() != xds.TypeURL || len(first.GetResourceNames()) != 0 || first.GetVersionInfo() != "" {
 		t.Fatalf("first request = %v, want a wildcard subscription from the node", first)
 	}
-	if md := <-m.hdrs; len(md.Get("x-token")) != 1 || md.Get("x-token")[0] != "secret" {
-		t.Errorf("stream metadata = %v, want x-token: secret", md)
+	select {
+	case md := <-m.hdrs:
+		if len(md.Get("x-token")) != 1 || md.Get("x-token")[0] != "secret" {
+			t.Errorf("stream metadata = %v, want x-token: secret", md)
+		}
+	case <-time.After(wait):
+		t.Fatal("no stream opened")
 	}
 	if c.Ready() || c.Rules() != nil || c.Version() != "" {
 		t.Fatal("ready before any rules")
@@ -309,5 +317,39 @@ func TestCloseWhileDisconnected(t *testing.T) {
 	}
 	if err := c.Close(); err != nil {
 		t.Fatal("second Close:", err)
+	}
+}
+
+func TestClientOverMutualTLS(t *testing.T) {
+	dir := t.TempDir()
+	ca := certtest.NewCA(t, "xds-ca")
+	srvCert := ca.Server(t, dir, "xds", "localhost", "127.0.0.1")
+	cliCert := ca.Client(t, dir, "ratelimitd")
+	srvTLS := &tls.Config{
+		Certificates: []tls.Certificate{srvCert.TLS},
+		ClientCAs:    ca.Pool(),
+		ClientAuth:   tls.RequireAndVerifyClientCert,
+		MinVersion:   tls.VersionTLS12,
+	}
+	m := startServer(t, "127.0.0.1:0", grpc.Creds(credentials.NewTLS(srvTLS)))
+	m.set(t, "1", domain("a", "k", 7))
+	updates := make(chan *config.Rules, 4)
+	c, err := xds.New(xds.Options{
+		Target:      m.addr,
+		Credentials: credentials.NewTLS(ca.ClientTLS(cliCert)),
+		NodeID:      nodeID,
+		OnRules:     func(r *config.Rules) { updates <- r },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if r := nextRules(t, updates); requests(r, "a", "k") != 7 {
+		t.Fatalf("rules over TLS: a %d, want 7", requests(r, "a", "k"))
+	}
+	select {
+	case <-c.ReadyC():
+	case <-time.After(wait):
+		t.Fatal("not ready")
 	}
 }
