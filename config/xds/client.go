@@ -39,7 +39,10 @@ type Options struct {
 	// Credentials secure the connection; nil means plaintext.
 	Credentials credentials.TransportCredentials
 	// DialOptions are added to the Client's own when it creates its
-	// connection (message size bounds, interceptors...).
+	// connection: a larger grpc.MaxCallRecvMsgSize for rule sets over
+	// gRPC's default 4 MiB, keepalive parameters so that a server lost
+	// without a word is noticed (within what the server permits),
+	// interceptors...
 	DialOptions []grpc.DialOption
 	// Headers are gRPC metadata sent when opening each stream, such as an
 	// authorization token the management server requires.
