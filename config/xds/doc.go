@@ -18,10 +18,15 @@
 // the last version it ACKed, until Close. Ready turns true with the first
 // good set and stays true.
 //
-// A RateLimitConfig holds what envoyproxy/ratelimit's files hold: domain,
-// descriptors (key, value, shadow_mode, detailed_metric, nested
-// descriptors) and rate_limit (unit, requests_per_unit, unlimited, name,
-// replaces). ratelimitd's extensions to the files cannot be expressed.
+// A RateLimitConfig holds less than a rule file: domain, descriptors (key,
+// value, shadow_mode, detailed_metric, nested descriptors) and rate_limit
+// (unit from second to day, requests_per_unit, unlimited, name,
+// replaces). The files' other fields, such as value_to_metric and
+// share_threshold, and ratelimitd's extensions cannot be expressed.
+//
+// A management server may send a refused version again as soon as it is
+// NACKed (go-control-plane's snapshot cache does); the Client then NACKs it
+// again after a backoff, so that the two do not spin.
 //
 // Usage:
 //
