@@ -14,6 +14,7 @@ import (
 	"time"
 
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ratelimit/v3"
@@ -40,27 +41,33 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// loadBootstrap reads envoy.yaml into Envoy's Bootstrap, as Envoy reads
-// YAML: through its JSON form, refusing unknown fields.
-func loadBootstrap(t *testing.T) *bootstrapv3.Bootstrap {
+// loadBootstrap reads an Envoy config file into Envoy's Bootstrap, as
+// Envoy reads YAML: through its JSON form, refusing unknown fields.
+func loadBootstrap(t *testing.T, file string) *bootstrapv3.Bootstrap {
 	t.Helper()
-	data, err := os.ReadFile("envoy.yaml")
+	data, err := os.ReadFile(file)
 	if err != nil {
 		t.Fatal(err)
 	}
+	bs := &bootstrapv3.Bootstrap{}
+	if err := protojson.Unmarshal(yamlToJSON(t, file, data), bs); err != nil {
+		t.Fatalf("%s is no Bootstrap: %v", file, err)
+	}
+	return bs
+}
+
+// yamlToJSON returns the JSON form of the YAML data, read from where.
+func yamlToJSON(t *testing.T, where string, data []byte) []byte {
+	t.Helper()
 	var doc any
 	if err := yaml.Unmarshal(data, &doc); err != nil {
-		t.Fatalf("envoy.yaml: %v", err)
+		t.Fatalf("%s: %v", where, err)
 	}
 	js, err := json.Marshal(doc)
 	if err != nil {
-		t.Fatalf("envoy.yaml as JSON: %v", err)
+		t.Fatalf("%s as JSON: %v", where, err)
 	}
-	bs := &bootstrapv3.Bootstrap{}
-	if err := protojson.Unmarshal(js, bs); err != nil {
-		t.Fatalf("envoy.yaml is no Bootstrap: %v", err)
-	}
-	return bs
+	return js
 }
 
 // validate runs the PGV rules (ValidateAll) of m and of every message
@@ -117,38 +124,64 @@ type proxy struct {
 	vhost  *routev3.VirtualHost
 }
 
+// loadProxy loads envoy.yaml, this directory's Envoy config.
 func loadProxy(t *testing.T) (*bootstrapv3.Bootstrap, proxy) {
 	t.Helper()
-	bs := loadBootstrap(t)
+	return loadProxyFile(t, "envoy.yaml")
+}
+
+// loadProxyFile loads an Envoy config file and finds its HTTP connection
+// manager's virtual host and rate limit filter.
+func loadProxyFile(t *testing.T, file string) (*bootstrapv3.Bootstrap, proxy) {
+	t.Helper()
+	bs := loadBootstrap(t, file)
 	var p proxy
 	for _, l := range bs.GetStaticResources().GetListeners() {
 		for _, fc := range l.GetFilterChains() {
 			for _, f := range fc.GetFilters() {
 				hcm := &hcmv3.HttpConnectionManager{}
-				if f.GetTypedConfig().MessageIs(hcm) {
-					if err := f.GetTypedConfig().UnmarshalTo(hcm); err != nil {
-						t.Fatal(err)
-					}
-					if vhs := hcm.GetRouteConfig().GetVirtualHosts(); len(vhs) == 1 {
-						p.vhost = vhs[0]
-					}
-					for _, hf := range hcm.GetHttpFilters() {
-						rl := &ratelimitv3.RateLimit{}
-						if hf.GetTypedConfig().MessageIs(rl) {
-							if err := hf.GetTypedConfig().UnmarshalTo(rl); err != nil {
-								t.Fatal(err)
-							}
-							p.filter = rl
-						}
-					}
+				if !f.GetTypedConfig().MessageIs(hcm) {
+					continue
+				}
+				if err := f.GetTypedConfig().UnmarshalTo(hcm); err != nil {
+					t.Fatal(err)
+				}
+				// The connection manager with the rate limit filter; others
+				// (a backend's) are not rate limited.
+				rl := rateLimitFilter(t, hcm.GetHttpFilters())
+				if rl == nil {
+					continue
+				}
+				if p.filter != nil {
+					t.Fatalf("%s: two HTTP connection managers with the ratelimit filter; this test reads one", file)
+				}
+				p.filter = rl
+				if vhs := hcm.GetRouteConfig().GetVirtualHosts(); len(vhs) == 1 {
+					p.vhost = vhs[0]
 				}
 			}
 		}
 	}
 	if p.filter == nil || p.vhost == nil {
-		t.Fatal("envoy.yaml: want one HTTP connection manager with one virtual host and the ratelimit filter")
+		t.Fatalf("%s: want one HTTP connection manager with one virtual host and the ratelimit filter", file)
 	}
 	return bs, p
+}
+
+// rateLimitFilter returns the config of the ratelimit filter among fs, or
+// nil.
+func rateLimitFilter(t *testing.T, fs []*hcmv3.HttpFilter) *ratelimitv3.RateLimit {
+	t.Helper()
+	for _, hf := range fs {
+		rl := &ratelimitv3.RateLimit{}
+		if hf.GetTypedConfig().MessageIs(rl) {
+			if err := hf.GetTypedConfig().UnmarshalTo(rl); err != nil {
+				t.Fatal(err)
+			}
+			return rl
+		}
+	}
+	return nil
 }
 
 func TestEnvoyConfigIsValid(t *testing.T) {
@@ -163,23 +196,21 @@ func TestEnvoyConfigIsValid(t *testing.T) {
 		t.Errorf("the filter's domain %q is not a domain of examples/config.yaml", p.filter.GetDomain())
 	}
 
+	checkRateLimitService(t, bs, p, 8081)
+}
+
+// checkRateLimitService checks that p's filter asks ratelimitd over the v3
+// API within a fitting timeout, on a cluster of bs that speaks HTTP/2 to
+// port grpcPort, and returns that cluster's address.
+func checkRateLimitService(t *testing.T, bs *bootstrapv3.Bootstrap, p proxy, grpcPort uint32) *corev3.SocketAddress {
+	t.Helper()
 	// The filter names a cluster that speaks HTTP/2, which gRPC needs.
 	cluster := p.filter.GetRateLimitService().GetGrpcService().GetEnvoyGrpc().GetClusterName()
-	if p.filter.GetRateLimitService().GetTransportApiVersion().String() != "V3" {
-		t.Errorf("rate_limit_service.transport_api_version = %v, want V3", p.filter.GetRateLimitService().GetTransportApiVersion())
-	}
-	// Above ratelimitd's 50 ms Redis budget, so that ratelimitd's failure
-	// mode answers a slow Redis before Envoy gives up; short enough not to
-	// stall requests.
-	if d := p.filter.GetTimeout().AsDuration(); d <= 50*time.Millisecond || d > 250*time.Millisecond {
-		t.Errorf("the filter's timeout is %v: want more than ratelimitd's 50 ms Redis budget, at most 250 ms", d)
-	}
-	found := false
+	checkFilter(t, p.filter)
 	for _, c := range bs.GetStaticResources().GetClusters() {
 		if c.GetName() != cluster {
 			continue
 		}
-		found = true
 		opts := &upstreamhttpv3.HttpProtocolOptions{}
 		if err := c.GetTypedExtensionProtocolOptions()["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"].UnmarshalTo(opts); err != nil {
 			t.Errorf("cluster %s: no HttpProtocolOptions: %v", cluster, err)
@@ -187,12 +218,26 @@ func TestEnvoyConfigIsValid(t *testing.T) {
 			t.Errorf("cluster %s does not speak HTTP/2: gRPC calls to ratelimitd would fail", cluster)
 		}
 		addr := c.GetLoadAssignment().GetEndpoints()[0].GetLbEndpoints()[0].GetEndpoint().GetAddress().GetSocketAddress()
-		if addr.GetPortValue() != 8081 {
-			t.Errorf("cluster %s points at port %d, want ratelimitd's gRPC port 8081", cluster, addr.GetPortValue())
+		if addr.GetPortValue() != grpcPort {
+			t.Errorf("cluster %s points at port %d, want ratelimitd's gRPC port %d", cluster, addr.GetPortValue(), grpcPort)
 		}
+		return addr
 	}
-	if !found {
-		t.Errorf("the filter's cluster %q is not defined", cluster)
+	t.Errorf("the filter's cluster %q is not defined", cluster)
+	return nil
+}
+
+// checkFilter checks the rate limit filter's API version and timeout.
+func checkFilter(t *testing.T, f *ratelimitv3.RateLimit) {
+	t.Helper()
+	if v := f.GetRateLimitService().GetTransportApiVersion(); v != corev3.ApiVersion_V3 {
+		t.Errorf("rate_limit_service.transport_api_version = %v, want V3", v)
+	}
+	// Above ratelimitd's 50 ms Redis budget, so that ratelimitd's failure
+	// mode answers a slow Redis before Envoy gives up; short enough not to
+	// stall requests.
+	if d := f.GetTimeout().AsDuration(); d <= 50*time.Millisecond || d > 250*time.Millisecond {
+		t.Errorf("the filter's timeout is %v: want more than ratelimitd's 50 ms Redis budget, at most 250 ms", d)
 	}
 }
 
