@@ -182,9 +182,9 @@ func TestClientFollowsManagementServer(t *testing.T) {
 		NodeMetadata:    meta,
 		Headers:         map[string]string{"x-token": "secret"},
 		InsecureHeaders: true,
-		OnRules:      func(r *config.Rules) { updates <- r },
-		MinBackoff:   10 * time.Millisecond,
-		MaxBackoff:   100 * time.Millisecond,
+		OnRules:         func(r *config.Rules) { updates <- r },
+		MinBackoff:      10 * time.Millisecond,
+		MaxBackoff:      100 * time.Millisecond,
 	})
 	if err != nil {
 		t.Fatal(err)
