@@ -68,7 +68,8 @@ type Options struct {
 	// discards them.
 	Logger *slog.Logger
 	// MinBackoff and MaxBackoff bound the exponential backoff between
-	// attempts to open the stream: DefaultMinBackoff and DefaultMaxBackoff
+	// attempts to open the stream, and that of the NACKs held back when
+	// sets are refused in a row: DefaultMinBackoff and DefaultMaxBackoff
 	// when zero.
 	MinBackoff, MaxBackoff time.Duration
 }
