@@ -38,6 +38,10 @@ type Options struct {
 	Target string
 	// Credentials secure the connection; nil means plaintext.
 	Credentials credentials.TransportCredentials
+	// InsecureHeaders lets Headers go out over a plaintext connection (nil
+	// Credentials), where anyone on the path can read them: New refuses
+	// Headers without Credentials unless it is set.
+	InsecureHeaders bool
 	// DialOptions are added to the Client's own when it creates its
 	// connection: a larger grpc.MaxCallRecvMsgSize for rule sets over
 	// gRPC's default 4 MiB, keepalive parameters so that a server lost
@@ -45,7 +49,8 @@ type Options struct {
 	// interceptors...
 	DialOptions []grpc.DialOption
 	// Headers are gRPC metadata sent when opening each stream, such as an
-	// authorization token the management server requires.
+	// authorization token the management server requires. They need
+	// Credentials, or InsecureHeaders.
 	Headers map[string]string
 	// NodeID, NodeCluster and NodeMetadata describe this instance to the
 	// management server, which picks the resources it serves by them.
@@ -63,7 +68,8 @@ type Options struct {
 	// discards them.
 	Logger *slog.Logger
 	// MinBackoff and MaxBackoff bound the exponential backoff between
-	// attempts to open the stream: DefaultMinBackoff and DefaultMaxBackoff
+	// attempts to open the stream, and that of the NACKs held back when
+	// sets are refused in a row: DefaultMinBackoff and DefaultMaxBackoff
 	// when zero.
 	MinBackoff, MaxBackoff time.Duration
 }
@@ -99,6 +105,9 @@ func New(o Options) (*Client, error) {
 		return nil, fmt.Errorf("xds: max backoff %v is under min backoff %v", o.MaxBackoff, o.MinBackoff)
 	}
 	creds := o.Credentials
+	if creds == nil && len(o.Headers) > 0 && !o.InsecureHeaders {
+		return nil, errors.New("xds: headers without credentials would go out in plaintext (set InsecureHeaders to allow it)")
+	}
 	if creds == nil {
 		creds = insecure.NewCredentials()
 	}
@@ -173,7 +182,8 @@ func (c *Client) Rules() *config.Rules {
 }
 
 // Version returns the version_info of the rules in force, "" before the
-// first.
+// first. A management server may also send "" as a version: use Ready, not
+// Version, to know whether rules have arrived.
 func (c *Client) Version() string {
 	if a := c.rules.Load(); a != nil {
 		return a.version
@@ -224,18 +234,34 @@ func backoff(lo, hi time.Duration, n int) time.Duration {
 // state is what a Client remembers across responses and streams.
 type state struct {
 	version string // last ACKed version_info
-	// nacked is the version_info last NACKed, and nacks how many times in
-	// a row: a management server may send a refused version again at once
-	// (go-control-plane's snapshot cache does, since the NACK carries an
-	// older version), and the Client then NACKs it again after a backoff,
-	// so that the two do not spin.
-	nacked string
-	nacks  int
+	// nacks counts the responses refused in a row, whatever their
+	// versions, across streams; an accepted one resets it. A management
+	// server may send a refused set again at once (go-control-plane's
+	// snapshot cache does, since the NACK carries an older version), or
+	// another bad set under a new version: from the second refusal in a
+	// row, the Client holds its NACK back for a backoff, so that the two
+	// do not spin.
+	nacks int
+	// foreign are the unsubscribed types already logged, at most
+	// maxForeign of them.
+	foreign map[string]bool
 }
+
+// maxForeign bounds how many unsubscribed types a Client remembers having
+// logged; responses of further types are dropped without a word.
+const maxForeign = 16
 
 // stream runs one ADS stream until it fails or ctx ends, subscribing with
 // st.version, the last ACKed version, and updating st. progressed reports
 // whether the server sent any response on it.
+//
+// It ACKs or NACKs each response at once, except from the second refusal
+// in a row: that NACK is held back for a backoff, during which the stream
+// is still read, so that a later response replaces it (a good one is ACKed
+// at once, a bad one is NACKed in its place when the backoff ends). A
+// server that waits for each NACK before sending anything (as
+// go-control-plane's does) can then send a corrected set only when the
+// held NACK goes out.
 func (c *Client) stream(ctx context.Context, st *state) (progressed bool, err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -249,20 +275,74 @@ func (c *Client) stream(ctx context.Context, st *state) (progressed bool, err er
 	if err := s.Send(c.request(st.version, "", nil)); err != nil {
 		return false, fmt.Errorf("subscribe: %w", err)
 	}
+	resps, failed := make(chan *discoveryv3.DiscoveryResponse), make(chan error, 1)
+	var wg sync.WaitGroup
+	defer func() { cancel(); wg.Wait() }() // cancel ends the stream, and so receive
+	wg.Go(func() { receive(ctx, s, resps, failed) })
+	var (
+		held  *discoveryv3.DiscoveryRequest // a NACK held back
+		timer *time.Timer                   // fires when held is due
+		due   <-chan time.Time              // timer's channel while held is set
+	)
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		var req *discoveryv3.DiscoveryRequest
+		select {
+		case <-ctx.Done():
+			return progressed, ctx.Err()
+		case err := <-failed:
+			return progressed, fmt.Errorf("receive: %w", err)
+		case <-due:
+			req, held, due = held, nil, nil
+		case resp := <-resps:
+			progressed = true
+			req = c.handle(resp, st)
+			switch {
+			case req == nil: // an unsubscribed type: nothing to answer
+				continue
+			case req.GetErrorDetail() == nil: // an ACK supersedes a held NACK
+				held, due = nil, nil
+			case held != nil: // a later NACK replaces the held one, when due
+				held, req = req, nil
+			case st.nacks > 1:
+				held, req = req, nil
+				d := backoff(c.o.MinBackoff, c.o.MaxBackoff, st.nacks-2)
+				if timer == nil {
+					timer = time.NewTimer(d)
+				} else {
+					timer.Reset(d) // since Go 1.23, no stale tick remains
+				}
+				due = timer.C
+				c.log.Warn("xds: rules refused again, NACK held back", "version", resp.GetVersionInfo(), "refused", st.nacks)
+			}
+		}
+		if req == nil {
+			continue
+		}
+		if err := s.Send(req); err != nil {
+			return progressed, fmt.Errorf("send: %w", err)
+		}
+	}
+}
+
+// receive passes the responses of s to resps until s fails, then passes the
+// error to failed, which must have room for it. It returns when ctx ends.
+func receive(ctx context.Context, s grpc.BidiStreamingClient[discoveryv3.DiscoveryRequest, discoveryv3.DiscoveryResponse],
+	resps chan<- *discoveryv3.DiscoveryResponse, failed chan<- error) {
 	for {
 		resp, err := s.Recv()
 		if err != nil {
-			return progressed, fmt.Errorf("receive: %w", err)
+			failed <- err
+			return
 		}
-		progressed = true
-		req := c.handle(resp, st)
-		if req.GetErrorDetail() != nil && st.nacks > 1 {
-			if err := sleep(ctx, backoff(c.o.MinBackoff, c.o.MaxBackoff, st.nacks-2)); err != nil {
-				return progressed, err
-			}
-		}
-		if err := s.Send(req); err != nil {
-			return progressed, fmt.Errorf("send ack: %w", err)
+		select {
+		case resps <- resp:
+		case <-ctx.Done():
+			return
 		}
 	}
 }
@@ -280,24 +360,21 @@ func sleep(ctx context.Context, d time.Duration) error {
 }
 
 // handle applies one response and returns the request that answers it: an
-// ACK that moves st.version to the response's, or a NACK that keeps it.
+// ACK that moves st.version to the response's, a NACK that keeps it, or nil
+// for a response of a type the Client did not subscribe to. Answering such
+// a response with a request of its type would, on ADS, subscribe to that
+// type: the Client drops it.
 func (c *Client) handle(resp *discoveryv3.DiscoveryResponse, st *state) *discoveryv3.DiscoveryRequest {
 	if t := resp.GetTypeUrl(); t != TypeURL {
-		err := fmt.Errorf("unexpected type %q, subscribed to %q only", t, TypeURL)
-		req := c.nack(resp, "", err)
-		req.TypeUrl = t
-		return req
+		c.ignore(t, st)
+		return nil
 	}
 	rules, err := Compile(resp.GetResources(), c.o.ConfigOptions...)
 	if err != nil {
-		if resp.GetVersionInfo() == st.nacked {
-			st.nacks++
-		} else {
-			st.nacked, st.nacks = resp.GetVersionInfo(), 1
-		}
+		st.nacks++
 		return c.nack(resp, st.version, err)
 	}
-	st.nacked, st.nacks = "", 0
+	st.nacks = 0
 	c.rules.Store(&accepted{rules, resp.GetVersionInfo()})
 	if c.o.OnRules != nil {
 		c.o.OnRules(rules)
@@ -308,6 +385,19 @@ func (c *Client) handle(resp *discoveryv3.DiscoveryResponse, st *state) *discove
 	st.version = resp.GetVersionInfo()
 	c.log.Info("xds: rules accepted", "version", st.version, "resources", len(resp.GetResources()))
 	return c.request(st.version, resp.GetNonce(), nil)
+}
+
+// ignore logs, once per type, a response of type t that the Client did not
+// subscribe to.
+func (c *Client) ignore(t string, st *state) {
+	if st.foreign[t] || len(st.foreign) >= maxForeign {
+		return
+	}
+	if st.foreign == nil {
+		st.foreign = make(map[string]bool)
+	}
+	st.foreign[t] = true
+	c.log.Warn("xds: ignored responses of an unsubscribed type", "type", t, "subscribed", TypeURL)
 }
 
 // maxDetail bounds the bytes of a NACK's error message: past it, the

@@ -17,7 +17,7 @@ func TestNackCutsLongMessages(t *testing.T) {
 	req := c.nack(&discoveryv3.DiscoveryResponse{Nonce: "n", VersionInfo: "3"}, "2", long)
 	msg := req.GetErrorDetail().GetMessage()
 	if len(msg) > maxDetail+len("\n... (cut)") || !strings.HasSuffix(msg, "(cut)") || !utf8.ValidString(msg) {
-		t.Errorf("message of %d bytes, ending %q, valid UTF-8 %v", len(msg), msg[len(msg)-12:], utf8.ValidString(msg))
+		t.Errorf("message of %d bytes, ending %q, valid UTF-8 %v", len(msg), msg[max(0, len(msg)-12):], utf8.ValidString(msg))
 	}
 	if req.GetVersionInfo() != "2" || req.GetResponseNonce() != "n" || req.GetTypeUrl() != TypeURL {
 		t.Errorf("NACK = %v, want version 2, nonce n", req)

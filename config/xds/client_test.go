@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"log/slog"
 	"net"
 	"strings"
 	"testing"
@@ -18,6 +19,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/resolver"
+	"google.golang.org/grpc/resolver/manual"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/ratelimitd/ratelimitd/config"
@@ -163,19 +166,25 @@ func checkAck(t *testing.T, r *discoveryv3.DiscoveryRequest, version string) {
 
 func TestClientFollowsManagementServer(t *testing.T) {
 	m := startServer(t, "127.0.0.1:0")
+	// The client finds the server through a resolver that the test points
+	// at the new server when it replaces the old one, on another port.
+	res := manual.NewBuilderWithScheme("xdstest")
+	res.InitialState(resolver.State{Addresses: []resolver.Address{{Addr: m.addr}}})
 	updates := make(chan *config.Rules, 16)
 	meta, err := structpb.NewStruct(map[string]any{"zone": "test"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	c, err := xds.New(xds.Options{
-		Target:       m.addr,
-		NodeID:       nodeID,
-		NodeMetadata: meta,
-		Headers:      map[string]string{"x-token": "secret"},
-		OnRules:      func(r *config.Rules) { updates <- r },
-		MinBackoff:   10 * time.Millisecond,
-		MaxBackoff:   100 * time.Millisecond,
+		Target:          res.Scheme() + ":///mgmt",
+		DialOptions:     []grpc.DialOption{grpc.WithResolvers(res)},
+		NodeID:          nodeID,
+		NodeMetadata:    meta,
+		Headers:         map[string]string{"x-token": "secret"},
+		InsecureHeaders: true,
+		OnRules:         func(r *config.Rules) { updates <- r },
+		MinBackoff:      10 * time.Millisecond,
+		MaxBackoff:      100 * time.Millisecond,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -258,12 +267,12 @@ func TestClientFollowsManagementServer(t *testing.T) {
 		}
 	}
 
-	// The server restarts on the same address: the client subscribes
-	// again with the version it ACKed last, and follows the new server.
-	addr := m.addr
+	// The server is replaced: the client subscribes again with the
+	// version it ACKed last, and follows the new server.
 	m.close()
-	m = startServer(t, addr)
+	m = startServer(t, "127.0.0.1:0")
 	m.set(t, "5", domain("d", "k", 50))
+	res.UpdateState(resolver.State{Addresses: []resolver.Address{{Addr: m.addr}}})
 	again := m.next(t)
 	if again.GetVersionInfo() != "4" || again.GetErrorDetail() != nil || again.GetNode().GetId() != nodeID {
 		t.Fatalf("first request after restart = %v, want version 4", again)
@@ -288,6 +297,7 @@ func TestNewRefusesBadOptions(t *testing.T) {
 	for _, o := range []xds.Options{
 		{},
 		{Target: "127.0.0.1:1", MinBackoff: time.Second, MaxBackoff: time.Millisecond},
+		{Target: "127.0.0.1:1", Headers: map[string]string{"authorization": "Bearer x"}}, // in plaintext
 	} {
 		if c, err := xds.New(o); err == nil {
 			c.Close()
@@ -305,10 +315,14 @@ func TestCloseWhileDisconnected(t *testing.T) {
 	}
 	addr := lis.Addr().String()
 	lis.Close()
-	c, err := xds.New(xds.Options{Target: addr, NodeID: nodeID, MinBackoff: time.Millisecond, MaxBackoff: time.Millisecond})
+	rec := newRecorder()
+	c, err := xds.New(xds.Options{Target: addr, NodeID: nodeID, Logger: slog.New(rec),
+		MinBackoff: time.Millisecond, MaxBackoff: time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Close once the client is retrying, not before its first attempt.
+	rec.waitFor(t, "xds: stream ended, reconnecting", 2)
 	if c.Ready() {
 		t.Fatal("ready without a server")
 	}

@@ -20,7 +20,8 @@ const TypeURL = "type.googleapis.com/ratelimit.config.ratelimit.v3.RateLimitConf
 // each resource is one domain, and no two resources may name the same
 // domain. An empty set yields Rules with no domains. The error, if any,
 // names each resource at fault by its name (or its index, when it has
-// none or cannot be decoded). opts bound the work as for config.Compile.
+// none or cannot be decoded); past MaxBadResources resources at fault, it
+// only counts the others. opts bound the work as for config.Compile.
 func Compile(resources []*anypb.Any, opts ...config.Option) (*config.Rules, error) {
 	domains := make([]*config.Domain, 0, len(resources))
 	var errs []error
@@ -45,13 +46,28 @@ func Compile(resources []*anypb.Any, opts ...config.Option) (*config.Rules, erro
 		domains = append(domains, d)
 	}
 	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
+		return nil, joinBounded(errs)
 	}
 	rules, err := config.Compile(domains, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("rate limit configs: %w", err)
 	}
 	return rules, nil
+}
+
+// MaxBadResources is how many resources at fault Compile's error describes;
+// it counts the others, so that a NACK and its log line stay short however
+// many resources a set gets wrong.
+const MaxBadResources = 10
+
+// joinBounded joins the errors of the first MaxBadResources resources at
+// fault and counts the rest.
+func joinBounded(errs []error) error {
+	if len(errs) <= MaxBadResources {
+		return errors.Join(errs...)
+	}
+	more := fmt.Errorf("... and %d more resources refused", len(errs)-MaxBadResources)
+	return errors.Join(append(errs[:MaxBadResources:MaxBadResources], more)...)
 }
 
 // decode unpacks one resource, refusing any other type than TypeURL.

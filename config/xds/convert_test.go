@@ -1,6 +1,7 @@
 package xds_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -152,5 +153,25 @@ func TestCompileRefuses(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func TestCompileBoundsItsError(t *testing.T) {
+	const bad = xds.MaxBadResources + 7
+	res := make([]*anypb.Any, bad)
+	for i := range res {
+		res[i] = mustAny(t, &rlsconf.RateLimitConfig{Name: fmt.Sprintf("bad-%d", i)}) // no domain
+	}
+	_, err := xds.Compile(res)
+	if err == nil {
+		t.Fatal("Compile of bad resources = nil error")
+	}
+	msg := err.Error()
+	last := fmt.Sprintf(`resource "bad-%d"`, xds.MaxBadResources-1)
+	if !strings.Contains(msg, last) || strings.Contains(msg, fmt.Sprintf(`resource "bad-%d"`, xds.MaxBadResources)) {
+		t.Errorf("error %q should describe exactly the first %d resources", msg, xds.MaxBadResources)
+	}
+	if !strings.HasSuffix(msg, "... and 7 more resources refused") {
+		t.Errorf("error %q does not end with the count of the others", msg)
 	}
 }

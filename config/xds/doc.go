@@ -25,8 +25,20 @@
 // share_threshold, and ratelimitd's extensions cannot be expressed.
 //
 // A management server may send a refused version again as soon as it is
-// NACKed (go-control-plane's snapshot cache does); the Client then NACKs it
-// again after a backoff, so that the two do not spin.
+// NACKed (go-control-plane's snapshot cache does), or keep sending bad sets
+// under new versions. From the second refused set in a row, whatever the
+// versions, the Client holds its NACK back for an exponential backoff
+// (Options.MinBackoff to MaxBackoff), so that the two do not spin; it keeps
+// reading meanwhile and ACKs at once a good set that arrives, but a server
+// that waits for the NACK sends its correction only after it. The first
+// NACK after a good set always goes out at once.
+//
+// Responses of any other type than TypeURL are logged once per type and
+// dropped, unanswered: on ADS, a request of that type would subscribe to it.
+//
+// Options.Headers, such as an authorization token, need
+// Options.Credentials: New refuses to send them in plaintext unless
+// Options.InsecureHeaders says so.
 //
 // Usage:
 //
