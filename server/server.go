@@ -197,10 +197,21 @@ func (s *Server) SetRules(r *config.Rules) {
 	s.rules.Store(r)
 	s.metrics.loaded()
 	if !s.stopping.Load() {
-		s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
-		s.health.SetServingStatus(rlsv3.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
-		s.health.SetServingStatus(ratelimitv1.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+		for _, name := range healthServices {
+			s.health.SetServingStatus(name, healthpb.HealthCheckResponse_SERVING)
+		}
 	}
+}
+
+// healthServices are the service names grpc.health.v1 answers for: the
+// server as a whole (""), each API, and "ratelimit", the name
+// envoyproxy/ratelimit's health service answers to, which its Helm charts
+// and Envoy clusters' health checks ask for.
+var healthServices = []string{
+	"",
+	rlsv3.RateLimitService_ServiceDesc.ServiceName,
+	ratelimitv1.RateLimitService_ServiceDesc.ServiceName,
+	"ratelimit",
 }
 
 // RejectRules records that a new rule set failed to load (err says why):

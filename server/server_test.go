@@ -270,6 +270,7 @@ func TestHealth(t *testing.T) {
 		"",
 		"envoy.service.ratelimit.v3.RateLimitService",
 		"ratelimit.v1.RateLimitService",
+		"ratelimit", // envoyproxy/ratelimit's name
 	}
 	h := newHarness(t, loadRules(t, "gateway.yaml"), server.Options{})
 	health := healthpb.NewHealthClient(h.conn)
