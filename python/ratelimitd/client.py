@@ -364,12 +364,18 @@ def decision(resp: pb.ShouldRateLimitResponse) -> Decision:
 
 
 class _Base:
-    """What Client and AsyncClient share: options, counters, the failure
-    policy and the hook."""
+    """What Client and AsyncClient share: the stub of channel, options,
+    counters, the failure policy and the hook."""
 
-    def __init__(self, *, timeout: Optional[float], fail_closed: bool,
-                 on_decision: Optional[DecisionHook], logger: Optional[logging.Logger],
-                 refusal_cache: float, refusal_cache_size: int, clock: Callable[[], float]):
+    def __init__(self, channel: Union[grpc.Channel, "grpc.aio.Channel"], *,
+                 timeout: Optional[float] = DEFAULT_TIMEOUT, fail_closed: bool = False,
+                 on_decision: Optional[DecisionHook] = None, logger: Optional[logging.Logger] = None,
+                 refusal_cache: float = DEFAULT_REFUSAL_CACHE,
+                 refusal_cache_size: int = DEFAULT_REFUSAL_CACHE_SIZE,
+                 clock: Callable[[], float] = time.monotonic):
+        # The generated stub serves both channels: its calls are awaitable
+        # on a grpc.aio.Channel.
+        self._stub = pb_grpc.RateLimitServiceStub(channel)
         self._refusals = (Refusals(refusal_cache, refusal_cache_size, clock)
                           if refusal_cache > 0 and refusal_cache_size > 0 else None)
         self._local = 0
@@ -482,15 +488,6 @@ class Client(_Base):
     seconds clock of that memory (time.monotonic).
     """
 
-    def __init__(self, channel: grpc.Channel, *, timeout: Optional[float] = DEFAULT_TIMEOUT,
-                 fail_closed: bool = False, on_decision: Optional[DecisionHook] = None,
-                 logger: Optional[logging.Logger] = None, refusal_cache: float = DEFAULT_REFUSAL_CACHE,
-                 refusal_cache_size: int = DEFAULT_REFUSAL_CACHE_SIZE,
-                 clock: Callable[[], float] = time.monotonic):
-        super().__init__(timeout=timeout, fail_closed=fail_closed, on_decision=on_decision, logger=logger,
-                         refusal_cache=refusal_cache, refusal_cache_size=refusal_cache_size, clock=clock)
-        self._stub = pb_grpc.RateLimitServiceStub(channel)
-
     def should_rate_limit(self, domain: str, *descriptors: Descriptor,
                           timeout: Optional[float] = None,
                           metadata: Optional[Sequence[Tuple[str, str]]] = None) -> Decision:
@@ -517,15 +514,6 @@ class AsyncClient(_Base):
     grpc.aio.insecure_channel("127.0.0.1:8081"), made in the event loop that
     uses it), which the caller keeps and closes. Same options as Client.
     Cancelling the awaiting task cancels the call (asyncio.CancelledError)."""
-
-    def __init__(self, channel: "grpc.aio.Channel", *, timeout: Optional[float] = DEFAULT_TIMEOUT,
-                 fail_closed: bool = False, on_decision: Optional[DecisionHook] = None,
-                 logger: Optional[logging.Logger] = None, refusal_cache: float = DEFAULT_REFUSAL_CACHE,
-                 refusal_cache_size: int = DEFAULT_REFUSAL_CACHE_SIZE,
-                 clock: Callable[[], float] = time.monotonic):
-        super().__init__(timeout=timeout, fail_closed=fail_closed, on_decision=on_decision, logger=logger,
-                         refusal_cache=refusal_cache, refusal_cache_size=refusal_cache_size, clock=clock)
-        self._stub = pb_grpc.RateLimitServiceStub(channel)
 
     async def should_rate_limit(self, domain: str, *descriptors: Descriptor,
                                 timeout: Optional[float] = None,
