@@ -162,20 +162,46 @@ function millis(d) {
   return Math.max(Number(d.seconds) * 1000 + d.nanos / 1e6, 0);
 }
 
-/** request returns the request to send, checked by check. */
+/**
+ * utf8Bound returns at least the UTF-8 length of s, a well-formed string,
+ * without encoding it: no UTF-16 unit takes more than 3 bytes.
+ */
+function utf8Bound(s) {
+  return s.length * 3;
+}
+
+/**
+ * request returns the request to send, checked by check, or throws
+ * INVALID_ARGUMENT when it would exceed ratelimitd's largest request even
+ * with long values digested.
+ */
 function request(domain, descriptors) {
+  // bound is at least the encoded size: each field's bytes plus a generous
+  // allowance for tags and lengths (16 per entry, 48 per descriptor with
+  // its hits and override, 16 for the domain), so that only requests near
+  // the limit are encoded here, to be measured, before gRPC encodes them.
+  let bound = utf8Bound(domain) + 16;
   const req = pb.ShouldRateLimitRequest.fromPartial({
     domain,
     descriptors: descriptors.map((d) => {
       const rd = { entries: d.entries.map(entry) };
+      for (const e of rd.entries) {
+        bound += utf8Bound(e.key) + 16;
+        if (e.valueSha256) bound += e.valueSha256.length;
+        else if (e.rawValue) bound += e.rawValue.length;
+        else bound += utf8Bound(e.value);
+      }
       if (d.checkOnly) rd.hits = 0;
       else if (d.hits) rd.hits = d.hits;
       if (d.limit != null) rd.limit = { requests: d.limit.requests, window: duration(d.limit.windowMs) };
+      bound += 48;
       return rd;
     }),
   });
-  const n = pb.ShouldRateLimitRequest.encode(req).finish().length;
-  if (n > MAX_REQUEST) throw invalid(`request is ${n} bytes, over the maximum ${MAX_REQUEST}`);
+  if (bound > MAX_REQUEST) {
+    const n = pb.ShouldRateLimitRequest.encode(req).finish().length;
+    if (n > MAX_REQUEST) throw invalid(`request is ${n} bytes, over the maximum ${MAX_REQUEST}`);
+  }
   return req;
 }
 

@@ -129,6 +129,16 @@ test('malformed requests are refused before any RPC, whatever the policy', async
   // A request over 1 MiB once long values are digested.
   const big = Array.from({ length: 64 }, () => ({ entries: Array.from({ length: 32 }, () => ({ key: 'k'.repeat(1024), value: 'v' })) }));
   await assert.rejects(client.shouldRateLimit('edge', big), (err) => err.code === grpc.status.INVALID_ARGUMENT && /over the maximum/.test(err.message));
+  assert.equal(fake.requests.length, 0);
+  // Values over 1 MiB in all, but each up to 1024 bytes, so not digested.
+  const bigValues = Array.from({ length: 64 }, () => ({ entries: Array.from({ length: 32 }, () => ({ key: 'k', value: 'v'.repeat(1024) })) }));
+  await assert.rejects(client.shouldRateLimit('edge', bigValues), (err) => err.code === grpc.status.INVALID_ARGUMENT && /over the maximum/.test(err.message));
+  assert.equal(fake.requests.length, 0);
+  // Near the limit but under it (about 0.95 MiB): measured, and sent.
+  const near = Array.from({ length: 64 }, () => ({ entries: Array.from({ length: 32 }, () => ({ key: 'k', value: 'v'.repeat(450) })) }));
+  const d = await client.shouldRateLimit('edge', near);
+  assert.equal(d.error, null);
+  assert.equal(fake.requests.length, 1);
 });
 
 test('limit overrides at the bounds go out exact, to the microsecond', async (t) => {
