@@ -327,7 +327,7 @@ func HTTPMiddleware(rl RateLimiter, domain string, opts ...HTTPOption) func(http
 			}
 			h := w.Header()
 			for _, hd := range d.Headers {
-				if http.CanonicalHeaderKey(hd.Name) == "Retry-After" {
+				if strings.EqualFold(hd.Name, "Retry-After") {
 					continue // ours, counting down for a Local decision
 				}
 				h.Add(hd.Name, hd.Value)
@@ -354,7 +354,7 @@ func (o *httpOptions) badRequest(w http.ResponseWriter, r *http.Request, err err
 // requestDescriptors returns r's descriptors, or the error of a key
 // function.
 func (o *httpOptions) requestDescriptors(r *http.Request) ([]Descriptor, error) {
-	var ds []Descriptor
+	ds := make([]Descriptor, 0, 3) // room for the built-in ones
 	if o.apiKeyHeader != "" {
 		if v := r.Header.Get(o.apiKeyHeader); v != "" {
 			ds = append(ds, D("api_key", v))
