@@ -407,9 +407,10 @@ class _Base:
 
     def _remembered(self, domain: str, descriptors: Sequence[Descriptor]):
         """Checks the request, and returns (its key in the refusal memory or
-        None, the remembered refusal or None)."""
+        None, the remembered refusal or None). The key is built only when
+        something is remembered: see _decided."""
         check(domain, descriptors)
-        if self._refusals is None:
+        if not self._refusals:  # off, or nothing remembered
             return None, None
         key = refusal_key(domain, descriptors)
         d = self._refusals.get(key)
@@ -418,12 +419,12 @@ class _Base:
                 self._local += 1
         return key, d
 
-    def _decided(self, key, resp) -> Decision:
+    def _decided(self, domain: str, descriptors: Sequence[Descriptor], key, resp) -> Decision:
         """ratelimitd's decision resp, remembered when a refusal with a
-        retry-after."""
+        retry-after, under key (built now if _remembered did not)."""
         d = decision(resp)
-        if not d.allowed and key is not None and d.retry_after > 0:
-            self._refusals.put(key, d)
+        if not d.allowed and self._refusals is not None and d.retry_after > 0:
+            self._refusals.put(refusal_key(domain, descriptors) if key is None else key, d)
         return d
 
     def _budget(self, timeout: Optional[float]) -> Optional[float]:
@@ -505,7 +506,7 @@ class Client(_Base):
         except grpc.RpcError as err:
             d = self._failed(err)
         else:
-            d = self._decided(key, resp)
+            d = self._decided(domain, descriptors, key, resp)
         return self._hook(domain, descriptors, d)
 
 
@@ -528,5 +529,5 @@ class AsyncClient(_Base):
         except grpc.RpcError as err:
             d = self._failed(err)
         else:
-            d = self._decided(key, resp)
+            d = self._decided(domain, descriptors, key, resp)
         return self._hook(domain, descriptors, d)
