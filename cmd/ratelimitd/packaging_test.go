@@ -611,3 +611,58 @@ func TestShellWords(t *testing.T) {
 		}
 	}
 }
+
+// TestDockerfileDownloadsReplacedModules checks the build stage's module
+// layer: before `go mod download`, it copies go.mod and go.sum, and those
+// of every module go.mod replaces by a directory of the repository, which
+// the download reads (without them it fails, and only in docker build).
+func TestDockerfileDownloadsReplacedModules(t *testing.T) {
+	cmd := exec.CommandContext(t.Context(), "go", "mod", "edit", "-json")
+	cmd.Dir = repoRoot
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go mod edit -json: %v", err)
+	}
+	var mod struct {
+		Replace []struct {
+			New struct{ Path, Version string }
+		}
+	}
+	if err := json.Unmarshal(out, &mod); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"go.mod", "go.sum"}
+	for _, r := range mod.Replace {
+		if r.New.Version == "" && filepath.IsLocal(r.New.Path) { // a directory of the repository
+			dir := path.Clean(r.New.Path)
+			want = append(want, dir+"/go.mod", dir+"/go.sum")
+		}
+	}
+	if len(want) == 2 {
+		t.Fatal("go.mod replaces no module by a directory of the repository: update this test")
+	}
+
+	build := parseDockerfile(t, filepath.Join(repoRoot, "Dockerfile"))[0]
+	copied := map[string]bool{}
+	for _, in := range build.ins {
+		if in.cmd == "RUN" && strings.Contains(in.args, "go mod download") {
+			for _, f := range want {
+				if !copied[f] {
+					t.Errorf("Dockerfile:%d: go mod download runs before %s is copied", in.line, f)
+				}
+			}
+			return
+		}
+		if in.cmd != "COPY" {
+			continue
+		}
+		c := (dockerStage{ins: []dockerInstruction{in}}).copies(t)[0]
+		for _, src := range c.srcs {
+			// COPY a/x b/y ./dir/ puts each file at dir/<its base name>.
+			if c.from == "" && path.Join(c.dst, path.Base(src)) == path.Clean(src) {
+				copied[path.Clean(src)] = true
+			}
+		}
+	}
+	t.Fatal("the Dockerfile's first stage has no RUN go mod download")
+}

@@ -24,6 +24,34 @@ const TypeURL = "type.googleapis.com/ratelimit.config.ratelimit.v3.RateLimitConf
 // only counts the others. opts bound the work as for config.Compile.
 func Compile(resources []*anypb.Any, opts ...config.Option) (*config.Rules, error) {
 	domains := make([]*config.Domain, 0, len(resources))
+	for _, res := range resources {
+		rc, err := decode(res)
+		if err != nil {
+			break // attribute below names it
+		}
+		domains = append(domains, Domain(rc))
+	}
+	if len(domains) == len(resources) {
+		// The common case, a good set, is compiled once; only a set at
+		// fault is compiled again, resource by resource, to name those at
+		// fault.
+		rules, err := config.Compile(domains, opts...)
+		if err == nil {
+			return rules, nil
+		}
+		if aerr := attribute(resources, opts); aerr != nil {
+			return nil, aerr
+		}
+		return nil, fmt.Errorf("rate limit configs: %w", err)
+	}
+	return nil, attribute(resources, opts)
+}
+
+// attribute returns the errors of each resource at fault in a set that
+// config.Compile refused or that does not decode, each named by its
+// resource, or nil when every resource is good alone and only the set as
+// a whole is at fault (a bound of opts on all of them).
+func attribute(resources []*anypb.Any, opts []config.Option) error {
 	var errs []error
 	first := make(map[string]string, len(resources)) // domain -> resource
 	for i, res := range resources {
@@ -43,16 +71,11 @@ func Compile(resources []*anypb.Any, opts ...config.Option) (*config.Rules, erro
 			continue
 		}
 		first[d.Domain] = name
-		domains = append(domains, d)
 	}
-	if len(errs) > 0 {
-		return nil, joinBounded(errs)
+	if len(errs) == 0 {
+		return nil
 	}
-	rules, err := config.Compile(domains, opts...)
-	if err != nil {
-		return nil, fmt.Errorf("rate limit configs: %w", err)
-	}
-	return rules, nil
+	return joinBounded(errs)
 }
 
 // MaxBadResources is how many resources at fault Compile's error describes;

@@ -69,6 +69,13 @@ type kustomization struct {
 		NewName string `yaml:"newName"`
 		NewTag  string `yaml:"newTag"`
 	} `yaml:"images"`
+	Patches []struct {
+		Target struct {
+			Kind string `yaml:"kind"`
+			Name string `yaml:"name"`
+		} `yaml:"target"`
+		Patch string `yaml:"patch"`
+	} `yaml:"patches"`
 }
 
 func loadKustomization(t *testing.T, dir string) kustomization {
@@ -256,6 +263,7 @@ func TestServiceMonitor(t *testing.T) {
 	if !slices.Equal(k.Resources, []string{"..", "servicemonitor.yaml"}) {
 		t.Errorf("%s resources %v, want [.. servicemonitor.yaml]", overlay, k.Resources)
 	}
+	checkAnnotationsRemoved(t, k, loadDeployment(t).Template.Metadata.Annotations)
 	var sm struct {
 		Selector struct {
 			MatchLabels map[string]string `yaml:"matchLabels"`
@@ -309,4 +317,44 @@ func selects(sel, labels map[string]string) bool {
 		}
 	}
 	return len(sel) > 0
+}
+
+// checkAnnotationsRemoved checks that the overlay k removes every
+// prometheus.io annotation of the pod template (annotations), so that a
+// Prometheus honouring both them and the ServiceMonitor does not scrape
+// each pod twice.
+func checkAnnotationsRemoved(t *testing.T, k kustomization, annotations map[string]string) {
+	t.Helper()
+	removed := map[string]bool{}
+	for _, p := range k.Patches {
+		if p.Target.Kind != "Deployment" || p.Target.Name != "ratelimitd" {
+			continue
+		}
+		var ops []struct {
+			Op   string `yaml:"op"`
+			Path string `yaml:"path"`
+		}
+		if err := yaml.Unmarshal([]byte(p.Patch), &ops); err != nil {
+			t.Fatalf("patch of the Deployment: %v", err)
+		}
+		for _, op := range ops {
+			// JSON Pointer: "~1" stands for "/", "~0" for "~".
+			name, ok := strings.CutPrefix(op.Path, "/spec/template/metadata/annotations/")
+			if ok && op.Op == "remove" {
+				removed[strings.NewReplacer("~1", "/", "~0", "~").Replace(name)] = true
+			}
+		}
+	}
+	n := 0
+	for a := range annotations {
+		if strings.HasPrefix(a, "prometheus.io/") {
+			n++
+			if !removed[a] {
+				t.Errorf("the overlay keeps the pods' annotation %s: a Prometheus honouring it scrapes each pod twice", a)
+			}
+		}
+	}
+	if n == 0 {
+		t.Error("the pod template has no prometheus.io annotation: update this test")
+	}
 }
