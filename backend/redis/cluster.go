@@ -67,19 +67,18 @@ func (s *Store) takeCluster(ctx context.Context, reqs []backend.Request, res []b
 				give = true
 			}
 		}
-		if give {
-			back = append(back, idx)
+		if !give {
+			continue
 		}
+		for _, i := range idx {
+			if res[i].OverLimit {
+				extra[i] |= flagWasOver
+			}
+		}
+		back = append(back, idx)
 	}
 	if len(back) > 0 {
 		s.refunds.Add(1)
-		for _, idx := range back {
-			for _, i := range idx {
-				if res[i].OverLimit {
-					extra[i] |= flagWasOver
-				}
-			}
-		}
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
 		defer cancel()
 		for _, err := range s.refundRetry(rctx, reqs, res, back, tags, stamps, extra) {
