@@ -59,7 +59,7 @@ func (st *State) Admits(l Limit, now int64, hits uint64) bool {
 			return false
 		}
 		// tat-now <= (b-hits)·T, written so that a saturated TAT cannot overflow.
-		return max(st.T, now)-now <= int64(b-hits)*l.interval()
+		return max(st.T, now)-now <= int64(b-hits)*l.Interval()
 	}
 	return false
 }
@@ -92,7 +92,7 @@ func (st *State) Add(l Limit, now int64, hits uint64) (stamp int64) {
 	case TokenBucket:
 		st.Tokens -= float64(hits)
 	case GCRA:
-		st.T = addSatInt(max(st.T, now), mulSatInt(int64(min(hits, math.MaxInt64)), l.interval()))
+		st.T = addSatInt(max(st.T, now), mulSatInt(int64(min(hits, math.MaxInt64)), l.Interval()))
 	}
 	return 0
 }
@@ -131,7 +131,7 @@ func (st *State) Refund(l Limit, now int64, hits uint64, stamp int64) {
 	case TokenBucket:
 		st.Tokens = min(st.Tokens+float64(hits), float64(l.Capacity()))
 	case GCRA:
-		st.T = max(st.T-mulSatInt(int64(min(hits, math.MaxInt64)), l.interval()), now)
+		st.T = max(st.T-mulSatInt(int64(min(hits, math.MaxInt64)), l.Interval()), now)
 	}
 }
 
@@ -165,7 +165,7 @@ func (st *State) Result(l Limit, now int64, hits uint64, over bool) Result {
 		}
 		r.ResetAfter = FromMicros(ceilDiv(float64(l.Capacity())-st.Tokens, l, w))
 	case GCRA:
-		tat, t := max(st.T, now), l.interval()
+		tat, t := max(st.T, now), l.Interval()
 		if room := int64(l.Capacity())*t - (tat - now); room > 0 {
 			r.Remaining = uint64(room / t)
 		}
@@ -331,7 +331,7 @@ func (st *State) retryAt(l Limit, now int64, hits uint64) (int64, bool) {
 		if hits > b {
 			return 0, false
 		}
-		return max(st.T, now) - int64(b-hits)*l.interval(), true
+		return max(st.T, now) - int64(b-hits)*l.Interval(), true
 	}
 	return now, true
 }

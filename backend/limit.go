@@ -130,7 +130,7 @@ func (l Limit) Validate() error {
 			return fmt.Errorf("burst %d over the maximum %d", l.Burst, uint64(MaxRequests))
 		}
 		if l.Algorithm == GCRA && l.Requests > 0 {
-			if t := l.Capacity() * uint64(l.interval()); t > maxGCRATolerance || t/uint64(l.interval()) != l.Capacity() {
+			if t := l.Capacity() * uint64(l.Interval()); t > maxGCRATolerance || t/uint64(l.Interval()) != l.Capacity() {
 				return errors.New("gcra: burst × (window / requests) exceeds 285 years")
 			}
 		}
@@ -144,9 +144,10 @@ func (l Limit) Validate() error {
 // window returns l.Window in microseconds.
 func (l Limit) window() int64 { return int64(l.Window / time.Microsecond) }
 
-// interval returns GCRA's emission interval window/requests in
-// microseconds, rounded up so that the rate never exceeds the limit.
-func (l Limit) interval() int64 {
+// Interval returns GCRA's emission interval window/requests in
+// microseconds, rounded up so that the rate never exceeds the limit. A
+// ban (Requests 0) has none: the caller checks Ban first.
+func (l Limit) Interval() int64 {
 	w, r := l.window(), int64(l.Requests)
 	return (w + r - 1) / r
 }

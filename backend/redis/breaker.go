@@ -42,35 +42,47 @@ type node struct {
 // ctx must be the store's (see detach), not a caller's: every error of f
 // counts as the node's failure.
 func (s *Store) guard(name string, f func() error) error {
-	done, err := s.admit(name)
+	tk, err := s.admit(name)
 	if err != nil {
 		return err
 	}
 	err = f()
-	done(err)
+	tk.done(err)
 	return err
+}
+
+// A ticket is one call that a node's circuit breaker let through; done
+// reports its outcome. (A struct, not a closure: no allocation per call.)
+type ticket struct {
+	s      *Store
+	n      *node
+	report func(error) // the breaker's; nil in the zero ticket
+}
+
+// done reports the call's outcome to the breaker, and starts a probe of
+// the node if the failure opened it.
+func (t ticket) done(err error) {
+	t.report(err)
+	if err != nil && t.n.b.State() != gobreaker.StateClosed {
+		t.s.startProbe(t.n)
+	}
 }
 
 // admit asks the circuit breaker of the node named name for one call: it
 // fails with ErrUnavailable when the breaker is not closed, or returns
-// the function that reports the call's outcome.
-func (s *Store) admit(name string) (done func(error), err error) {
+// the ticket that reports the call's outcome.
+func (s *Store) admit(name string) (ticket, error) {
 	n := s.node(name)
 	if n.b.State() != gobreaker.StateClosed {
 		s.startProbe(n)
-		return nil, fmt.Errorf("%w: %s", ErrUnavailable, name)
+		return ticket{}, fmt.Errorf("%w: %s", ErrUnavailable, name)
 	}
 	report, err := n.b.Allow()
 	if err != nil {
 		s.startProbe(n)
-		return nil, fmt.Errorf("%w: %s", ErrUnavailable, name)
+		return ticket{}, fmt.Errorf("%w: %s", ErrUnavailable, name)
 	}
-	return func(err error) {
-		report(err)
-		if err != nil && n.b.State() != gobreaker.StateClosed {
-			s.startProbe(n)
-		}
-	}, nil
+	return ticket{s: s, n: n, report: report}, nil
 }
 
 // node returns the node named name, with a closed breaker if new.

@@ -49,13 +49,13 @@ func keyOf(r *backend.Request) cacheKey {
 // live entry for the same hits and those entries refuse the call. Calls that record usage
 // past the limit (ConsumeWhenOver) always go to Redis.
 func (c *cache) answer(reqs []backend.Request, res []backend.Result) bool {
+	if c.size.Load() == 0 {
+		return false // nothing refused lately: no lock on the common path
+	}
 	for i := range reqs {
 		if reqs[i].ConsumeWhenOver {
 			return false
 		}
-	}
-	if c.size.Load() == 0 {
-		return false // nothing refused lately: no lock on the common path
 	}
 	now := backend.Micros(c.now())
 	c.mu.Lock()

@@ -67,19 +67,18 @@ func (s *Store) takeCluster(ctx context.Context, reqs []backend.Request, res []b
 				give = true
 			}
 		}
-		if give {
-			back = append(back, idx)
+		if !give {
+			continue
 		}
+		for _, i := range idx {
+			if res[i].OverLimit {
+				extra[i] |= flagWasOver
+			}
+		}
+		back = append(back, idx)
 	}
 	if len(back) > 0 {
 		s.refunds.Add(1)
-		for _, idx := range back {
-			for _, i := range idx {
-				if res[i].OverLimit {
-					extra[i] |= flagWasOver
-				}
-			}
-		}
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
 		defer cancel()
 		for _, err := range s.refundRetry(rctx, reqs, res, back, tags, stamps, extra) {
@@ -101,7 +100,7 @@ func (s *Store) takeCluster(ctx context.Context, reqs []backend.Request, res []b
 func (s *Store) runParts(ctx context.Context, op byte, reqs []backend.Request, res []backend.Result, parts [][]int, tags []string, stamps []int64, extra []uint8, guarded bool) []error {
 	errs := make([]error, len(parts))
 	calls := make([]*call, len(parts))
-	dones := make(map[string]func(error), len(parts))
+	tickets := make(map[string]ticket, len(parts)) // by node; the zero ticket where the breaker refused
 	nodes := make([]string, len(parts))
 	now := s.nowMicros()
 	for p, idx := range parts {
@@ -114,20 +113,18 @@ func (s *Store) runParts(ctx context.Context, op byte, reqs []backend.Request, r
 			continue
 		}
 		nodes[p] = s.nodeOf(ctx, c.keys[0])
-		if _, ok := dones[nodes[p]]; ok {
+		if _, ok := tickets[nodes[p]]; ok {
 			continue
 		}
-		done, err := s.admit(nodes[p]) //nolint:contextcheck // a probe that admit may start runs on the store's context, never a call's
+		tk, err := s.admit(nodes[p]) //nolint:contextcheck // a probe that admit may start runs on the store's context, never a call's
+		tickets[nodes[p]] = tk
 		if err != nil {
 			errs[p] = err
-			dones[nodes[p]] = nil
-			continue
 		}
-		dones[nodes[p]] = done
 	}
 	if guarded {
 		for p := range parts {
-			if errs[p] == nil && dones[nodes[p]] == nil {
+			if errs[p] == nil && tickets[nodes[p]].report == nil {
 				errs[p] = fmt.Errorf("%w: %s", ErrUnavailable, nodes[p])
 			}
 		}
@@ -143,8 +140,8 @@ func (s *Store) runParts(ctx context.Context, op byte, reqs []backend.Request, r
 		}
 		errs[p] = err
 	}
-	for name, done := range dones {
-		if done == nil {
+	for name, tk := range tickets {
+		if tk.report == nil {
 			continue
 		}
 		var err error // the node's news: the first error of its parts
@@ -154,7 +151,7 @@ func (s *Store) runParts(ctx context.Context, op byte, reqs []backend.Request, r
 				break
 			}
 		}
-		done(err)
+		tk.done(err)
 	}
 	return errs
 }

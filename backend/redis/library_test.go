@@ -25,7 +25,9 @@ func TestFunctionFlush(t *testing.T) {
 			if err := srv.Client(t).FunctionFlush(t.Context()).Err(); err != nil {
 				t.Fatal(err)
 			}
-			mustTake(t, s, reqs...)
+			if r := mustTake(t, s, reqs...); r[0].Remaining != 1 {
+				t.Errorf("NoBatch %v, after FUNCTION FLUSH: %+v, want 1 remaining", opts.NoBatch, r[0])
+			}
 			if err := srv.Client(t).FlushAll(t.Context()).Err(); err != nil {
 				t.Fatal(err)
 			}

@@ -155,9 +155,8 @@ func (c *call) appendCall(prefix string, reqs []backend.Request, idx []int, tag 
 			stamp = stamps[i]
 		}
 		w := int64(r.Limit.Window / time.Microsecond)
-		if r.Limit.Algorithm == backend.GCRA && r.Limit.Requests > 0 {
-			// backend.Limit's emission interval: w / requests, rounded up.
-			interval = (w + int64(r.Limit.Requests) - 1) / int64(r.Limit.Requests)
+		if r.Limit.Algorithm == backend.GCRA && !r.Limit.Ban() {
+			interval = r.Limit.Interval()
 		}
 		c.arg = append(c.arg, flags)
 		c.arg = binary.LittleEndian.AppendUint32(c.arg, uint32(r.Limit.Requests))

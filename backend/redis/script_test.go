@@ -14,9 +14,12 @@ import (
 // sizes script.go encodes and decodes.
 func TestScriptProtocol(t *testing.T) {
 	start := strings.Index(takeSource, "local P = {")
-	end := strings.Index(takeSource[start:], "\n}\n")
-	if start < 0 || end < 0 {
+	if start < 0 {
 		t.Fatal("take.lua: no table P")
+	}
+	end := strings.Index(takeSource[start:], "\n}\n")
+	if end < 0 {
+		t.Fatal("take.lua: table P has no end")
 	}
 	table := takeSource[start : start+end]
 	lua := map[string]string{}
