@@ -151,7 +151,7 @@ func (s *Store) runParts(ctx context.Context, op byte, reqs []backend.Request, r
 				break
 			}
 		}
-		tk.done(err)
+		tk.done(err) //nolint:contextcheck // a probe that done may start runs on the store's context, never a call's
 	}
 	return errs
 }
