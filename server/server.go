@@ -37,6 +37,9 @@ import (
 // GRPCOptions), and the largest body /json accepts.
 const MaxRecvMsgSize = 1 << 20
 
+// DefaultNearLimitRatio is Options.NearLimitRatio when zero.
+const DefaultNearLimitRatio = 0.8
+
 // Options configures a Server. The zero value means the defaults.
 type Options struct {
 	// Headers chooses the response headers; the zero value is HeadersIETF.
@@ -63,7 +66,7 @@ type Options struct {
 	TracerProvider trace.TracerProvider
 	// NearLimitRatio is the share of a limit past which admitted hits
 	// count as near the limit (ratelimitd_rule_near_limit_total). Zero
-	// means 0.8.
+	// means DefaultNearLimitRatio.
 	NearLimitRatio float64
 	// Now is the clock of the decisions the server makes without its
 	// store (bans); nil means time.Now.
@@ -165,7 +168,7 @@ func New(store backend.Store, rules *config.Rules, opts Options) *Server {
 		health:    health.NewServer(),
 		stopped:   make(chan struct{}),
 		warnings:  rate.Sometimes{First: 1, Interval: 10 * time.Second},
-		nearRatio: cmp.Or(opts.NearLimitRatio, 0.8),
+		nearRatio: cmp.Or(opts.NearLimitRatio, DefaultNearLimitRatio),
 	}
 	var reg prometheus.Registerer // nil unless a Registry is set
 	if opts.Registry != nil {
