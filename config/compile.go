@@ -27,7 +27,7 @@ func Compile(domains []*Domain, opts ...Option) (*Rules, error) {
 			files = append(files, d.file)
 		}
 	}
-	c := &compiler{limits: o.limits}
+	c := &compiler{limits: o.limits, algorithm: o.algorithm}
 	compiled := make([]*DomainRules, len(domains))
 	for i, d := range domains {
 		if d == nil {
@@ -63,8 +63,9 @@ func (c *compiler) finish(domains []*Domain, compiled []*DomainRules, files []st
 // each check yields the compiled value it checked. What it compiles from a
 // tree with errors is incomplete and must be dropped.
 type compiler struct {
-	limits Limits
-	errs   errorList
+	limits    Limits
+	algorithm backend.Algorithm // of the rate limits that name none
+	errs      errorList
 
 	// Of the domain being compiled:
 	file  string
@@ -393,6 +394,7 @@ func (c *compiler) rateLimit(rl *RateLimit, inList bool) (rlim RuleLimit, ok boo
 	case !rl.Unlimited:
 		fail("", "rate limit has neither unit nor window")
 	}
+	l.Algorithm = c.algorithm
 	if rl.Algorithm != "" {
 		a, err := backend.ParseAlgorithm(strings.ToLower(rl.Algorithm))
 		if err != nil {

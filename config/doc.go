@@ -4,8 +4,9 @@
 // The rules are envoyproxy/ratelimit's YAML files, read unchanged: each YAML
 // document is one domain, whose descriptors nest to any depth and carry a
 // rate_limit. ratelimitd adds to each rate limit an algorithm
-// (sliding_window, the default, fixed_window, sliding_log, token_bucket or
-// gcra), a burst (token_bucket and gcra only), and a window, which is any
+// (sliding_window, the default unless WithDefaultAlgorithm names another,
+// fixed_window, sliding_log, token_bucket or gcra), a burst (token_bucket
+// and gcra only), and a window, which is any
 // Go duration such as "30s" or "5m" in place of a unit; and to each
 // descriptor a list of rate_limits, several limits that all apply, such as
 // 10 per second together with 1000 per day.

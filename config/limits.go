@@ -1,5 +1,7 @@
 package config
 
+import "github.com/ratelimitd/ratelimitd/backend"
+
 // Request bounds. A request descriptor has at most MaxDepth entries, each
 // with a key of at most MaxKeyBytes bytes (a server refuses larger ones),
 // so a rule nested deeper, or with a longer key, could never match: Parse
@@ -101,7 +103,17 @@ func orDefault[T int | int64](v *T, def T) {
 type Option func(*options)
 
 type options struct {
-	limits Limits
+	limits    Limits
+	algorithm backend.Algorithm
+}
+
+// WithDefaultAlgorithm makes a the algorithm of the rate limits that name
+// none, in place of backend.SlidingWindow. envoyproxy/ratelimit counts
+// every limit in fixed windows: its rule files, and the RateLimitConfig
+// resources of xDS, which cannot name an algorithm, decide as it does with
+// backend.FixedWindow.
+func WithDefaultAlgorithm(a backend.Algorithm) Option {
+	return func(o *options) { o.algorithm = a }
 }
 
 // WithLimits bounds the work of Load, Parse and Compile by l, in place of

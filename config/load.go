@@ -36,7 +36,7 @@ func Load(path string, opts ...Option) (*Rules, error) {
 		domains  []*Domain
 		compiled []*DomainRules
 		sum      = newDigest()
-		c        = &compiler{limits: o.limits}
+		c        = &compiler{limits: o.limits, algorithm: o.algorithm}
 		left     = newBudget(o.limits)
 	)
 	for _, f := range files {

@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/ratelimitd/ratelimitd/backend"
 )
 
 // writeFiles writes files (name → content) under dir.
@@ -165,5 +167,44 @@ func TestLoadConfigMap(t *testing.T) {
 	}
 	if diff := cmp.Diff(domainNames(rules), []string{"cm2", "cm"}); diff != "" {
 		t.Errorf("Domains() mismatch (-got +want):\n%s", diff)
+	}
+}
+
+// TestLoadDefaultAlgorithm checks that WithDefaultAlgorithm sets the
+// algorithm of the limits that name none, and only theirs.
+func TestLoadDefaultAlgorithm(t *testing.T) {
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{"r.yaml": `domain: d
+descriptors:
+  - key: plain
+    rate_limit: {unit: minute, requests_per_unit: 5}
+  - key: named
+    rate_limit: {unit: minute, requests_per_unit: 5, algorithm: sliding_log}
+`})
+	algorithms := func(r *Rules) [2]backend.Algorithm {
+		t.Helper()
+		var got [2]backend.Algorithm
+		for i, key := range []string{"plain", "named"} {
+			rule := Match(r.Domain("d"), []entry{{key, "x"}})
+			if rule == nil || len(rule.Limits) != 1 {
+				t.Fatalf("Match(d, %s=x) = %+v, want a rule with one limit", key, rule)
+			}
+			got[i] = rule.Limits[0].Limit.Algorithm
+		}
+		return got
+	}
+	rules, err := Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := algorithms(rules), [2]backend.Algorithm{backend.SlidingWindow, backend.SlidingLog}; got != want {
+		t.Errorf("without the option: algorithms %v, want %v", got, want)
+	}
+	rules, err = Load(dir, WithDefaultAlgorithm(backend.FixedWindow))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := algorithms(rules), [2]backend.Algorithm{backend.FixedWindow, backend.SlidingLog}; got != want {
+		t.Errorf("WithDefaultAlgorithm(fixed_window): algorithms %v, want %v", got, want)
 	}
 }

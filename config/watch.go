@@ -33,6 +33,9 @@ type WatchOptions struct {
 	// Limits bound the work of each load, as WithLimits does for Load;
 	// the zero value means DefaultLimits.
 	Limits Limits
+	// Options are given to each load after Limits, such as
+	// WithDefaultAlgorithm.
+	Options []Option
 }
 
 // A Watcher reloads rules from a path whenever its files change: edits,
@@ -126,7 +129,7 @@ func (w *Watcher) Run(ctx context.Context, current *Rules) error {
 				return
 			}
 		}
-		rules, err := Load(w.path, WithLimits(w.opts.Limits))
+		rules, err := Load(w.path, append([]Option{WithLimits(w.opts.Limits)}, w.opts.Options...)...)
 		if err != nil {
 			if st.failed(d) || force {
 				w.opts.OnError(err)
