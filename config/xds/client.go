@@ -64,6 +64,11 @@ type Options struct {
 	// before the Client ACKs them, from the Client's goroutine: it must not
 	// block for long, nor call Close.
 	OnRules func(*config.Rules)
+	// OnReject receives each set of rules that the Client refuses, with its
+	// version_info and the error its NACK carries, from the Client's
+	// goroutine, before the NACK is sent (or held back): it must not block
+	// for long, nor call Close. Nil: the refusal is only logged.
+	OnReject func(version string, err error)
 	// Logger receives connection errors and refused resource sets; nil
 	// discards them.
 	Logger *slog.Logger
@@ -372,6 +377,9 @@ func (c *Client) handle(resp *discoveryv3.DiscoveryResponse, st *state) *discove
 	rules, err := Compile(resp.GetResources(), c.o.ConfigOptions...)
 	if err != nil {
 		st.nacks++
+		if c.o.OnReject != nil {
+			c.o.OnReject(resp.GetVersionInfo(), err)
+		}
 		return c.nack(resp, st.version, err)
 	}
 	st.nacks = 0

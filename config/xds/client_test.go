@@ -171,6 +171,7 @@ func TestClientFollowsManagementServer(t *testing.T) {
 	res := manual.NewBuilderWithScheme("xdstest")
 	res.InitialState(resolver.State{Addresses: []resolver.Address{{Addr: m.addr}}})
 	updates := make(chan *config.Rules, 16)
+	rejected := make(chan string, 1) // the first refused version
 	meta, err := structpb.NewStruct(map[string]any{"zone": "test"})
 	if err != nil {
 		t.Fatal(err)
@@ -183,8 +184,17 @@ func TestClientFollowsManagementServer(t *testing.T) {
 		Headers:         map[string]string{"x-token": "secret"},
 		InsecureHeaders: true,
 		OnRules:         func(r *config.Rules) { updates <- r },
-		MinBackoff:      10 * time.Millisecond,
-		MaxBackoff:      100 * time.Millisecond,
+		OnReject: func(version string, err error) {
+			if err == nil {
+				version = "(no error)"
+			}
+			select {
+			case rejected <- version:
+			default: // the server may send the refused set again
+			}
+		},
+		MinBackoff: 10 * time.Millisecond,
+		MaxBackoff: 100 * time.Millisecond,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -246,6 +256,9 @@ func TestClientFollowsManagementServer(t *testing.T) {
 	}
 	if c.Rules() != r || requests(c.Rules(), "a", "k") != 11 || c.Version() != "2" {
 		t.Fatalf("rules changed by a NACKed set (version %q)", c.Version())
+	}
+	if v := <-rejected; v != "3" {
+		t.Errorf("OnReject got version %q, want 3 with its error", v)
 	}
 
 	// Removal: an empty set leaves no domain.
