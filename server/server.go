@@ -159,7 +159,7 @@ type Server struct {
 
 // New returns a Server deciding with store under rules. rules may be nil
 // until SetRules is called: the server then answers every domain as
-// unknown and /readyz reports not ready.
+// unknown, /readyz reports not ready and gRPC health NOT_SERVING.
 func New(store backend.Store, rules *config.Rules, opts Options) *Server {
 	s := &Server{
 		store:     store,
@@ -190,6 +190,11 @@ func New(store backend.Store, rules *config.Rules, opts Options) *Server {
 	s.scratches.New = func() any { return new(scratch) }
 	if rules != nil {
 		s.SetRules(rules)
+	} else {
+		// grpc-go's health server starts with "" SERVING.
+		for _, name := range healthServices {
+			s.health.SetServingStatus(name, healthpb.HealthCheckResponse_NOT_SERVING)
+		}
 	}
 	return s
 }

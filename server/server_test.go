@@ -272,7 +272,7 @@ func TestHealth(t *testing.T) {
 		"ratelimit.v1.RateLimitService",
 		"ratelimit", // envoyproxy/ratelimit's name
 	}
-	h := newHarness(t, loadRules(t, "gateway.yaml"), server.Options{})
+	h := newHarness(t, nil, server.Options{})
 	health := healthpb.NewHealthClient(h.conn)
 	check := func(want healthpb.HealthCheckResponse_ServingStatus) {
 		t.Helper()
@@ -287,6 +287,10 @@ func TestHealth(t *testing.T) {
 			}
 		}
 	}
+	// Without rules (those of xDS not arrived yet), not serving.
+	check(healthpb.HealthCheckResponse_NOT_SERVING)
+
+	h.srv.SetRules(loadRules(t, "gateway.yaml"))
 	check(healthpb.HealthCheckResponse_SERVING)
 
 	h.srv.Shutdown()
