@@ -107,6 +107,10 @@ type options struct {
 	algorithm backend.Algorithm
 }
 
+// DefaultAlgorithm counts the rate limits that name no algorithm, unless
+// WithDefaultAlgorithm names another.
+const DefaultAlgorithm = backend.SlidingWindow
+
 // WithDefaultAlgorithm makes a the algorithm of the rate limits that name
 // none, in place of backend.SlidingWindow. envoyproxy/ratelimit counts
 // every limit in fixed windows: its rule files, and the RateLimitConfig
@@ -132,7 +136,7 @@ type budget struct {
 func newBudget(l Limits) *budget { return &budget{l.MaxBytes, l.MaxExpandedBytes} }
 
 func buildOptions(opts []Option) options {
-	var o options
+	o := options{algorithm: DefaultAlgorithm}
 	for _, opt := range opts {
 		if opt != nil {
 			opt(&o)

@@ -10,7 +10,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ratelimitd/ratelimitd/backend"
+	"github.com/ratelimitd/ratelimitd/backend/memory"
+	"github.com/ratelimitd/ratelimitd/backend/redis"
 	"github.com/ratelimitd/ratelimitd/config"
+	"github.com/ratelimitd/ratelimitd/internal/compat"
 	"github.com/ratelimitd/ratelimitd/internal/tlsconfig"
 	"github.com/ratelimitd/ratelimitd/server"
 )
@@ -31,30 +35,34 @@ func version() string {
 // flags are the daemon's settings, read once from the command line and
 // the environment.
 type flags struct {
-	config          string
-	configLimits    config.Limits
-	grpcAddr        string
-	httpAddr        string
-	backend         string
-	headers         server.HeaderMode
-	shadowMode      bool
-	memoryMaxKeys   int
-	failureMode     server.FailureMode
-	localCache      bool
-	localCacheSize  int
-	redis           redisFlags
-	shutdownTimeout time.Duration
-	shutdownDelay   time.Duration
-	nearLimitRatio  float64
-	debugAddr       string
-	httpJSON        bool
-	tracing         tracingFlags
-	tls             tlsFlags
-	httpConn        httpConnFlags
-	grpcConn        grpcConnFlags
-	logLevel        slog.Level
-	logFormat       string
-	version         bool
+	config           string
+	configLimits     config.Limits
+	defaultAlgorithm backend.Algorithm
+	xds              xdsFlags
+	compat           string
+	compatResult     *compat.Result // with --compat envoyproxy
+	grpcAddr         string
+	httpAddr         string
+	backend          string
+	headers          server.HeaderMode
+	shadowMode       bool
+	memoryMaxKeys    int
+	failureMode      server.FailureMode
+	localCache       bool
+	localCacheSize   int
+	redis            redisFlags
+	shutdownTimeout  time.Duration
+	shutdownDelay    time.Duration
+	nearLimitRatio   float64
+	debugAddr        string
+	httpJSON         bool
+	tracing          tracingFlags
+	tls              tlsFlags
+	httpConn         httpConnFlags
+	grpcConn         grpcConnFlags
+	logLevel         slog.Level
+	logFormat        string
+	version          bool
 }
 
 // redisFlags are the settings of a Redis --backend.
@@ -67,6 +75,19 @@ type redisFlags struct {
 	tlsCA, tlsCert, tlsKey   string
 	breakerFailures          int
 	breakerOpen              time.Duration
+}
+
+// xdsFlags are the settings of rules over xDS (--xds-server).
+type xdsFlags struct {
+	server                 string
+	nodeID, nodeCluster    string
+	nodeMetadata           string // a JSON object
+	headers                string // k=v,k=v
+	insecureHeaders        bool
+	tls                    bool
+	tlsCA, tlsCert, tlsKey string
+	tlsServerName          string
+	retryInterval          time.Duration
 }
 
 // tlsFlags are the listeners' TLS settings.
@@ -83,6 +104,15 @@ type tracingFlags struct {
 	sampleRatio float64
 }
 
+// Defaults of the daemon's own flags; the others come from the packages'
+// Default... constants.
+const (
+	defaultGRPCAddr         = "127.0.0.1:8081"
+	defaultHTTPAddr         = "127.0.0.1:8080"
+	defaultShutdownTimeout  = 10 * time.Second
+	defaultTraceSampleRatio = 0.01
+)
+
 // envPrefix prefixes the environment variable of every flag.
 const envPrefix = "RATELIMITD_"
 
@@ -92,35 +122,77 @@ func envName(name string) string {
 }
 
 // parseFlags reads args, then the environment for every flag args did
-// not set. It returns an exitError(2) after printing usage on bad input.
+// not set, then, with --compat, the other service's variables for every
+// flag still unset. It returns an exitError(2) after printing why on bad
+// input.
 func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*flags, error) {
 	f := &flags{}
 	fs := flag.NewFlagSet("ratelimitd", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&f.config, "config", "", "rules: a YAML `file`, or a directory of *.yaml and *.yml files; watched for changes")
+	defineFlags(fs, f)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage:\n  ratelimitd --config PATH [flags]\n  ratelimitd --xds-server HOST:PORT --xds-node-id ID [flags]\n  ratelimitd check-config [--config-max-* flags] PATH\n\n")
+		fmt.Fprintf(stderr, "Every flag may also be set as %s<FLAG> (upper case, '-' as '_').\n\nFlags:\n", envPrefix)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil, exitError{0}
+		}
+		return nil, exitError{2}
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "ratelimitd: unexpected argument %q\n", fs.Arg(0))
+		fs.Usage()
+		return nil, exitError{2}
+	}
+	set, err := setFromEnv(fs, getenv)
+	if err == nil {
+		err = applyCompat(fs, f, set, getenv)
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "ratelimitd:", err)
+		return nil, exitError{2}
+	}
+	if f.version {
+		return f, nil
+	}
+	if err := f.check(); err != nil {
+		fmt.Fprintln(stderr, "ratelimitd:", err)
+		return nil, exitError{2}
+	}
+	return f, nil
+}
+
+// defineFlags defines every flag of the daemon on fs, to be read into f.
+func defineFlags(fs *flag.FlagSet, f *flags) {
+	fs.StringVar(&f.config, "config", "", "rules: a YAML `file`, or a directory of *.yaml and *.yml files; watched for changes (or --xds-server)")
 	configLimitFlags(fs, &f.configLimits)
-	fs.StringVar(&f.grpcAddr, "grpc-addr", "127.0.0.1:8081", "gRPC listen `address` (Envoy RLS v3, ratelimit.v1, health, reflection)")
-	fs.StringVar(&f.httpAddr, "http-addr", "127.0.0.1:8080", "HTTP listen `address` (/healthz, /readyz, /metrics, /config, POST /json)")
+	defaultAlgorithmFlag(fs, &f.defaultAlgorithm)
+	xdsFlagsOn(fs, &f.xds)
+	fs.StringVar(&f.compat, "compat", "", "read the environment of another rate limit service: envoyproxy (envoyproxy/ratelimit's variables, under the flags and "+envPrefix+"* ones)")
+	fs.StringVar(&f.grpcAddr, "grpc-addr", defaultGRPCAddr, "gRPC listen `address` (Envoy RLS v3, ratelimit.v1, health, reflection)")
+	fs.StringVar(&f.httpAddr, "http-addr", defaultHTTPAddr, "HTTP listen `address` (/healthz, /readyz, /metrics, /config, POST /json)")
 	fs.StringVar(&f.backend, "backend", "memory", "counter store: memory, or a Redis `URL`: redis://[user:pass@]host:port[/db], rediss://... (TLS),\n"+
 		"redis-cluster://h1:p1?addr=h2:p2&addr=h3:p3, redis-sentinel://s1:26379?addr=s2:26379&master_name=NAME")
 	fs.TextVar(&f.failureMode, "failure-mode", server.FailAllow, "answer when the counter store fails: allow (OK, no limit), deny (OVER_LIMIT) or error (Unavailable)")
 	fs.BoolVar(&f.localCache, "local-cache", true, "remember refusals of the Redis store until their retry_after, and refuse the same calls without Redis")
-	fs.IntVar(&f.localCacheSize, "local-cache-size", 65536, "most counters the local cache remembers")
-	fs.StringVar(&f.redis.keyPrefix, "redis-key-prefix", "ratelimitd:", "prefix of every Redis key")
-	fs.DurationVar(&f.redis.timeout, "redis-timeout", 50*time.Millisecond, "longest a decision waits for Redis (then the failure mode answers)")
+	fs.IntVar(&f.localCacheSize, "local-cache-size", redis.DefaultLocalCache, "most counters the local cache remembers")
+	fs.StringVar(&f.redis.keyPrefix, "redis-key-prefix", redis.DefaultPrefix, "prefix of every Redis key")
+	fs.DurationVar(&f.redis.timeout, "redis-timeout", redis.DefaultTimeout, "longest a decision waits for Redis (then the failure mode answers)")
 	fs.IntVar(&f.redis.poolSize, "redis-pool-size", 0, "Redis connections per node (0: 10 per CPU)")
-	fs.DurationVar(&f.redis.dialTimeout, "redis-dial-timeout", 50*time.Millisecond, "Redis connect timeout")
-	fs.DurationVar(&f.redis.readTimeout, "redis-read-timeout", 50*time.Millisecond, "Redis read timeout")
-	fs.DurationVar(&f.redis.writeTimeout, "redis-write-timeout", 50*time.Millisecond, "Redis write timeout")
+	fs.DurationVar(&f.redis.dialTimeout, "redis-dial-timeout", redis.DefaultIOTimeout, "Redis connect timeout")
+	fs.DurationVar(&f.redis.readTimeout, "redis-read-timeout", redis.DefaultIOTimeout, "Redis read timeout")
+	fs.DurationVar(&f.redis.writeTimeout, "redis-write-timeout", redis.DefaultIOTimeout, "Redis write timeout")
 	fs.StringVar(&f.redis.tlsCA, "redis-tls-ca", "", "PEM `file` of the CA that signs Redis's certificate (rediss://; default: the system's)")
 	fs.StringVar(&f.redis.tlsCert, "redis-tls-cert", "", "PEM `file` of a client certificate for Redis (mutual TLS)")
 	fs.StringVar(&f.redis.tlsKey, "redis-tls-key", "", "PEM `file` of the client certificate's key")
-	fs.IntVar(&f.redis.breakerFailures, "redis-breaker-failures", 3, "consecutive Redis failures that open the circuit breaker")
-	fs.DurationVar(&f.redis.breakerOpen, "redis-breaker-open", 250*time.Millisecond, "how long an open breaker answers by the failure mode before it probes Redis")
+	fs.IntVar(&f.redis.breakerFailures, "redis-breaker-failures", redis.DefaultBreakerFailures, "consecutive Redis failures that open the circuit breaker")
+	fs.DurationVar(&f.redis.breakerOpen, "redis-breaker-open", redis.DefaultBreakerOpenDelay, "how long an open breaker answers by the failure mode before it probes Redis")
 	fs.TextVar(&f.headers, "response-headers", server.HeadersIETF, "response headers: ietf (RateLimit-Policy, RateLimit), legacy (RateLimit-Limit/-Remaining/-Reset) or off")
 	fs.BoolVar(&f.shadowMode, "shadow-mode", false, "refuse nothing: report decisions, count only what fits")
-	fs.IntVar(&f.memoryMaxKeys, "memory-max-keys", 1_000_000, "most counters the memory store keeps; more evict the soonest to expire")
-	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long to drain in-flight requests on SIGTERM")
+	fs.IntVar(&f.memoryMaxKeys, "memory-max-keys", memory.DefaultMaxKeys, "most counters the memory store keeps; more evict the soonest to expire")
+	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", defaultShutdownTimeout, "how long to drain in-flight requests on SIGTERM")
 	fs.DurationVar(&f.shutdownDelay, "shutdown-delay", 0, "on SIGTERM, how long to keep serving while reporting not ready, so that load balancers stop sending first")
 	fs.StringVar(&f.tls.grpcCert, "grpc-tls-cert", "", "PEM `file` of the gRPC listener's certificate (and chain): serve TLS; reloaded when it changes")
 	fs.StringVar(&f.tls.grpcKey, "grpc-tls-key", "", "PEM `file` of the gRPC certificate's key")
@@ -147,103 +219,88 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*f
 	fs.DurationVar(&f.grpcConn.ageGrace, "grpc-max-connection-age-grace", defaultGRPCMaxConnectionAgeGrace, "how long RPCs in flight may go on after --grpc-max-connection-age (0: no limit); health Watch streams end then, and clients watch again")
 	fs.DurationVar(&f.grpcConn.keepaliveTime, "grpc-keepalive-time", defaultGRPCKeepaliveTime, "ping a gRPC client silent for this long, to find peers gone without closing (0: never)")
 	fs.DurationVar(&f.grpcConn.keepaliveTimeout, "grpc-keepalive-timeout", defaultGRPCKeepaliveTimeout, "close a gRPC connection whose ping, or sent data, goes unacknowledged this long")
-	fs.Float64Var(&f.nearLimitRatio, "near-limit-ratio", 0.8, "share of a limit past which admitted hits count as near the limit (ratelimitd_rule_near_limit_total)")
+	fs.Float64Var(&f.nearLimitRatio, "near-limit-ratio", server.DefaultNearLimitRatio, "share of a limit past which admitted hits count as near the limit (ratelimitd_rule_near_limit_total)")
 	fs.BoolVar(&f.httpJSON, "http-json", true, "serve POST /json on --http-addr (decisions over HTTP, without the gRPC listener's mutual TLS)")
 	fs.StringVar(&f.debugAddr, "debug-addr", "", "listen `address` for /debug/pprof (off when empty; keep it private)")
 	fs.StringVar(&f.tracing.endpoint, "otlp-endpoint", "", "OpenTelemetry collector `host:port` (OTLP/gRPC) to send traces of ShouldRateLimit and store calls to; off when empty.\n"+
 		"The exporter's OTEL_EXPORTER_OTLP_* variables (headers, certificates) apply too")
 	fs.BoolVar(&f.tracing.insecure, "otlp-insecure", false, "send traces to --otlp-endpoint without TLS")
-	fs.Float64Var(&f.tracing.sampleRatio, "trace-sample-ratio", 0.01, "share of requests without a parent span to trace (a parent's sampling decision is followed)")
+	fs.Float64Var(&f.tracing.sampleRatio, "trace-sample-ratio", defaultTraceSampleRatio, "share of requests without a parent span to trace (a parent's sampling decision is followed)")
 	fs.TextVar(&f.logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn or error")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
 	fs.BoolVar(&f.version, "version", false, "print the version and exit")
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage:\n  ratelimitd --config PATH [flags]\n  ratelimitd check-config [--config-max-* flags] PATH\n\n")
-		fmt.Fprintf(stderr, "Every flag may also be set as %s<FLAG> (upper case, '-' as '_').\n\nFlags:\n", envPrefix)
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil, exitError{0}
-		}
-		return nil, exitError{2}
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "ratelimitd: unexpected argument %q\n", fs.Arg(0))
-		fs.Usage()
-		return nil, exitError{2}
-	}
-	if err := setFromEnv(fs, getenv); err != nil {
-		fmt.Fprintln(stderr, "ratelimitd:", err)
-		return nil, exitError{2}
-	}
-	if f.version {
-		return f, nil
-	}
-	switch {
-	case f.config == "":
-		fmt.Fprintf(stderr, "ratelimitd: no rules: give --config PATH (or %s)\n", envName("config"))
-		return nil, exitError{2}
-	case f.logFormat != "text" && f.logFormat != "json":
-		fmt.Fprintf(stderr, "ratelimitd: --log-format %q: want text or json\n", f.logFormat)
-		return nil, exitError{2}
-	case f.memoryMaxKeys <= 0:
-		fmt.Fprintf(stderr, "ratelimitd: --memory-max-keys %d: want at least 1\n", f.memoryMaxKeys)
-		return nil, exitError{2}
-	case f.backend != "memory" && !isRedisURL(f.backend):
-		fmt.Fprintf(stderr, "ratelimitd: --backend %q: want memory or a redis://, rediss://, redis-cluster:// or redis-sentinel:// URL\n", redactBackend(f.backend))
-		return nil, exitError{2}
-	case f.localCacheSize <= 0:
-		fmt.Fprintf(stderr, "ratelimitd: --local-cache-size %d: want at least 1\n", f.localCacheSize)
-		return nil, exitError{2}
-	case f.redis.timeout <= 0 || f.redis.dialTimeout <= 0 || f.redis.readTimeout <= 0 || f.redis.writeTimeout <= 0:
-		fmt.Fprintln(stderr, "ratelimitd: the --redis-*-timeout flags must be positive")
-		return nil, exitError{2}
-	case !(f.nearLimitRatio > 0 && f.nearLimitRatio <= 1):
-		fmt.Fprintf(stderr, "ratelimitd: --near-limit-ratio %v: want more than 0 and at most 1\n", f.nearLimitRatio)
-		return nil, exitError{2}
-	case !(f.tracing.sampleRatio >= 0 && f.tracing.sampleRatio <= 1):
-		fmt.Fprintf(stderr, "ratelimitd: --trace-sample-ratio %v: want 0 to 1\n", f.tracing.sampleRatio)
-		return nil, exitError{2}
-	case (f.tls.grpcCert == "") != (f.tls.grpcKey == ""):
-		fmt.Fprintln(stderr, "ratelimitd: --grpc-tls-cert and --grpc-tls-key go together")
-		return nil, exitError{2}
-	case (f.tls.httpCert == "") != (f.tls.httpKey == ""):
-		fmt.Fprintln(stderr, "ratelimitd: --http-tls-cert and --http-tls-key go together")
-		return nil, exitError{2}
-	case f.tls.grpcClientCA != "" && f.tls.grpcCert == "":
-		fmt.Fprintln(stderr, "ratelimitd: --grpc-tls-client-ca needs --grpc-tls-cert and --grpc-tls-key")
-		return nil, exitError{2}
-	case len(f.tls.grpcAllowedSANs) > 0 && f.tls.grpcClientCA == "":
-		fmt.Fprintln(stderr, "ratelimitd: --grpc-tls-allowed-sans needs --grpc-tls-client-ca")
-		return nil, exitError{2}
-	case f.shutdownDelay < 0 || f.shutdownTimeout < 0:
-		fmt.Fprintln(stderr, "ratelimitd: --shutdown-delay and --shutdown-timeout must not be negative")
-		return nil, exitError{2}
-	case f.redis.breakerFailures <= 0 || f.redis.breakerOpen <= 0:
-		fmt.Fprintln(stderr, "ratelimitd: --redis-breaker-failures and --redis-breaker-open must be positive")
-		return nil, exitError{2}
-	}
-	if err := errors.Join(f.httpConn.check(), f.grpcConn.check()); err != nil {
-		fmt.Fprintln(stderr, "ratelimitd:", err)
-		return nil, exitError{2}
-	}
-	return f, nil
 }
 
-// isRedisURL reports whether backend names a Redis deployment.
-func isRedisURL(backend string) bool {
-	for _, scheme := range []string{"redis://", "rediss://", "redis-cluster://", "rediss-cluster://", "redis-sentinel://", "rediss-sentinel://"} {
-		if strings.HasPrefix(backend, scheme) {
-			return true
-		}
+// check returns what is wrong with f, nil if nothing.
+func (f *flags) check() error {
+	if err := f.checkRules(); err != nil {
+		return err
 	}
-	return false
+	switch {
+	case f.logFormat != "text" && f.logFormat != "json":
+		return fmt.Errorf("--log-format %q: want text or json", f.logFormat)
+	case f.memoryMaxKeys <= 0:
+		return fmt.Errorf("--memory-max-keys %d: want at least 1", f.memoryMaxKeys)
+	case f.backend != "memory" && !redis.IsURL(f.backend):
+		return fmt.Errorf("--backend %q: want memory or a redis://, rediss://, redis-cluster:// or redis-sentinel:// URL", redactBackend(f.backend))
+	case f.localCacheSize <= 0:
+		return fmt.Errorf("--local-cache-size %d: want at least 1", f.localCacheSize)
+	case f.redis.timeout <= 0 || f.redis.dialTimeout <= 0 || f.redis.readTimeout <= 0 || f.redis.writeTimeout <= 0:
+		return errors.New("the --redis-*-timeout flags must be positive")
+	case !(f.nearLimitRatio > 0 && f.nearLimitRatio <= 1):
+		return fmt.Errorf("--near-limit-ratio %v: want more than 0 and at most 1", f.nearLimitRatio)
+	case !(f.tracing.sampleRatio >= 0 && f.tracing.sampleRatio <= 1):
+		return fmt.Errorf("--trace-sample-ratio %v: want 0 to 1", f.tracing.sampleRatio)
+	case f.shutdownDelay < 0 || f.shutdownTimeout < 0:
+		return errors.New("--shutdown-delay and --shutdown-timeout must not be negative")
+	case f.redis.breakerFailures <= 0 || f.redis.breakerOpen <= 0:
+		return errors.New("--redis-breaker-failures and --redis-breaker-open must be positive")
+	}
+	return errors.Join(f.tls.check(), f.httpConn.check(), f.grpcConn.check())
+}
+
+// checkRules checks that f names one source of rules, and that an xDS
+// source is complete.
+func (f *flags) checkRules() error {
+	switch {
+	case f.config != "" && f.xds.server != "":
+		return errors.New("--config and --xds-server exclude each other: rules come from one source")
+	case f.config == "" && f.xds.server == "":
+		return fmt.Errorf("no rules: set --config or --xds-server (or %s, %s)", envName("config"), envName("xds-server"))
+	case f.xds.server != "":
+		return f.xds.check()
+	}
+	return nil
+}
+
+// check returns what is wrong with the listeners' TLS flags.
+func (t *tlsFlags) check() error {
+	switch {
+	case (t.grpcCert == "") != (t.grpcKey == ""):
+		return errors.New("--grpc-tls-cert and --grpc-tls-key go together")
+	case (t.httpCert == "") != (t.httpKey == ""):
+		return errors.New("--http-tls-cert and --http-tls-key go together")
+	case t.grpcClientCA != "" && t.grpcCert == "":
+		return errors.New("--grpc-tls-client-ca needs --grpc-tls-cert and --grpc-tls-key")
+	case len(t.grpcAllowedSANs) > 0 && t.grpcClientCA == "":
+		return errors.New("--grpc-tls-allowed-sans needs --grpc-tls-client-ca")
+	}
+	return nil
+}
+
+// defaultAlgorithmFlag defines on fs --default-algorithm, read into a.
+func defaultAlgorithmFlag(fs *flag.FlagSet, a *backend.Algorithm) {
+	*a = config.DefaultAlgorithm
+	fs.Func("default-algorithm", "`algorithm` of the rate limits that name none: sliding_window, fixed_window (envoyproxy/ratelimit's), sliding_log, token_bucket or gcra (default "+config.DefaultAlgorithm.String()+")", func(v string) (err error) {
+		*a, err = backend.ParseAlgorithm(v)
+		return err
+	})
 }
 
 // setFromEnv sets every flag of fs that the command line did not set
-// from its environment variable, if not empty.
-func setFromEnv(fs *flag.FlagSet, getenv func(string) string) error {
+// from its environment variable, if not empty. It returns the names of
+// the flags set either way.
+func setFromEnv(fs *flag.FlagSet, getenv func(string) string) (map[string]bool, error) {
 	set := map[string]bool{}
 	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
 	var bad error
@@ -252,12 +309,13 @@ func setFromEnv(fs *flag.FlagSet, getenv func(string) string) error {
 			return
 		}
 		if v := getenv(envName(fl.Name)); v != "" {
+			set[fl.Name] = true
 			if err := fl.Value.Set(v); err != nil {
 				bad = fmt.Errorf("%s=%q: %w", envName(fl.Name), v, err)
 			}
 		}
 	})
-	return bad
+	return set, bad
 }
 
 // configLimitFlags defines on fs the flags of the bounds on rule files

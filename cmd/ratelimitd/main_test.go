@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/ratelimitd/ratelimitd/backend"
 	"github.com/ratelimitd/ratelimitd/server"
 )
 
@@ -62,6 +63,15 @@ func TestFlagPrecedence(t *testing.T) {
 			"RATELIMITD_GRPC_ADDR": ":2", "RATELIMITD_SHADOW_MODE": "true",
 		}, func(f *flags) bool { return f.grpcAddr == ":1" && !f.shadowMode }},
 		{"config from env", nil, map[string]string{"RATELIMITD_CONFIG": "/etc/rl"}, func(f *flags) bool { return f.config == "/etc/rl" }},
+		{"default algorithm", []string{"--config", "x"}, map[string]string{"RATELIMITD_DEFAULT_ALGORITHM": "fixed_window"}, func(f *flags) bool {
+			return f.defaultAlgorithm == backend.FixedWindow
+		}},
+		{"sliding window by default", []string{"--config", "x"}, nil, func(f *flags) bool { return f.defaultAlgorithm == backend.SlidingWindow }},
+		{"xds", []string{"--xds-server", "xds:18000", "--xds-node-id", "n", "--xds-headers", "a=1, B = 2", "--xds-insecure-headers", "--xds-node-metadata", `{"zone": "z"}`}, nil, func(f *flags) bool {
+			h, err := f.xds.headerMap()
+			m, merr := f.xds.metadata()
+			return err == nil && merr == nil && h["a"] == "1" && h["b"] == "2" && len(h) == 2 && m.GetFields()["zone"].GetStringValue() == "z"
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -84,7 +94,15 @@ func TestBadFlags(t *testing.T) {
 		env  map[string]string
 		want string // in stderr
 	}{
-		{"no config", nil, nil, "no rules"},
+		{"no config", nil, nil, "no rules: set --config or --xds-server"},
+		{"two rules sources", []string{"--config", "x", "--xds-server", "127.0.0.1:1", "--xds-node-id", "n"}, nil, "exclude each other"},
+		{"xds without node", []string{"--xds-server", "127.0.0.1:1"}, nil, "--xds-node-id"},
+		{"xds headers in plaintext", []string{"--xds-server", "127.0.0.1:1", "--xds-node-id", "n", "--xds-headers", "authorization=Bearer x"}, nil, "--xds-insecure-headers"},
+		{"bad xds headers", []string{"--xds-server", "127.0.0.1:1", "--xds-node-id", "n", "--xds-headers", "token", "--xds-tls"}, nil, "not k=v"},
+		{"bad xds metadata", []string{"--xds-server", "127.0.0.1:1", "--xds-node-id", "n", "--xds-node-metadata", "[1]"}, nil, "JSON object"},
+		{"xds cert without key", []string{"--xds-server", "127.0.0.1:1", "--xds-node-id", "n", "--xds-tls-cert", "c.pem"}, nil, "go together"},
+		{"bad default algorithm", []string{"--config", "x", "--default-algorithm", "leaky"}, nil, "default-algorithm"},
+		{"bad compat", []string{"--config", "x", "--compat", "nginx"}, nil, "--compat"},
 		{"unknown flag", []string{"--config", "x", "--nope"}, nil, "flag provided but not defined"},
 		{"bad headers", []string{"--config", "x", "--response-headers", "draft3"}, nil, "unknown response headers mode"},
 		{"bad env", []string{"--config", "x"}, map[string]string{"RATELIMITD_SHUTDOWN_TIMEOUT": "soon"}, "RATELIMITD_SHUTDOWN_TIMEOUT"},
@@ -154,6 +172,35 @@ func TestCheckConfig(t *testing.T) {
 	}
 	if want := bad + ":4:"; !strings.Contains(stderr.String(), want) || !strings.Contains(stderr.String(), "fortnight") {
 		t.Errorf("check-config bad.yaml printed %q, want the place %q and the problem", stderr.String(), want)
+	}
+}
+
+// TestCheckConfigDefaultAlgorithm: check-config judges a limit without an
+// algorithm by --default-algorithm, as the daemon loads it: a burst is
+// valid only under an algorithm that has one.
+func TestCheckConfigDefaultAlgorithm(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "burst.yaml")
+	writeFile(t, path, "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 3, burst: 5}\n")
+	for _, tt := range []struct {
+		args []string
+		env  map[string]string
+		code int
+	}{
+		{nil, nil, 1},
+		{[]string{"--default-algorithm", "token_bucket"}, nil, 0},
+		{nil, map[string]string{"RATELIMITD_DEFAULT_ALGORITHM": "gcra"}, 0},
+	} {
+		var stderr bytes.Buffer
+		err := run(t.Context(), append(append([]string{"check-config"}, tt.args...), path), env(tt.env), io.Discard, &stderr)
+		code := 0
+		if e, ok := errors.AsType[exitError](err); ok {
+			code = e.code
+		} else if err != nil {
+			t.Fatalf("check-config %v: %v", tt.args, err)
+		}
+		if code != tt.code {
+			t.Errorf("check-config %v %v = exit status %d (%s), want %d", tt.args, tt.env, code, stderr.String(), tt.code)
+		}
 	}
 }
 

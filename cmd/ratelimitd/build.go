@@ -1,0 +1,237 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"os"
+	"os/signal"
+	"runtime"
+	"syscall"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+
+	"github.com/ratelimitd/ratelimitd/config"
+	"github.com/ratelimitd/ratelimitd/server"
+)
+
+// built is the daemon wired from its flags by build: its store, rules
+// source, servers and open listeners. Nothing runs yet; serve runs it, and
+// close releases what build opened.
+type built struct {
+	f       *flags
+	log     *slog.Logger
+	srv     *server.Server
+	rules   rulesSource
+	grpc    *grpc.Server
+	http    *http.Server
+	httpTLS bool
+	debug   *http.Server // with --debug-addr
+
+	grpcLis, httpLis, debugLis net.Listener
+	started                    []any // the attributes of the start's log line
+	closers                    []func()
+}
+
+// build wires the daemon from f. On an error, already logged or naming
+// what failed, it has released what it opened.
+func build(ctx context.Context, f *flags, stderr io.Writer) (_ *built, err error) {
+	b := &built{f: f, log: newLogger(f, stderr)}
+	defer func() {
+		if err != nil {
+			b.close()
+		}
+	}()
+	logCompat(b.log, f)
+	opts := []config.Option{config.WithLimits(f.configLimits), config.WithDefaultAlgorithm(f.defaultAlgorithm)}
+	var initial *config.Rules // nil with xDS: not ready until they arrive
+	if f.config != "" {
+		if initial, err = config.Load(f.config, opts...); err != nil {
+			b.log.Error("invalid rules; not starting", "config", f.config, "err", err)
+			return nil, exitError{1}
+		}
+	}
+	reg := newRegistry()
+	if err := b.servers(ctx, initial, reg); err != nil {
+		return nil, err
+	}
+	if err := b.rulesSource(initial, opts); err != nil {
+		return nil, err
+	}
+	return b, b.listen()
+}
+
+// newRegistry returns the metrics registry, with the process's and the
+// build's series.
+func newRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name:        "ratelimitd_build_info",
+			Help:        "Always 1; the labels name the running build.",
+			ConstLabels: prometheus.Labels{"version": version(), "goversion": runtime.Version()},
+		}, func() float64 { return 1 }),
+	)
+	return reg
+}
+
+// servers opens the TLS files, the store and tracing, and builds the
+// decision server under rules (nil until xDS sends them) and the gRPC,
+// HTTP and debug servers.
+func (b *built) servers(ctx context.Context, rules *config.Rules, reg *prometheus.Registry) error {
+	f, log := b.f, b.log
+	grpcTLS, httpTLS, err := openTLS(f, log, reg)
+	if err != nil {
+		log.Error("cannot use the TLS files; not starting", "err", err)
+		return exitError{1}
+	}
+	store, closeStore, err := openStore(ctx, f, log)
+	if err != nil {
+		log.Error("cannot use --backend; not starting", "err", err)
+		return exitError{1}
+	}
+	b.closers = append(b.closers, closeStore)
+	if c, ok := store.(prometheus.Collector); ok {
+		reg.MustRegister(c)
+	}
+	tp, stopTracing, err := startTracing(ctx, f.tracing)
+	if err != nil {
+		log.Error("cannot trace; not starting", "err", err)
+		return exitError{1}
+	}
+	b.closers = append(b.closers, func() { stopTracing(log) })
+
+	b.srv = server.New(store, rules, server.Options{
+		Headers:        f.headers,
+		ShadowMode:     f.shadowMode,
+		FailureMode:    f.failureMode,
+		Logger:         log.With("component", "server"),
+		Registry:       reg,
+		NearLimitRatio: f.nearLimitRatio,
+		TracerProvider: tp,
+		DisableJSON:    !f.httpJSON,
+	})
+	if f.tls.grpcClientCA != "" && f.httpJSON {
+		log.Warn("POST /json on the HTTP listener decides without the gRPC listener's mutual TLS: set --http-json=false, or keep --http-addr private")
+	}
+	grpcOpts := append(b.srv.GRPCOptions(), f.grpcConn.options()...)
+	if grpcTLS != nil {
+		grpcOpts = append(grpcOpts, grpc.Creds(credentials.NewTLS(grpcTLS.Config())))
+	}
+	b.grpc = grpc.NewServer(grpcOpts...)
+	b.srv.Register(b.grpc)
+	b.http = httpServer(b.srv.Handler(), f.httpConn)
+	if httpTLS != nil {
+		b.http.TLSConfig = httpTLS.Config()
+		b.httpTLS = true
+	}
+	if f.debugAddr != "" {
+		b.debug = httpServer(debugHandler(), f.httpConn)
+	}
+	b.started = []any{"version", version(), "grpc_tls", tlsMode(grpcTLS != nil, f.tls.grpcClientCA != ""), "http_tls", httpTLS != nil,
+		"backend", redactBackend(f.backend), "failure_mode", f.failureMode.String(), "default_algorithm", f.defaultAlgorithm.String()}
+	return nil
+}
+
+// rulesSource builds the source of the rules after initial: the files of
+// --config, or --xds-server.
+func (b *built) rulesSource(initial *config.Rules, opts []config.Option) error {
+	if b.f.xds.server != "" {
+		o, err := xdsOptions(&b.f.xds, opts, b.srv, b.log.With("component", "xds"))
+		if err != nil {
+			b.log.Error("cannot use --xds-server; not starting", "err", err)
+			return exitError{1}
+		}
+		b.rules = xdsRules{o}
+		b.started = append(b.started, "xds_server", b.f.xds.server, "xds_node_id", b.f.xds.nodeID)
+		return nil
+	}
+	// Catch SIGHUP before announcing the start: its default action would
+	// end the process.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	b.closers = append(b.closers, func() { signal.Stop(hup) })
+	b.rules = newFileRules(b.f.config, initial, b.f.configLimits, opts, b.srv, b.log, hup)
+	b.started = append(b.started, "config", b.f.config, "domains", len(initial.Domains()))
+	return nil
+}
+
+// listen opens the listeners.
+func (b *built) listen() error {
+	var lis listeners
+	b.closers = append(b.closers, func() { lis.close() }) // the listeners opened below
+	var err error
+	if b.grpcLis, err = lis.listen("gRPC", b.f.grpcAddr); err != nil {
+		return err
+	}
+	if b.httpLis, err = lis.listen("HTTP", b.f.httpAddr); err != nil {
+		return err
+	}
+	b.started = append(b.started, "grpc", b.grpcLis.Addr().String(), "http", b.httpLis.Addr().String())
+	if b.debug != nil {
+		if b.debugLis, err = lis.listen("debug", b.f.debugAddr); err != nil {
+			return err
+		}
+		b.started = append(b.started, "debug", b.debugLis.Addr().String())
+	}
+	return nil
+}
+
+// close releases what build opened, the last first.
+func (b *built) close() {
+	for i := len(b.closers) - 1; i >= 0; i-- {
+		b.closers[i]()
+	}
+	b.closers = nil
+}
+
+// listeners opens the daemon's listeners and closes them all if one
+// fails.
+type listeners []net.Listener
+
+func (l *listeners) listen(name, addr string) (net.Listener, error) {
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("%s listener: %w", name, err)
+	}
+	*l = append(*l, lis)
+	return lis, nil
+}
+
+// close closes the listeners; the servers' own Close and Stop close them
+// too, and a second Close does no harm.
+func (l listeners) close() {
+	for _, lis := range l {
+		lis.Close()
+	}
+}
+
+// debugHandler serves net/http/pprof's profiles under /debug/pprof/,
+// all but /debug/pprof/cmdline: the command line may carry --backend's
+// password.
+func debugHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", http.NotFound)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	return mux
+}
+
+func newLogger(f *flags, w io.Writer) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: f.logLevel}
+	if f.logFormat == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}

@@ -1,0 +1,79 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/ratelimitd/ratelimitd/config"
+	"github.com/ratelimitd/ratelimitd/config/xds"
+	"github.com/ratelimitd/ratelimitd/server"
+)
+
+// A rulesSource keeps the server's rules up to date while run runs, until
+// ctx ends.
+type rulesSource interface {
+	run(ctx context.Context) error
+}
+
+// fileRules reloads the rules of --config when its files change or on
+// SIGHUP.
+type fileRules struct {
+	initial *config.Rules
+	watcher *config.Watcher
+	hup     <-chan os.Signal
+	log     *slog.Logger
+}
+
+// newFileRules returns the source of the rules of path, loaded within
+// limits and with opts, initial already in force in srv; hup receives
+// SIGHUP.
+func newFileRules(path string, initial *config.Rules, limits config.Limits, opts []config.Option, srv *server.Server, log *slog.Logger, hup <-chan os.Signal) *fileRules {
+	watcher := config.NewWatcher(path, config.WatchOptions{
+		Limits:  limits,
+		Options: opts,
+		OnLoad: func(r *config.Rules) {
+			srv.SetRules(r)
+			log.Info("rules reloaded", "config", path, "domains", len(r.Domains()), "files", len(r.Files()))
+		},
+		OnError: srv.RejectRules,
+		OnWatchError: func(err error) {
+			log.Warn("watching the rules; polling goes on", "err", err)
+		},
+	})
+	return &fileRules{initial: initial, watcher: watcher, hup: hup, log: log}
+}
+
+func (s *fileRules) run(ctx context.Context) error {
+	group, gctx := errgroup.WithContext(ctx)
+	group.Go(func() error { return s.watcher.Run(gctx, s.initial) })
+	group.Go(func() error {
+		for {
+			select {
+			case <-gctx.Done():
+				return nil
+			case <-s.hup:
+				s.log.Info("SIGHUP: reloading rules")
+				s.watcher.Reload()
+			}
+		}
+	})
+	return group.Wait()
+}
+
+// xdsRules takes the rules from an xDS management server: the client's
+// options hand each accepted set to the server.
+type xdsRules struct{ opts xds.Options }
+
+func (s xdsRules) run(ctx context.Context) error {
+	c, err := xds.New(s.opts)
+	if err != nil {
+		return fmt.Errorf("--xds-server: %w", err)
+	}
+	<-ctx.Done()
+	_ = c.Close() // only the connection's close, which has nothing left to lose
+	return nil
+}

@@ -1,0 +1,159 @@
+package main
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/ratelimitd/ratelimitd/config"
+	"github.com/ratelimitd/ratelimitd/config/xds"
+	"github.com/ratelimitd/ratelimitd/server"
+)
+
+// xdsFlagsOn defines on fs the flags of rules over xDS, read into x.
+func xdsFlagsOn(fs *flag.FlagSet, x *xdsFlags) {
+	fs.StringVar(&x.server, "xds-server", "", "rules from this xDS management server (`host:port`, ADS, State of the World, RateLimitConfig resources) instead of --config")
+	fs.StringVar(&x.nodeID, "xds-node-id", "", "node `id` sent to --xds-server, which picks the rules by it (required with --xds-server)")
+	fs.StringVar(&x.nodeCluster, "xds-node-cluster", "", "node `cluster` sent to --xds-server")
+	fs.StringVar(&x.nodeMetadata, "xds-node-metadata", "", "node metadata sent to --xds-server: a JSON `object`")
+	fs.StringVar(&x.headers, "xds-headers", "", "gRPC metadata sent to --xds-server, such as a token: comma-separated `k=v` pairs; needs TLS or --xds-insecure-headers")
+	fs.BoolVar(&x.insecureHeaders, "xds-insecure-headers", false, "send --xds-headers without TLS, readable by anyone on the path")
+	fs.BoolVar(&x.tls, "xds-tls", false, "connect to --xds-server over TLS, trusting the system's CAs (any other --xds-tls-* flag implies it)")
+	fs.StringVar(&x.tlsCA, "xds-tls-ca", "", "PEM `file` of the CAs that sign --xds-server's certificate (default: the system's)")
+	fs.StringVar(&x.tlsCert, "xds-tls-cert", "", "PEM `file` of a client certificate for --xds-server (mutual TLS)")
+	fs.StringVar(&x.tlsKey, "xds-tls-key", "", "PEM `file` of the client certificate's key")
+	fs.StringVar(&x.tlsServerName, "xds-tls-server-name", "", "`name` --xds-server's certificate must carry (default: the host of --xds-server)")
+	fs.DurationVar(&x.retryInterval, "xds-retry-interval", xds.DefaultMinBackoff, "first wait before connecting to --xds-server again; doubles on each failure, up to "+xds.DefaultMaxBackoff.String()+" or itself if longer")
+}
+
+// useTLS reports whether x asks for TLS to the management server.
+func (x *xdsFlags) useTLS() bool {
+	return x.tls || x.tlsCA != "" || x.tlsCert != "" || x.tlsKey != "" || x.tlsServerName != ""
+}
+
+// check returns what is wrong with x, given --xds-server.
+func (x *xdsFlags) check() error {
+	if x.nodeID == "" {
+		return errors.New("--xds-server needs --xds-node-id: the management server picks the rules by it")
+	}
+	if (x.tlsCert == "") != (x.tlsKey == "") {
+		return errors.New("--xds-tls-cert and --xds-tls-key go together")
+	}
+	if x.retryInterval <= 0 {
+		return fmt.Errorf("--xds-retry-interval %v: want a positive duration", x.retryInterval)
+	}
+	if _, err := x.metadata(); err != nil {
+		return err
+	}
+	headers, err := x.headerMap()
+	if err != nil {
+		return err
+	}
+	if len(headers) > 0 && !x.useTLS() && !x.insecureHeaders {
+		return errors.New("--xds-headers would go out without TLS: set --xds-tls (or another --xds-tls-* flag), or --xds-insecure-headers to accept it")
+	}
+	return nil
+}
+
+// metadata returns --xds-node-metadata as a Struct, nil when empty.
+func (x *xdsFlags) metadata() (*structpb.Struct, error) {
+	if x.nodeMetadata == "" {
+		return nil, nil
+	}
+	var st structpb.Struct
+	if err := protojson.Unmarshal([]byte(x.nodeMetadata), &st); err != nil {
+		return nil, fmt.Errorf("--xds-node-metadata: want a JSON object: %w", err)
+	}
+	return &st, nil
+}
+
+// headerMap returns --xds-headers as a map.
+func (x *xdsFlags) headerMap() (map[string]string, error) {
+	if x.headers == "" {
+		return nil, nil
+	}
+	m := map[string]string{}
+	for pair := range strings.SplitSeq(x.headers, ",") {
+		k, v, ok := strings.Cut(pair, "=")
+		k = strings.ToLower(strings.TrimSpace(k))
+		if !ok || k == "" {
+			return nil, fmt.Errorf("--xds-headers: %q is not k=v", pair)
+		}
+		m[k] = strings.TrimSpace(v)
+	}
+	return m, nil
+}
+
+// credentials returns the transport credentials x asks for, nil for
+// plaintext.
+func (x *xdsFlags) credentials() (credentials.TransportCredentials, error) {
+	if !x.useTLS() {
+		return nil, nil
+	}
+	conf := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: x.tlsServerName}
+	if x.tlsCA != "" {
+		pem, err := os.ReadFile(x.tlsCA)
+		if err != nil {
+			return nil, fmt.Errorf("--xds-tls-ca: %w", err)
+		}
+		conf.RootCAs = x509.NewCertPool()
+		if !conf.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--xds-tls-ca %s: no PEM certificate", x.tlsCA)
+		}
+	}
+	if x.tlsCert != "" {
+		cert, err := tls.LoadX509KeyPair(x.tlsCert, x.tlsKey)
+		if err != nil {
+			return nil, fmt.Errorf("--xds-tls-cert and --xds-tls-key: %w", err)
+		}
+		conf.Certificates = []tls.Certificate{cert}
+	}
+	return credentials.NewTLS(conf), nil
+}
+
+// xdsOptions returns the options of an xDS client that hands the rules it
+// accepts to srv and counts those it refuses as srv counts refused file
+// reloads.
+func xdsOptions(x *xdsFlags, opts []config.Option, srv *server.Server, log *slog.Logger) (xds.Options, error) {
+	creds, err := x.credentials()
+	if err != nil {
+		return xds.Options{}, err
+	}
+	meta, err := x.metadata()
+	if err != nil {
+		return xds.Options{}, err
+	}
+	headers, err := x.headerMap()
+	if err != nil {
+		return xds.Options{}, err
+	}
+	return xds.Options{
+		Target:          x.server,
+		Credentials:     creds,
+		InsecureHeaders: x.insecureHeaders,
+		Headers:         headers,
+		NodeID:          x.nodeID,
+		NodeCluster:     x.nodeCluster,
+		NodeMetadata:    meta,
+		ConfigOptions:   opts,
+		OnRules: func(r *config.Rules) {
+			srv.SetRules(r)
+			log.Info("rules replaced from xDS", "domains", len(r.Domains()))
+		},
+		OnReject: func(version string, err error) {
+			srv.RejectRules(fmt.Errorf("xDS version %q: %w", version, err))
+		},
+		Logger:     log,
+		MinBackoff: x.retryInterval,
+		MaxBackoff: max(x.retryInterval, xds.DefaultMaxBackoff),
+	}, nil
+}
