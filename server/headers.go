@@ -1,8 +1,10 @@
 package server
 
 import (
+	"cmp"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -101,13 +103,97 @@ func (s *Server) appendHeaders(sc *scratch) {
 		if tight < 0 {
 			return
 		}
-		v := dec.statuses[tight]
+		v, names := dec.statuses[tight], s.opts.LegacyHeaders.withDefaults()
 		dec.headers = append(dec.headers,
-			header{"RateLimit-Limit", strconv.FormatUint(v.limit.Requests, 10)},
-			header{"RateLimit-Remaining", strconv.FormatUint(v.remaining, 10)},
-			header{"RateLimit-Reset", strconv.FormatInt(seconds(v.reset), 10)},
+			header{names.Limit, strconv.FormatUint(v.limit.Requests, 10)},
+			header{names.Remaining, strconv.FormatUint(v.remaining, 10)},
+			header{names.Reset, strconv.FormatInt(seconds(v.reset), 10)},
 		)
 	}
+}
+
+// LegacyHeaderNames names the three fields HeadersLegacy sends: the
+// limit, the hits remaining and the seconds until the window resets. An
+// empty name means its default: RateLimit-Limit, RateLimit-Remaining,
+// RateLimit-Reset. Names are sent as given (Envoy lower-cases them on
+// HTTP/2); New does not check them: take them from
+// ParseLegacyHeaderNames, or check them with Validate.
+type LegacyHeaderNames struct{ Limit, Remaining, Reset string }
+
+// defaultLegacyHeaderNames are the names of the zero LegacyHeaderNames.
+var defaultLegacyHeaderNames = LegacyHeaderNames{"RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset"}
+
+// withDefaults returns n with its empty names replaced by the defaults.
+func (n LegacyHeaderNames) withDefaults() LegacyHeaderNames {
+	d := defaultLegacyHeaderNames
+	return LegacyHeaderNames{cmp.Or(n.Limit, d.Limit), cmp.Or(n.Remaining, d.Remaining), cmp.Or(n.Reset, d.Reset)}
+}
+
+// ParseLegacyHeaderNames parses "limit,remaining,reset": three HTTP field
+// names, comma-separated, each an RFC 9110 token, no two the same in any
+// case. An empty s means the defaults.
+func ParseLegacyHeaderNames(s string) (LegacyHeaderNames, error) {
+	if s == "" {
+		return LegacyHeaderNames{}, nil
+	}
+	parts := strings.Split(s, ",")
+	if len(parts) != 3 {
+		return LegacyHeaderNames{}, fmt.Errorf("legacy header names %q: want three names, limit,remaining,reset", s)
+	}
+	n := LegacyHeaderNames{strings.TrimSpace(parts[0]), strings.TrimSpace(parts[1]), strings.TrimSpace(parts[2])}
+	if n.Limit == "" || n.Remaining == "" || n.Reset == "" {
+		return LegacyHeaderNames{}, fmt.Errorf("legacy header names %q: a name is empty", s)
+	}
+	if err := n.Validate(); err != nil {
+		return LegacyHeaderNames{}, err
+	}
+	return n, nil
+}
+
+// Validate reports a name of n that is not an HTTP field name (an RFC
+// 9110 token), or two of n's names, defaults filled in, that are the same
+// in any case.
+func (n LegacyHeaderNames) Validate() error {
+	for _, name := range []string{n.Limit, n.Remaining, n.Reset} {
+		if name != "" && !isToken(name) {
+			return fmt.Errorf("legacy header name %q is not an HTTP field name (letters, digits and !#$%%&'*+-.^_`|~)", name)
+		}
+	}
+	f := n.withDefaults()
+	if strings.EqualFold(f.Limit, f.Remaining) || strings.EqualFold(f.Limit, f.Reset) || strings.EqualFold(f.Remaining, f.Reset) {
+		return fmt.Errorf("legacy header names %s: two are the same", f)
+	}
+	return nil
+}
+
+// isToken reports whether s is an RFC 9110 token (section 5.6.2).
+func isToken(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+			return false
+		}
+	}
+	return s != ""
+}
+
+// String returns n as ParseLegacyHeaderNames reads it, defaults filled in.
+func (n LegacyHeaderNames) String() string {
+	f := n.withDefaults()
+	return f.Limit + "," + f.Remaining + "," + f.Reset
+}
+
+// MarshalText implements encoding.TextMarshaler.
+func (n LegacyHeaderNames) MarshalText() ([]byte, error) { return []byte(n.String()), nil }
+
+// UnmarshalText implements encoding.TextUnmarshaler, for flags.
+func (n *LegacyHeaderNames) UnmarshalText(b []byte) error {
+	v, err := ParseLegacyHeaderNames(string(b))
+	if err != nil {
+		return err
+	}
+	*n = v
+	return nil
 }
 
 // appendItem appends a list separator if needed, then name as a

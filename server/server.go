@@ -44,6 +44,9 @@ const DefaultNearLimitRatio = 0.8
 type Options struct {
 	// Headers chooses the response headers; the zero value is HeadersIETF.
 	Headers HeaderMode
+	// LegacyHeaders names the fields of HeadersLegacy; the zero value
+	// means RateLimit-Limit, RateLimit-Remaining and RateLimit-Reset.
+	LegacyHeaders LegacyHeaderNames
 	// ShadowMode makes the server refuse nothing: every descriptor keeps
 	// its code, the overall code is always OK, and only the hits that fit
 	// their limits are counted.
