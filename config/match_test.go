@@ -240,3 +240,35 @@ func BenchmarkMatch(b *testing.B) {
 		})
 	}
 }
+
+// TestDomainRulesAll: All yields every rule once, parents first, in the
+// documented order, and stops when asked.
+func TestDomainRulesAll(t *testing.T) {
+	d := matchDomain(t)
+	var paths []string
+	for r := range d.All() {
+		paths = append(paths, r.Path)
+	}
+	want := []string{
+		"k=exact", "k=*act", "k=ex*", "k",
+		"nolimit", "nolimit.x",
+		"parent=p", "parent=p.child=c", "parent", "parent.other",
+		"path=/a/*/c", "path=/a/*", "path=*",
+	}
+	if strings.Join(paths, " ") != strings.Join(want, " ") {
+		t.Errorf("All() paths:\n got %q\nwant %q", paths, want)
+	}
+	n := 0
+	for range d.All() {
+		n++
+		if n == 2 {
+			break
+		}
+	}
+	if n != 2 {
+		t.Errorf("All() went on after break: %d rules", n)
+	}
+	for range (*DomainRules)(nil).All() {
+		t.Error("a nil DomainRules yielded a rule")
+	}
+}

@@ -1,6 +1,8 @@
 package config
 
 import (
+	"iter"
+	"maps"
 	"slices"
 
 	"github.com/ratelimitd/ratelimitd/backend"
@@ -122,4 +124,38 @@ func (d *DomainRules) Name() string {
 		return ""
 	}
 	return d.name
+}
+
+// All yields every rule of the domain, each before the rules nested in
+// it; at each level, by key in byte order, and for a key its exact values
+// in byte order, then its wildcard values in file order, then its
+// key-only rule.
+func (d *DomainRules) All() iter.Seq[*Rule] {
+	return func(yield func(*Rule) bool) {
+		if d != nil {
+			d.root.all(yield)
+		}
+	}
+}
+
+// all yields the rules of lv and their children, and reports whether
+// yield wants more.
+func (lv level) all(yield func(*Rule) bool) bool {
+	for _, key := range slices.Sorted(maps.Keys(lv)) {
+		kr := lv[key]
+		rules := make([]*Rule, 0, len(kr.exact)+len(kr.wildcards)+1)
+		for _, v := range slices.Sorted(maps.Keys(kr.exact)) {
+			rules = append(rules, kr.exact[v])
+		}
+		rules = append(rules, kr.wildcards...)
+		if kr.keyOnly != nil {
+			rules = append(rules, kr.keyOnly)
+		}
+		for _, r := range rules {
+			if !yield(r) || !r.children.all(yield) {
+				return false
+			}
+		}
+	}
+	return true
 }
