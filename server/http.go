@@ -29,6 +29,9 @@ import (
 //	               answers the protojson response with 200 (OK) or 429
 //	               (OVER_LIMIT), 400 for a bad request, 503 when the
 //	               counters are unavailable
+//
+// and with Options.EnvoyproxyEndpoints, envoyproxy/ratelimit's
+// /healthcheck and /rlconfig (see envoyproxy.go).
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -53,6 +56,7 @@ func (s *Server) Handler() http.Handler {
 	if !s.opts.DisableJSON {
 		mux.HandleFunc("POST /json", s.serveJSON)
 	}
+	s.envoyproxyRoutes(mux)
 	return mux
 }
 

@@ -71,6 +71,10 @@ type Options struct {
 	// count as near the limit (ratelimitd_rule_near_limit_total). Zero
 	// means DefaultNearLimitRatio.
 	NearLimitRatio float64
+	// EnvoyproxyEndpoints adds envoyproxy/ratelimit's GET /healthcheck and
+	// GET /rlconfig to Handler, for deployments that probe and inspect the
+	// reference's way (see RLConfig).
+	EnvoyproxyEndpoints bool
 	// Now is the clock of the decisions the server makes without its
 	// store (bans); nil means time.Now.
 	Now func() time.Time
