@@ -112,6 +112,7 @@ func (b *built) servers(ctx context.Context, rules *config.Rules, reg *prometheu
 
 	b.srv = server.New(store, rules, server.Options{
 		Headers:        f.headers,
+		LegacyHeaders:  f.headerNames,
 		ShadowMode:     f.shadowMode,
 		FailureMode:    f.failureMode,
 		Logger:         log.With("component", "server"),
@@ -119,6 +120,8 @@ func (b *built) servers(ctx context.Context, rules *config.Rules, reg *prometheu
 		NearLimitRatio: f.nearLimitRatio,
 		TracerProvider: tp,
 		DisableJSON:    !f.httpJSON,
+		// The reference's probes and tools call /healthcheck and /rlconfig.
+		EnvoyproxyEndpoints: f.compat == compatEnvoyproxy,
 	})
 	if f.tls.grpcClientCA != "" && f.httpJSON {
 		log.Warn("POST /json on the HTTP listener decides without the gRPC listener's mutual TLS: set --http-json=false, or keep --http-addr private")
@@ -135,7 +138,11 @@ func (b *built) servers(ctx context.Context, rules *config.Rules, reg *prometheu
 		b.httpTLS = true
 	}
 	if f.debugAddr != "" {
-		b.debug = httpServer(debugHandler(), f.httpConn)
+		var rlconfig http.Handler // the reference serves it on its debug port
+		if f.compat == compatEnvoyproxy {
+			rlconfig = b.srv.RLConfig()
+		}
+		b.debug = httpServer(debugHandler(rlconfig), f.httpConn)
 	}
 	b.started = []any{"version", version(), "grpc_tls", tlsMode(grpcTLS != nil, f.tls.grpcClientCA != ""), "http_tls", httpTLS != nil,
 		"backend", redactBackend(f.backend), "failure_mode", f.failureMode.String(), "default_algorithm", f.defaultAlgorithm.String()}
@@ -217,9 +224,12 @@ func (l listeners) close() {
 
 // debugHandler serves net/http/pprof's profiles under /debug/pprof/,
 // all but /debug/pprof/cmdline: the command line may carry --backend's
-// password.
-func debugHandler() http.Handler {
+// password; and GET /rlconfig with rlconfig, if not nil.
+func debugHandler(rlconfig http.Handler) http.Handler {
 	mux := http.NewServeMux()
+	if rlconfig != nil {
+		mux.Handle("GET /rlconfig", rlconfig)
+	}
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/cmdline", http.NotFound)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)

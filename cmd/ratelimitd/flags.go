@@ -45,6 +45,7 @@ type flags struct {
 	httpAddr         string
 	backend          string
 	headers          server.HeaderMode
+	headerNames      server.LegacyHeaderNames
 	shadowMode       bool
 	memoryMaxKeys    int
 	failureMode      server.FailureMode
@@ -190,6 +191,10 @@ func defineFlags(fs *flag.FlagSet, f *flags) {
 	fs.IntVar(&f.redis.breakerFailures, "redis-breaker-failures", redis.DefaultBreakerFailures, "consecutive Redis failures that open the circuit breaker")
 	fs.DurationVar(&f.redis.breakerOpen, "redis-breaker-open", redis.DefaultBreakerOpenDelay, "how long an open breaker answers by the failure mode before it probes Redis")
 	fs.TextVar(&f.headers, "response-headers", server.HeadersIETF, "response headers: ietf (RateLimit-Policy, RateLimit), legacy (RateLimit-Limit/-Remaining/-Reset) or off")
+	fs.Func("response-header-names", "`names` of the legacy headers, comma-separated limit,remaining,reset (default RateLimit-Limit,RateLimit-Remaining,RateLimit-Reset)", func(v string) (err error) {
+		f.headerNames, err = server.ParseLegacyHeaderNames(v)
+		return err
+	})
 	fs.BoolVar(&f.shadowMode, "shadow-mode", false, "refuse nothing: report decisions, count only what fits")
 	fs.IntVar(&f.memoryMaxKeys, "memory-max-keys", memory.DefaultMaxKeys, "most counters the memory store keeps; more evict the soonest to expire")
 	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", defaultShutdownTimeout, "how long to drain in-flight requests on SIGTERM")
