@@ -34,12 +34,15 @@ func applyCompat(fs *flag.FlagSet, f *flags, set map[string]bool, getenv func(st
 	if err != nil {
 		return fmt.Errorf("--compat envoyproxy: the environment cannot be honoured:\n%w", err)
 	}
+	// The rules source is one setting of two flags: one set by the
+	// command line or RATELIMITD_* keeps the reference's other out.
+	source := set["config"] || set["xds-server"]
 	for _, name := range slices.Sorted(maps.Keys(res.Flags)) {
 		fl := fs.Lookup(name)
 		if fl == nil {
 			return fmt.Errorf("--compat envoyproxy: no flag --%s for the reference's settings", name)
 		}
-		if set[name] {
+		if set[name] || source && (name == "config" || name == "xds-server") {
 			continue
 		}
 		if err := fl.Value.Set(res.Flags[name]); err != nil {
