@@ -44,7 +44,9 @@ func TestCompatPrecedence(t *testing.T) {
 		{"reference xDS", nil, map[string]string{
 			"RATELIMITD_COMPAT": "envoyproxy", "CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL": "envoy-gateway:18001",
 			"CONFIG_GRPC_XDS_NODE_ID": "rl",
-		}, func(f *flags) bool { return f.config == "" && f.xds.server == "envoy-gateway:18001" && f.xds.nodeID == "rl" }},
+		}, func(f *flags) bool {
+			return f.config == "" && f.xds.server == "envoy-gateway:18001" && f.xds.nodeID == "rl"
+		}},
 		{"no compat", []string{"--config", "x"}, map[string]string{"GRPC_PORT": "9000"}, func(f *flags) bool {
 			return f.grpcAddr == defaultGRPCAddr && f.backend == "memory" && f.defaultAlgorithm == backend.SlidingWindow && f.compatResult == nil
 		}},
