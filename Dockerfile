@@ -1,13 +1,19 @@
 # syntax=docker/dockerfile:1
 #
 # The ratelimitd image: a static binary on distroless, run as a non-root
-# user, serving examples/config.yaml unless RATELIMITD_CONFIG names other
-# rules. Build it from the repository's root:
+# user, at /usr/local/bin/ratelimitd and at /bin/ratelimit, where
+# envoyproxy/ratelimit's image has its binary. It holds no rules and sets
+# no RATELIMITD_* variable: give it --config (or RATELIMITD_CONFIG) or
+# --xds-server, and RATELIMITD_GRPC_ADDR=:8081 RATELIMITD_HTTP_ADDR=:8080
+# to listen beyond loopback; or RATELIMITD_COMPAT=envoyproxy and the
+# reference's variables, whose listeners are on every interface. Build it
+# from the repository's root:
 #
 #   docker build --build-arg VERSION=$(git describe --tags --always --dirty) -t ratelimitd .
 #
-# cmd/ratelimitd/packaging_test.go checks this file: the RATELIMITD_*
-# variables, the default rules, and the build command, which it runs.
+# cmd/ratelimitd/packaging_test.go checks this file: no RATELIMITD_*
+# variables, no rules, both paths of the binary, and the build command,
+# which it runs.
 
 FROM --platform=$BUILDPLATFORM golang:1.26-bookworm AS build
 WORKDIR /src
@@ -30,12 +36,8 @@ RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache
 
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/ratelimitd /usr/local/bin/ratelimitd
-COPY examples/config.yaml /etc/ratelimitd/config.yaml
-# The defaults listen on loopback only; in a container, listen on every
-# interface.
-ENV RATELIMITD_GRPC_ADDR=:8081 \
-    RATELIMITD_HTTP_ADDR=:8080 \
-    RATELIMITD_CONFIG=/etc/ratelimitd/config.yaml
+# Where the reference's Helm charts and Envoy Gateway run it.
+COPY --from=build /out/ratelimitd /bin/ratelimit
 # distroless's nonroot user, by number, so that Kubernetes's runAsNonRoot
 # can verify it.
 USER 65532:65532

@@ -327,7 +327,7 @@ func TestKubernetesDeployment(t *testing.T) {
 		vars[e.Name] = e.Value
 	}
 	if vars["RATELIMITD_CONFIG"] == "" {
-		t.Fatal("no RATELIMITD_CONFIG: the image's default would ignore the ConfigMap")
+		t.Fatal("no RATELIMITD_CONFIG: the image holds no rules, and the ConfigMap would go unread")
 	}
 	f := parseEnv(t, vars)
 
@@ -369,7 +369,13 @@ func TestKubernetesDeployment(t *testing.T) {
 		t.Errorf("RATELIMITD_CONFIG=%s is not where a ConfigMap is mounted", f.config)
 	}
 
-	// Ports: the container declares the ports ratelimitd listens on.
+	// Ports: ratelimitd listens on every interface (its defaults, which
+	// the image keeps, are loopback's), on the ports the container declares.
+	for _, addr := range []string{f.grpcAddr, f.httpAddr} {
+		if host, _, err := net.SplitHostPort(addr); err != nil || host != "" && host != "0.0.0.0" && host != "::" {
+			t.Errorf("listen address %q: want every interface, so that the kubelet and clients reach it", addr)
+		}
+	}
 	grpcPort, httpPort := addrPort(t, f.grpcAddr), addrPort(t, f.httpAddr)
 	if got := containerPort(c, "grpc"); got != grpcPort {
 		t.Errorf("container port grpc is %d, want %d (RATELIMITD_GRPC_ADDR=%s)", got, grpcPort, f.grpcAddr)

@@ -12,7 +12,6 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
-	"reflect"
 	"regexp"
 	"runtime"
 	"slices"
@@ -20,7 +19,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ratelimitd/ratelimitd/config"
 )
 
 // The Dockerfile cannot be built here (no Docker daemon), so these tests
@@ -250,30 +248,50 @@ func (st dockerStage) last(cmd string) string {
 func TestDockerfileImage(t *testing.T) {
 	stages := parseDockerfile(t, filepath.Join(repoRoot, "Dockerfile"))
 	final := stages[len(stages)-1]
-	vars := final.env(t)
 
-	// Every RATELIMITD_* variable is a flag's, parses, and changes what
-	// the flag would be without it: a misspelt name would be ignored.
-	names := flagEnvNames(t)
-	base := parseEnv(t, nil)
-	for k, v := range vars {
-		if !strings.HasPrefix(k, envPrefix) {
-			continue
-		}
-		if !names[k] {
-			t.Errorf("Dockerfile sets %s, which is no flag's variable", k)
-			continue
-		}
-		if got := parseEnv(t, map[string]string{k: v}); reflect.DeepEqual(got, base) {
-			t.Errorf("Dockerfile sets %s=%q, which changes nothing: the default already", k, v)
+	// No RATELIMITD_* variable: each would mask the reference's variable
+	// in compat mode (RATELIMITD_GRPC_ADDR over GRPC_PORT, say).
+	for k := range final.env(t) {
+		if strings.HasPrefix(k, envPrefix) {
+			t.Errorf("Dockerfile sets %s, which would mask the reference's variables under --compat envoyproxy", k)
 		}
 	}
-	f := parseEnv(t, vars)
 
-	// Listen on every interface, on the ports the image exposes.
+	// No rules: a deployment brings its own, and without them the binary
+	// exits with a message (see TestCompatEnvoyproxyBinary), rather than
+	// decide by demo rules.
+	for _, c := range final.copies(t) {
+		if c.from == "" {
+			t.Errorf("the image copies %v from the build context to %s: it must hold the binary only", c.srcs, c.dst)
+		}
+	}
+
+	// The binary at ratelimitd's path and at the reference's, which charts
+	// and Envoy Gateway run.
+	var binary string
+	for _, dst := range []string{"/usr/local/bin/ratelimitd", "/bin/ratelimit"} {
+		i := slices.IndexFunc(final.copies(t), func(c dockerCopy) bool { return c.from != "" && c.dst == dst })
+		if i < 0 {
+			t.Errorf("no COPY --from a build stage puts the binary at %s", dst)
+			continue
+		}
+		c := final.copies(t)[i]
+		if binary != "" && (len(c.srcs) != 1 || c.srcs[0] != binary) {
+			t.Errorf("%s is copied from %v, not from %s as the other path", dst, c.srcs, binary)
+		}
+		binary = c.srcs[0]
+	}
+
+	// In compat mode, the reference's listeners apply: every interface, on
+	// the ports the image exposes.
 	var exposed []string
 	for _, p := range strings.Fields(final.last("EXPOSE")) {
 		exposed = append(exposed, strings.TrimSuffix(p, "/tcp"))
+	}
+	var stderr bytes.Buffer
+	f, err := parseFlags(nil, env(map[string]string{"RATELIMITD_COMPAT": "envoyproxy", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "redis:6379"}), &stderr)
+	if err != nil {
+		t.Fatalf("parseFlags under the reference's environment: %v: %s", err, stderr.String())
 	}
 	for _, addr := range []struct{ flag, addr string }{{"--grpc-addr", f.grpcAddr}, {"--http-addr", f.httpAddr}} {
 		host, port, err := net.SplitHostPort(addr.addr)
@@ -282,24 +300,11 @@ func TestDockerfileImage(t *testing.T) {
 			continue
 		}
 		if host != "" && host != "0.0.0.0" && host != "::" {
-			t.Errorf("%s %q: a container must listen on every interface, not %s", addr.flag, addr.addr, host)
+			t.Errorf("compat %s %q: a container must listen on every interface, not %s", addr.flag, addr.addr, host)
 		}
 		if !slices.Contains(exposed, port) {
-			t.Errorf("%s %q: port %s is not exposed (EXPOSE %v)", addr.flag, addr.addr, port, exposed)
+			t.Errorf("compat %s %q: port %s is not exposed (EXPOSE %v)", addr.flag, addr.addr, port, exposed)
 		}
-	}
-
-	// The default rules are copied where RATELIMITD_CONFIG looks, and load.
-	var src string
-	for _, c := range final.copies(t) {
-		if c.from == "" && len(c.srcs) == 1 && c.dst == f.config {
-			src = c.srcs[0]
-		}
-	}
-	if src == "" {
-		t.Errorf("RATELIMITD_CONFIG=%s, but no COPY in the last stage puts one file there", f.config)
-	} else if _, err := config.Load(filepath.Join(repoRoot, src)); err != nil {
-		t.Errorf("the image's default rules %s do not load: %v", src, err)
 	}
 
 	// The entrypoint is the binary the build stage made.

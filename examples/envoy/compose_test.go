@@ -87,7 +87,7 @@ func composeRules(t *testing.T, c composeFile) *config.Rules {
 	rl := c.Services["ratelimitd"]
 	target := rl.Environment["RATELIMITD_CONFIG"]
 	if target == "" {
-		t.Fatal("compose.yaml: ratelimitd has no RATELIMITD_CONFIG: the image's default rules would be served")
+		t.Fatal("compose.yaml: ratelimitd has no RATELIMITD_CONFIG: the image holds no rules, so it would not start")
 	}
 	src := rl.mountSource(target)
 	if src == "" {
