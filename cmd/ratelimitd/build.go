@@ -152,21 +152,22 @@ func (b *built) servers(ctx context.Context, rules *config.Rules, reg *prometheu
 // rulesSource builds the source of the rules after initial: the files of
 // --config, or --xds-server.
 func (b *built) rulesSource(initial *config.Rules, opts []config.Option) error {
-	if b.f.xds.server != "" {
-		o, err := xdsOptions(&b.f.xds, opts, b.srv, b.log.With("component", "xds"))
-		if err != nil {
-			b.log.Error("cannot use --xds-server; not starting", "err", err)
-			return exitError{1}
-		}
-		b.rules = xdsRules{o}
-		b.started = append(b.started, "xds_server", b.f.xds.server, "xds_node_id", b.f.xds.nodeID)
-		return nil
-	}
 	// Catch SIGHUP before announcing the start: its default action would
 	// end the process.
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	b.closers = append(b.closers, func() { signal.Stop(hup) })
+	if b.f.xds.server != "" {
+		log := b.log.With("component", "xds")
+		o, err := xdsOptions(&b.f.xds, opts, b.srv, log)
+		if err != nil {
+			b.log.Error("cannot use --xds-server; not starting", "err", err)
+			return exitError{1}
+		}
+		b.rules = xdsRules{opts: o, hup: hup, log: log}
+		b.started = append(b.started, "xds_server", b.f.xds.server, "xds_node_id", b.f.xds.nodeID)
+		return nil
+	}
 	b.rules = newFileRules(b.f.config, initial, b.f.configLimits, opts, b.srv, b.log, hup)
 	b.started = append(b.started, "config", b.f.config, "domains", len(initial.Domains()))
 	return nil

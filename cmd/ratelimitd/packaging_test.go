@@ -18,7 +18,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-
 )
 
 // The Dockerfile cannot be built here (no Docker daemon), so these tests

@@ -65,15 +65,26 @@ func (s *fileRules) run(ctx context.Context) error {
 }
 
 // xdsRules takes the rules from an xDS management server: the client's
-// options hand each accepted set to the server.
-type xdsRules struct{ opts xds.Options }
+// options hand each accepted set to the server. SIGHUP has nothing to
+// reload.
+type xdsRules struct {
+	opts xds.Options
+	hup  <-chan os.Signal
+	log  *slog.Logger
+}
 
 func (s xdsRules) run(ctx context.Context) error {
 	c, err := xds.New(s.opts)
 	if err != nil {
 		return fmt.Errorf("--xds-server: %w", err)
 	}
-	<-ctx.Done()
-	_ = c.Close() // only the connection's close, which has nothing left to lose
-	return nil
+	defer c.Close() //nolint:errcheck // only the connection's close, with nothing left to lose
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-s.hup:
+			s.log.Info("SIGHUP: the rules come from --xds-server; nothing to reload")
+		}
+	}
 }
