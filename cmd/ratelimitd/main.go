@@ -5,12 +5,19 @@
 // Usage:
 //
 //	ratelimitd --config rules.yaml [flags]
+//	ratelimitd --xds-server host:port --xds-node-id ID [flags]
 //	ratelimitd check-config PATH
 //	ratelimitd --version
 //
 // Every flag can also be set with the environment variable
 // RATELIMITD_<FLAG> (upper case, '-' as '_'); a flag on the command line
-// wins over the environment, which wins over the default.
+// wins over the environment, which wins over the default. With --compat
+// envoyproxy, envoyproxy/ratelimit's variables come between the
+// environment and the defaults.
+//
+// The daemon is wired in three steps: build (build.go) turns the flags
+// into a store, a rules source and servers without starting anything;
+// serve (serve.go) runs them; drain (drain.go) is the shutdown sequence.
 package main
 
 import (

@@ -18,6 +18,8 @@ import (
 	rlsconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"google.golang.org/grpc"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	ratelimitv1 "github.com/ratelimitd/ratelimitd/gen/ratelimit/v1"
 )
 
 const xdsNodeID = "ratelimitd-daemon-test"
@@ -145,6 +147,17 @@ func TestDaemonRulesOverXDS(t *testing.T) {
 		if st.GetCode() != want || st.GetCurrentLimit().GetRequestsPerUnit() != 3 {
 			t.Fatalf("hit %d under version 1: %v, want %v under a limit of 3", i+1, st, want)
 		}
+	}
+	// The resource names no algorithm: --default-algorithm's counts.
+	native, err := ratelimitv1.NewRateLimitServiceClient(d.conn).ShouldRateLimit(t.Context(), &ratelimitv1.ShouldRateLimitRequest{
+		Domain:      "d",
+		Descriptors: []*ratelimitv1.Descriptor{{Entries: []*ratelimitv1.Entry{{Key: "k", Value: "native"}}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := native.GetStatuses()[0].GetLimit().GetAlgorithm(); got != ratelimitv1.Algorithm_ALGORITHM_FIXED_WINDOW {
+		t.Errorf("the limit counts by %v, want --default-algorithm's fixed window", got)
 	}
 	if !strings.Contains(d.logs.String(), `"version":"1"`) {
 		t.Errorf("the accepted version is not logged:\n%s", d.logs)
