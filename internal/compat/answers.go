@@ -86,13 +86,14 @@ func (t *translator) tracing() {
 	if !t.boolean("TRACING_ENABLED", false) {
 		t.honour("TRACING_ENABLED")
 		t.ignore("TRACING_ENABLED is not true", "TRACING_EXPORTER_PROTOCOL", "TRACING_SAMPLING_RATE")
+		t.ignore("TRACING_ENABLED is not true", otel...)
 		return
 	}
 	switch p := t.str("TRACING_EXPORTER_PROTOCOL", "http"); p {
 	case "grpc":
 	case "http":
 		t.ignore("ratelimitd exports traces over OTLP/gRPC only: set TRACING_EXPORTER_PROTOCOL=grpc "+
-			"and a gRPC collector's endpoint", "TRACING_ENABLED", "TRACING_EXPORTER_PROTOCOL", "TRACING_SAMPLING_RATE")
+			"and a gRPC collector's endpoint", append(otel, "TRACING_ENABLED", "TRACING_EXPORTER_PROTOCOL", "TRACING_SAMPLING_RATE")...)
 		return
 	default:
 		t.fail("TRACING_EXPORTER_PROTOCOL", "", "%q is not http or grpc", clip(p))
