@@ -174,3 +174,44 @@ func TestErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestDeployments: environments as deployments of the reference set them translate without error.
+func TestDeployments(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		vars map[string]string
+		want map[string]string
+	}{
+		{"manifest with a ConfigMap", map[string]string{
+			"LOG_LEVEL": "debug", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "redis.default.svc:6379", "USE_STATSD": "false",
+			"RUNTIME_ROOT": "/data", "RUNTIME_SUBDIRECTORY": "ratelimit", "RUNTIME_WATCH_ROOT": "false",
+			"RUNTIME_IGNOREDOTFILES": "true",
+		}, map[string]string{"config": "/data/ratelimit/config", "backend": "redis://redis.default.svc:6379", "log-level": "debug"}},
+		{"gateway over xDS, with mutual TLS", map[string]string{
+			"RUNTIME_ROOT": "/data", "RUNTIME_SUBDIRECTORY": "ratelimit", "RUNTIME_IGNOREDOTFILES": "true",
+			"RUNTIME_WATCH_ROOT": "false", "LOG_LEVEL": "info", "REDIS_SOCKET_TYPE": "tcp",
+			"REDIS_URL": "redis.redis-system.svc.cluster.local:6379", "USE_STATSD": "true", "STATSD_HOST": "localhost",
+			"STATSD_PORT": "9125", "CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL": "envoy-gateway:18001",
+			"CONFIG_GRPC_XDS_NODE_ID": "envoy-ratelimit", "CONFIG_GRPC_XDS_SERVER_USE_TLS": "true",
+			"CONFIG_GRPC_XDS_CLIENT_TLS_CERT": "/certs/tls.crt", "CONFIG_GRPC_XDS_CLIENT_TLS_KEY": "/certs/tls.key",
+			"CONFIG_GRPC_XDS_SERVER_TLS_CACERT": "/certs/ca.crt", "GRPC_SERVER_USE_TLS": "true",
+			"GRPC_SERVER_TLS_CERT": "/certs/tls.crt", "GRPC_SERVER_TLS_KEY": "/certs/tls.key",
+			"GRPC_CLIENT_TLS_CACERT": "/certs/ca.crt", "FORCE_START_WITHOUT_INITIAL_CONFIG": "true",
+			"USE_PROMETHEUS": "true", "PROMETHEUS_ADDR": ":19001", "PROMETHEUS_MAPPER_YAML": "/etc/statsd-exporter/conf.yaml",
+		}, map[string]string{"config": "", "xds-server": "envoy-gateway:18001", "xds-node-id": "envoy-ratelimit",
+			"xds-tls": "true", "xds-tls-ca": "/certs/ca.crt", "grpc-tls-client-ca": "/certs/ca.crt",
+			"backend": "redis://redis.redis-system.svc.cluster.local:6379", "log-level": "info"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			r := translate(t, tt.vars)
+			for flag, want := range tt.want {
+				if got, ok := r.Flags[flag]; got != want || ok != (want != "") {
+					t.Errorf("%s = %q (set %v), want %q", flag, got, ok, want)
+				}
+			}
+			if len(r.Set)+len(r.Ignored) != len(tt.vars) {
+				t.Errorf("%d variables, %d named: Set %v, Ignored %v", len(tt.vars), len(r.Set)+len(r.Ignored), r.Set, r.Ignored)
+			}
+		})
+	}
+}
