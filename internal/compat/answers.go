@@ -3,6 +3,7 @@ package compat
 import (
 	"net/url"
 	"strconv"
+	"strings"
 
 	"github.com/ratelimitd/ratelimitd/server"
 )
@@ -37,16 +38,18 @@ func (t *translator) answers() {
 // headerNames translates LIMIT_LIMIT_HEADER, LIMIT_REMAINING_HEADER and LIMIT_RESET_HEADER (names, in that order)
 // to --response-header-names, when any is set.
 func (t *translator) headerNames(names []string) {
-	var set bool
+	first := ""
 	for _, name := range names {
-		set = set || t.isSet(name)
+		if first == "" && t.isSet(name) {
+			first = name
+		}
 	}
-	if !set {
+	if first == "" {
 		return
 	}
 	n := server.LegacyHeaderNames{Limit: t.str(names[0], ""), Remaining: t.str(names[1], ""), Reset: t.str(names[2], "")}
 	if err := n.Validate(); err != nil {
-		t.fail(names[0], "response-header-names", "with %s and %s: %v", names[1], names[2], err)
+		t.fail(first, "response-header-names", "(with %s): %v", strings.Join(names, ", "), err)
 		return
 	}
 	t.flags["response-header-names"] = n.String()
@@ -86,13 +89,14 @@ func (t *translator) tracing() {
 	if !t.boolean("TRACING_ENABLED", false) {
 		t.honour("TRACING_ENABLED")
 		t.ignore("TRACING_ENABLED is not true", "TRACING_EXPORTER_PROTOCOL", "TRACING_SAMPLING_RATE")
+		t.ignore("TRACING_ENABLED is not true", otel...)
 		return
 	}
 	switch p := t.str("TRACING_EXPORTER_PROTOCOL", "http"); p {
 	case "grpc":
 	case "http":
 		t.ignore("ratelimitd exports traces over OTLP/gRPC only: set TRACING_EXPORTER_PROTOCOL=grpc "+
-			"and a gRPC collector's endpoint", "TRACING_ENABLED", "TRACING_EXPORTER_PROTOCOL", "TRACING_SAMPLING_RATE")
+			"and a gRPC collector's endpoint", append(otel, "TRACING_ENABLED", "TRACING_EXPORTER_PROTOCOL", "TRACING_SAMPLING_RATE")...)
 		return
 	default:
 		t.fail("TRACING_EXPORTER_PROTOCOL", "", "%q is not http or grpc", clip(p))

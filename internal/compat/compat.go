@@ -6,7 +6,10 @@
 // Like envconfig, it tells an unset variable from an empty one: an empty string variable is the empty string, and an
 // empty boolean, number or duration is malformed (the reference would not start).
 //
-// It does no I/O: the rule directory and files it names are the daemon's to read.
+// The daemon, with --compat envoyproxy, calls Envoyproxy; gives each entry of Result.Flags to its flag unless the
+// command line or the flag's RATELIMITD_* variable set it; passes the error through Moot with the flags so set, and
+// fails startup on what is left; logs Result.Set and Result.Ignored; and, when the rules come from the directory in
+// Flags["config"], calls CheckRuleFiles on it. Envoyproxy itself does no I/O.
 package compat
 
 import (
