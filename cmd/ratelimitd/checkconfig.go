@@ -14,7 +14,7 @@ import (
 // bounds of the --config-max-* flags among them and with their
 // --default-algorithm (or their environment variables), and exits non-zero
 // on error.
-func checkConfig(args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+func checkConfig(args []string, lookup lookupEnv, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("ratelimitd check-config", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var (
@@ -37,7 +37,7 @@ func checkConfig(args []string, getenv func(string) string, stdout, stderr io.Wr
 		fs.Usage()
 		return exitError{2}
 	}
-	if _, err := setFromEnv(fs, getenv); err != nil {
+	if _, err := setFromEnv(fs, lookup); err != nil {
 		fmt.Fprintln(stderr, "ratelimitd:", err)
 		return exitError{2}
 	}

@@ -16,10 +16,12 @@ import (
 const compatEnvoyproxy = "envoyproxy"
 
 // applyCompat reads, with --compat envoyproxy, the reference's variables
-// through getenv (an empty variable counts as unset, as for RATELIMITD_*)
-// and gives each flag they decide its value, unless the command line or
-// its RATELIMITD_* variable set it (set names those).
-func applyCompat(fs *flag.FlagSet, f *flags, set map[string]bool, getenv func(string) string) error {
+// through lookup and gives each flag they decide its value, unless the
+// command line or its RATELIMITD_* variable set it (set names those). A
+// variable that cannot be honoured fails, unless such a flag replaces
+// what it asks for; so do rule files in the reference's directory that
+// ratelimitd would not read.
+func applyCompat(fs *flag.FlagSet, f *flags, set map[string]bool, lookup lookupEnv) error {
 	switch f.compat {
 	case "":
 		return nil
@@ -27,11 +29,9 @@ func applyCompat(fs *flag.FlagSet, f *flags, set map[string]bool, getenv func(st
 	default:
 		return fmt.Errorf("--compat %q: want %s (or nothing)", f.compat, compatEnvoyproxy)
 	}
-	res, err := compat.Envoyproxy(func(name string) (string, bool) {
-		v := getenv(name)
-		return v, v != ""
-	})
-	if err != nil {
+	res, err := compat.Envoyproxy(compat.Lookup(lookup))
+	explicit := func(flag string) bool { return set[flag] }
+	if err := compat.Moot(err, explicit); err != nil {
 		return fmt.Errorf("--compat envoyproxy: the environment cannot be honoured:\n%w", err)
 	}
 	// The rules source is one setting of two flags: one set by the
@@ -47,6 +47,11 @@ func applyCompat(fs *flag.FlagSet, f *flags, set map[string]bool, getenv func(st
 		}
 		if err := fl.Value.Set(res.Flags[name]); err != nil {
 			return fmt.Errorf("--compat envoyproxy: --%s %q (from the reference's variables): %w", name, res.Flags[name], err)
+		}
+	}
+	if !source && f.config != "" {
+		if err := compat.Moot(compat.CheckRuleFiles(f.config), explicit); err != nil {
+			return fmt.Errorf("--compat envoyproxy: %w", err)
 		}
 	}
 	f.compatResult = &res

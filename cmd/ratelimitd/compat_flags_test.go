@@ -5,6 +5,8 @@ import (
 	"errors"
 	"io"
 	"maps"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -81,5 +83,52 @@ func TestCompatRefuses(t *testing.T) {
 	}
 	if !strings.Contains(stderr.String(), "BACKEND_TYPE") {
 		t.Errorf("stderr = %q, want it to name BACKEND_TYPE", stderr.String())
+	}
+}
+
+// TestCompatMootAndFiles: a refusal that a flag of ratelimitd's replaces
+// is moot once that flag is set; an empty reference variable is not an
+// unset one; rules in files of the reference's directory that ratelimitd
+// would not read stop the start.
+func TestCompatMootAndFiles(t *testing.T) {
+	// The reference's default Redis, on a unix socket, is refused...
+	var stderr bytes.Buffer
+	if _, err := parseFlags(nil, env(map[string]string{"RATELIMITD_COMPAT": "envoyproxy"}), &stderr); !errors.Is(err, exitError{2}) ||
+		!strings.Contains(stderr.String(), "REDIS_SOCKET_TYPE") {
+		t.Errorf("the reference's default Redis: %v, %q; want exit status 2 naming REDIS_SOCKET_TYPE", err, stderr.String())
+	}
+	// ... unless ratelimitd's own --backend replaces it.
+	stderr.Reset()
+	f, err := parseFlags(nil, env(map[string]string{"RATELIMITD_COMPAT": "envoyproxy", "RATELIMITD_BACKEND": "memory"}), &stderr)
+	if err != nil || f.backend != "memory" {
+		t.Errorf("RATELIMITD_BACKEND=memory: %v (%s), backend %q; want the memory store", err, stderr.String(), f.backend)
+	}
+
+	// An empty boolean is malformed for the reference, which would not start.
+	stderr.Reset()
+	base := map[string]string{"RATELIMITD_COMPAT": "envoyproxy", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "127.0.0.1:6379"}
+	empty := maps.Clone(base)
+	empty["SHADOW_MODE"] = ""
+	if _, err := parseFlags(nil, env(empty), &stderr); !errors.Is(err, exitError{2}) || !strings.Contains(stderr.String(), "SHADOW_MODE") {
+		t.Errorf("SHADOW_MODE set but empty: %v, %q; want exit status 2 naming it", err, stderr.String())
+	}
+
+	// A rule file ratelimitd would skip (a subdirectory's) stops the start,
+	// unless --config names the rules.
+	root := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, "config", "more"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(root, "config", "a.yaml"), "domain: a\n")
+	writeFile(t, filepath.Join(root, "config", "more", "b.yaml"), "domain: b\n")
+	files := maps.Clone(base)
+	files["RUNTIME_ROOT"] = root
+	stderr.Reset()
+	if _, err := parseFlags(nil, env(files), &stderr); !errors.Is(err, exitError{2}) || !strings.Contains(stderr.String(), "b.yaml") {
+		t.Errorf("a rule file in a subdirectory: %v, %q; want exit status 2 naming it", err, stderr.String())
+	}
+	stderr.Reset()
+	if f, err := parseFlags([]string{"--config", filepath.Join(root, "config")}, env(files), &stderr); err != nil || f.config != filepath.Join(root, "config") {
+		t.Errorf("--config over RUNTIME_ROOT: %v (%s)", err, stderr.String())
 	}
 }

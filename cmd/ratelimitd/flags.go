@@ -126,7 +126,7 @@ func envName(name string) string {
 // not set, then, with --compat, the other service's variables for every
 // flag still unset. It returns an exitError(2) after printing why on bad
 // input.
-func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*flags, error) {
+func parseFlags(args []string, lookup lookupEnv, stderr io.Writer) (*flags, error) {
 	f := &flags{}
 	fs := flag.NewFlagSet("ratelimitd", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -147,9 +147,9 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (*f
 		fs.Usage()
 		return nil, exitError{2}
 	}
-	set, err := setFromEnv(fs, getenv)
+	set, err := setFromEnv(fs, lookup)
 	if err == nil {
-		err = applyCompat(fs, f, set, getenv)
+		err = applyCompat(fs, f, set, lookup)
 	}
 	if err != nil {
 		fmt.Fprintln(stderr, "ratelimitd:", err)
@@ -305,7 +305,7 @@ func defaultAlgorithmFlag(fs *flag.FlagSet, a *backend.Algorithm) {
 // setFromEnv sets every flag of fs that the command line did not set
 // from its environment variable, if not empty. It returns the names of
 // the flags set either way.
-func setFromEnv(fs *flag.FlagSet, getenv func(string) string) (map[string]bool, error) {
+func setFromEnv(fs *flag.FlagSet, lookup lookupEnv) (map[string]bool, error) {
 	set := map[string]bool{}
 	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
 	var bad error
@@ -313,7 +313,7 @@ func setFromEnv(fs *flag.FlagSet, getenv func(string) string) (map[string]bool, 
 		if set[fl.Name] || bad != nil {
 			return
 		}
-		if v := getenv(envName(fl.Name)); v != "" {
+		if v, _ := lookup(envName(fl.Name)); v != "" {
 			set[fl.Name] = true
 			if err := fl.Value.Set(v); err != nil {
 				bad = fmt.Errorf("%s=%q: %w", envName(fl.Name), v, err)

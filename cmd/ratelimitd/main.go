@@ -32,7 +32,7 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	err := run(ctx, os.Args[1:], os.LookupEnv, os.Stdout, os.Stderr)
 	stop()
 	if err != nil {
 		if e, ok := errors.AsType[exitError](err); ok {
@@ -43,18 +43,23 @@ func main() {
 	}
 }
 
+// lookupEnv reads an environment variable, as os.LookupEnv: its value, and
+// whether it is set (envoyproxy/ratelimit's variables tell an empty value
+// from an unset one).
+type lookupEnv func(name string) (string, bool)
+
 // exitError ends the process with code, its message already written.
 type exitError struct{ code int }
 
 func (e exitError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
 
 // run runs ratelimitd with the command-line args (without the program
-// name) until ctx is done, reading the environment through getenv.
-func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+// name) until ctx is done, reading the environment through lookup.
+func run(ctx context.Context, args []string, lookup lookupEnv, stdout, stderr io.Writer) error {
 	if len(args) > 0 && args[0] == "check-config" {
-		return checkConfig(args[1:], getenv, stdout, stderr)
+		return checkConfig(args[1:], lookup, stdout, stderr)
 	}
-	cfg, err := parseFlags(args, getenv, stderr)
+	cfg, err := parseFlags(args, lookup, stderr)
 	if err != nil {
 		return err
 	}

@@ -35,10 +35,15 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-func noEnv(string) string { return "" }
+// noEnv is an empty environment.
+func noEnv(string) (string, bool) { return "", false }
 
-func env(kv map[string]string) func(string) string {
-	return func(k string) string { return kv[k] }
+// env is the environment kv.
+func env(kv map[string]string) lookupEnv {
+	return func(k string) (string, bool) {
+		v, ok := kv[k]
+		return v, ok
+	}
 }
 
 func TestFlagPrecedence(t *testing.T) {
@@ -399,7 +404,7 @@ func TestCheckConfigBounds(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
-			err := run(t.Context(), append([]string{"check-config"}, tt.args...), func(k string) string { return tt.env[k] }, &stdout, &stderr)
+			err := run(t.Context(), append([]string{"check-config"}, tt.args...), env(tt.env), &stdout, &stderr)
 			code := 0
 			if e, ok := errors.AsType[exitError](err); ok {
 				code = e.code
