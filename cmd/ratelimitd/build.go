@@ -65,7 +65,10 @@ func build(ctx context.Context, f *flags, stderr io.Writer) (_ *built, err error
 	if err := b.rulesSource(initial, opts); err != nil {
 		return nil, err
 	}
-	return b, b.listen()
+	if err := b.listen(); err != nil {
+		return nil, err
+	}
+	return b, nil
 }
 
 // newRegistry returns the metrics registry, with the process's and the
