@@ -37,6 +37,8 @@ local P = {
   TAKE = 0, -- decide each call whole
   PART = 1, -- decide a Cluster slot's share as if the call were admitted, with stamps
   REFUND = 2, -- give back what PART took on GIVE requests; report the results afresh
+  FAST = 3, -- TAKE, on calls that are all COMPACT: the lean path (see fast)
+  COMPACT = 2147483648, -- set in CALL's number: the call's records are COMPACT_RECORDs
   -- a record's flags: algorithm + MODE_SHIFT * mode, plus these bits
   MODE_SHIFT = 8, CWO = 32, GIVE = 64, WAS_OVER = 128,
   SLIDING = 0, FIXED = 1, LOG = 2, BUCKET = 3, GCRA = 4,
@@ -45,6 +47,9 @@ local P = {
   HEADER = '<BdI4', -- op, now (µs; 0: read Redis TIME), number of calls
   CALL = '<I4', -- the call's number of requests
   RECORD = '<BI4I4I4dddd', -- flags, requests, burst, group, window µs, hits, stamp, GCRA interval µs
+  -- a window request, enforced, not consume_when_over, on a counter of
+  -- its own in its call: refused exactly when one of the call's is over
+  COMPACT_RECORD = '<BI4dd', -- flags (the algorithm), requests, window µs, hits
   RESULT = '<Bddd', -- over, remaining, reset µs, retry µs
   STAMPED = '<Bdddd', -- RESULT, then the stamp a refund needs
   STATE = '<ddd', -- a bucket's or GCRA's T, N, P (the tokens in N for a token bucket)
@@ -66,6 +71,7 @@ local floor, ceil, min, max, fmod, unpack, pack, concat, tunpack, format, call, 
 
 -- The run's op and clock, and its keys' grace, set by take.
 local op, now, grace = P.TAKE, 0, 0
+local fast -- the lean path, defined below
 
 -- Each algorithm is a table of functions of (st, r, ...), where st is a
 -- counter's state ({t, n, p}, or a log's) and r a request:
@@ -618,6 +624,128 @@ local function windows(base, n)
   return true
 end
 
+-- The lean path's requests, by index in the run, as parallel arrays
+-- reused from run to run: algorithm (SLIDING or FIXED), limit, window µs,
+-- hits, the names of the window keys of now and of the previous window
+-- (sliding only), the window's start, and the previous window's weighted
+-- count.
+local fa, fr, fw, fh, fcur, fprev, ft, fwp = {}, {}, {}, {}, {}, {}, {}, {}
+
+-- fast decides the ncalls calls of a FAST run, compact all (their
+-- records from blob's offset off, their counters in keys), as take's
+-- general path would, and returns the packed results. It is that path
+-- with what a compact call cannot need taken out: a call of window
+-- requests on counters of their own, enforced, is refused exactly when
+-- one of them is over, and consumes every hit otherwise; a run's state is
+-- a count per window key, which MGET reads once and INCRBY raises once.
+-- The rare over request's retry falls back to retry_after.
+function fast(keys, blob, off, ncalls)
+  local names, seen, nn, sizes, total = {}, {}, 0, {}, 0
+  for c = 1, ncalls do
+    local n
+    n, off = unpack(P.CALL, blob, off)
+    n = n - P.COMPACT
+    sizes[c] = n
+    for _ = 1, n do
+      total = total + 1
+      local i, a, w = total
+      a, fr[i], w, fh[i], off = unpack(P.COMPACT_RECORD, blob, off)
+      fa[i], fw[i] = a, w
+      local sfx = suffixes[w]
+      if not sfx then
+        local t = now - fmod(now, w)
+        sfx = { '@' .. (t / w), '@' .. (t / w - 1), t } -- (a window's number prints as an integer)
+        suffixes[w] = sfx
+      end
+      local key = keys[i]
+      local cur = key .. sfx[1]
+      fcur[i], ft[i] = cur, sfx[3]
+      if not seen[cur] then
+        seen[cur], nn = true, nn + 1
+        names[nn] = cur
+      end
+      if a == P.SLIDING then
+        local prev = key .. sfx[2]
+        fprev[i] = prev
+        if not seen[prev] then
+          seen[prev], nn = true, nn + 1
+          names[nn] = prev
+        end
+      end
+    end
+  end
+
+  -- count: each window key's count as the run goes; base: as read.
+  local count, base = {}, {}
+  for from = 1, nn, MGET_CHUNK do
+    local to = min(from + MGET_CHUNK - 1, nn)
+    local got = call('MGET', tunpack(names, from, to))
+    for k = from, to do
+      local v, x = got[k - from + 1], 0
+      if v then x = tonumber(v) end
+      count[names[k]], base[names[k]] = x, x
+    end
+  end
+
+  local results, changed, nchanged, last = {}, {}, 0, 0
+  for c = 1, ncalls do
+    local first, refused = last + 1, false
+    last = last + sizes[c]
+    for i = first, last do
+      local wp = 0
+      if fa[i] == P.SLIDING then
+        local w = fw[i]
+        wp = count[fprev[i]] * (w - (now - ft[i])) / w -- now is within the window: now - t in [0, w)
+      end
+      fwp[i] = wp
+      refused = refused or count[fcur[i]] + fh[i] + wp > fr[i]
+    end
+    if not refused then
+      for i = first, last do
+        local h = fh[i]
+        if h > 0 then
+          local cur = fcur[i]
+          if count[cur] == base[cur] then
+            nchanged = nchanged + 1
+            changed[nchanged] = i
+          end
+          count[cur] = count[cur] + h
+        end
+      end
+    end
+    for i = first, last do
+      local n, wp, r, w, t = count[fcur[i]], fwp[i], fr[i], fw[i], ft[i]
+      local over = refused and n + fh[i] + wp > r
+      local remaining, left, retry = 0, r - (n + wp), 0
+      if left > 0 then remaining = floor(left) end
+      if over then
+        local f, p = fixed, 0
+        if fa[i] == P.SLIDING then f, p = sliding, count[fprev[i]] end
+        retry = retry_after({ t = t, n = n, p = p }, { f = f, w = w, r = r, h = fh[i] }, fh[i])
+      end
+      results[i] = pack(P.RESULT, over and 1 or 0, remaining, t + w - now, retry)
+    end
+  end
+
+  -- Each window key counted is raised once; a new one gets the TTL of its
+  -- window, as save gives it.
+  for k = 1, nchanged do
+    local i = changed[k]
+    local cur = fcur[i]
+    local n, n0 = min(count[cur], MAX_COUNT), min(base[cur], MAX_COUNT)
+    if n ~= n0 then
+      call('INCRBY', cur, int(n - n0))
+      if n0 == 0 then
+        local w = fw[i]
+        local expiry = ft[i] + w
+        if fa[i] == P.SLIDING then expiry = expiry + w end
+        call('PEXPIRE', cur, int(min(ceil((expiry - now) / 1000), 9e12) + grace))
+      end
+    end
+  end
+  return concat(results, '', 1, total)
+end
+
 -- prefetch reads into vals, with one MGET per MGET_CHUNK names, the
 -- counters of the first total requests but for sliding logs (lists): the
 -- windows' counts, and the buckets' and GCRA's states.
@@ -665,15 +793,23 @@ local function take(keys, blob)
     local t = call('TIME')
     now, grace = tonumber(t[1]) * 1000000 + tonumber(t[2]), 0
   end
-  states, dirty, out, vals, suffixes = {}, { n = 0 }, {}, {}, {}
+  suffixes = {}
+  if op == P.FAST then
+    local reply = fast(keys, blob, off, ncalls)
+    suffixes = nil
+    return reply
+  end
+  states, dirty, out, vals = {}, { n = 0 }, {}, {}
 
   -- Read every call's requests, then their counters, then decide.
   local sizes, total = {}, 0
   for c = 1, ncalls do
     local n
     n, off = unpack(P.CALL, blob, off)
+    local compact = n >= P.COMPACT
+    if compact then n = n - P.COMPACT end
     sizes[c] = n
-    for _ = 1, n do
+    for k = 1, n do
       total = total + 1
       local r = reqs[total]
       if not r then
@@ -683,7 +819,14 @@ local function take(keys, blob)
         reqs[total] = r
       end
       local flags
-      flags, r.r, r.b, r.g, r.w, r.h, r.stamp, r.iv, off = unpack(P.RECORD, blob, off)
+      if compact then
+        -- Enforced, in groups of their own (a compact call is refused
+        -- when one is over, whatever the groups).
+        flags, r.r, r.w, r.h, off = unpack(P.COMPACT_RECORD, blob, off)
+        r.b, r.g, r.stamp, r.iv = r.r, k, 0, 0
+      else
+        flags, r.r, r.b, r.g, r.w, r.h, r.stamp, r.iv, off = unpack(P.RECORD, blob, off)
+      end
       r.key = keys[total]
       local a = flags % P.MODE_SHIFT -- (arithmetic, not floor: no call)
       r.f = algorithms[a]
