@@ -60,10 +60,11 @@ local P = {
 local MAX_T = 2^62 -- saturation of times, as Go saturates int64 math
 -- MGET_CHUNK bounds the keys of one MGET (see prefetch).
 local MGET_CHUNK = 4096
--- MAX_COUNT saturates a window's count: the largest double under 2^63,
--- 1024 under it, so that an INCRBY to it stays within a Redis integer
--- even when the count read (past 2^53) was rounded, by 512 at most.
-local MAX_COUNT = 2^63 - 1024
+-- MAX_COUNT saturates a window's count well within a Redis integer
+-- (under 2^63), so that an INCRBY to it stays within one even when the
+-- count read (past 2^53) was rounded, and so does the lean path's INCRBY
+-- of up to a limit's 2^32 hits on a saturated count.
+local MAX_COUNT = 2^62
 
 -- Library functions, bound by take on its first run: a function library
 -- may use nothing but the redis API while it loads.
@@ -626,21 +627,28 @@ end
 
 -- The lean path's requests, by index in the run, as parallel arrays
 -- reused from run to run: algorithm (SLIDING or FIXED), limit, window µs,
--- hits, the names of the window keys of now and of the previous window
--- (sliding only), the window's start, and the previous window's weighted
--- count.
-local fa, fr, fw, fh, fcur, fprev, ft, fwp = {}, {}, {}, {}, {}, {}, {}, {}
+-- hits, the name of the window key of now, the window's start, the
+-- previous window's count's index in the run's MGET (0 on a fixed
+-- window), then as the run decides: the previous window's weighted
+-- count, the count before the request's call, whether it is over, and
+-- whether INCRBY raised its count.
+local fa, fr, fw, fh, fcur, ft, fpi = {}, {}, {}, {}, {}, {}, {}
+local fwp, fn, fover, fraised = {}, {}, {}, {}
 
 -- fast decides the ncalls calls of a FAST run, compact all (their
 -- records from blob's offset off, their counters in keys), as take's
--- general path would, and returns the packed results. It is that path
--- with what a compact call cannot need taken out: a call of window
--- requests on counters of their own, enforced, is refused exactly when
--- one of them is over, and consumes every hit otherwise; a run's state is
--- a count per window key, which MGET reads once and INCRBY raises once.
--- The rare over request's retry falls back to retry_after.
+-- general path would, and returns the packed results. A compact call is
+-- refused exactly when one of its requests is over, and consumes every
+-- hit otherwise; so each request raises its window's count with INCRBY
+-- at once, which tells its count, and a refused call gives its hits back.
+-- A window key that INCRBY creates gets its window's TTL, as save gives
+-- it, or goes again when its call is refused. One MGET reads the previous
+-- windows of the sliding ones. A request of no hits, or of more than its
+-- limit, which INCRBY must not count (nor, past 2^63, could), reads its
+-- count with GET. The rare over request's retry falls back to
+-- retry_after.
 function fast(keys, blob, off, ncalls)
-  local names, seen, nn, sizes, total = {}, {}, 0, {}, 0
+  local prevs, np, sizes, total = {}, 0, {}, 0
   for c = 1, ncalls do
     local n
     n, off = unpack(P.CALL, blob, off)
@@ -658,89 +666,73 @@ function fast(keys, blob, off, ncalls)
         suffixes[w] = sfx
       end
       local key = keys[i]
-      local cur = key .. sfx[1]
-      fcur[i], ft[i] = cur, sfx[3]
-      if not seen[cur] then
-        seen[cur], nn = true, nn + 1
-        names[nn] = cur
-      end
+      fcur[i], ft[i], fpi[i] = key .. sfx[1], sfx[3], 0
       if a == P.SLIDING then
-        local prev = key .. sfx[2]
-        fprev[i] = prev
-        if not seen[prev] then
-          seen[prev], nn = true, nn + 1
-          names[nn] = prev
-        end
+        np = np + 1
+        prevs[np], fpi[i] = key .. sfx[2], np
       end
     end
   end
-
-  -- count: each window key's count as the run goes; base: as read.
-  local count, base = {}, {}
-  for from = 1, nn, MGET_CHUNK do
-    local to = min(from + MGET_CHUNK - 1, nn)
-    local got = call('MGET', tunpack(names, from, to))
+  local pcount = {}
+  for from = 1, np, MGET_CHUNK do
+    local to = min(from + MGET_CHUNK - 1, np)
+    local got = call('MGET', tunpack(prevs, from, to))
     for k = from, to do
-      local v, x = got[k - from + 1], 0
-      if v then x = tonumber(v) end
-      count[names[k]], base[names[k]] = x, x
+      local v = got[k - from + 1]
+      pcount[k] = v and tonumber(v) or 0
     end
   end
 
-  local results, changed, nchanged, last = {}, {}, 0, 0
+  local results, last = {}, 0
   for c = 1, ncalls do
     local first, refused = last + 1, false
     last = last + sizes[c]
     for i = first, last do
-      local wp = 0
-      if fa[i] == P.SLIDING then
+      local h, r, wp = fh[i], fr[i], 0
+      if fpi[i] > 0 then
         local w = fw[i]
-        wp = count[fprev[i]] * (w - (now - ft[i])) / w -- now is within the window: now - t in [0, w)
+        wp = pcount[fpi[i]] * (w - (now - ft[i])) / w -- now is within the window: now - t in [0, w)
       end
-      fwp[i] = wp
-      refused = refused or count[fcur[i]] + fh[i] + wp > fr[i]
+      local n
+      if h > 0 and h <= r then
+        n = call('INCRBY', fcur[i], int(h)) - h
+        fraised[i] = true
+      else
+        local v = call('GET', fcur[i])
+        n = v and tonumber(v) or 0
+        fraised[i] = false
+      end
+      local over = n + h + wp > r
+      fwp[i], fn[i], fover[i] = wp, n, over
+      refused = refused or over
     end
-    if not refused then
-      for i = first, last do
+    for i = first, last do
+      if fraised[i] then
         local h = fh[i]
-        if h > 0 then
-          local cur = fcur[i]
-          if count[cur] == base[cur] then
-            nchanged = nchanged + 1
-            changed[nchanged] = i
+        if refused then
+          if call('INCRBY', fcur[i], int(-h)) == 0 then call('DEL', fcur[i]) end
+        else
+          local n = fn[i]
+          if n == 0 then
+            local w = fw[i]
+            local expiry = ft[i] + w
+            if fpi[i] > 0 then expiry = expiry + w end
+            call('PEXPIRE', fcur[i], int(min(ceil((expiry - now) / 1000), 9e12) + grace))
           end
-          count[cur] = count[cur] + h
+          fn[i] = n + h
         end
       end
     end
     for i = first, last do
-      local n, wp, r, w, t = count[fcur[i]], fwp[i], fr[i], fw[i], ft[i]
-      local over = refused and n + fh[i] + wp > r
+      local n, wp, r, w, t, over = fn[i], fwp[i], fr[i], fw[i], ft[i], refused and fover[i]
       local remaining, left, retry = 0, r - (n + wp), 0
       if left > 0 then remaining = floor(left) end
       if over then
         local f, p = fixed, 0
-        if fa[i] == P.SLIDING then f, p = sliding, count[fprev[i]] end
+        if fpi[i] > 0 then f, p = sliding, pcount[fpi[i]] end
         retry = retry_after({ t = t, n = n, p = p }, { f = f, w = w, r = r, h = fh[i] }, fh[i])
       end
       results[i] = pack(P.RESULT, over and 1 or 0, remaining, t + w - now, retry)
-    end
-  end
-
-  -- Each window key counted is raised once; a new one gets the TTL of its
-  -- window, as save gives it.
-  for k = 1, nchanged do
-    local i = changed[k]
-    local cur = fcur[i]
-    local n, n0 = min(count[cur], MAX_COUNT), min(base[cur], MAX_COUNT)
-    if n ~= n0 then
-      call('INCRBY', cur, int(n - n0))
-      if n0 == 0 then
-        local w = fw[i]
-        local expiry = ft[i] + w
-        if fa[i] == P.SLIDING then expiry = expiry + w end
-        call('PEXPIRE', cur, int(min(ceil((expiry - now) / 1000), 9e12) + grace))
-      end
     end
   end
   return concat(results, '', 1, total)
