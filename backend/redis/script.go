@@ -21,8 +21,9 @@ import (
 // The script protocol. Every script run decides one or more calls on
 // their counters (take.lua): KEYS holds one counter key per request, and
 // ARGV[1] one binary argument, little-endian: a header, then per call its
-// number of requests and a record per request. The reply is one string: a
-// result per request. take.lua's table P names the same constants, and
+// number of requests and a record per request, compact when the call
+// allows (see compactBit). The reply is one string: a result per
+// request. take.lua's table P names the same constants, and
 // TestScriptProtocol checks that they agree.
 //
 // On Redis 7.0 and later, take.lua is loaded once per node as a function

@@ -9,8 +9,11 @@
 --
 -- The protocol. KEYS holds one counter key per request, the calls one
 -- after the other (a key may repeat: one counter). ARGV[1] is binary:
--- HEADER, then per call CALL and a RECORD per request. The reply is a
--- string: a RESULT per request (STAMPED on PART). The table P names the
+-- HEADER, then per call CALL and a RECORD per request, or a
+-- COMPACT_RECORD per request when CALL's number has the COMPACT bit. A
+-- FAST run, whose calls are all compact, takes the lean path (fast);
+-- other runs read compact records into the general path's tables. The
+-- reply is a string: a RESULT per request (STAMPED on PART). The table P names the
 -- protocol's constants; script.go names the same, and
 -- TestScriptProtocol checks that the two agree.
 --
