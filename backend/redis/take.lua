@@ -358,20 +358,31 @@ local states, dirty = {}, {} -- set by take; dirty.n states to save, in order
 -- a missing key.
 local vals = {}
 
+-- suffix returns the suffixes of the window keys of now for windows of
+-- w µs, {'@' .. number, '@' .. number - 1, start}: printing a number
+-- costs more than the rest, so they are kept from run to run (a function
+-- library keeps them; EVALSHA starts afresh) while now is in the window,
+-- for at most MAX_SUFFIXES window lengths.
+local suffixes, nsuffixes, MAX_SUFFIXES = {}, 0, 64
+local function suffix(w)
+  local sfx = suffixes[w]
+  if sfx and now >= sfx[3] and now < sfx[3] + w then return sfx end
+  if not sfx then
+    if nsuffixes == MAX_SUFFIXES then suffixes, nsuffixes = {}, 0 end
+    nsuffixes = nsuffixes + 1
+  end
+  local t = now - fmod(now, w)
+  sfx = { '@' .. (t / w), '@' .. (t / w - 1), t } -- (a window's number prints as an integer)
+  suffixes[w] = sfx
+  return sfx
+end
+
 -- window_names sets r.cur (the name of the key that counts the window of
 -- now) and on a sliding window r.prev (the previous window's), and the
--- window's start r.t. The numbers' strings are made once per window
--- length in a run: printing a number costs more than the rest.
-local suffixes = {} -- set by take: by window length, {'@' .. number, '@' .. number - 1}
+-- window's start r.t.
 local function window_names(r)
-  local w = r.w
-  local t = now - fmod(now, w)
-  local sfx = suffixes[w]
-  if not sfx then
-    sfx = { '@' .. (t / w), '@' .. (t / w - 1) } -- (a window's number prints as an integer)
-    suffixes[w] = sfx
-  end
-  r.t, r.cur = t, r.key .. sfx[1]
+  local sfx = suffix(r.w)
+  r.t, r.cur = sfx[3], r.key .. sfx[1]
   if r.f == sliding then r.prev = r.key .. sfx[2] end
 end
 
@@ -650,8 +661,9 @@ local fwp, fn, fover, fraised = {}, {}, {}, {}
 -- limit, which INCRBY must not count (nor, past 2^63, could), reads its
 -- count with GET. The rare over request's retry falls back to
 -- retry_after.
+local prevs, sizes, pcount, results = {}, {}, {}, {} -- fast's, reused too
 function fast(keys, blob, off, ncalls)
-  local prevs, np, sizes, total = {}, 0, {}, 0
+  local np, total = 0, 0
   for c = 1, ncalls do
     local n
     n, off = unpack(P.CALL, blob, off)
@@ -662,12 +674,7 @@ function fast(keys, blob, off, ncalls)
       local i, a, w = total
       a, fr[i], w, fh[i], off = unpack(P.COMPACT_RECORD, blob, off)
       fa[i], fw[i] = a, w
-      local sfx = suffixes[w]
-      if not sfx then
-        local t = now - fmod(now, w)
-        sfx = { '@' .. (t / w), '@' .. (t / w - 1), t } -- (a window's number prints as an integer)
-        suffixes[w] = sfx
-      end
+      local sfx = suffix(w)
       local key = keys[i]
       fcur[i], ft[i], fpi[i] = key .. sfx[1], sfx[3], 0
       if a == P.SLIDING then
@@ -676,7 +683,6 @@ function fast(keys, blob, off, ncalls)
       end
     end
   end
-  local pcount = {}
   for from = 1, np, MGET_CHUNK do
     local to = min(from + MGET_CHUNK - 1, np)
     local got = call('MGET', tunpack(prevs, from, to))
@@ -686,7 +692,7 @@ function fast(keys, blob, off, ncalls)
     end
   end
 
-  local results, last = {}, 0
+  local last = 0
   for c = 1, ncalls do
     local first, refused = last + 1, false
     last = last + sizes[c]
@@ -788,12 +794,7 @@ local function take(keys, blob)
     local t = call('TIME')
     now, grace = tonumber(t[1]) * 1000000 + tonumber(t[2]), 0
   end
-  suffixes = {}
-  if op == P.FAST then
-    local reply = fast(keys, blob, off, ncalls)
-    suffixes = nil
-    return reply
-  end
+  if op == P.FAST then return fast(keys, blob, off, ncalls) end
   states, dirty, out, vals = {}, { n = 0 }, {}, {}
 
   -- Read every call's requests, then their counters, then decide.
@@ -841,7 +842,7 @@ local function take(keys, blob)
   end
   for d = 1, dirty.n do save(dirty[d]) end
   local reply = concat(out)
-  states, dirty, out, vals, suffixes = nil, nil, nil, nil, nil -- nothing kept from run to run but reqs' tables
+  states, dirty, out, vals = nil, nil, nil, nil -- nothing kept from run to run but reqs' tables and suffixes
   return reply
 end
 
