@@ -225,6 +225,7 @@ func (b *batcher) run(batch []*pending) {
 		}
 		c.keys = append(c.keys, p.call.keys...)
 		c.arg = append(c.arg, p.call.arg...)
+		c.general = c.general || p.call.general
 		p.call.free()
 		if p.deadline.After(deadline) {
 			deadline = p.deadline
@@ -235,6 +236,7 @@ func (b *batcher) run(batch []*pending) {
 		return
 	}
 	c.setCalls(len(live))
+	c.seal()
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	err := s.guard("redis", func() error {
 		reply, err := s.run(ctx, c)

@@ -49,6 +49,7 @@ type ClientOptions struct {
 //	rediss://[user:pass@]host:port[/db]                      one Redis, over TLS
 //	redis-cluster://h1:p1?addr=h2:p2&addr=h3:p3              Redis Cluster (rediss-cluster:// for TLS)
 //	redis-sentinel://s1:26379?addr=s2:26379&master_name=NAME a Sentinel group (rediss-sentinel:// for TLS)
+//	unix://[user:pass@]/path/to/redis.sock[?db=N]            one Redis, on its unix socket
 //
 // Query parameters set go-redis options, as goredis.ParseURL,
 // ParseClusterURL and ParseFailoverURL define them.
@@ -69,8 +70,8 @@ func NewClient(rawURL string, o ClientOptions) (goredis.UniversalClient, error) 
 		return nil, fmt.Errorf("redis URL %q: want scheme://host:port", Redact(rawURL))
 	}
 	base, kind, _ := strings.Cut(scheme, "-")
-	if base != "redis" && base != "rediss" || kind != "" && kind != "cluster" && kind != "sentinel" {
-		return nil, fmt.Errorf("redis URL %q: unknown scheme %q (want redis, rediss, redis-cluster or redis-sentinel)", Redact(rawURL), scheme)
+	if base != "redis" && base != "rediss" && base != "unix" || kind != "" && (base == "unix" || kind != "cluster" && kind != "sentinel") {
+		return nil, fmt.Errorf("redis URL %q: unknown scheme %q (want redis, rediss, redis-cluster, redis-sentinel or unix)", Redact(rawURL), scheme)
 	}
 	plain := base + "://" + rest
 	tlsConf, err := o.tls()
@@ -81,7 +82,7 @@ func NewClient(rawURL string, o ClientOptions) (goredis.UniversalClient, error) 
 		return nil, fmt.Errorf("redis URL %q: TLS files are set but the URL is not rediss://", Redact(rawURL))
 	}
 	switch kind {
-	case "":
+	case "": // one Redis: redis, rediss or unix, which goredis.ParseURL reads alike
 		opt, err := goredis.ParseURL(plain)
 		if err != nil {
 			return nil, fmt.Errorf("redis URL %q: %w", Redact(rawURL), urlError(rawURL, err))

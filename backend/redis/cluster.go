@@ -108,6 +108,7 @@ func (s *Store) runParts(ctx context.Context, op byte, reqs []backend.Request, r
 		defer c.free()
 		c.header(op, now, 1)
 		c.appendCall(s.prefix, reqs, idx, tags[idx[0]], stamps, extra)
+		c.seal()
 		calls[p] = c
 		if !guarded {
 			continue

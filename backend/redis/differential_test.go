@@ -72,6 +72,21 @@ func TestDifferentialStandalone(t *testing.T) {
 			t.Errorf("%d calls took %d script runs: no batch held two calls, or the count missed the store's", diffCalls, runs-rounds)
 		}
 	})
+	t.Run("windows, 4 callers", func(t *testing.T) {
+		// The common shape, which take.lua decides on its lean path.
+		s := differential(t, diffRun{url: url, opts: diffOptions, persist: persist, traffic: traffic{seed: 9, windows: true}, lanes: 4})
+		if fast := redis.FastRuns(s); fast < diffCalls/20 {
+			t.Errorf("%d of the script runs took the lean path: too few to compare it", fast)
+		}
+	})
+	t.Run("windows, no batch", func(t *testing.T) {
+		o := diffOptions
+		o.NoBatch = true
+		s := differential(t, diffRun{url: url, opts: o, persist: persist, traffic: traffic{seed: 10, windows: true}})
+		if fast := redis.FastRuns(s); fast < diffCalls/2 {
+			t.Errorf("%d of %d calls took the lean path", fast, diffCalls)
+		}
+	})
 	t.Run("no batch", func(t *testing.T) {
 		o := diffOptions
 		o.NoBatch = true
@@ -233,7 +248,8 @@ type diffRun struct {
 // differential replays the run's calls against a memory store and a
 // Redis store, on one manual clock, and fails at the first Result on
 // which they differ.
-func differential(t *testing.T, run diffRun) {
+// differential replays run's traffic and returns its redis.Store.
+func differential(t *testing.T, run diffRun) *redis.Store {
 	tr, lanes := run.traffic, max(run.lanes, 1)
 	clock := backendtest.NewClock(backendtest.T0)
 	mem := memory.New(memory.Options{Now: clock.Now})
@@ -286,6 +302,7 @@ func differential(t *testing.T, run diffRun) {
 	if tr.cache && rs.LocalCacheHits() < uint64(calls/100) {
 		t.Errorf("the local cache answered only %d of %d calls: the traffic repeats too few refused calls", rs.LocalCacheHits(), calls)
 	}
+	return rs
 }
 
 // A lane is one caller of a differential test: its traffic, on
@@ -368,6 +385,11 @@ type traffic struct {
 	// cluster leaves out what Cluster decides differently by design (see
 	// TestDifferentialCluster).
 	cluster bool
+	// windows makes nine calls in ten of the common shape, which take.lua
+	// decides on its lean path: window limits only, enforced, without
+	// consume_when_over, on counters of their own within the call. The
+	// tenth is of the general mix, so that batches mix both kinds.
+	windows bool
 	// cache compares only each call's verdict: the store's local cache
 	// answers a repeated refusal with the results Redis gave then, whose
 	// ResetAfter and RetryAfter it ages but whose Remaining and OverLimit
@@ -437,6 +459,9 @@ func (tr traffic) step(r *rand.Rand) time.Duration {
 // with keys repeated when groups share a descriptor or a group names a
 // limit twice.
 func (tr traffic) call(r *rand.Rand, descs []descriptor) []backend.Request {
+	if tr.windows && r.IntN(10) != 0 {
+		return tr.windowCall(r, descs)
+	}
 	var reqs []backend.Request
 	for g := range 1 + r.IntN(4) {
 		d := &descs[r.IntN(len(descs))]
@@ -482,6 +507,47 @@ func (tr traffic) call(r *rand.Rand, descs []descriptor) []backend.Request {
 				Key: string(backend.AppendKeySuffix(d.key, l)), Tag: d.tag,
 				Limit: l, Hits: hits, Group: g, Mode: mode, ConsumeWhenOver: cwo,
 			})
+		}
+	}
+	return reqs
+}
+
+// windowCall returns a call of the common shape (see traffic.windows): up
+// to four groups, each one or two of a descriptor's window limits, on
+// counters of their own, with the hits of traffic.call's requests but
+// for the astronomical ones.
+func (tr traffic) windowCall(r *rand.Rand, descs []descriptor) []backend.Request {
+	var reqs []backend.Request
+	seen := map[string]bool{}
+	for g := range 1 + r.IntN(4) {
+		d := &descs[r.IntN(len(descs))]
+		for range 1 + r.IntN(2) {
+			var windows []backend.Limit
+			for _, l := range d.limits {
+				if l.Algorithm == backend.SlidingWindow || l.Algorithm == backend.FixedWindow {
+					windows = append(windows, l)
+				}
+			}
+			l := windows[r.IntN(len(windows))]
+			if r.IntN(25) == 0 {
+				l.Requests += 1 + r.Uint64N(3) // a limit whose count changed, as in traffic.call
+			}
+			key := string(backend.AppendKeySuffix(d.key, l))
+			if seen[key] {
+				continue
+			}
+			seen[key] = true
+			var hits uint64
+			switch p := r.IntN(100); {
+			case p < 15: // check only
+			case p < 75:
+				hits = 1
+			case p < 92:
+				hits = 2 + r.Uint64N(2)
+			default:
+				hits = r.Uint64N(l.Requests + 3)
+			}
+			reqs = append(reqs, backend.Request{Key: key, Tag: d.tag, Limit: l, Hits: hits, Group: g})
 		}
 	}
 	return reqs

@@ -11,3 +11,7 @@ func RefundMarker(n int) []byte {
 // EvalOnly has s run its script with EVALSHA, as it does on Redis before
 // 7.0, which has no functions.
 func EvalOnly(s *Store) { s.evalOnly.Store(true) }
+
+// FastRuns reports how many script runs s sent to take.lua's lean path
+// (opFast) on standalone Redis or Sentinel.
+func FastRuns(s *Store) uint64 { return s.fastRuns.Load() }

@@ -115,6 +115,39 @@ func TestNewClient(t *testing.T) {
 	}
 }
 
+// TestUnixSocket: a unix:// URL reaches Redis on its unix socket, with a
+// database, and a store on it decides and counts there.
+func TestUnixSocket(t *testing.T) {
+	redistest.Require(t)
+	sock := t.TempDir() + "/redis.sock"
+	srv := redistest.Start(t, "--unixsocket", sock, "--unixsocketperm", "700")
+	s := newStore(t, newClient(t, "unix://"+sock+"?db=3"), redis.Options{Timeout: 2 * time.Second})
+	l := backend.Limit{Algorithm: backend.FixedWindow, Requests: 1, Window: time.Hour}
+	reqs := []backend.Request{{Key: "unix", Limit: l, Hits: 1}}
+	res := make([]backend.Result, 1)
+	for i, over := range []bool{false, true} {
+		if err := s.Take(t.Context(), reqs, res); err != nil {
+			t.Fatalf("call %d over the unix socket: %v", i, err)
+		}
+		if res[0].OverLimit != over {
+			t.Errorf("call %d: OverLimit %v, want %v", i, res[0].OverLimit, over)
+		}
+	}
+	tcp := goredis.NewClient(&goredis.Options{Addr: srv.Addr, DB: 3})
+	defer tcp.Close()
+	if keys, err := tcp.Keys(t.Context(), "*").Result(); err != nil || len(keys) == 0 {
+		t.Errorf("database 3 over TCP holds %v (%v); want the counter written over the socket", keys, err)
+	}
+	for _, bad := range []string{"unix-cluster:///tmp/s", "unix-sentinel:///tmp/s"} {
+		if _, err := redis.NewClient(bad, redis.ClientOptions{}); err == nil || !strings.Contains(err.Error(), "unknown scheme") {
+			t.Errorf("NewClient(%q) error = %v, want unknown scheme", bad, err)
+		}
+	}
+	if _, err := redis.NewClient("unix:///tmp/s", redis.ClientOptions{CAFile: "ca.pem"}); err == nil {
+		t.Error("NewClient(unix://) with TLS files: no error")
+	}
+}
+
 func TestRedact(t *testing.T) {
 	for _, tt := range []struct{ url, want string }{
 		{"redis://h:6379/0", "redis://h:6379/0"},
@@ -128,6 +161,7 @@ func TestRedact(t *testing.T) {
 		{"redis-sentinel://s1:26379?addr=s2:26379&master_name=m&sentinel_password=secret&password=secret",
 			"redis-sentinel://s1:26379?addr=s2:26379&master_name=m&sentinel_password=xxxxx&password=xxxxx"},
 		{"h:6379", "h:6379"},
+		{"unix://:secret@/run/redis.sock?db=1", "unix://:xxxxx@/run/redis.sock?db=1"},
 		{"redis:/:secret@h:6379", "redis:xxxxx@h:6379"},
 		{"redis//user:secret@h:6379", "redis//user:xxxxx@h:6379"},
 	} {

@@ -21,8 +21,9 @@ import (
 // The script protocol. Every script run decides one or more calls on
 // their counters (take.lua): KEYS holds one counter key per request, and
 // ARGV[1] one binary argument, little-endian: a header, then per call its
-// number of requests and a record per request. The reply is one string: a
-// result per request. take.lua's table P names the same constants, and
+// number of requests and a record per request, compact when the call
+// allows (see compactBit). The reply is one string: a result per
+// request. take.lua's table P names the same constants, and
 // TestScriptProtocol checks that they agree.
 //
 // On Redis 7.0 and later, take.lua is loaded once per node as a function
@@ -63,7 +64,19 @@ const (
 	// opRefund gives back what opPart took on the requests flagged
 	// flagGiveBack, and reports the slot's results afresh.
 	opRefund = 2
+	// opFast decides as opTake does a run whose calls are all compact
+	// (see compactBit), in take.lua's lean path.
+	opFast = 3
 )
+
+// compactBit, set in a call's number of requests, says that the call's
+// records are compact: every request is on a fixed or sliding window
+// with a limit above zero, enforced, without consume_when_over, and on a
+// counter of its own within the call. Such a call is refused exactly
+// when one of its requests is over, whatever their groups, so a compact
+// record carries only what decides it: flags (the algorithm), requests,
+// window µs and hits.
+const compactBit = 1 << 31
 
 // A record's flags: the algorithm, plus modeShift times the mode, plus
 // the bits below.
@@ -80,6 +93,7 @@ const (
 	headerSize  = 1 + 8 + 4             // '<BdI4': op, now (µs; 0 reads Redis TIME), number of calls
 	callSize    = 4                     // '<I4': the call's number of requests
 	recordSize  = 1 + 3*4 + 4*8         // '<BI4I4I4dddd': flags, requests, burst, group, window µs, hits, stamp, GCRA interval µs
+	compactSize = 1 + 4 + 2*8           // '<BI4dd': flags, requests, window µs, hits (a compact call's record)
 	resultSize  = 1 + 3*8               // '<Bddd': over, remaining, reset µs, retry µs
 	stampedSize = resultSize + 8        // '<Bdddd': a result and its stamp (opPart)
 	stateSize   = 3 * 8                 // '<ddd': a counter's T, N and P (tokens in N for a token bucket)
@@ -99,13 +113,16 @@ const layout = "v2:"
 type call struct {
 	keys []string
 	arg  []byte
+	// general is whether a call appended is not compact, so that the
+	// run cannot take the lean path (opFast).
+	general bool
 }
 
 var callPool = sync.Pool{New: func() any { return new(call) }}
 
 func getCall() *call {
 	c := callPool.Get().(*call)
-	c.keys, c.arg = c.keys[:0], c.arg[:0]
+	c.keys, c.arg, c.general = c.keys[:0], c.arg[:0], false
 	return c
 }
 
@@ -127,14 +144,61 @@ func (c *call) setCalls(calls int) {
 	binary.LittleEndian.PutUint32(c.arg[1+8:], uint32(calls))
 }
 
+// seal makes an opTake run whose calls are all compact an opFast one,
+// once every call is appended.
+func (c *call) seal() {
+	if c.arg[0] == opTake && !c.general {
+		c.arg[0] = opFast
+	}
+}
+
+// compact reports whether the requests idx of reqs (all of them if idx is
+// nil) make a compact call (see compactBit).
+func compact(reqs []backend.Request, idx []int) bool {
+	n := len(reqs)
+	if idx != nil {
+		n = len(idx)
+	}
+	if n > heavyRequests { // a bound on the quadratic check of distinct keys
+		return false
+	}
+	for k := range n {
+		i := k
+		if idx != nil {
+			i = idx[k]
+		}
+		r := &reqs[i]
+		if (r.Limit.Algorithm != backend.SlidingWindow && r.Limit.Algorithm != backend.FixedWindow) ||
+			r.Limit.Requests == 0 || r.Mode != backend.Enforce || r.ConsumeWhenOver {
+			return false
+		}
+		for j := range k {
+			if idx != nil {
+				j = idx[j]
+			}
+			if reqs[j].Key == r.Key {
+				return false
+			}
+		}
+	}
+	return true
+}
+
 // appendCall appends one call: the requests idx of reqs (all of them if
 // idx is nil), whose keys get hash tag tag ("" for none). stamps (for
-// opRefund) and extra flags, indexed like reqs, may be nil.
+// opRefund) and extra flags, indexed like reqs, may be nil. The call is
+// compact when it can be (see compactBit): without stamps nor extra
+// flags, which only Cluster's parts and refunds carry.
 func (c *call) appendCall(prefix string, reqs []backend.Request, idx []int, tag string, stamps []int64, extra []uint8) {
 	n := len(reqs)
 	if idx != nil {
 		n = len(idx)
 	}
+	if stamps == nil && extra == nil && compact(reqs, idx) {
+		c.appendCompact(prefix, reqs, idx, tag, n)
+		return
+	}
+	c.general = true
 	c.arg = binary.LittleEndian.AppendUint32(c.arg, uint32(n))
 	for k := range n {
 		i := k
@@ -168,11 +232,32 @@ func (c *call) appendCall(prefix string, reqs []backend.Request, idx []int, tag 
 	}
 }
 
+// appendCompact appends the n requests idx of reqs (all of them if idx is
+// nil) as a compact call.
+func (c *call) appendCompact(prefix string, reqs []backend.Request, idx []int, tag string, n int) {
+	c.arg = binary.LittleEndian.AppendUint32(c.arg, uint32(n)|compactBit)
+	for k := range n {
+		i := k
+		if idx != nil {
+			i = idx[k]
+		}
+		r := &reqs[i]
+		c.keys = append(c.keys, key(prefix, tag, r.Key))
+		c.arg = append(c.arg, uint8(r.Limit.Algorithm))
+		c.arg = binary.LittleEndian.AppendUint32(c.arg, uint32(r.Limit.Requests))
+		c.arg = binary.LittleEndian.AppendUint64(c.arg, math.Float64bits(float64(r.Limit.Window/time.Microsecond)))
+		c.arg = binary.LittleEndian.AppendUint64(c.arg, math.Float64bits(float64(r.Hits)))
+	}
+}
+
 // run runs take.lua with c's keys and argument on client (standalone or
 // Sentinel), and returns its reply: with FCALL, loading the library first
 // if the node lacks it, or with EVALSHA once a node has refused FCALL or
 // FUNCTION LOAD (see denied).
 func (s *Store) run(ctx context.Context, c *call) (string, error) {
+	if c.arg[0] == opFast {
+		s.fastRuns.Add(1)
+	}
 	if !s.evalOnly.Load() {
 		reply, err := s.client.FCall(ctx, takeFunction, c.keys, c.arg).Text()
 		switch {

@@ -99,6 +99,7 @@ type Store struct {
 	evalOnly atomic.Bool
 
 	refunds        atomic.Uint64
+	fastRuns       atomic.Uint64 // script runs on take.lua's lean path (opFast), for tests
 	refundFailures atomic.Uint64
 	batch          *batcher // nil on Cluster or with NoBatch
 	// heavySlots holds a token per heavy call in flight beside the
@@ -350,6 +351,7 @@ func (s *Store) takeOne(ctx context.Context, reqs []backend.Request, res []backe
 	defer c.free()
 	c.header(opTake, s.nowMicros(), 1)
 	c.appendCall(s.prefix, reqs, nil, "", nil, nil)
+	c.seal()
 	//nolint:contextcheck // a probe that guard may start runs on the store's context, never a call's
 	return s.guard("redis", func() error {
 		reply, err := s.run(ctx, c)

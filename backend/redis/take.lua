@@ -9,8 +9,11 @@
 --
 -- The protocol. KEYS holds one counter key per request, the calls one
 -- after the other (a key may repeat: one counter). ARGV[1] is binary:
--- HEADER, then per call CALL and a RECORD per request. The reply is a
--- string: a RESULT per request (STAMPED on PART). The table P names the
+-- HEADER, then per call CALL and a RECORD per request, or a
+-- COMPACT_RECORD per request when CALL's number has the COMPACT bit. A
+-- FAST run, whose calls are all compact, takes the lean path (fast);
+-- other runs read compact records into the general path's tables. The
+-- reply is a string: a RESULT per request (STAMPED on PART). The table P names the
 -- protocol's constants; script.go names the same, and
 -- TestScriptProtocol checks that the two agree.
 --
@@ -37,6 +40,8 @@ local P = {
   TAKE = 0, -- decide each call whole
   PART = 1, -- decide a Cluster slot's share as if the call were admitted, with stamps
   REFUND = 2, -- give back what PART took on GIVE requests; report the results afresh
+  FAST = 3, -- TAKE, on calls that are all COMPACT: the lean path (see fast)
+  COMPACT = 2147483648, -- set in CALL's number: the call's records are COMPACT_RECORDs
   -- a record's flags: algorithm + MODE_SHIFT * mode, plus these bits
   MODE_SHIFT = 8, CWO = 32, GIVE = 64, WAS_OVER = 128,
   SLIDING = 0, FIXED = 1, LOG = 2, BUCKET = 3, GCRA = 4,
@@ -45,6 +50,9 @@ local P = {
   HEADER = '<BdI4', -- op, now (µs; 0: read Redis TIME), number of calls
   CALL = '<I4', -- the call's number of requests
   RECORD = '<BI4I4I4dddd', -- flags, requests, burst, group, window µs, hits, stamp, GCRA interval µs
+  -- a window request, enforced, not consume_when_over, on a counter of
+  -- its own in its call: refused exactly when one of the call's is over
+  COMPACT_RECORD = '<BI4dd', -- flags (the algorithm), requests, window µs, hits
   RESULT = '<Bddd', -- over, remaining, reset µs, retry µs
   STAMPED = '<Bdddd', -- RESULT, then the stamp a refund needs
   STATE = '<ddd', -- a bucket's or GCRA's T, N, P (the tokens in N for a token bucket)
@@ -55,10 +63,11 @@ local P = {
 local MAX_T = 2^62 -- saturation of times, as Go saturates int64 math
 -- MGET_CHUNK bounds the keys of one MGET (see prefetch).
 local MGET_CHUNK = 4096
--- MAX_COUNT saturates a window's count: the largest double under 2^63,
--- 1024 under it, so that an INCRBY to it stays within a Redis integer
--- even when the count read (past 2^53) was rounded, by 512 at most.
-local MAX_COUNT = 2^63 - 1024
+-- MAX_COUNT saturates a window's count well within a Redis integer
+-- (under 2^63), so that an INCRBY to it stays within one even when the
+-- count read (past 2^53) was rounded, and so does the lean path's INCRBY
+-- of up to a limit's 2^32 hits on a saturated count.
+local MAX_COUNT = 2^62
 
 -- Library functions, bound by take on its first run: a function library
 -- may use nothing but the redis API while it loads.
@@ -66,6 +75,7 @@ local floor, ceil, min, max, fmod, unpack, pack, concat, tunpack, format, call, 
 
 -- The run's op and clock, and its keys' grace, set by take.
 local op, now, grace = P.TAKE, 0, 0
+local fast -- the lean path, defined below
 
 -- Each algorithm is a table of functions of (st, r, ...), where st is a
 -- counter's state ({t, n, p}, or a log's) and r a request:
@@ -348,20 +358,31 @@ local states, dirty = {}, {} -- set by take; dirty.n states to save, in order
 -- a missing key.
 local vals = {}
 
+-- suffix returns the suffixes of the window keys of now for windows of
+-- w µs, {'@' .. number, '@' .. number - 1, start}: printing a number
+-- costs more than the rest, so they are kept from run to run (a function
+-- library keeps them; EVALSHA starts afresh) while now is in the window,
+-- for at most MAX_SUFFIXES window lengths.
+local suffixes, nsuffixes, MAX_SUFFIXES = {}, 0, 64
+local function suffix(w)
+  local sfx = suffixes[w]
+  if sfx and now >= sfx[3] and now < sfx[3] + w then return sfx end
+  if not sfx then
+    if nsuffixes == MAX_SUFFIXES then suffixes, nsuffixes = {}, 0 end
+    nsuffixes = nsuffixes + 1
+  end
+  local t = now - fmod(now, w)
+  sfx = { '@' .. (t / w), '@' .. (t / w - 1), t } -- (a window's number prints as an integer)
+  suffixes[w] = sfx
+  return sfx
+end
+
 -- window_names sets r.cur (the name of the key that counts the window of
 -- now) and on a sliding window r.prev (the previous window's), and the
--- window's start r.t. The numbers' strings are made once per window
--- length in a run: printing a number costs more than the rest.
-local suffixes = {} -- set by take: by window length, {'@' .. number, '@' .. number - 1}
+-- window's start r.t.
 local function window_names(r)
-  local w = r.w
-  local t = now - fmod(now, w)
-  local sfx = suffixes[w]
-  if not sfx then
-    sfx = { '@' .. (t / w), '@' .. (t / w - 1) } -- (a window's number prints as an integer)
-    suffixes[w] = sfx
-  end
-  r.t, r.cur = t, r.key .. sfx[1]
+  local sfx = suffix(r.w)
+  r.t, r.cur = sfx[3], r.key .. sfx[1]
   if r.f == sliding then r.prev = r.key .. sfx[2] end
 end
 
@@ -618,6 +639,114 @@ local function windows(base, n)
   return true
 end
 
+-- The lean path's requests, by index in the run, as parallel arrays
+-- reused from run to run: algorithm (SLIDING or FIXED), limit, window µs,
+-- hits, the name of the window key of now, the window's start, the
+-- previous window's count's index in the run's MGET (0 on a fixed
+-- window), then as the run decides: the previous window's weighted
+-- count, the count before the request's call, whether it is over, and
+-- whether INCRBY raised its count.
+local fa, fr, fw, fh, fcur, ft, fpi = {}, {}, {}, {}, {}, {}, {}
+local fwp, fn, fover, fraised = {}, {}, {}, {}
+
+-- fast decides the ncalls calls of a FAST run, compact all (their
+-- records from blob's offset off, their counters in keys), as take's
+-- general path would, and returns the packed results. A compact call is
+-- refused exactly when one of its requests is over, and consumes every
+-- hit otherwise; so each request raises its window's count with INCRBY
+-- at once, which tells its count, and a refused call gives its hits back.
+-- A window key that INCRBY creates gets its window's TTL, as save gives
+-- it, or goes again when its call is refused. One MGET reads the previous
+-- windows of the sliding ones. A request of no hits, or of more than its
+-- limit, which INCRBY must not count (nor, past 2^63, could), reads its
+-- count with GET. The rare over request's retry falls back to
+-- retry_after.
+local prevs, sizes, pcount, results = {}, {}, {}, {} -- fast's, reused too
+function fast(keys, blob, off, ncalls)
+  local np, total = 0, 0
+  for c = 1, ncalls do
+    local n
+    n, off = unpack(P.CALL, blob, off)
+    n = n - P.COMPACT
+    sizes[c] = n
+    for _ = 1, n do
+      total = total + 1
+      local i, a, w = total
+      a, fr[i], w, fh[i], off = unpack(P.COMPACT_RECORD, blob, off)
+      fa[i], fw[i] = a, w
+      local sfx = suffix(w)
+      local key = keys[i]
+      fcur[i], ft[i], fpi[i] = key .. sfx[1], sfx[3], 0
+      if a == P.SLIDING then
+        np = np + 1
+        prevs[np], fpi[i] = key .. sfx[2], np
+      end
+    end
+  end
+  for from = 1, np, MGET_CHUNK do
+    local to = min(from + MGET_CHUNK - 1, np)
+    local got = call('MGET', tunpack(prevs, from, to))
+    for k = from, to do
+      local v = got[k - from + 1]
+      pcount[k] = v and tonumber(v) or 0
+    end
+  end
+
+  local last = 0
+  for c = 1, ncalls do
+    local first, refused = last + 1, false
+    last = last + sizes[c]
+    for i = first, last do
+      local h, r, wp = fh[i], fr[i], 0
+      if fpi[i] > 0 then
+        local w = fw[i]
+        wp = pcount[fpi[i]] * (w - (now - ft[i])) / w -- now is within the window: now - t in [0, w)
+      end
+      local n
+      if h > 0 and h <= r then
+        n = call('INCRBY', fcur[i], int(h)) - h
+        fraised[i] = true
+      else
+        local v = call('GET', fcur[i])
+        n = v and tonumber(v) or 0
+        fraised[i] = false
+      end
+      local over = n + h + wp > r
+      fwp[i], fn[i], fover[i] = wp, n, over
+      refused = refused or over
+    end
+    for i = first, last do
+      if fraised[i] then
+        local h = fh[i]
+        if refused then
+          if call('INCRBY', fcur[i], int(-h)) == 0 then call('DEL', fcur[i]) end
+        else
+          local n = fn[i]
+          if n == 0 then
+            local w = fw[i]
+            local expiry = ft[i] + w
+            if fpi[i] > 0 then expiry = expiry + w end
+            call('PEXPIRE', fcur[i], int(min(ceil((expiry - now) / 1000), 9e12) + grace))
+          end
+          fn[i] = n + h
+        end
+      end
+    end
+    for i = first, last do
+      local n, wp, r, w, t, over = fn[i], fwp[i], fr[i], fw[i], ft[i], refused and fover[i]
+      local remaining, left, retry = 0, r - (n + wp), 0
+      if left > 0 then remaining = floor(left) end
+      if over then
+        local f, p = fixed, 0
+        if fpi[i] > 0 then f, p = sliding, pcount[fpi[i]] end
+        retry = retry_after({ t = t, n = n, p = p }, { f = f, w = w, r = r, h = fh[i] }, fh[i])
+      end
+      results[i] = pack(P.RESULT, over and 1 or 0, remaining, t + w - now, retry)
+    end
+  end
+  return concat(results, '', 1, total)
+end
+
 -- prefetch reads into vals, with one MGET per MGET_CHUNK names, the
 -- counters of the first total requests but for sliding logs (lists): the
 -- windows' counts, and the buckets' and GCRA's states.
@@ -665,15 +794,18 @@ local function take(keys, blob)
     local t = call('TIME')
     now, grace = tonumber(t[1]) * 1000000 + tonumber(t[2]), 0
   end
-  states, dirty, out, vals, suffixes = {}, { n = 0 }, {}, {}, {}
+  if op == P.FAST then return fast(keys, blob, off, ncalls) end
+  states, dirty, out, vals = {}, { n = 0 }, {}, {}
 
   -- Read every call's requests, then their counters, then decide.
   local sizes, total = {}, 0
   for c = 1, ncalls do
     local n
     n, off = unpack(P.CALL, blob, off)
+    local compact = n >= P.COMPACT
+    if compact then n = n - P.COMPACT end
     sizes[c] = n
-    for _ = 1, n do
+    for k = 1, n do
       total = total + 1
       local r = reqs[total]
       if not r then
@@ -683,7 +815,14 @@ local function take(keys, blob)
         reqs[total] = r
       end
       local flags
-      flags, r.r, r.b, r.g, r.w, r.h, r.stamp, r.iv, off = unpack(P.RECORD, blob, off)
+      if compact then
+        -- Enforced, in groups of their own (a compact call is refused
+        -- when one is over, whatever the groups).
+        flags, r.r, r.w, r.h, off = unpack(P.COMPACT_RECORD, blob, off)
+        r.b, r.g, r.stamp, r.iv = r.r, k, 0, 0
+      else
+        flags, r.r, r.b, r.g, r.w, r.h, r.stamp, r.iv, off = unpack(P.RECORD, blob, off)
+      end
       r.key = keys[total]
       local a = flags % P.MODE_SHIFT -- (arithmetic, not floor: no call)
       r.f = algorithms[a]
@@ -703,7 +842,7 @@ local function take(keys, blob)
   end
   for d = 1, dirty.n do save(dirty[d]) end
   local reply = concat(out)
-  states, dirty, out, vals, suffixes = nil, nil, nil, nil, nil -- nothing kept from run to run but reqs' tables
+  states, dirty, out, vals = nil, nil, nil, nil -- nothing kept from run to run but reqs' tables and suffixes
   return reply
 end
 
