@@ -7,6 +7,7 @@ var schemes = []string{
 	"redis://", "rediss://",
 	"redis-cluster://", "rediss-cluster://",
 	"redis-sentinel://", "rediss-sentinel://",
+	"unix://",
 }
 
 // IsURL reports whether s starts with a scheme NewClient accepts, so that

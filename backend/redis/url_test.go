@@ -14,12 +14,13 @@ func TestIsURL(t *testing.T) {
 		"rediss-cluster://h1:1":                   true,
 		"redis-sentinel://s:26379?master_name=m":  true,
 		"rediss-sentinel://s:26379?master_name=m": true,
-		"memory":         false,
-		"127.0.0.1:6379": false,
-		"http://h:6379":  false,
-		"redis:/h":       false,
-		"REDIS://h:6379": false,
-		"":               false,
+		"unix:///run/redis.sock":                  true,
+		"memory":                                  false,
+		"127.0.0.1:6379":                          false,
+		"http://h:6379":                           false,
+		"redis:/h":                                false,
+		"REDIS://h:6379":                          false,
+		"":                                        false,
 	} {
 		if got := redis.IsURL(s); got != want {
 			t.Errorf("IsURL(%q) = %v, want %v", s, got, want)

@@ -26,6 +26,14 @@ func TestRedisURL(t *testing.T) {
 		{"single type in any case", map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_TYPE": "Single", "REDIS_URL": "10.0.0.1:6380"}, "redis://10.0.0.1:6380", nil},
 		{"single IPv6", map[string]string{"REDIS_SOCKET_TYPE": "tcp6", "REDIS_URL": "[::1]:6379"}, "redis://[::1]:6379", nil},
 		{"single TLS", map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "r:6379", "REDIS_TLS": "true"}, "rediss://r:6379", nil},
+		{"unix socket", map[string]string{"REDIS_SOCKET_TYPE": "unix", "REDIS_URL": "/run/redis/redis.sock"}, "unix:///run/redis/redis.sock", nil},
+		{"unix socket with a password", map[string]string{"REDIS_SOCKET_TYPE": "unix", "REDIS_URL": "/run/redis.sock", "REDIS_AUTH": "u:p@ss"},
+			"unix://u:p%40ss@/run/redis.sock", func(t *testing.T, u string) {
+				o, err := goredis.ParseURL(u)
+				if err != nil || o.Network != "unix" || o.Addr != "/run/redis.sock" || o.Username != "u" || o.Password != "p@ss" {
+					t.Errorf("ParseURL: %+v, %v", o, err)
+				}
+			}},
 		{"password", map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "r:6379", "REDIS_AUTH": "s3cret"},
 			"redis://:s3cret@r:6379", func(t *testing.T, u string) {
 				o, err := goredis.ParseURL(u)
@@ -98,7 +106,9 @@ func TestRedisRefused(t *testing.T) {
 		bad  string // the variable the error names
 		flag string // the flag that makes it moot
 	}{
-		{"unix socket", map[string]string{"REDIS_SOCKET_TYPE": "unix", "REDIS_URL": "/var/run/redis.sock"}, "REDIS_SOCKET_TYPE", "backend"},
+		{"unix socket at the reference's default, twemproxy's", map[string]string{"REDIS_SOCKET_TYPE": "unix"}, "REDIS_SOCKET_TYPE", "backend"},
+		{"unix socket, relative path", map[string]string{"REDIS_SOCKET_TYPE": "unix", "REDIS_URL": "redis.sock"}, "REDIS_URL", "backend"},
+		{"unix socket over TLS", map[string]string{"REDIS_SOCKET_TYPE": "unix", "REDIS_URL": "/run/redis.sock", "REDIS_TLS": "true"}, "REDIS_TLS", "backend"},
 		{"unknown socket", map[string]string{"REDIS_SOCKET_TYPE": "udp", "REDIS_URL": "r:6379"}, "REDIS_SOCKET_TYPE", "backend"},
 		{"not host:port", map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "redis"}, "REDIS_URL", "backend"},
 		{"other scheme", map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "unix://:hunter2@/sock"}, "REDIS_URL", "backend"},

@@ -120,8 +120,12 @@ func (t *translator) redisURL() (string, bool) {
 	q := url.Values{}
 	switch typ := t.str("REDIS_TYPE", "SINGLE"); strings.ToLower(typ) {
 	case "single":
-		if !t.tcpSocket() {
+		tcp, ok := t.tcpSocket()
+		if !ok {
 			return "", false
+		}
+		if !tcp {
+			return t.unixURL(raw, user, pass, auth, u.Scheme == "rediss")
 		}
 		host, db, ok := t.singleAddr(raw, &user, &pass, &auth, &u.Scheme)
 		if !ok {
@@ -179,24 +183,53 @@ func credentials(s string) (user, pass string, ok bool) {
 	return "", s, true
 }
 
-// tcpSocket reports whether REDIS_SOCKET_TYPE, which a single Redis is dialled with, is TCP.
-func (t *translator) tcpSocket() bool {
+// tcpSocket reports whether REDIS_SOCKET_TYPE, which a single Redis is dialled with, is TCP (else a unix socket),
+// and whether it is one of the two. The reference's default, a unix socket at its default REDIS_URL, is twemproxy's
+// socket, which ratelimitd cannot use: it decides a request in one script over all its keys, which a sharding proxy
+// in front of Redis cannot run.
+func (t *translator) tcpSocket() (tcp, ok bool) {
 	switch s := t.str("REDIS_SOCKET_TYPE", "unix"); s {
 	case "tcp", "tcp4", "tcp6":
 		t.honour("REDIS_SOCKET_TYPE")
-		return true
+		return true, true
 	case "unix":
-		reason := "unix sockets are not supported: ratelimitd connects to Redis over TCP, and decides a request " +
-			"in one script over all its keys, which a sharding proxy in front of Redis (the socket's usual " +
-			"twemproxy) cannot run; set REDIS_SOCKET_TYPE=tcp and REDIS_URL=host:port of a Redis, Sentinel or Cluster"
-		if !t.isSet("REDIS_SOCKET_TYPE") {
-			reason = "unset, so unix (the reference's default): " + reason
+		if !t.isSet("REDIS_URL") {
+			reason := "a unix socket at REDIS_URL's default (" + defaultRedisURL + "), twemproxy's: ratelimitd " +
+				"decides a request in one script over all its keys, which a sharding proxy in front of Redis cannot " +
+				"run; set REDIS_URL to the socket of a Redis, or REDIS_SOCKET_TYPE=tcp and REDIS_URL=host:port of a " +
+				"Redis, Sentinel or Cluster"
+			if !t.isSet("REDIS_SOCKET_TYPE") {
+				reason = "unset, so unix (the reference's default), " + reason
+			}
+			t.fail("REDIS_SOCKET_TYPE", "backend", "%s", reason)
+			return false, false
 		}
-		t.fail("REDIS_SOCKET_TYPE", "backend", "%s", reason)
+		t.honour("REDIS_SOCKET_TYPE")
+		return false, true
 	default:
 		t.fail("REDIS_SOCKET_TYPE", "backend", "%q is not tcp or unix", clip(s))
 	}
-	return false
+	return false, false
+}
+
+// unixURL returns the unix:// --backend URL of a single Redis on the unix socket at path, with REDIS_AUTH's
+// credentials.
+func (t *translator) unixURL(path, user, pass string, auth, tls bool) (string, bool) {
+	if tls {
+		t.fail("REDIS_TLS", "backend", "TLS over a unix socket is not supported")
+		return "", false
+	}
+	if !strings.HasPrefix(path, "/") {
+		t.fail("REDIS_URL", "backend", "not the absolute path of a unix socket (REDIS_SOCKET_TYPE=unix)")
+		return "", false
+	}
+	u := url.URL{Scheme: "unix", Path: path}
+	if auth {
+		u.User = url.UserPassword(user, pass)
+	}
+	t.ignore("REDIS_TYPE is not sentinel", "REDIS_SENTINEL_AUTH")
+	t.honour("REDIS_TYPE", "REDIS_URL", "REDIS_AUTH")
+	return u.String(), true
 }
 
 // otherSocket notes REDIS_SOCKET_TYPE for a Cluster or Sentinel, which the reference dials over TCP whatever it
