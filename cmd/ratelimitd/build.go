@@ -52,10 +52,15 @@ func build(ctx context.Context, f *flags, stderr io.Writer) (_ *built, err error
 	logCompat(b.log, f)
 	opts := []config.Option{config.WithLimits(f.configLimits), config.WithDefaultAlgorithm(f.defaultAlgorithm)}
 	var initial *config.Rules // nil with xDS: not ready until they arrive
-	if f.config != "" {
+	switch {
+	case f.config != "":
 		if initial, err = config.Load(f.config, opts...); err != nil {
 			b.log.Error("invalid rules; not starting", "config", f.config, "err", err)
 			return nil, exitError{1}
+		}
+	case !f.xds.waitForRules:
+		if initial, err = config.Compile(nil, opts...); err != nil {
+			return nil, fmt.Errorf("no rules: %w", err)
 		}
 	}
 	reg := newRegistry()

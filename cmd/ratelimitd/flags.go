@@ -89,6 +89,9 @@ type xdsFlags struct {
 	tlsCA, tlsCert, tlsKey string
 	tlsServerName          string
 	retryInterval          time.Duration
+	// waitForRules keeps the daemon not ready until the first rules
+	// arrive; without it, it is ready at once with no rules.
+	waitForRules bool
 }
 
 // tlsFlags are the listeners' TLS settings.
@@ -175,7 +178,8 @@ func defineFlags(fs *flag.FlagSet, f *flags) {
 	fs.StringVar(&f.grpcAddr, "grpc-addr", defaultGRPCAddr, "gRPC listen `address` (Envoy RLS v3, ratelimit.v1, health, reflection)")
 	fs.StringVar(&f.httpAddr, "http-addr", defaultHTTPAddr, "HTTP listen `address` (/healthz, /readyz, /metrics, /config, POST /json)")
 	fs.StringVar(&f.backend, "backend", "memory", "counter store: memory, or a Redis `URL`: redis://[user:pass@]host:port[/db], rediss://... (TLS),\n"+
-		"redis-cluster://h1:p1?addr=h2:p2&addr=h3:p3, redis-sentinel://s1:26379?addr=s2:26379&master_name=NAME")
+		"redis-cluster://h1:p1?addr=h2:p2&addr=h3:p3, redis-sentinel://s1:26379?addr=s2:26379&master_name=NAME,\n"+
+		"unix:///path/to/redis.sock[?db=N]")
 	fs.TextVar(&f.failureMode, "failure-mode", server.FailAllow, "answer when the counter store fails: allow (OK, no limit), deny (OVER_LIMIT) or error (Unavailable)")
 	fs.BoolVar(&f.localCache, "local-cache", true, "remember refusals of the Redis store until their retry_after, and refuse the same calls without Redis")
 	fs.IntVar(&f.localCacheSize, "local-cache-size", redis.DefaultLocalCache, "most counters the local cache remembers")
@@ -247,7 +251,7 @@ func (f *flags) check() error {
 	case f.memoryMaxKeys <= 0:
 		return fmt.Errorf("--memory-max-keys %d: want at least 1", f.memoryMaxKeys)
 	case f.backend != "memory" && !redis.IsURL(f.backend):
-		return fmt.Errorf("--backend %q: want memory or a redis://, rediss://, redis-cluster:// or redis-sentinel:// URL", redactBackend(f.backend))
+		return fmt.Errorf("--backend %q: want memory or a redis://, rediss://, redis-cluster://, redis-sentinel:// or unix:// URL", redactBackend(f.backend))
 	case f.localCacheSize <= 0:
 		return fmt.Errorf("--local-cache-size %d: want at least 1", f.localCacheSize)
 	case f.redis.timeout <= 0 || f.redis.dialTimeout <= 0 || f.redis.readTimeout <= 0 || f.redis.writeTimeout <= 0:

@@ -32,6 +32,7 @@ func xdsFlagsOn(fs *flag.FlagSet, x *xdsFlags) {
 	fs.StringVar(&x.tlsCert, "xds-tls-cert", "", "PEM `file` of a client certificate for --xds-server (mutual TLS)")
 	fs.StringVar(&x.tlsKey, "xds-tls-key", "", "PEM `file` of the client certificate's key")
 	fs.StringVar(&x.tlsServerName, "xds-tls-server-name", "", "`name` --xds-server's certificate must carry (default: the host of --xds-server)")
+	fs.BoolVar(&x.waitForRules, "xds-wait-for-rules", true, "report not ready until the first rules arrive from --xds-server; false: ready at once, answering OK (no rule) until they arrive")
 	fs.DurationVar(&x.retryInterval, "xds-retry-interval", xds.DefaultMinBackoff, "first wait before connecting to --xds-server again; doubles on each failure, up to "+xds.DefaultMaxBackoff.String()+" or itself if longer")
 }
 

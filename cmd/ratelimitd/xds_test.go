@@ -189,3 +189,20 @@ func TestDaemonRulesOverXDS(t *testing.T) {
 		t.Errorf("the refused version and its error are not logged:\n%s", logs)
 	}
 }
+
+// TestDaemonXDSReadyWithoutRules: with --xds-wait-for-rules=false the
+// daemon is ready before the management server sends anything, answering
+// OK with no limit, and takes the rules when they come.
+func TestDaemonXDSReadyWithoutRules(t *testing.T) {
+	addr, cache := startXDS(t)
+	d := startDaemon(t, "--xds-server", addr, "--xds-node-id", xdsNodeID, "--xds-retry-interval", "50ms",
+		"--xds-wait-for-rules=false")
+	if code, health := d.readiness(t); code != http.StatusOK || health != healthpb.HealthCheckResponse_SERVING {
+		t.Errorf("before any rules: /readyz %d, health %v; want 200, SERVING", code, health)
+	}
+	if st := d.decide(t); st.GetCode() != rlsv3.RateLimitResponse_OK || st.GetCurrentLimit() != nil {
+		t.Errorf("before any rules: %v, want OK without a limit", st)
+	}
+	publish(t, cache, "1", rateLimitConfig(3))
+	eventually(t, "the first rules", func() bool { return d.decide(t).GetCurrentLimit().GetRequestsPerUnit() == 3 })
+}

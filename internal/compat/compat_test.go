@@ -49,7 +49,7 @@ var flagNames = []string{
 	"near-limit-ratio", "otlp-endpoint", "otlp-insecure", "redis-dial-timeout", "redis-key-prefix",
 	"redis-pool-size", "redis-read-timeout", "redis-timeout", "redis-tls-ca", "redis-tls-cert", "redis-tls-key",
 	"redis-write-timeout", "response-header-names", "response-headers", "shadow-mode", "trace-sample-ratio",
-	"xds-headers", "xds-node-id", "xds-node-metadata", "xds-retry-interval", "xds-server", "xds-tls",
+	"xds-headers", "xds-node-id", "xds-node-metadata", "xds-retry-interval", "xds-server", "xds-tls", "xds-wait-for-rules",
 	"xds-tls-ca", "xds-tls-cert", "xds-tls-key", "xds-tls-server-name",
 }
 

@@ -148,16 +148,26 @@ func (t *translator) rules() {
 	} else {
 		t.honour("MERGE_DOMAIN_CONFIG")
 	}
-	if t.boolean("FORCE_START_WITHOUT_INITIAL_CONFIG", false) {
-		t.ignore("ratelimitd starts without rules from xDS, reporting not ready until they arrive, "+
-			"but rule files must load at startup (an empty directory loads)", "FORCE_START_WITHOUT_INITIAL_CONFIG")
-	} else {
+	// Over xDS, the reference waits for the first rules before it serves,
+	// unless FORCE_START_WITHOUT_INITIAL_CONFIG; then it is healthy at once
+	// unless HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED.
+	force, loaded := t.boolean("FORCE_START_WITHOUT_INITIAL_CONFIG", false), t.boolean("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", false)
+	overXDS := t.str("CONFIG_TYPE", "FILE") == "GRPC_XDS_SOTW"
+	switch {
+	case overXDS:
+		t.flags["xds-wait-for-rules"] = strconv.FormatBool(!force || loaded)
+		t.honour("FORCE_START_WITHOUT_INITIAL_CONFIG", "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED")
+	case force:
+		t.ignore("rule files load at startup (an empty directory loads)", "FORCE_START_WITHOUT_INITIAL_CONFIG")
+	default:
 		t.honour("FORCE_START_WITHOUT_INITIAL_CONFIG")
 	}
-	if t.boolean("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", false) {
-		t.honour("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED")
-	} else {
-		t.ignore("ratelimitd reports not ready until rules have loaded", "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED")
+	if !overXDS {
+		if loaded {
+			t.honour("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED")
+		} else {
+			t.ignore("ratelimitd reports not ready until rules have loaded", "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED")
+		}
 	}
 }
 

@@ -112,6 +112,24 @@ func TestIgnored(t *testing.T) {
 	if diff := cmp.Diff(want, names); diff != "" {
 		t.Errorf("Ignored mismatch (-want +got):\n%s", diff)
 	}
+	// Over xDS both are honoured: the reference is healthy before its first
+	// rules with FORCE_START_WITHOUT_INITIAL_CONFIG alone.
+	for _, tt := range []struct{ force, loaded, wait string }{
+		{"", "", "true"}, {"true", "", "false"}, {"true", "true", "true"}, {"false", "true", "true"},
+	} {
+		vars := with(tcpRedis, map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW"})
+		if tt.force != "" {
+			vars["FORCE_START_WITHOUT_INITIAL_CONFIG"] = tt.force
+		}
+		if tt.loaded != "" {
+			vars["HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED"] = tt.loaded
+		}
+		r := translate(t, vars)
+		if got := r.Flags["xds-wait-for-rules"]; got != tt.wait || len(r.Ignored) > 0 {
+			t.Errorf("xDS, FORCE_START_WITHOUT_INITIAL_CONFIG=%q, HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED=%q: xds-wait-for-rules %q, want %q; Ignored %v",
+				tt.force, tt.loaded, got, tt.wait, r.Ignored)
+		}
+	}
 	// USE_STATSD defaults to true in the reference, but unset it is not named.
 	r = translate(t, tcpRedis)
 	if len(r.Ignored) > 0 {
@@ -200,7 +218,8 @@ func TestDeployments(t *testing.T) {
 			"USE_PROMETHEUS": "true", "PROMETHEUS_ADDR": ":19001", "PROMETHEUS_MAPPER_YAML": "/etc/statsd-exporter/conf.yaml",
 		}, map[string]string{"config": "", "xds-server": "envoy-gateway:18001", "xds-node-id": "envoy-ratelimit",
 			"xds-tls": "true", "xds-tls-ca": "/certs/ca.crt", "grpc-tls-client-ca": "/certs/ca.crt",
-			"backend": "redis://redis.redis-system.svc.cluster.local:6379", "log-level": "info"}},
+			"backend": "redis://redis.redis-system.svc.cluster.local:6379", "log-level": "info",
+			"xds-wait-for-rules": "false"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			r := translate(t, tt.vars)
