@@ -107,6 +107,7 @@ func TestRedisRefused(t *testing.T) {
 		flag string // the flag that makes it moot
 	}{
 		{"unix socket at the reference's default, twemproxy's", map[string]string{"REDIS_SOCKET_TYPE": "unix"}, "REDIS_SOCKET_TYPE", "backend"},
+		{"twemproxy's socket spelled out", map[string]string{"REDIS_SOCKET_TYPE": "unix", "REDIS_URL": "/var/run/nutcracker/ratelimit.sock"}, "REDIS_SOCKET_TYPE", "backend"},
 		{"unix socket, relative path", map[string]string{"REDIS_SOCKET_TYPE": "unix", "REDIS_URL": "redis.sock"}, "REDIS_URL", "backend"},
 		{"unix socket over TLS", map[string]string{"REDIS_SOCKET_TYPE": "unix", "REDIS_URL": "/run/redis.sock", "REDIS_TLS": "true"}, "REDIS_TLS", "backend"},
 		{"unknown socket", map[string]string{"REDIS_SOCKET_TYPE": "udp", "REDIS_URL": "r:6379"}, "REDIS_SOCKET_TYPE", "backend"},

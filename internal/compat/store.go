@@ -193,7 +193,7 @@ func (t *translator) tcpSocket() (tcp, ok bool) {
 		t.honour("REDIS_SOCKET_TYPE")
 		return true, true
 	case "unix":
-		if !t.isSet("REDIS_URL") {
+		if t.str("REDIS_URL", defaultRedisURL) == defaultRedisURL {
 			reason := "a unix socket at REDIS_URL's default (" + defaultRedisURL + "), twemproxy's: ratelimitd " +
 				"decides a request in one script over all its keys, which a sharding proxy in front of Redis cannot " +
 				"run; set REDIS_URL to the socket of a Redis, or REDIS_SOCKET_TYPE=tcp and REDIS_URL=host:port of a " +
