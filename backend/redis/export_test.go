@@ -1,6 +1,10 @@
 package redis
 
-import "strconv"
+import (
+	"strconv"
+
+	"github.com/ratelimitd/ratelimitd/backend"
+)
 
 // RefundMarker returns the bytes that start the argument of a refund of n
 // requests on the wire (RESP): for tests that fail refunds.
@@ -15,3 +19,7 @@ func EvalOnly(s *Store) { s.evalOnly.Store(true) }
 // FastRuns reports how many script runs s sent to take.lua's lean path
 // (opFast) on standalone Redis or Sentinel.
 func FastRuns(s *Store) uint64 { return s.fastRuns.Load() }
+
+// Compact reports whether s would send reqs, one call, as a compact call,
+// which take.lua decides on its lean path.
+func (s *Store) Compact(reqs []backend.Request) bool { return compact(reqs, nil) }

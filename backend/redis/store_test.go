@@ -144,6 +144,67 @@ func TestKeys(t *testing.T) {
 	}
 }
 
+// TestLeanKeys: what take.lua's lean path (calls of window limits) leaves
+// in Redis. An admitted call's new window keys get their windows' TTL; a
+// refused call leaves its counts as they were, deleting the keys it
+// created; a run that fails on a key that holds no count gives back what
+// its call raised, leaving no key without a TTL.
+func TestLeanKeys(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	clock := backendtest.NewClock(backendtest.T0)
+	s := newStore(t, newClient(t, "redis://"+srv.Addr), redis.Options{Prefix: "lean:", Now: clock.Now, LocalCache: -1})
+	window := func(r backend.Request) string {
+		return "lean:v2:" + r.Key + "@" + strconv.FormatInt(backendtest.T0.UnixMicro()/r.Limit.Window.Microseconds(), 10)
+	}
+	fixed := descriptors(2, backend.Limit{Algorithm: backend.FixedWindow, Requests: 1, Window: time.Minute})
+	sliding := descriptors(1, backend.Limit{Algorithm: backend.SlidingWindow, Requests: 5, Window: time.Minute})
+	sliding[0].Key += "s" // a counter of its own
+	if s.Compact(append(fixed, sliding...)) != true {
+		t.Fatal("a call of window limits on distinct counters is not compact")
+	}
+
+	mustTake(t, s, fixed[0])
+	const grace = time.Second
+	if ttl := rdb.PTTL(t.Context(), window(fixed[0])).Val(); ttl <= grace || ttl > time.Minute+grace {
+		t.Errorf("admitted: PTTL %v, want in (%v, %v]", ttl, grace, time.Minute+grace)
+	}
+	// fixed[0] is full: the call of fixed[1] (fresh) and fixed[0] is
+	// refused, and fixed[1]'s key, raised then given back, is gone.
+	if res := mustTake(t, s, fixed[1], fixed[0]); !res[1].OverLimit || res[0].OverLimit || res[0].Remaining != 1 {
+		t.Errorf("refused call: %+v, want fixed[0] over, fixed[1] within its limit and uncounted", res)
+	}
+	if n := rdb.Exists(t.Context(), window(fixed[1])).Val(); n != 0 {
+		t.Error("a refused call left the key it created")
+	}
+	if v := rdb.Get(t.Context(), window(fixed[0])).Val(); v != "1" {
+		t.Errorf("a refused call changed a count: %q, want 1", v)
+	}
+	// A key that holds no count fails the run; the call's first request,
+	// raised before, is given back.
+	if err := rdb.Set(t.Context(), window(sliding[0]), "not a count", time.Hour).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := take(t, s, fixed[1], sliding[0]); err == nil {
+		t.Error("a call on a key that holds no count: no error")
+	}
+	keys, err := rdb.Keys(t.Context(), "lean:*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range keys {
+		if rdb.PTTL(t.Context(), k).Val() < 0 {
+			t.Errorf("key %s has no TTL", k)
+		}
+		if k == window(fixed[1]) {
+			t.Error("the failed call left the key it created")
+		}
+	}
+	if res := mustTake(t, s, fixed[1]); res[0].OverLimit {
+		t.Errorf("after the failed call: %+v, want fixed[1]'s hit admitted (none counted before)", res[0])
+	}
+}
+
 // TestScriptFlush: the script survives SCRIPT FLUSH and a Redis restart.
 func TestScriptFlush(t *testing.T) {
 	srv := redistest.Start(t)

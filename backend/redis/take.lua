@@ -656,7 +656,10 @@ local fwp, fn, fover, fraised = {}, {}, {}, {}
 -- hit otherwise; so each request raises its window's count with INCRBY
 -- at once, which tells its count, and a refused call gives its hits back.
 -- A window key that INCRBY creates gets its window's TTL, as save gives
--- it, or goes again when its call is refused. One MGET reads the previous
+-- it, or goes again when its call is refused. (A refused call therefore
+-- writes each count twice, up and back down, where the general path
+-- writes nothing, and Redis replicates both; the store's local cache
+-- answers repeated refusals without Redis.) One MGET reads the previous
 -- windows of the sliding ones. A request of no hits, or of more than its
 -- limit, which INCRBY must not count (nor, past 2^63, could), reads its
 -- count with GET. The rare over request's retry falls back to
@@ -702,14 +705,24 @@ function fast(keys, blob, off, ncalls)
         local w = fw[i]
         wp = pcount[fpi[i]] * (w - (now - ft[i])) / w -- now is within the window: now - t in [0, w)
       end
-      local n
-      if h > 0 and h <= r then
-        n = call('INCRBY', fcur[i], int(h)) - h
-        fraised[i] = true
+      local n, v
+      fraised[i] = h > 0 and h <= r
+      if fraised[i] then v = pcall('INCRBY', fcur[i], int(h)) else v = pcall('GET', fcur[i]) end
+      if type(v) == 'table' then
+        -- A key that does not hold a count (another client's), or one
+        -- past 2^63 (saturated by an older build): give back what the
+        -- call raised, so that no key it created is left without its
+        -- TTL, and fail the run (earlier calls stay counted, as a run cut
+        -- short does).
+        for k = first, i - 1 do
+          if fraised[k] and call('INCRBY', fcur[k], int(-fh[k])) == 0 then call('DEL', fcur[k]) end
+        end
+        error(v)
+      end
+      if fraised[i] then
+        n = v - h
       else
-        local v = call('GET', fcur[i])
         n = v and tonumber(v) or 0
-        fraised[i] = false
       end
       local over = n + h + wp > r
       fwp[i], fn[i], fover[i] = wp, n, over
