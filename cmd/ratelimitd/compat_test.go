@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -61,25 +60,6 @@ func buildBinary(t *testing.T) string {
 	return bin
 }
 
-// lockedBuffer is a bytes.Buffer that a process's output and the test may
-// use together.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // TestCompatEnvoyproxyBinary starts the built binary as a deployment of
 // envoyproxy/ratelimit would: only the reference's variables, plus
 // RATELIMITD_COMPAT=envoyproxy, rules in a RUNTIME_ROOT tree, Redis from
@@ -121,7 +101,7 @@ func TestCompatEnvoyproxyBinary(t *testing.T) {
 		"USE_STATSD=true",
 		"LOG_LEVEL=info",
 	}
-	var logs lockedBuffer
+	var logs syncBuffer
 	cmd.Stdout, cmd.Stderr = &logs, &logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
