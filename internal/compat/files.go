@@ -16,8 +16,8 @@ const (
 	mostVisited = 10000
 )
 
-// CheckRuleFiles reports, as an *Error of RUNTIME_ROOT that an explicit --config makes moot, the files under dir
-// (Result.Flags["config"]) that the reference loads as rules but ratelimitd does not: the reference reads every
+// CheckRuleFiles reports, as an *Error of RUNTIME_ROOT, the files under dir (Result.Flags["config"], when no
+// --config or --xds-server of the operator's replaces it) that the reference loads as rules but ratelimitd does not: the reference reads every
 // file of the directory and of its subdirectories, whatever its name, while ratelimitd reads only the *.yaml and
 // *.yml files directly in it. Rules in such files would silently not apply. Names that start with '.' are left out,
 // with what is under them: ratelimitd never reads them, and a Kubernetes ConfigMap volume's "..data" entries hold
