@@ -238,11 +238,16 @@ var healthServices = []string{
 }
 
 // RejectRules records that a new rule set failed to load (err says why):
-// the rules in force stay, and the metrics count the error.
+// the rules in force stay, the server logs err, and the metrics count the
+// error.
 func (s *Server) RejectRules(err error) {
 	s.log.Error("invalid rules; keeping the previous ones", "err", err)
-	s.metrics.rejected()
+	s.CountRejectedRules()
 }
+
+// CountRejectedRules is RejectRules for a loader that logs its refusals
+// itself: the metrics count the error, and nothing is logged twice.
+func (s *Server) CountRejectedRules() { s.metrics.rejected() }
 
 // Rules returns the rules in force, nil if none were set.
 func (s *Server) Rules() *config.Rules { return s.rules.Load() }
