@@ -31,7 +31,8 @@ func (s *Server) envoyproxyRoutes(mux *http.ServeMux) {
 // serveHealthcheck answers as envoyproxy/ratelimit's /healthcheck does:
 // 200 and "OK" while healthy, 500 with an empty body otherwise. Healthy
 // is ready, as /readyz reports it: rules loaded, not shutting down, and
-// the store usable unless the failure mode is allow.
+// the store usable unless the failure mode is allow or
+// Options.ReadyWithoutStore is set.
 func (s *Server) serveHealthcheck(w http.ResponseWriter, _ *http.Request) {
 	if ready, _ := s.ready(); !ready {
 		w.WriteHeader(http.StatusInternalServerError)

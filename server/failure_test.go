@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -13,12 +14,15 @@ import (
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/google/go-cmp/cmp"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/protobuf/testing/protocmp"
 
 	"github.com/ratelimitd/ratelimitd/backend"
 	"github.com/ratelimitd/ratelimitd/backend/backendtest"
 	ratelimitv1 "github.com/ratelimitd/ratelimitd/gen/ratelimit/v1"
+	"github.com/ratelimitd/ratelimitd/internal/grpctest"
 	"github.com/ratelimitd/ratelimitd/server"
 )
 
@@ -108,6 +112,68 @@ func TestFailureMode(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestReadyWithoutStore: with Options.ReadyWithoutStore the server stays
+// ready while its store is down, even under a failure mode that would
+// take it out (error), as envoyproxy/ratelimit stays healthy through a
+// Redis outage; without it, /readyz and /healthcheck report the outage.
+// gRPC health does not follow the store either way.
+func TestReadyWithoutStore(t *testing.T) {
+	for _, tt := range []struct {
+		readyWithoutStore bool
+		wantReadyz        int
+		wantHealthcheck   int
+	}{
+		{true, http.StatusOK, http.StatusOK},
+		{false, http.StatusServiceUnavailable, http.StatusInternalServerError},
+	} {
+		t.Run(fmt.Sprint(tt.readyWithoutStore), func(t *testing.T) {
+			srv := server.New(downStore{}, loadRules(t, "gateway.yaml"), server.Options{
+				FailureMode:         server.FailError,
+				ReadyWithoutStore:   tt.readyWithoutStore,
+				EnvoyproxyEndpoints: true,
+			})
+			ts := httptest.NewServer(srv.Handler())
+			defer ts.Close()
+			code, body := get(t, ts, "/readyz")
+			if code != tt.wantReadyz || !strings.Contains(body, "backend: open") {
+				t.Errorf("GET /readyz = %d %q, want %d naming the backend state \"open\"", code, body, tt.wantReadyz)
+			}
+			if code, _ := get(t, ts, "/healthcheck"); code != tt.wantHealthcheck {
+				t.Errorf("GET /healthcheck = %d, want %d", code, tt.wantHealthcheck)
+			}
+
+			g := grpc.NewServer(srv.GRPCOptions()...)
+			srv.Register(g)
+			conn, _ := grpctest.Serve(t, g)
+			resp, err := healthpb.NewHealthClient(conn).Check(t.Context(), &healthpb.HealthCheckRequest{Service: "ratelimit"})
+			if err != nil {
+				t.Fatalf("health Check: %v", err)
+			}
+			if resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+				t.Errorf("health Check = %v, want SERVING", resp.GetStatus())
+			}
+			// The failure mode still answers the requests themselves.
+			_, err = srv.Envoy().ShouldRateLimit(t.Context(), request("gateway", desc("remote_address", "10.0.0.1")))
+			wantCode(t, "ShouldRateLimit on a down store", err, codes.Unavailable)
+		})
+	}
+}
+
+// get answers GET path on ts: its status and body.
+func get(t *testing.T, ts *httptest.Server, path string) (int, string) {
+	t.Helper()
+	r, err := ts.Client().Get(ts.URL + path)
+	if err != nil {
+		t.Fatalf("GET %s: %v", path, err)
+	}
+	defer r.Body.Close()
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		t.Fatalf("GET %s: reading the body: %v", path, err)
+	}
+	return r.StatusCode, string(body)
 }
 
 // TestFailureModeShadow: deny refuses nothing that shadow mode lets pass.

@@ -56,6 +56,12 @@ type Options struct {
 	// FailureMode is what the server answers when the store cannot
 	// decide; the zero value is FailAllow.
 	FailureMode FailureMode
+	// ReadyWithoutStore keeps the server ready while its store is down,
+	// whatever FailureMode says, as envoyproxy/ratelimit stays healthy
+	// through a Redis outage: a replica can then start, and stay in its
+	// load balancer, while the store is away. /readyz's body still names
+	// the store's state.
+	ReadyWithoutStore bool
 	// Registry, when set, receives the server's metrics (see metrics.go
 	// and docs/operations.md), and Handler serves everything registered
 	// on it at /metrics. Nil: no /metrics.
@@ -91,10 +97,12 @@ const (
 	FailAllow FailureMode = iota
 	// FailDeny answers OVER_LIMIT on every descriptor a limit applies to,
 	// so that Envoy refuses even with its default failure_mode_deny:
-	// false. /readyz reports not ready while the store is down.
+	// false. /readyz reports not ready while the store is down, unless
+	// Options.ReadyWithoutStore.
 	FailDeny
 	// FailError answers Unavailable and lets the client's own failure
-	// policy decide. /readyz reports not ready while the store is down.
+	// policy decide. /readyz reports not ready while the store is down,
+	// unless Options.ReadyWithoutStore.
 	FailError
 )
 
@@ -230,11 +238,16 @@ var healthServices = []string{
 }
 
 // RejectRules records that a new rule set failed to load (err says why):
-// the rules in force stay, and the metrics count the error.
+// the rules in force stay, the server logs err, and the metrics count the
+// error.
 func (s *Server) RejectRules(err error) {
 	s.log.Error("invalid rules; keeping the previous ones", "err", err)
-	s.metrics.rejected()
+	s.CountRejectedRules()
 }
+
+// CountRejectedRules is RejectRules for a loader that logs its refusals
+// itself: the metrics count the error, and nothing is logged twice.
+func (s *Server) CountRejectedRules() { s.metrics.rejected() }
 
 // Rules returns the rules in force, nil if none were set.
 func (s *Server) Rules() *config.Rules { return s.rules.Load() }
@@ -323,13 +336,15 @@ func (s *Server) EndHealthWatches() {
 func (s *Server) FailureAnswers() uint64 { return s.failures.Load() }
 
 // ready reports whether the server has rules, is not shutting down and,
-// unless it fails open, has a healthy store; and the store's state.
+// unless it fails open or is ready without its store, has a healthy
+// store; and the store's state.
 func (s *Server) ready() (bool, string) {
 	state := "ok"
 	if r, ok := s.store.(StateReporter); ok {
 		state = r.State()
 	}
-	ready := s.rules.Load() != nil && !s.stopping.Load() && (s.opts.FailureMode == FailAllow || state == "ok")
+	storeNeeded := s.opts.FailureMode != FailAllow && !s.opts.ReadyWithoutStore
+	ready := s.rules.Load() != nil && !s.stopping.Load() && (!storeNeeded || state == "ok")
 	return ready, state
 }
 

@@ -119,15 +119,16 @@ func (b *built) servers(ctx context.Context, rules *config.Rules, reg *prometheu
 	b.closers = append(b.closers, func() { stopTracing(log) })
 
 	b.srv = server.New(store, rules, server.Options{
-		Headers:        f.headers,
-		LegacyHeaders:  f.headerNames,
-		ShadowMode:     f.shadowMode,
-		FailureMode:    f.failureMode,
-		Logger:         log.With("component", "server"),
-		Registry:       reg,
-		NearLimitRatio: f.nearLimitRatio,
-		TracerProvider: tp,
-		DisableJSON:    !f.httpJSON,
+		Headers:           f.headers,
+		LegacyHeaders:     f.headerNames,
+		ShadowMode:        f.shadowMode,
+		FailureMode:       f.failureMode,
+		ReadyWithoutStore: f.readyWithoutStore,
+		Logger:            log.With("component", "server"),
+		Registry:          reg,
+		NearLimitRatio:    f.nearLimitRatio,
+		TracerProvider:    tp,
+		DisableJSON:       !f.httpJSON,
 		// The reference's probes and tools call /healthcheck and /rlconfig.
 		EnvoyproxyEndpoints: f.compat == compatEnvoyproxy,
 	})

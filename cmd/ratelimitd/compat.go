@@ -49,8 +49,10 @@ func applyCompat(fs *flag.FlagSet, f *flags, set map[string]bool, lookup lookupE
 			return fmt.Errorf("--compat envoyproxy: --%s %q (from the reference's variables): %w", name, res.Flags[name], err)
 		}
 	}
+	// Only the reference's own rules directory is checked: a --config of
+	// the command line or RATELIMITD_* is read as ratelimitd reads it.
 	if !source && f.config != "" {
-		if err := compat.Moot(compat.CheckRuleFiles(f.config), explicit); err != nil {
+		if err := compat.CheckRuleFiles(f.config); err != nil {
 			return fmt.Errorf("--compat envoyproxy: %w", err)
 		}
 	}

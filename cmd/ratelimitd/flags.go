@@ -35,35 +35,36 @@ func version() string {
 // flags are the daemon's settings, read once from the command line and
 // the environment.
 type flags struct {
-	config           string
-	configLimits     config.Limits
-	defaultAlgorithm backend.Algorithm
-	xds              xdsFlags
-	compat           string
-	compatResult     *compat.Result // with --compat envoyproxy
-	grpcAddr         string
-	httpAddr         string
-	backend          string
-	headers          server.HeaderMode
-	headerNames      server.LegacyHeaderNames
-	shadowMode       bool
-	memoryMaxKeys    int
-	failureMode      server.FailureMode
-	localCache       bool
-	localCacheSize   int
-	redis            redisFlags
-	shutdownTimeout  time.Duration
-	shutdownDelay    time.Duration
-	nearLimitRatio   float64
-	debugAddr        string
-	httpJSON         bool
-	tracing          tracingFlags
-	tls              tlsFlags
-	httpConn         httpConnFlags
-	grpcConn         grpcConnFlags
-	logLevel         slog.Level
-	logFormat        string
-	version          bool
+	config            string
+	configLimits      config.Limits
+	defaultAlgorithm  backend.Algorithm
+	xds               xdsFlags
+	compat            string
+	compatResult      *compat.Result // with --compat envoyproxy
+	grpcAddr          string
+	httpAddr          string
+	backend           string
+	headers           server.HeaderMode
+	headerNames       server.LegacyHeaderNames
+	shadowMode        bool
+	memoryMaxKeys     int
+	failureMode       server.FailureMode
+	readyWithoutStore bool
+	localCache        bool
+	localCacheSize    int
+	redis             redisFlags
+	shutdownTimeout   time.Duration
+	shutdownDelay     time.Duration
+	nearLimitRatio    float64
+	debugAddr         string
+	httpJSON          bool
+	tracing           tracingFlags
+	tls               tlsFlags
+	httpConn          httpConnFlags
+	grpcConn          grpcConnFlags
+	logLevel          slog.Level
+	logFormat         string
+	version           bool
 }
 
 // redisFlags are the settings of a Redis --backend.
@@ -181,6 +182,7 @@ func defineFlags(fs *flag.FlagSet, f *flags) {
 		"redis-cluster://h1:p1?addr=h2:p2&addr=h3:p3, redis-sentinel://s1:26379?addr=s2:26379&master_name=NAME,\n"+
 		"unix:///path/to/redis.sock[?db=N]")
 	fs.TextVar(&f.failureMode, "failure-mode", server.FailAllow, "answer when the counter store fails: allow (OK, no limit), deny (OVER_LIMIT) or error (Unavailable)")
+	fs.BoolVar(&f.readyWithoutStore, "ready-without-store", false, "stay ready (/readyz, /healthcheck) while the counter store is down, whatever --failure-mode says")
 	fs.BoolVar(&f.localCache, "local-cache", true, "remember refusals of the Redis store until their retry_after, and refuse the same calls without Redis")
 	fs.IntVar(&f.localCacheSize, "local-cache-size", redis.DefaultLocalCache, "most counters the local cache remembers")
 	fs.StringVar(&f.redis.keyPrefix, "redis-key-prefix", redis.DefaultPrefix, "prefix of every Redis key")

@@ -146,13 +146,9 @@ func xdsOptions(x *xdsFlags, opts []config.Option, srv *server.Server, log *slog
 		NodeCluster:     x.nodeCluster,
 		NodeMetadata:    meta,
 		ConfigOptions:   opts,
-		OnRules: func(r *config.Rules) {
-			srv.SetRules(r)
-			log.Info("rules replaced from xDS", "domains", len(r.Domains()))
-		},
-		OnReject: func(version string, err error) {
-			srv.RejectRules(fmt.Errorf("xDS version %q: %w", version, err))
-		},
+		// The client logs each set, accepted or refused, with its version.
+		OnRules:    srv.SetRules,
+		OnReject:   func(string, error) { srv.CountRejectedRules() },
 		Logger:     log,
 		MinBackoff: x.retryInterval,
 		MaxBackoff: max(x.retryInterval, xds.DefaultMaxBackoff),

@@ -188,6 +188,27 @@ func TestDaemonRulesOverXDS(t *testing.T) {
 	if logs := d.logs.String(); !strings.Contains(logs, `"version":"3"`) || !strings.Contains(logs, "neither unit nor window") {
 		t.Errorf("the refused version and its error are not logged:\n%s", logs)
 	}
+	// One line for each set accepted, with its version and its domains;
+	// one for each refused (the management server may send version 3
+	// again), with its version and its error.
+	var accepted, refused int
+	for line := range strings.Lines(d.logs.String()) {
+		if strings.Contains(line, `"domains":`) {
+			accepted++
+			if !strings.Contains(line, `"version":"`) {
+				t.Errorf("a line on accepted rules names no version: %s", line)
+			}
+		}
+		if strings.Contains(line, "neither unit nor window") {
+			refused++
+			if !strings.Contains(line, `"msg":"xds: rules refused"`) || !strings.Contains(line, `"version":"3"`) {
+				t.Errorf("a second line on the refused version 3: %s", line)
+			}
+		}
+	}
+	if accepted < 3 || refused == 0 {
+		t.Errorf("%d lines on accepted sets and %d on refused ones, want 3 or more and some:\n%s", accepted, refused, d.logs)
+	}
 }
 
 // TestDaemonXDSReadyWithoutRules: with --xds-wait-for-rules=false the

@@ -62,12 +62,14 @@ type Options struct {
 	ConfigOptions []config.Option
 	// OnRules receives each set of rules that the Client accepts, in order,
 	// before the Client ACKs them, from the Client's goroutine: it must not
-	// block for long, nor call Close.
+	// block for long, nor call Close. The Client logs each set accepted,
+	// with its version and number of domains: OnRules need not.
 	OnRules func(*config.Rules)
 	// OnReject receives each set of rules that the Client refuses, with its
 	// version_info and the error its NACK carries, from the Client's
 	// goroutine, before the NACK is sent (or held back): it must not block
-	// for long, nor call Close. Nil: the refusal is only logged.
+	// for long, nor call Close. The Client logs the refusal either way,
+	// with its version and err: OnReject need not.
 	OnReject func(version string, err error)
 	// Logger receives connection errors and refused resource sets; nil
 	// discards them.
@@ -391,7 +393,8 @@ func (c *Client) handle(resp *discoveryv3.DiscoveryResponse, st *state) *discove
 		close(c.ready) // only this goroutine closes it
 	}
 	st.version = resp.GetVersionInfo()
-	c.log.Info("xds: rules accepted", "version", st.version, "resources", len(resp.GetResources()))
+	c.log.Info("xds: rules accepted", "version", st.version, "resources", len(resp.GetResources()),
+		"domains", len(rules.Domains()))
 	return c.request(st.version, resp.GetNonce(), nil)
 }
 

@@ -46,7 +46,7 @@ var flagNames = []string{
 	"backend", "config", "debug-addr", "default-algorithm", "failure-mode", "grpc-addr",
 	"grpc-max-connection-age", "grpc-max-connection-age-grace", "grpc-tls-allowed-sans", "grpc-tls-cert",
 	"grpc-tls-client-ca", "grpc-tls-key", "http-addr", "local-cache", "local-cache-size", "log-format", "log-level",
-	"near-limit-ratio", "otlp-endpoint", "otlp-insecure", "redis-dial-timeout", "redis-key-prefix",
+	"near-limit-ratio", "otlp-endpoint", "otlp-insecure", "ready-without-store", "redis-dial-timeout", "redis-key-prefix",
 	"redis-pool-size", "redis-read-timeout", "redis-timeout", "redis-tls-ca", "redis-tls-cert", "redis-tls-key",
 	"redis-write-timeout", "response-header-names", "response-headers", "shadow-mode", "trace-sample-ratio",
 	"xds-headers", "xds-node-id", "xds-node-metadata", "xds-retry-interval", "xds-server", "xds-tls", "xds-wait-for-rules",
@@ -98,6 +98,8 @@ func TestDefaults(t *testing.T) {
 		"config":            "/srv/runtime_data/current/config",
 		"local-cache":       "false",
 		"backend":           "redis://redis:6379",
+		// The reference stays healthy while Redis is down.
+		"ready-without-store": "true",
 	}
 	if diff := cmp.Diff(want, r.Flags); diff != "" {
 		t.Errorf("Flags mismatch (-want +got):\n%s", diff)

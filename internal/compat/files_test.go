@@ -59,3 +59,30 @@ func TestCheckRuleFiles(t *testing.T) {
 		t.Errorf("missing directory: %v", err)
 	}
 }
+
+// TestCheckRuleFilesLinkedDir: a rules directory reached through a link, as the reference's RUNTIME_ROOT swapped by
+// a link or a Kubernetes volume is, is checked where the link leads, and named as given.
+func TestCheckRuleFilesLinkedDir(t *testing.T) {
+	root := t.TempDir()
+	write(t, root, "v1/config/a.yaml", "v1/config/limits.json")
+	current := filepath.Join(root, "current")
+	if err := os.Symlink("v1", current); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(current, "config")
+	err := compat.CheckRuleFiles(dir)
+	if err == nil || !strings.Contains(err.Error(), "limits.json") || !strings.Contains(err.Error(), dir) {
+		t.Fatalf("CheckRuleFiles(%s) = %v, want an error naming %s and limits.json", dir, err, dir)
+	}
+	// The directory itself a link.
+	link := filepath.Join(root, "config")
+	if err := os.Symlink(filepath.Join("v1", "config"), link); err != nil {
+		t.Fatal(err)
+	}
+	if err := compat.CheckRuleFiles(link); err == nil || !strings.Contains(err.Error(), "limits.json") {
+		t.Errorf("CheckRuleFiles(%s) = %v, want an error naming limits.json", link, err)
+	}
+	if err := compat.CheckRuleFiles(filepath.Join(root, "gone")); err != nil {
+		t.Errorf("missing directory: %v", err)
+	}
+}

@@ -187,6 +187,38 @@ func TestRedisSettings(t *testing.T) {
 	}
 }
 
+// TestRedisHealthCheck: the reference stays healthy while Redis is down
+// unless REDIS_HEALTH_CHECK_ACTIVE_CONNECTION is true, and so does
+// ratelimitd, whatever its failure mode: the variable is honoured both
+// ways.
+func TestRedisHealthCheck(t *testing.T) {
+	for _, tt := range []struct {
+		value string // "": unset
+		want  string
+	}{
+		{"", "true"},
+		{"false", "true"},
+		{"0", "true"},
+		{"true", "false"},
+		{"1", "false"},
+	} {
+		vars := tcpRedis
+		if tt.value != "" {
+			vars = with(tcpRedis, map[string]string{"REDIS_HEALTH_CHECK_ACTIVE_CONNECTION": tt.value})
+		}
+		r := translate(t, vars)
+		if got := r.Flags["ready-without-store"]; got != tt.want {
+			t.Errorf("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION=%q: ready-without-store %q, want %q", tt.value, got, tt.want)
+		}
+		if ignored(r, "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION") {
+			t.Errorf("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION=%q ignored %v, want it honoured", tt.value, r.Ignored)
+		}
+		if set := slices.Contains(r.Set, "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION"); set != (tt.value != "") {
+			t.Errorf("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION=%q: in Set %v is %v", tt.value, r.Set, set)
+		}
+	}
+}
+
 // ignored reports whether r ignores the variable name.
 func ignored(r compat.Result, name string) bool {
 	for _, ig := range r.Ignored {

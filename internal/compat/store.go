@@ -98,12 +98,11 @@ func (t *translator) redis() {
 		"REDIS_PIPELINE_WINDOW", "REDIS_PIPELINE_LIMIT", "REDIS_USE_EXPLICIT_PIPELINE")
 	t.ignore("waiting for a free connection is bounded by the Redis timeouts",
 		"REDIS_POOL_ON_EMPTY_BEHAVIOR", "REDIS_POOL_ON_EMPTY_WAIT_DURATION")
-	if t.boolean("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", false) {
-		t.honour("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION") // failure-mode error: not ready while Redis is down
-	} else {
-		t.ignore("with the reference's failure mode (error), ratelimitd reports not ready while Redis is unreachable",
-			"REDIS_HEALTH_CHECK_ACTIVE_CONNECTION")
-	}
+	// The reference stays healthy while Redis is down unless it checks its connections: so does ratelimitd, whose
+	// failure mode (error) would otherwise take it out of its load balancer, and keep a pod from starting.
+	active := t.boolean("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", false)
+	t.flags["ready-without-store"] = strconv.FormatBool(!active)
+	t.honour("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION")
 }
 
 // redisURL returns the --backend URL of REDIS_TYPE, REDIS_SOCKET_TYPE, REDIS_URL, REDIS_AUTH, REDIS_SENTINEL_AUTH and
