@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -185,6 +186,12 @@ func (b *batcher) flush() {
 		case p = <-b.queue:
 		case <-b.stop:
 			return
+		}
+		if len(batch) > 1 {
+			// Under load (the last batch held several calls), let the
+			// goroutines that are about to queue run first: a batch
+			// that waits for them holds more calls.
+			runtime.Gosched()
 		}
 		batch = append(batch[:0], p)
 	fill:
