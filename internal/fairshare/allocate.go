@@ -1,0 +1,126 @@
+package fairshare
+
+import (
+	"math"
+	"slices"
+)
+
+// Headroom is the fraction of its demand that a client asking less than its
+// fair share gets on top of that demand: such a client is given
+// demand×(1+Headroom), or the fair level if that is less.
+//
+// A share is set from the rate a client reported over its last interval and
+// enforced until its next report, so a share of exactly the demand would
+// throttle a client whose traffic grows at all in between, and also one whose
+// count merely fluctuates: at 100 requests per interval a Poisson count
+// varies by about 10%, so 25% is two and a half standard deviations. A
+// client that outgrows even that is throttled for at most one interval: its
+// denied requests count in its next report's demand, which raises its share.
+// Headroom is taken only from what nobody else wants: clients above the fair
+// level split what the smaller ones leave, headroom included, equally.
+const Headroom = 0.25
+
+// stackClients is how many clients Allocate sorts in a buffer on its stack;
+// more allocate one slice per call.
+const stackClients = 64
+
+// Allocate sets out[i] to client i's rate under limit (requests per second),
+// max-min fair by demands[i] (requests per second each client would use).
+//
+// Each client wants demands[i]×(1+[Headroom]), at most limit. Water-filling
+// finds the level L at which the clients' wants, each capped at L, use the
+// whole limit: a client wanting less than L gets its want (its demand plus
+// headroom), the others get L each, equally. When every want fits with some
+// of the limit to spare, the spare is split equally among all clients, so a
+// client can grow into it before its next report; the sum then equals the
+// limit. The sum of out never exceeds limit (it is scaled down by the last
+// rounding error if it would), and no out[i] exceeds limit.
+//
+// Inputs: a NaN, zero or negative demand is a client that wants nothing (it
+// still gets its part of any spare); +Inf is a client that wants the whole
+// limit (Tracker uses it for a client whose demand is not yet known). A NaN,
+// zero or negative limit gives every client 0; +Inf gives every client +Inf.
+// Allocate uses only min(len(demands), len(out)) entries. It allocates
+// nothing for up to 64 clients.
+func Allocate(limit float64, demands []float64, out []float64) {
+	n := min(len(demands), len(out))
+	var buf [stackClients]float64
+	var sorted []float64
+	if n <= stackClients {
+		sorted = buf[:n]
+	} else {
+		sorted = make([]float64, n)
+	}
+	allocate(limit, demands[:n], out[:n], sorted)
+}
+
+// allocate is Allocate with a caller-provided scratch slice, sorted, of
+// len(demands) entries, which it overwrites.
+func allocate(limit float64, demands, out, sorted []float64) {
+	if len(demands) == 0 {
+		return
+	}
+	if !(limit > 0) { // also NaN
+		clear(out)
+		return
+	}
+	if math.IsInf(limit, 1) {
+		for i := range out {
+			out[i] = limit
+		}
+		return
+	}
+	for i, d := range demands {
+		sorted[i] = want(limit, d)
+	}
+	slices.Sort(sorted)
+	level, spare := waterLevel(limit, sorted)
+	for i, d := range demands {
+		out[i] = min(want(limit, d), level) + spare
+	}
+	clampSum(limit, out)
+}
+
+// want is what a client of demand d asks for under limit: its demand plus
+// Headroom, 0 for a NaN or non-positive demand, at most limit.
+func want(limit, d float64) float64 {
+	if !(d > 0) {
+		return 0
+	}
+	return min(d*(1+Headroom), limit)
+}
+
+// waterLevel returns, for wants sorted ascending, the level at which the
+// wants each capped at it sum to limit, or +Inf when they all fit; spare is
+// then what they leave, split per client, and 0 otherwise.
+func waterLevel(limit float64, sorted []float64) (level, spare float64) {
+	remaining := limit
+	for k, w := range sorted {
+		l := remaining / float64(len(sorted)-k)
+		if w > l {
+			return l, 0
+		}
+		remaining -= w
+	}
+	return math.Inf(1), max(remaining, 0) / float64(len(sorted))
+}
+
+// clampSum scales out down until its sum is at most limit, undoing the
+// rounding that could leave it a few ulps above; it also caps each entry at
+// limit.
+func clampSum(limit float64, out []float64) {
+	for {
+		var sum float64
+		for i := range out {
+			out[i] = min(out[i], limit)
+			sum += out[i]
+		}
+		if sum <= limit {
+			return
+		}
+		f := math.Nextafter(limit/sum, 0)
+		for i := range out {
+			out[i] *= f
+		}
+	}
+}

@@ -1,0 +1,383 @@
+package fairshare
+
+import (
+	"container/list"
+	"math"
+	"sync"
+	"time"
+)
+
+// Defaults for the zero fields of Options.
+const (
+	// DefaultTTL is how long a client that stops reporting keeps its place:
+	// three reports at a 10 s interval.
+	DefaultTTL = 30 * time.Second
+	// DefaultMaxBuckets bounds the buckets a Tracker holds.
+	DefaultMaxBuckets = 100_000
+	// DefaultMaxClientsPerBucket bounds the clients one bucket holds.
+	DefaultMaxClientsPerBucket = 1024
+)
+
+// Options configures a Tracker. Zero fields take the Default values.
+type Options struct {
+	// TTL is how long after its last report a client counts as live. It
+	// should be a few reporting intervals.
+	TTL time.Duration
+	// MaxBuckets bounds the buckets held. A report on a new bucket when
+	// the Tracker is full first drops the least recently reported bucket if
+	// none of its clients is live any more; otherwise the report is refused.
+	MaxBuckets int
+	// MaxClientsPerBucket bounds the clients of one bucket. A report from a
+	// new client when the bucket is full first drops its expired clients;
+	// if none had expired, the report is refused.
+	MaxClientsPerBucket int
+}
+
+// withDefaults returns o with its zero or negative fields set to the defaults.
+func (o Options) withDefaults() Options {
+	if o.TTL <= 0 {
+		o.TTL = DefaultTTL
+	}
+	if o.MaxBuckets <= 0 {
+		o.MaxBuckets = DefaultMaxBuckets
+	}
+	if o.MaxClientsPerBucket <= 0 {
+		o.MaxClientsPerBucket = DefaultMaxClientsPerBucket
+	}
+	return o
+}
+
+// Tracker keeps, per bucket (a string key the caller builds) and per client
+// (a string id), the demand each client reported, as reports arrive, and the
+// shares Allocate gives them. A client that stops reporting is forgotten
+// after its TTL. Safe for concurrent use. Time comes from the caller (an
+// injected clock), never from time.Now inside.
+//
+// Demand is the rate of the client's latest interval, (allowed+denied) over
+// the time since its previous report, unsmoothed: a demand shift that falls
+// inside one interval is wholly in the next, so each share reaches the
+// max-min share of the new demands by the second report after the shift.
+// Noise within an interval is what Headroom absorbs. A client's first report
+// on a bucket only starts its first interval (how long it had been counting
+// is unknown); until its second report its demand is unknown and counted as
+// +Inf, so it gets the same share as the largest clients.
+//
+// Memory is bounded by Options.MaxBuckets and Options.MaxClientsPerBucket:
+// new buckets and clients beyond them are refused, not evicted, unless the
+// oldest bucket or some clients have outlived the TTL, so that a flood of
+// new bucket ids cannot push out the buckets in use. One mutex guards the
+// Tracker; reports come once per interval per client and bucket.
+type Tracker struct {
+	opts Options
+
+	mu      sync.Mutex
+	buckets map[string]*bucket
+	// lru orders the buckets by last report, most recent at the front.
+	lru *list.List
+	// byClient indexes, per client id, the buckets it reported on.
+	byClient map[string]map[*bucket]struct{}
+}
+
+// bucket is one bucket's clients and its cached allocation.
+type bucket struct {
+	key     string
+	elem    *list.Element
+	clients []*client
+	index   map[string]int
+	// lastReport is the newest report on the bucket.
+	lastReport time.Time
+
+	// The allocation cache: valid for cachedLimit while nothing was
+	// reported or forgotten, from computedAt to expiresAt (when the
+	// earliest live client expires).
+	valid       bool
+	cachedLimit float64
+	computedAt  time.Time
+	expiresAt   time.Time
+
+	// Scratch for allocate, per client.
+	demands, shares, sorted []float64
+}
+
+// client is one client's state on one bucket.
+type client struct {
+	id string
+	// last is the time of its latest report that closed an interval.
+	last time.Time
+	// seen is the time of its latest report.
+	seen time.Time
+	// pending counts requests reported at or before last (a report that
+	// came with no time elapsed), to add to the next interval.
+	pending float64
+	// demand is the latest interval's rate, or +Inf before the second
+	// report.
+	demand float64
+}
+
+// NewTracker returns an empty Tracker with opts, whose zero fields take the
+// defaults DefaultTTL, DefaultMaxBuckets and DefaultMaxClientsPerBucket.
+func NewTracker(opts Options) *Tracker {
+	return &Tracker{
+		opts:     opts.withDefaults(),
+		buckets:  make(map[string]*bucket),
+		lru:      list.New(),
+		byClient: make(map[string]map[*bucket]struct{}),
+	}
+}
+
+// Report records that client used allowed and was denied denied requests on
+// bucket since its last report (the RLQS usage report), at now. Demand is
+// (allowed+denied) over the time since the client's previous report on the
+// bucket. The first report on a bucket only starts the client's first
+// interval: its counts are dropped, and its demand is unknown (+Inf) until
+// the next. A report at or before the previous one's time (no time elapsed)
+// adds its counts to the next interval. Report returns false when it was
+// refused because the Tracker or the bucket is full (see Options).
+func (t *Tracker) Report(bucket, client string, allowed, denied uint64, now time.Time) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	b := t.bucketFor(bucket, now)
+	if b == nil {
+		return false
+	}
+	c := t.clientFor(b, client, now)
+	if c == nil {
+		return false
+	}
+	c.record(float64(allowed)+float64(denied), now)
+	b.lastReport = now
+	t.lru.MoveToFront(b.elem)
+	b.valid = false
+	return true
+}
+
+// record adds a report of count requests at now to c.
+func (c *client) record(count float64, now time.Time) {
+	c.seen = now
+	if c.last.IsZero() {
+		c.last = now
+		c.demand = math.Inf(1)
+		return
+	}
+	elapsed := now.Sub(c.last).Seconds()
+	if elapsed <= 0 {
+		c.pending += count
+		return
+	}
+	c.demand = (c.pending + count) / elapsed
+	c.pending = 0
+	c.last = now
+}
+
+// bucketFor returns the bucket named key, adding it if there is room (after
+// dropping the least recently reported bucket if it has expired at now), or
+// nil.
+func (t *Tracker) bucketFor(key string, now time.Time) *bucket {
+	if b, ok := t.buckets[key]; ok {
+		return b
+	}
+	if len(t.buckets) >= t.opts.MaxBuckets {
+		oldest := t.lru.Back()
+		if oldest == nil {
+			return nil
+		}
+		ob := oldest.Value.(*bucket)
+		if now.Sub(ob.lastReport) <= t.opts.TTL {
+			return nil
+		}
+		t.dropBucket(ob)
+	}
+	b := &bucket{key: key, index: make(map[string]int)}
+	b.elem = t.lru.PushFront(b)
+	t.buckets[key] = b
+	return b
+}
+
+// clientFor returns b's client id, adding it if there is room (after
+// dropping b's clients expired at now), or nil.
+func (t *Tracker) clientFor(b *bucket, id string, now time.Time) *client {
+	if i, ok := b.index[id]; ok {
+		return b.clients[i]
+	}
+	if len(b.clients) >= t.opts.MaxClientsPerBucket {
+		t.expire(b, now)
+		if len(b.clients) >= t.opts.MaxClientsPerBucket {
+			return nil
+		}
+	}
+	c := &client{id: id}
+	b.index[id] = len(b.clients)
+	b.clients = append(b.clients, c)
+	set := t.byClient[id]
+	if set == nil {
+		set = make(map[*bucket]struct{})
+		t.byClient[id] = set
+	}
+	set[b] = struct{}{}
+	return c
+}
+
+// Share returns client's rate on bucket under limit (requests per second) at
+// now, recomputing the bucket's allocation over its live clients (those that
+// reported within the TTL) with Allocate when a report, a forgotten client,
+// an expiry or another limit changed it.
+//
+// A client the bucket does not hold gets the share it would have if it
+// joined with unknown demand (+Inf): an equal share of what the smaller
+// clients leave, beside the largest ones. It is not added, so the shares of
+// the clients held still sum to at most limit; such a client should Report
+// first. ok is false, and rate 0, when the bucket is unknown or has no live
+// clients, or when the client is unknown and the bucket is full.
+func (t *Tracker) Share(bucket, client string, limit float64, now time.Time) (rate float64, ok bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	b := t.buckets[bucket]
+	if b == nil {
+		return 0, false
+	}
+	t.expire(b, now)
+	if len(b.clients) == 0 {
+		t.dropBucket(b)
+		return 0, false
+	}
+	i, known := b.index[client]
+	if !known {
+		if len(b.clients) >= t.opts.MaxClientsPerBucket {
+			return 0, false
+		}
+		return b.newcomerShare(limit), true
+	}
+	b.allocate(limit, now, t.opts.TTL)
+	return b.shares[i], true
+}
+
+// allocate fills b.shares for limit at now, where clients live for ttl,
+// unless the cache holds them.
+func (b *bucket) allocate(limit float64, now time.Time, ttl time.Duration) {
+	if b.valid && sameLimit(b.cachedLimit, limit) && !now.Before(b.computedAt) && !now.After(b.expiresAt) {
+		return
+	}
+	n := len(b.clients)
+	b.demands = grow(b.demands, n)
+	b.shares = grow(b.shares, n)
+	b.sorted = grow(b.sorted, n)
+	for i, c := range b.clients {
+		b.demands[i] = c.demand
+	}
+	allocate(limit, b.demands, b.shares, b.sorted)
+	b.valid, b.cachedLimit, b.computedAt = true, limit, now
+	b.expiresAt = b.earliestSeen().Add(ttl)
+}
+
+// newcomerShare returns the share of a client joining b with unknown demand,
+// under limit; b must have live clients and room for one more.
+func (b *bucket) newcomerShare(limit float64) float64 {
+	n := len(b.clients) + 1
+	b.demands = grow(b.demands, n)
+	b.shares = grow(b.shares, n)
+	b.sorted = grow(b.sorted, n)
+	for i, c := range b.clients {
+		b.demands[i] = c.demand
+	}
+	b.demands[n-1] = math.Inf(1)
+	allocate(limit, b.demands, b.shares, b.sorted)
+	b.valid = false // the shares are not the held clients'
+	return b.shares[n-1]
+}
+
+// earliestSeen returns the earliest last report among b's clients, which
+// must not be empty.
+func (b *bucket) earliestSeen() time.Time {
+	e := b.clients[0].seen
+	for _, c := range b.clients[1:] {
+		if c.seen.Before(e) {
+			e = c.seen
+		}
+	}
+	return e
+}
+
+// sameLimit reports whether a and b are the same limit, NaN included.
+func sameLimit(a, b float64) bool {
+	return a == b || (math.IsNaN(a) && math.IsNaN(b))
+}
+
+// grow returns s resliced to n entries, reallocated if its capacity is less.
+func grow(s []float64, n int) []float64 {
+	if cap(s) < n {
+		return make([]float64, n, n+n/4)
+	}
+	return s[:n]
+}
+
+// expire drops b's clients whose last report is more than the TTL before now.
+func (t *Tracker) expire(b *bucket, now time.Time) {
+	for i := 0; i < len(b.clients); {
+		if now.Sub(b.clients[i].seen) > t.opts.TTL {
+			t.removeClient(b, i)
+			continue
+		}
+		i++
+	}
+}
+
+// removeClient drops b's client at index i, moving the last one into its
+// place.
+func (t *Tracker) removeClient(b *bucket, i int) {
+	c := b.clients[i]
+	last := len(b.clients) - 1
+	b.clients[i] = b.clients[last]
+	b.index[b.clients[i].id] = i
+	b.clients[last] = nil
+	b.clients = b.clients[:last]
+	delete(b.index, c.id)
+	if set := t.byClient[c.id]; set != nil {
+		delete(set, b)
+		if len(set) == 0 {
+			delete(t.byClient, c.id)
+		}
+	}
+	b.valid = false
+}
+
+// dropBucket removes b and its clients.
+func (t *Tracker) dropBucket(b *bucket) {
+	for len(b.clients) > 0 {
+		t.removeClient(b, len(b.clients)-1)
+	}
+	t.lru.Remove(b.elem)
+	delete(t.buckets, b.key)
+}
+
+// Forget drops client (its stream ended) from every bucket; a bucket left
+// with no clients is dropped too.
+func (t *Tracker) Forget(client string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for b := range t.byClient[client] {
+		t.removeClient(b, b.index[client])
+		if len(b.clients) == 0 {
+			t.dropBucket(b)
+		}
+	}
+}
+
+// ForgetBucket drops bucket and all its clients.
+func (t *Tracker) ForgetBucket(bucket string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if b := t.buckets[bucket]; b != nil {
+		t.dropBucket(b)
+	}
+}
+
+// Len returns how many buckets, and clients over all buckets, the Tracker
+// holds, expired ones included until they are dropped.
+func (t *Tracker) Len() (buckets, clients int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, b := range t.buckets {
+		clients += len(b.clients)
+	}
+	return len(t.buckets), clients
+}
