@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
@@ -31,6 +32,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/backend"
 	"github.com/ratelimitd/ratelimitd/config"
 	ratelimitv1 "github.com/ratelimitd/ratelimitd/gen/ratelimit/v1"
+	"github.com/ratelimitd/ratelimitd/server/rlqs"
 )
 
 // MaxRecvMsgSize is the largest request the gRPC server accepts (see
@@ -170,6 +172,7 @@ type Server struct {
 	warnings  rate.Sometimes // throttles store failure warnings
 	failures  atomic.Uint64  // requests answered by the failure mode
 	now       func() time.Time
+	rlqs      *rlqs.Service
 }
 
 // New returns a Server deciding with store under rules. rules may be nil
@@ -203,6 +206,7 @@ func New(store backend.Store, rules *config.Rules, opts Options) *Server {
 		s.now = time.Now
 	}
 	s.scratches.New = func() any { return new(scratch) }
+	s.rlqs = rlqs.New(rules, rlqs.Options{ShadowMode: opts.ShadowMode, Registry: reg, Logger: s.log.With("api", "rlqs"), Now: opts.Now})
 	if rules != nil {
 		s.SetRules(rules)
 	} else {
@@ -219,6 +223,7 @@ func New(store backend.Store, rules *config.Rules, opts Options) *Server {
 func (s *Server) SetRules(r *config.Rules) {
 	s.rules.Store(r)
 	s.metrics.loaded()
+	s.rlqs.SetRules(r)
 	if !s.stopping.Load() {
 		for _, name := range healthServices {
 			s.health.SetServingStatus(name, healthpb.HealthCheckResponse_SERVING)
@@ -234,6 +239,7 @@ var healthServices = []string{
 	"",
 	rlsv3.RateLimitService_ServiceDesc.ServiceName,
 	ratelimitv1.RateLimitService_ServiceDesc.ServiceName,
+	rlqsv3.RateLimitQuotaService_ServiceDesc.ServiceName,
 	"ratelimit",
 }
 
@@ -293,13 +299,14 @@ func (s *Server) GRPCOptions() []grpc.ServerOption {
 // every worker is busy, grpc-go starts a goroutine as before.
 func streamWorkers() uint32 { return uint32(min(32*runtime.GOMAXPROCS(0), 1024)) }
 
-// Register registers Envoy's RateLimitService, the native RateLimitService,
-// gRPC health and server reflection on g, and with Options.Registry starts
+// Register registers Envoy's RateLimitService and RateLimitQuotaService
+// (see package rlqs), the native RateLimitService, gRPC health and server reflection on g, and with Options.Registry starts
 // g's grpc_server_* series at zero. g must have been built with
 // GRPCOptions, whose codec Envoy's service needs.
 func (s *Server) Register(g *grpc.Server) {
 	g.RegisterService(&envoyServiceDesc, s)
 	ratelimitv1.RegisterRateLimitServiceServer(g, s.Native())
+	s.rlqs.Register(g)
 	healthpb.RegisterHealthServer(g, healthService{Server: s.health, stopped: s.stopped})
 	reflection.Register(g)
 	if s.grpcProm != nil {

@@ -1,0 +1,99 @@
+package rlqs
+
+import (
+	"math"
+	"time"
+
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/ratelimitd/ratelimitd/config"
+)
+
+// kind is what an assignment tells the client to do.
+type kind uint8
+
+const (
+	kindNone     kind = iota // nothing assigned: the client's no-assignment behaviour
+	kindAllowAll             // BlanketRule ALLOW_ALL
+	kindDenyAll              // BlanketRule DENY_ALL
+	kindBucket               // a TokenBucket
+)
+
+// assignment is one bucket's assignment, comparable so that a stream sends
+// it again only when it changed.
+type assignment struct {
+	kind kind
+	// maxTokens, perFill and fill are the TokenBucket of kindBucket.
+	maxTokens, perFill uint32
+	fill               time.Duration
+}
+
+// rate returns the requests per second a assigns, +Inf for ALLOW_ALL.
+func (a assignment) rate() float64 {
+	switch a.kind {
+	case kindBucket:
+		return float64(a.perFill) / a.fill.Seconds()
+	case kindAllowAll:
+		return math.Inf(1)
+	}
+	return 0
+}
+
+// limitRate returns the tightest rate, in requests per second, that rule's
+// limits allow, and whether the rule limits at all (false: no limit, or
+// unlimited). A rule with a ban has rate 0.
+func limitRate(r *config.Rule) (float64, bool) {
+	if r == nil || r.Unlimited || len(r.Limits) == 0 {
+		return 0, false
+	}
+	rate := math.Inf(1)
+	for _, l := range r.Limits {
+		rate = min(rate, float64(l.Requests)/l.Window.Seconds())
+	}
+	return rate, true
+}
+
+// bucketFor returns the token bucket of a share of rate requests per
+// second of rule r's limits: for each limit, the share's fraction of the
+// limit's rate and of its burst; the tightest limit wins. A share under
+// one request per second fills one token at longer intervals. The rates
+// are rounded down, so that the shares never add up to more than the
+// limit.
+func bucketFor(r *config.Rule, share, limit float64) assignment {
+	if share <= 0 || limit <= 0 {
+		return assignment{kind: kindDenyAll}
+	}
+	frac := min(share/limit, 1)
+	var a assignment
+	if share >= 1 {
+		a = assignment{kind: kindBucket, perFill: uint32(min(math.Floor(share), math.MaxUint32)), fill: time.Second}
+	} else {
+		fill := time.Duration(math.Ceil(float64(time.Second) / share / float64(time.Millisecond)))
+		a = assignment{kind: kindBucket, perFill: 1, fill: fill * time.Millisecond}
+	}
+	burst := math.Inf(1)
+	for _, l := range r.Limits {
+		burst = min(burst, math.Floor(float64(l.Capacity())*frac))
+	}
+	a.maxTokens = uint32(min(max(burst, float64(a.perFill)), math.MaxUint32))
+	return a
+}
+
+// strategy returns a as Envoy's RateLimitStrategy; nil for kindNone.
+func (a assignment) strategy() *typev3.RateLimitStrategy {
+	switch a.kind {
+	case kindAllowAll:
+		return &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: typev3.RateLimitStrategy_ALLOW_ALL}}
+	case kindDenyAll:
+		return &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: typev3.RateLimitStrategy_DENY_ALL}}
+	case kindBucket:
+		return &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_TokenBucket{TokenBucket: &typev3.TokenBucket{
+			MaxTokens:     a.maxTokens,
+			TokensPerFill: wrapperspb.UInt32(a.perFill),
+			FillInterval:  durationpb.New(a.fill),
+		}}}
+	}
+	return nil
+}

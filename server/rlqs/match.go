@@ -1,0 +1,76 @@
+package rlqs
+
+import (
+	"maps"
+	"slices"
+
+	"github.com/ratelimitd/ratelimitd/config"
+)
+
+// entry is one key and value of a bucket id, as config.Match reads it.
+type entry struct{ key, value string }
+
+// GetKey implements config.Entry.
+func (e entry) GetKey() string { return e.key }
+
+// GetValue implements config.Entry.
+func (e entry) GetValue() string { return e.value }
+
+// match returns the rule of d that applies to the bucket id, or nil if
+// none does (see the package documentation for the walk).
+func match(d *config.DomainRules, id map[string]string) *config.Rule {
+	if d == nil || len(id) == 0 {
+		return nil
+	}
+	keys := slices.Sorted(maps.Keys(id))
+	used := make([]bool, len(keys))
+	path := make([]entry, 0, len(keys)+1)
+	var rule *config.Rule
+	for len(path) < len(keys) {
+		best, bi := (*config.Rule)(nil), -1
+		for i, k := range keys {
+			if used[i] {
+				continue
+			}
+			r := config.Match(d, append(path, entry{k, id[k]}))
+			if r != nil && (best == nil || r.Line < best.Line) {
+				best, bi = r, i
+			}
+		}
+		if best == nil {
+			break
+		}
+		used[bi] = true
+		path = append(path, entry{keys[bi], id[keys[bi]]})
+		rule = best
+	}
+	return rule
+}
+
+// bucketKey returns a name for the bucket id in domain that no other
+// domain and id share: each part length-prefixed, keys in byte order.
+func bucketKey(domain string, id map[string]string) string {
+	n := len(domain) + 8
+	for k, v := range id {
+		n += len(k) + len(v) + 16
+	}
+	b := make([]byte, 0, n)
+	b = appendPart(b, domain)
+	for _, k := range slices.Sorted(maps.Keys(id)) {
+		b = appendPart(b, k)
+		b = appendPart(b, id[k])
+	}
+	return string(b)
+}
+
+// appendPart appends s to b, prefixed by its length as a uvarint.
+func appendPart(b []byte, s string) []byte {
+	for n := uint64(len(s)); ; n >>= 7 {
+		if n < 0x80 {
+			b = append(b, byte(n))
+			break
+		}
+		b = append(b, byte(n)|0x80)
+	}
+	return append(b, s...)
+}

@@ -1,0 +1,94 @@
+package rlqs
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ratelimitd/ratelimitd/config"
+)
+
+// ruleLabels are the labels of a rule's metrics: its domain and key path,
+// both "" for buckets that no rule matches (bucket values never appear).
+type ruleLabels struct{ domain, rule string }
+
+// labelsFor returns the labels of rule r of domain d.
+func labelsFor(d *config.DomainRules, r *config.Rule) ruleLabels {
+	if r == nil {
+		return ruleLabels{domain: d.Name()}
+	}
+	return ruleLabels{domain: d.Name(), rule: r.Path}
+}
+
+// metrics are the service's Prometheus metrics, counted whether or not a
+// registry exports them.
+type metrics struct {
+	streams                                  prometheus.Gauge
+	ruleStreams, buckets, assignedRate, rate *prometheus.GaugeVec
+	reports                                  *prometheus.CounterVec
+	refused                                  prometheus.Counter
+}
+
+// newMetrics returns the metrics, registered on reg unless it is nil.
+func newMetrics(reg prometheus.Registerer) *metrics {
+	gauge := func(name, help string) *prometheus.GaugeVec {
+		return prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, []string{"domain", "rule"})
+	}
+	m := &metrics{
+		streams: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "ratelimitd_rlqs_open_streams",
+			Help: "RLQS streams open on this replica.",
+		}),
+		ruleStreams:  gauge("ratelimitd_rlqs_streams", "RLQS streams holding at least one bucket of each rule (rule \"\": buckets no rule matches)."),
+		buckets:      gauge("ratelimitd_rlqs_buckets", "RLQS buckets held by the streams of this replica, by rule."),
+		assignedRate: gauge("ratelimitd_rlqs_assigned_rate", "Requests per second assigned as token buckets to the streams of this replica, by rule."),
+		rate:         gauge("ratelimitd_rlqs_limit_rate", "Requests per second each rule's tightest limit allows, per bucket."),
+		reports: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ratelimitd_rlqs_reported_requests_total",
+			Help: "Requests RLQS clients reported, by rule and result: allowed or denied by the client.",
+		}, []string{"domain", "rule", "result"}),
+		refused: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ratelimitd_rlqs_buckets_refused_total",
+			Help: "Bucket reports given no assignment because a bound on buckets (per stream, in total, keys per bucket id) was reached.",
+		}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.streams, m.ruleStreams, m.buckets, m.assignedRate, m.rate, m.reports, m.refused)
+	}
+	return m
+}
+
+// bucketAdded counts a bucket of rule l, the stream's first if first.
+func (m *metrics) bucketAdded(l ruleLabels, first bool) {
+	m.buckets.WithLabelValues(l.domain, l.rule).Inc()
+	if first {
+		m.ruleStreams.WithLabelValues(l.domain, l.rule).Inc()
+	}
+}
+
+// bucketRemoved undoes bucketAdded, with rate the bucket's assigned rate.
+func (m *metrics) bucketRemoved(l ruleLabels, last bool, rate float64) {
+	m.buckets.WithLabelValues(l.domain, l.rule).Dec()
+	if last {
+		m.ruleStreams.WithLabelValues(l.domain, l.rule).Dec()
+	}
+	if rate != 0 {
+		m.assignedRate.WithLabelValues(l.domain, l.rule).Sub(rate)
+	}
+}
+
+// assigned adds delta to rule l's assigned rate.
+func (m *metrics) assigned(l ruleLabels, delta float64) {
+	if delta != 0 {
+		m.assignedRate.WithLabelValues(l.domain, l.rule).Add(delta)
+	}
+}
+
+// limit records rule l's limit rate.
+func (m *metrics) limit(l ruleLabels, rate float64) {
+	m.rate.WithLabelValues(l.domain, l.rule).Set(rate)
+}
+
+// reported counts a usage report of rule l.
+func (m *metrics) reported(l ruleLabels, allowed, denied uint64) {
+	m.reports.WithLabelValues(l.domain, l.rule, "allowed").Add(float64(allowed))
+	m.reports.WithLabelValues(l.domain, l.rule, "denied").Add(float64(denied))
+}

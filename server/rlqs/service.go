@@ -1,0 +1,212 @@
+package rlqs
+
+import (
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+
+	"github.com/ratelimitd/ratelimitd/config"
+	"github.com/ratelimitd/ratelimitd/internal/fairshare"
+)
+
+// Bounds on what clients may make the service hold.
+const (
+	// MaxBucketsPerStream is how many buckets one stream may hold; the
+	// buckets it reports past that get no assignment.
+	MaxBucketsPerStream = 1000
+	// MaxBuckets is how many buckets all the streams together may hold;
+	// the buckets reported past that get no assignment.
+	MaxBuckets = 100_000
+	// MaxBucketEntries is how many keys a bucket id may have; a bucket id
+	// with more gets no assignment.
+	MaxBucketEntries = 32
+)
+
+// Assignment lifetimes: see ttlFor.
+const (
+	// DefaultReportingInterval is the reporting interval assumed for a
+	// bucket until its client reports one (a time_elapsed).
+	DefaultReportingInterval = 10 * time.Second
+	// MinTTL and MaxTTL bound assignment_time_to_live.
+	MinTTL = time.Second
+	MaxTTL = 10 * time.Minute
+)
+
+// A Sharer divides a bucket's limit among the clients that report on it:
+// fairshare.Tracker.
+type Sharer interface {
+	// Report records a client's usage of a bucket since its last report,
+	// and reports false when it was refused (the sharer is full).
+	Report(bucket, client string, allowed, denied uint64, now time.Time) bool
+	// Share returns the client's share, in requests per second, of limit
+	// requests per second; ok is false when the bucket or client is not
+	// tracked.
+	Share(bucket, client string, limit float64, now time.Time) (rate float64, ok bool)
+	// Forget drops every share of the client.
+	Forget(client string)
+}
+
+// Options configures a Service. The zero value means the defaults.
+type Options struct {
+	// Sharer divides the limits; nil means a fairshare.Tracker with its
+	// default options.
+	Sharer Sharer
+	// ShadowMode assigns ALLOW_ALL to every bucket, as the rule's
+	// shadow_mode does.
+	ShadowMode bool
+	// Registry, when set, receives the service's metrics.
+	Registry prometheus.Registerer
+	// Logger receives the service's logs; nil discards them.
+	Logger *slog.Logger
+	// Now is the clock of reports and shares; nil means time.Now.
+	Now func() time.Time
+}
+
+// Service serves envoy.service.rate_limit_quota.v3.RateLimitQuotaService
+// under the rules in force. It is safe for concurrent use.
+type Service struct {
+	rlqsv3.UnimplementedRateLimitQuotaServiceServer
+
+	rules   atomic.Pointer[config.Rules]
+	sharer  Sharer
+	shadow  bool
+	log     *slog.Logger
+	now     func() time.Time
+	metrics *metrics
+	ids     atomic.Uint64 // numbers the streams, the sharer's client names
+
+	mu      sync.Mutex
+	holders map[string]map[*stream]struct{} // by bucket key: the streams holding it
+	streams map[*stream]struct{}
+	total   int // buckets held, all streams together
+}
+
+// New returns a Service deciding under rules (nil until SetRules).
+func New(rules *config.Rules, opts Options) *Service {
+	s := &Service{
+		sharer:  opts.Sharer,
+		shadow:  opts.ShadowMode,
+		log:     opts.Logger,
+		now:     opts.Now,
+		metrics: newMetrics(opts.Registry),
+		holders: make(map[string]map[*stream]struct{}),
+		streams: make(map[*stream]struct{}),
+	}
+	if s.sharer == nil {
+		s.sharer = fairshare.NewTracker(fairshare.Options{})
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	s.rules.Store(rules)
+	return s
+}
+
+// Register registers the service on g.
+func (s *Service) Register(g grpc.ServiceRegistrar) {
+	rlqsv3.RegisterRateLimitQuotaServiceServer(g, s)
+}
+
+// SetRules replaces the rules in force, and has every stream push the
+// assignments that changed, and abandon the buckets no rule matches any
+// more.
+func (s *Service) SetRules(r *config.Rules) {
+	s.rules.Store(r)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for st := range s.streams {
+		st.wake()
+	}
+}
+
+// StreamRateLimitQuotas implements rlqsv3.RateLimitQuotaServiceServer.
+func (s *Service) StreamRateLimitQuotas(g rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasServer) error {
+	st := s.newStream(g)
+	defer s.endStream(st)
+	return st.run()
+}
+
+// newStream registers a stream on g.
+func (s *Service) newStream(g rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasServer) *stream {
+	st := &stream{
+		s:       s,
+		g:       g,
+		client:  strconv.FormatUint(s.ids.Add(1), 10),
+		buckets: make(map[string]*bucket),
+		wakeup:  make(chan struct{}, 1),
+		rules:   make(map[ruleLabels]int),
+	}
+	s.mu.Lock()
+	s.streams[st] = struct{}{}
+	s.mu.Unlock()
+	s.metrics.streams.Inc()
+	return st
+}
+
+// endStream forgets a stream, its buckets and its shares, and lets the
+// streams that shared its buckets take them up.
+func (s *Service) endStream(st *stream) {
+	s.metrics.streams.Dec()
+	for key, b := range st.buckets {
+		st.drop(key, b)
+	}
+	s.mu.Lock()
+	delete(s.streams, st)
+	s.mu.Unlock()
+	s.sharer.Forget(st.client)
+}
+
+// hold records that st holds the bucket key, and reports false when that
+// would pass MaxBuckets.
+func (s *Service) hold(st *stream, key string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.total >= MaxBuckets {
+		return false
+	}
+	s.total++
+	h := s.holders[key]
+	if h == nil {
+		h = make(map[*stream]struct{})
+		s.holders[key] = h
+	}
+	h[st] = struct{}{}
+	return true
+}
+
+// release undoes hold, and wakes the other holders of the bucket: their
+// shares grew.
+func (s *Service) release(st *stream, key string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.total--
+	h := s.holders[key]
+	delete(h, st)
+	if len(h) == 0 {
+		delete(s.holders, key)
+	}
+	for o := range h {
+		o.wake()
+	}
+}
+
+// shifted wakes the holders of the bucket key but st, after st reported
+// on it: their shares may have changed.
+func (s *Service) shifted(st *stream, key string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for o := range s.holders[key] {
+		if o != st {
+			o.wake()
+		}
+	}
+}

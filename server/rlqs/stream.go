@@ -1,0 +1,270 @@
+package rlqs
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/ratelimitd/ratelimitd/config"
+)
+
+// stream is one client's StreamRateLimitQuotas: its run loop alone reads
+// and writes its fields but wakeup.
+type stream struct {
+	s       *Service
+	g       rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasServer
+	client  string // the sharer's name for the client
+	domain  string // from the first report
+	ruleset *config.Rules
+	buckets map[string]*bucket // by bucket key
+	rules   map[ruleLabels]int // buckets held, by rule, for the streams gauge
+	wakeup  chan struct{}      // a rule set or a share changed
+}
+
+// bucket is one bucket a stream holds.
+type bucket struct {
+	id       map[string]string
+	rule     *config.Rule // nil: no rule applies
+	labels   ruleLabels
+	labelled bool // counted in the metrics under labels
+	interval time.Duration // the client's reporting interval, last reported
+	sent     assignment    // the last assignment sent
+	rate     float64       // of sent, in the assigned-rate gauge
+}
+
+// wake asks the stream's loop to recompute its assignments.
+func (st *stream) wake() {
+	select {
+	case st.wakeup <- struct{}{}:
+	default: // already asked
+	}
+}
+
+// run serves the stream until the client ends it or it fails.
+func (st *stream) run() error {
+	ctx := st.g.Context()
+	reports := make(chan *rlqsv3.RateLimitQuotaUsageReports)
+	errc := make(chan error, 1)
+	go func() { // ends when Recv fails, at the latest when the RPC ends
+		for {
+			m, err := st.g.Recv()
+			if err != nil {
+				errc <- err
+				return
+			}
+			select {
+			case reports <- m:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	st.ruleset = st.s.rules.Load()
+	for {
+		var err error
+		select {
+		case m := <-reports:
+			err = st.report(m)
+		case <-st.wakeup:
+			err = st.refresh()
+		case err = <-errc:
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		case <-ctx.Done():
+			return status.FromContextError(ctx.Err()).Err()
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// report records a client's usage reports and answers with the current
+// assignment of every bucket reported, which renews its time to live.
+func (st *stream) report(m *rlqsv3.RateLimitQuotaUsageReports) error {
+	if d := m.GetDomain(); d != "" {
+		if st.domain != "" && d != st.domain {
+			return status.Errorf(codes.InvalidArgument, "domain %q differs from the stream's %q", d, st.domain)
+		}
+		st.domain = d
+	}
+	if st.ruleset != st.s.rules.Load() {
+		if err := st.refresh(); err != nil {
+			return err
+		}
+	}
+	now := st.s.now()
+	resp := &rlqsv3.RateLimitQuotaResponse{}
+	for i, u := range m.GetBucketQuotaUsages() {
+		id := u.GetBucketId().GetBucket()
+		if len(id) == 0 {
+			return status.Errorf(codes.InvalidArgument, "bucket_quota_usages[%d]: empty bucket_id", i)
+		}
+		key := bucketKey(st.domain, id)
+		b := st.buckets[key]
+		if b == nil {
+			if b = st.add(key, id); b == nil {
+				continue // over the bounds: no assignment
+			}
+		}
+		if e := u.GetTimeElapsed().AsDuration(); e > 0 {
+			b.interval = e
+		}
+		st.s.sharer.Report(key, st.client, u.GetNumRequestsAllowed(), u.GetNumRequestsDenied(), now)
+		st.s.metrics.reported(b.labels, u.GetNumRequestsAllowed(), u.GetNumRequestsDenied())
+		st.s.shifted(st, key)
+		if a := st.assign(key, b, now); a.kind != kindNone {
+			resp.BucketAction = append(resp.BucketAction, assignAction(b, a))
+		}
+	}
+	return st.send(resp)
+}
+
+// refresh takes up a new rule set, abandoning the buckets that no rule
+// matches any more, and pushes the assignments that changed.
+func (st *stream) refresh() error {
+	resp := &rlqsv3.RateLimitQuotaResponse{}
+	if rs := st.s.rules.Load(); rs != st.ruleset {
+		st.ruleset = rs
+		d := rs.Domain(st.domain)
+		for key, b := range st.buckets {
+			r := match(d, b.id)
+			if r == nil && b.rule != nil {
+				resp.BucketAction = append(resp.BucketAction, abandonAction(b))
+				st.drop(key, b)
+				continue
+			}
+			st.relabel(b, r, labelsFor(d, r))
+		}
+	}
+	now := st.s.now()
+	for key, b := range st.buckets {
+		old := b.sent
+		if a := st.assign(key, b, now); a != old && a.kind != kindNone {
+			resp.BucketAction = append(resp.BucketAction, assignAction(b, a))
+		}
+	}
+	return st.send(resp)
+}
+
+// send sends resp unless it is empty.
+func (st *stream) send(resp *rlqsv3.RateLimitQuotaResponse) error {
+	if len(resp.BucketAction) == 0 {
+		return nil
+	}
+	if err := st.g.Send(resp); err != nil {
+		return fmt.Errorf("rlqs: send %d bucket actions: %w", len(resp.BucketAction), err)
+	}
+	return nil
+}
+
+// add starts holding a bucket reported for the first time, or returns nil
+// when the bounds refuse it.
+func (st *stream) add(key string, id map[string]string) *bucket {
+	if len(id) > MaxBucketEntries || len(st.buckets) >= MaxBucketsPerStream || !st.s.hold(st, key) {
+		st.s.metrics.refused.Inc()
+		return nil
+	}
+	d := st.ruleset.Domain(st.domain)
+	r := match(d, id)
+	b := &bucket{id: id, interval: DefaultReportingInterval}
+	st.buckets[key] = b
+	st.relabel(b, r, labelsFor(d, r))
+	return b
+}
+
+// relabel sets b's rule, moving b's metrics to the rule's labels l.
+func (st *stream) relabel(b *bucket, r *config.Rule, l ruleLabels) {
+	b.rule = r
+	if b.labelled {
+		if b.labels == l {
+			return
+		}
+		st.unlabel(b)
+	}
+	b.labels, b.labelled = l, true
+	st.rules[l]++
+	st.s.metrics.bucketAdded(l, st.rules[l] == 1)
+}
+
+// unlabel removes b from the metrics of its labels.
+func (st *stream) unlabel(b *bucket) {
+	st.rules[b.labels]--
+	last := st.rules[b.labels] == 0
+	if last {
+		delete(st.rules, b.labels)
+	}
+	st.s.metrics.bucketRemoved(b.labels, last, b.rate)
+	b.rate, b.labelled = 0, false
+}
+
+// drop stops holding the bucket key.
+func (st *stream) drop(key string, b *bucket) {
+	st.unlabel(b)
+	delete(st.buckets, key)
+	st.s.release(st, key)
+}
+
+// assign computes b's assignment now, records it as sent, and keeps the
+// assigned-rate gauge.
+func (st *stream) assign(key string, b *bucket, now time.Time) assignment {
+	var a assignment
+	limit, limited := limitRate(b.rule)
+	switch {
+	case !limited || st.s.shadow || b.rule.ShadowMode:
+		a = assignment{kind: kindAllowAll}
+	case limit <= 0:
+		a = assignment{kind: kindDenyAll}
+	default:
+		share, ok := st.s.sharer.Share(key, st.client, limit, now)
+		if ok {
+			a = bucketFor(b.rule, share, limit)
+		}
+		st.s.metrics.limit(b.labels, limit)
+	}
+	rate := 0.0
+	if a.kind == kindBucket {
+		rate = a.rate()
+	}
+	st.s.metrics.assigned(b.labels, rate-b.rate)
+	b.sent, b.rate = a, rate
+	return a
+}
+
+// ttlFor returns the time to live of an assignment to a client reporting
+// every interval: two intervals, so that one late report does not expire
+// it, within MinTTL and MaxTTL.
+func ttlFor(interval time.Duration) time.Duration {
+	return min(max(2*interval, MinTTL), MaxTTL)
+}
+
+// assignAction returns a's action for bucket b.
+func assignAction(b *bucket, a assignment) *rlqsv3.RateLimitQuotaResponse_BucketAction {
+	return &rlqsv3.RateLimitQuotaResponse_BucketAction{
+		BucketId: &rlqsv3.BucketId{Bucket: b.id},
+		BucketAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction_{
+			QuotaAssignmentAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction{
+				AssignmentTimeToLive: durationpb.New(ttlFor(b.interval)),
+				RateLimitStrategy:    a.strategy(),
+			},
+		},
+	}
+}
+
+// abandonAction returns the action that abandons bucket b.
+func abandonAction(b *bucket) *rlqsv3.RateLimitQuotaResponse_BucketAction {
+	return &rlqsv3.RateLimitQuotaResponse_BucketAction{
+		BucketId: &rlqsv3.BucketId{Bucket: b.id},
+		BucketAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_AbandonAction_{
+			AbandonAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_AbandonAction{},
+		},
+	}
+}
