@@ -32,7 +32,7 @@ type bucket struct {
 	id       map[string]string
 	rule     *config.Rule // nil: no rule applies
 	labels   ruleLabels
-	labelled bool // counted in the metrics under labels
+	labelled bool          // counted in the metrics under labels
 	interval time.Duration // the client's reporting interval, last reported
 	sent     assignment    // the last assignment sent
 	rate     float64       // of sent, in the assigned-rate gauge
