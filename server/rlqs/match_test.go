@@ -1,0 +1,82 @@
+package rlqs
+
+import "testing"
+
+const matchRules = `
+domain: web
+descriptors:
+  - key: tenant
+    value: acme
+    descriptors:
+      - key: path
+        rate_limit: {unit: second, requests_per_unit: 1}
+  - key: tenant
+    value: "a*"
+    rate_limit: {unit: second, requests_per_unit: 2}
+  - key: path
+    value: /x
+    rate_limit: {unit: second, requests_per_unit: 3}
+  - key: tenant
+    rate_limit: {unit: second, requests_per_unit: 4}
+  - key: method
+    value: GET
+    descriptors:
+      - key: path
+        value: /y
+        rate_limit: {unit: second, requests_per_unit: 5}
+`
+
+func TestMatch(t *testing.T) {
+	d := rulesOf(t, matchRules).Domain("web")
+	for _, tc := range []struct {
+		name string
+		id   map[string]string
+		want string // the rule's Path, "" for none
+	}{
+		{"exact then key-only", map[string]string{"tenant": "acme", "path": "/y"}, "tenant=acme.path"},
+		{"exact before wildcard", map[string]string{"tenant": "acme"}, "tenant=acme"},
+		{"wildcard before key-only", map[string]string{"tenant": "abc"}, "tenant=a*"},
+		{"key-only", map[string]string{"tenant": "zzz"}, "tenant"},
+		{"first in file order among keys", map[string]string{"path": "/x", "tenant": "zzz"}, "path=/x"},
+		{"earlier key wins even key-only", map[string]string{"path": "/x", "tenant": "acme"}, "tenant=acme.path"},
+		{"unused keys ignored", map[string]string{"tenant": "abc", "path": "/x", "extra": "1"}, "tenant=a*"},
+		{"walk stops where nothing matches", map[string]string{"method": "GET", "path": "/z"}, "method=GET"},
+		{"second level", map[string]string{"method": "GET", "path": "/y"}, "method=GET.path=/y"},
+		{"no rule", map[string]string{"other": "1"}, ""},
+		{"any bytes", map[string]string{"tenant": "\xff\x00"}, "tenant"},
+		{"empty", map[string]string{}, ""},
+	} {
+		r := match(d, tc.id)
+		got := ""
+		if r != nil {
+			got = r.Path
+		}
+		if got != tc.want {
+			t.Errorf("%s: match(%q) = %q, want %q", tc.name, tc.id, got, tc.want)
+		}
+	}
+}
+
+// TestMatchOrderFree matches the same bucket id built in many insertion
+// orders: Go randomizes map iteration, so an order-dependent walk would
+// disagree.
+func TestMatchOrderFree(t *testing.T) {
+	d := rulesOf(t, matchRules).Domain("web")
+	for range 100 {
+		id := map[string]string{"path": "/y", "method": "GET", "tenant": "zzz", "x": "1"}
+		if r := match(d, id); r == nil || r.Path != "tenant" {
+			t.Fatalf("match(%q) = %v, want tenant", id, r)
+		}
+	}
+}
+
+func TestBucketKey(t *testing.T) {
+	a := bucketKey("d", map[string]string{"a": "b", "c": ""})
+	b := bucketKey("d", map[string]string{"a": "bc"})
+	if a == b {
+		t.Errorf("bucket ids {a:b, c:} and {a:bc} share the key %q", a)
+	}
+	if bucketKey("d", map[string]string{"a": "b"}) == bucketKey("da", map[string]string{"": "b"}) {
+		t.Errorf("domains bleed into bucket keys")
+	}
+}
