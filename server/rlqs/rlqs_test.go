@@ -247,7 +247,7 @@ descriptors:
 	a.report(usage{id: id, allowed: 1})
 	b.report(usage{id: id, allowed: 1})
 	clk.Advance(10 * time.Second)
-	a.report(usage{id: id, allowed: 100, elapsed: 10 * time.Second})                // 10 per second
+	a.report(usage{id: id, allowed: 100, elapsed: 10 * time.Second})               // 10 per second
 	b.report(usage{id: id, allowed: 900, denied: 1100, elapsed: 10 * time.Second}) // 200 per second
 
 	want := make([]float64, 2)
