@@ -1,0 +1,99 @@
+// Package rlqs serves Envoy's Rate Limit Quota Service,
+// envoy.service.rate_limit_quota.v3.RateLimitQuotaService, from the same
+// rules as the RateLimitService: clients (Envoy's rate_limit_quota filter)
+// report their usage per bucket over a stream, and receive for each bucket
+// an assignment that they enforce locally.
+//
+// # Matching a bucket id
+//
+// A stream's first report names the domain; each bucket id, a map of keys
+// to values, is matched against that domain's rule tree, whatever the map's
+// order. The walk starts at the top level and, at each level, looks at the
+// bucket id's keys not used yet: for each, the rule that RLS would pick for
+// that entry (the exact value, else the first wildcard value in file order
+// that matches, else the key-only rule). Of those, it takes the rule
+// defined first in the file (the lowest line; ties to the key first in byte
+// order), uses up its key and descends into that rule's children. It never
+// backtracks. The walk ends when no unused key matches at the next level;
+// the rule it took last applies. Keys the walk never uses are ignored.
+// Values are bytes and are compared as such, as in RLS.
+//
+// With these rules:
+//
+//	descriptors:
+//	  - key: tenant            # line 1
+//	    value: acme
+//	    descriptors:
+//	      - key: path
+//	        rate_limit: {unit: second, requests_per_unit: 10}
+//	  - key: path              # line 6
+//	    value: /login
+//	    rate_limit: {unit: minute, requests_per_unit: 5}
+//	  - key: tenant            # line 9
+//	    rate_limit: {unit: second, requests_per_unit: 100}
+//
+// {tenant: acme, path: /x} gets tenant=acme.path (10/s); {path: /login,
+// tenant: other} gets path=/login (line 6 comes before the key-only tenant
+// rule of line 9); {tenant: acme, path: /login} gets tenant=acme.path
+// (line 1 first); {tenant: other, region: eu} gets tenant (region is
+// ignored); {region: eu} matches no rule.
+//
+// Every distinct bucket id is its own quota, ignored keys included: {tenant:
+// other, region: eu} and {tenant: other, region: us} each get the tenant
+// rule's full limit, as two RLS descriptors with different values of a
+// key-only rule do. Bucket ids are built by the client's configuration, which
+// should only use the keys its rules name. ip_prefix and share_threshold are
+// not applied.
+//
+// # Assignments
+//
+// Each assignment is a QuotaAssignmentAction whose assignment_time_to_live
+// is twice the client's reporting interval (the time_elapsed of its last
+// report on the bucket; DefaultReportingInterval before one), within MinTTL
+// and MaxTTL:
+//
+//   - A rule with limits gives a TokenBucket: this client's share of the
+//     tightest limit's rate, from the max-min fair division among the clients
+//     of this replica that report on the bucket (package fairshare; a client
+//     that stopped reporting loses its share after the tracker's TTL).
+//     A share of at least one request per second fills floor(share) tokens
+//     every second, a smaller one a single token at the matching interval;
+//     rounding down keeps the shares' sum within the limit. max_tokens is
+//     the same fraction of each limit's burst (burst, or requests_per_unit
+//     without one; the smallest across the limits), and at least one fill.
+//   - unlimited, or a rule without limits, gives ALLOW_ALL; so does a bucket
+//     id that matches no rule, or a domain with no rules, as RLS answers OK.
+//   - requests_per_unit: 0 (a ban) gives DENY_ALL.
+//   - shadow_mode (the rule's, or the server's) gives ALLOW_ALL, while the
+//     reports are still counted in the metrics.
+//   - quota_mode, replaces and consume_when_over change how RLS combines the
+//     descriptors of one request and counts refused hits. An RLQS bucket is
+//     one descriptor, and its client reports refused requests itself, so here
+//     they change nothing (an unlimited rule's replaces included).
+//
+// The service answers each report with the assignment of every bucket it
+// names, which renews their time to live. It also pushes, unasked, the
+// assignments that changed: when another client's report or departure moves
+// the shares of a bucket, and when SetRules brings new rules. After a
+// reload, a bucket that matched a rule and now matches none is abandoned
+// (AbandonAction), and the client reports it afresh on its next request.
+//
+// # Bounds
+//
+// A stream holds at most MaxBucketsPerStream buckets, all the streams
+// together MaxBuckets, and a bucket id has at most MaxBucketEntries keys.
+// A bucket past a bound, or one the fair-share tracker refuses (it is
+// full), gets no assignment: the client applies its own no_assignment
+// behaviour, as it would with the service unreachable. Such reports count
+// in ratelimitd_rlqs_buckets_refused_total.
+//
+// # Not yet
+//
+// Shares are divided among the clients of this replica only: a bucket
+// reported to several replicas gets the full limit on each. Sharing the
+// quota across replicas through the counter store is not done yet, so the
+// store and its failures play no part in RLQS assignments. Protobuf strings
+// must be UTF-8: a report whose bucket id holds other bytes is refused by
+// the gRPC codec and ends the stream, whereas RLS reads such values as
+// bytes.
+package rlqs
