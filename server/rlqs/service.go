@@ -156,13 +156,13 @@ func (s *Service) newStream(g rlqsv3.RateLimitQuotaService_StreamRateLimitQuotas
 // streams that shared its buckets take them up.
 func (s *Service) endStream(st *stream) {
 	s.metrics.streams.Dec()
+	s.sharer.Forget(st.client) // before the others wake to their new shares
 	for key, b := range st.buckets {
 		st.drop(key, b)
 	}
 	s.mu.Lock()
 	delete(s.streams, st)
 	s.mu.Unlock()
-	s.sharer.Forget(st.client)
 }
 
 // hold records that st holds the bucket key, and reports false when that
