@@ -270,6 +270,7 @@ func TestHealth(t *testing.T) {
 		"",
 		"envoy.service.ratelimit.v3.RateLimitService",
 		"ratelimit.v1.RateLimitService",
+		"envoy.service.rate_limit_quota.v3.RateLimitQuotaService",
 		"ratelimit", // envoyproxy/ratelimit's name
 	}
 	h := newHarness(t, nil, server.Options{})

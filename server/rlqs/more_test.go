@@ -1,0 +1,124 @@
+package rlqs
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+
+	"github.com/ratelimitd/ratelimitd/internal/grpctest"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+const oneRule = `
+domain: web
+descriptors:
+  - key: path
+    rate_limit: {unit: second, requests_per_unit: 100}
+`
+
+// TestDeparture: when a client's stream ends, the others sharing its
+// bucket are pushed the part it leaves.
+func TestDeparture(t *testing.T) {
+	_, conn, clk := serve(t, rulesOf(t, oneRule))
+	id := map[string]string{"path": "/api"}
+	a := newClient(t, conn, clk, "web")
+	b := newClient(t, conn, clk, "web")
+	a.report(usage{id: id, allowed: 1})
+	b.report(usage{id: id, allowed: 1})
+	a.until(func() bool { return rate(a.strategy(id)) == 50 })
+	if err := b.st.CloseSend(); err != nil {
+		t.Fatalf("CloseSend: %v", err)
+	}
+	a.until(func() bool { return rate(a.strategy(id)) == 100 })
+}
+
+// TestBounds: a bucket id with too many keys gets no assignment, and the
+// stream goes on.
+func TestBounds(t *testing.T) {
+	s, conn, clk := serve(t, rulesOf(t, oneRule))
+	c := newClient(t, conn, clk, "web")
+	big := map[string]string{"path": "/"}
+	for i := range MaxBucketEntries {
+		big[fmt.Sprint("k", i)] = "v"
+	}
+	ok := map[string]string{"path": "/ok"}
+	// The stream answers in order: once ok is answered, big was decided.
+	err := c.st.Send(&rlqsv3.RateLimitQuotaUsageReports{Domain: "web", BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{
+		{BucketId: &rlqsv3.BucketId{Bucket: big}, NumRequestsAllowed: 1},
+	}})
+	if err != nil {
+		t.Fatalf("Send: %v", err)
+	}
+	c.sent = true
+	c.report(usage{id: ok, allowed: 1})
+	if c.strategy(big) != nil || rate(c.strategy(ok)) != 100 {
+		t.Errorf("got %v for the oversized bucket id and %v for the other; want none and 100 per second",
+			c.strategy(big), c.strategy(ok))
+	}
+	if got := testutil.ToFloat64(s.metrics.refused); got != 1 {
+		t.Errorf("buckets refused: %v, want 1", got)
+	}
+}
+
+func TestMetrics(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	clk := &clock{now: time.Unix(1_700_000_000, 0)}
+	s := New(rulesOf(t, oneRule), Options{Now: clk.Now, Registry: reg})
+	g := grpc.NewServer()
+	s.Register(g)
+	conn, _ := grpctest.Serve(t, g)
+	c := newClient(t, conn, clk, "web")
+	c.report(usage{id: map[string]string{"path": "/a"}, allowed: 3, denied: 2},
+		usage{id: map[string]string{"path": "/b"}, allowed: 1}, usage{id: map[string]string{"nope": "x"}, allowed: 1})
+
+	for _, tc := range []struct {
+		c    prometheus.Collector
+		want float64
+	}{
+		{s.metrics.streams, 1},
+		{s.metrics.ruleStreams.WithLabelValues("web", "path"), 1},
+		{s.metrics.buckets.WithLabelValues("web", "path"), 2},
+		{s.metrics.buckets.WithLabelValues("web", ""), 1},
+		{s.metrics.assignedRate.WithLabelValues("web", "path"), 200},
+		{s.metrics.rate.WithLabelValues("web", "path"), 100},
+		{s.metrics.reports.WithLabelValues("web", "path", "allowed"), 4},
+		{s.metrics.reports.WithLabelValues("web", "path", "denied"), 2},
+	} {
+		if got := testutil.ToFloat64(tc.c); got != tc.want {
+			t.Errorf("%v: got %v, want %v", tc.c, got, tc.want)
+		}
+	}
+	if n, err := testutil.GatherAndCount(reg, "ratelimitd_rlqs_buckets", "ratelimitd_rlqs_open_streams"); err != nil || n != 3 {
+		t.Errorf("registry: %d series, %v; want 3", n, err)
+	}
+
+	// When the stream ends, its buckets go. (The deadline only stops a
+	// hang.)
+	if err := c.st.CloseSend(); err != nil {
+		t.Fatalf("CloseSend: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	for testutil.ToFloat64(s.metrics.streams) != 0 {
+		select {
+		case <-ctx.Done():
+			t.Fatal("the stream was never closed")
+		case <-time.After(time.Millisecond):
+		}
+	}
+	for _, c := range []prometheus.Collector{s.metrics.buckets.WithLabelValues("web", "path"), s.metrics.assignedRate.WithLabelValues("web", "path"), s.metrics.ruleStreams.WithLabelValues("web", "path")} {
+		if got := testutil.ToFloat64(c); got != 0 {
+			t.Errorf("%v after the stream ended: %v, want 0", c, got)
+		}
+	}
+}
