@@ -16,7 +16,10 @@
 // order), uses up its key and descends into that rule's children. It never
 // backtracks. The walk ends when no unused key matches at the next level;
 // the rule it took last applies. Keys the walk never uses are ignored.
-// Values are bytes and are compared as such, as in RLS.
+// Keys and values are bytes, as in RLS: the service reads its reports from
+// the wire itself (protobuf strings would have to be UTF-8, and a header
+// copied into a bucket id may hold any byte), and its answers carry the
+// bucket ids with their own bytes.
 //
 // With these rules:
 //
@@ -92,8 +95,5 @@
 // Shares are divided among the clients of this replica only: a bucket
 // reported to several replicas gets the full limit on each. Sharing the
 // quota across replicas through the counter store is not done yet, so the
-// store and its failures play no part in RLQS assignments. Protobuf strings
-// must be UTF-8: a report whose bucket id holds other bytes is refused by
-// the gRPC codec and ends the stream, whereas RLS reads such values as
-// bytes.
+// store and its failures play no part in RLQS assignments.
 package rlqs

@@ -71,8 +71,6 @@ type Options struct {
 // Service serves envoy.service.rate_limit_quota.v3.RateLimitQuotaService
 // under the rules in force. It is safe for concurrent use.
 type Service struct {
-	rlqsv3.UnimplementedRateLimitQuotaServiceServer
-
 	rules   atomic.Pointer[config.Rules]
 	sharer  Sharer
 	shadow  bool
@@ -113,7 +111,28 @@ func New(rules *config.Rules, opts Options) *Service {
 
 // Register registers the service on g.
 func (s *Service) Register(g grpc.ServiceRegistrar) {
-	rlqsv3.RegisterRateLimitQuotaServiceServer(g, s)
+	g.RegisterService(&serviceDesc, s)
+}
+
+// wireServer is what serviceDesc serves: *Service.
+type wireServer interface {
+	serve(g grpc.ServerStream) error
+}
+
+// serviceDesc is envoy.service.rate_limit_quota.v3.RateLimitQuotaService
+// as rlqsv3 describes it (the same names, so reflection and Envoy see no
+// difference), with a handler that reads and writes bucket ids as bytes
+// (see wireReports).
+var serviceDesc = grpc.ServiceDesc{
+	ServiceName: rlqsv3.RateLimitQuotaService_ServiceDesc.ServiceName,
+	HandlerType: (*wireServer)(nil),
+	Streams: []grpc.StreamDesc{{
+		StreamName:    "StreamRateLimitQuotas",
+		Handler:       func(srv any, g grpc.ServerStream) error { return srv.(wireServer).serve(g) },
+		ServerStreams: true,
+		ClientStreams: true,
+	}},
+	Metadata: rlqsv3.RateLimitQuotaService_ServiceDesc.Metadata,
 }
 
 // SetRules replaces the rules in force, and has every stream push the
@@ -128,15 +147,15 @@ func (s *Service) SetRules(r *config.Rules) {
 	}
 }
 
-// StreamRateLimitQuotas implements rlqsv3.RateLimitQuotaServiceServer.
-func (s *Service) StreamRateLimitQuotas(g rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasServer) error {
+// serve serves one StreamRateLimitQuotas.
+func (s *Service) serve(g grpc.ServerStream) error {
 	st := s.newStream(g)
 	defer s.endStream(st)
 	return st.run()
 }
 
 // newStream registers a stream on g.
-func (s *Service) newStream(g rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasServer) *stream {
+func (s *Service) newStream(g grpc.ServerStream) *stream {
 	st := &stream{
 		s:       s,
 		g:       g,

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -18,7 +19,7 @@ import (
 // and writes its fields but wakeup.
 type stream struct {
 	s       *Service
-	g       rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasServer
+	g       grpc.ServerStream
 	client  string // the sharer's name for the client
 	domain  string // from the first report
 	ruleset *config.Rules
@@ -49,12 +50,12 @@ func (st *stream) wake() {
 // run serves the stream until the client ends it or it fails.
 func (st *stream) run() error {
 	ctx := st.g.Context()
-	reports := make(chan *rlqsv3.RateLimitQuotaUsageReports)
+	reports := make(chan *wireReports)
 	errc := make(chan error, 1)
-	go func() { // ends when Recv fails, at the latest when the RPC ends
+	go func() { // ends when RecvMsg fails, at the latest when the RPC ends
 		for {
-			m, err := st.g.Recv()
-			if err != nil {
+			m := new(wireReports)
+			if err := st.g.RecvMsg(m); err != nil {
 				errc <- err
 				return
 			}
@@ -89,8 +90,8 @@ func (st *stream) run() error {
 
 // report records a client's usage reports and answers with the current
 // assignment of every bucket reported, which renews its time to live.
-func (st *stream) report(m *rlqsv3.RateLimitQuotaUsageReports) error {
-	if d := m.GetDomain(); d != "" {
+func (st *stream) report(m *wireReports) error {
+	if d := m.domain; d != "" {
 		if st.domain != "" && d != st.domain {
 			return status.Errorf(codes.InvalidArgument, "domain %q differs from the stream's %q", d, st.domain)
 		}
@@ -102,9 +103,9 @@ func (st *stream) report(m *rlqsv3.RateLimitQuotaUsageReports) error {
 		}
 	}
 	now := st.s.now()
-	resp := &rlqsv3.RateLimitQuotaResponse{}
-	for i, u := range m.GetBucketQuotaUsages() {
-		id := u.GetBucketId().GetBucket()
+	resp := &wireResponse{}
+	for i, u := range m.usages {
+		id := u.id
 		if len(id) == 0 {
 			return status.Errorf(codes.InvalidArgument, "bucket_quota_usages[%d]: empty bucket_id", i)
 		}
@@ -115,14 +116,14 @@ func (st *stream) report(m *rlqsv3.RateLimitQuotaUsageReports) error {
 				continue // over the bounds: no assignment
 			}
 		}
-		if e := u.GetTimeElapsed().AsDuration(); e > 0 {
-			b.interval = e
+		if u.elapsed > 0 {
+			b.interval = u.elapsed
 		}
-		st.s.sharer.Report(key, st.client, u.GetNumRequestsAllowed(), u.GetNumRequestsDenied(), now)
-		st.s.metrics.reported(b.labels, u.GetNumRequestsAllowed(), u.GetNumRequestsDenied())
+		st.s.sharer.Report(key, st.client, u.allowed, u.denied, now)
+		st.s.metrics.reported(b.labels, u.allowed, u.denied)
 		st.s.shifted(st, key)
 		if a := st.assign(key, b, now); a.kind != kindNone {
-			resp.BucketAction = append(resp.BucketAction, assignAction(b, a))
+			resp.add(b.id, assignAction(b, a))
 		}
 	}
 	return st.send(resp)
@@ -131,14 +132,14 @@ func (st *stream) report(m *rlqsv3.RateLimitQuotaUsageReports) error {
 // refresh takes up a new rule set, abandoning the buckets that no rule
 // matches any more, and pushes the assignments that changed.
 func (st *stream) refresh() error {
-	resp := &rlqsv3.RateLimitQuotaResponse{}
+	resp := &wireResponse{}
 	if rs := st.s.rules.Load(); rs != st.ruleset {
 		st.ruleset = rs
 		d := rs.Domain(st.domain)
 		for key, b := range st.buckets {
 			r := match(d, b.id)
 			if r == nil && b.rule != nil {
-				resp.BucketAction = append(resp.BucketAction, abandonAction(b))
+				resp.add(b.id, abandonAction())
 				st.drop(key, b)
 				continue
 			}
@@ -149,19 +150,19 @@ func (st *stream) refresh() error {
 	for key, b := range st.buckets {
 		old := b.sent
 		if a := st.assign(key, b, now); a != old && a.kind != kindNone {
-			resp.BucketAction = append(resp.BucketAction, assignAction(b, a))
+			resp.add(b.id, assignAction(b, a))
 		}
 	}
 	return st.send(resp)
 }
 
 // send sends resp unless it is empty.
-func (st *stream) send(resp *rlqsv3.RateLimitQuotaResponse) error {
-	if len(resp.BucketAction) == 0 {
+func (st *stream) send(resp *wireResponse) error {
+	if len(resp.actions) == 0 {
 		return nil
 	}
-	if err := st.g.Send(resp); err != nil {
-		return fmt.Errorf("rlqs: send %d bucket actions: %w", len(resp.BucketAction), err)
+	if err := st.g.SendMsg(resp); err != nil {
+		return fmt.Errorf("rlqs: send %d bucket actions: %w", len(resp.actions), err)
 	}
 	return nil
 }
@@ -246,10 +247,10 @@ func ttlFor(interval time.Duration) time.Duration {
 	return min(max(2*interval, MinTTL), MaxTTL)
 }
 
-// assignAction returns a's action for bucket b.
+// assignAction returns a's action for bucket b, without its BucketId (see
+// wireResponse).
 func assignAction(b *bucket, a assignment) *rlqsv3.RateLimitQuotaResponse_BucketAction {
 	return &rlqsv3.RateLimitQuotaResponse_BucketAction{
-		BucketId: &rlqsv3.BucketId{Bucket: b.id},
 		BucketAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction_{
 			QuotaAssignmentAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction{
 				AssignmentTimeToLive: durationpb.New(ttlFor(b.interval)),
@@ -259,10 +260,10 @@ func assignAction(b *bucket, a assignment) *rlqsv3.RateLimitQuotaResponse_Bucket
 	}
 }
 
-// abandonAction returns the action that abandons bucket b.
-func abandonAction(b *bucket) *rlqsv3.RateLimitQuotaResponse_BucketAction {
+// abandonAction returns the action that abandons a bucket, without its
+// BucketId (see wireResponse).
+func abandonAction() *rlqsv3.RateLimitQuotaResponse_BucketAction {
 	return &rlqsv3.RateLimitQuotaResponse_BucketAction{
-		BucketId: &rlqsv3.BucketId{Bucket: b.id},
 		BucketAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_AbandonAction_{
 			AbandonAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_AbandonAction{},
 		},

@@ -1,0 +1,87 @@
+package rlqs
+
+import (
+	"bytes"
+	"testing"
+
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
+)
+
+// rawMsg is a message sent and received as its bytes.
+type rawMsg struct{ b []byte }
+
+func (*rawMsg) Reset()                     {}
+func (*rawMsg) String() string             { return "raw" }
+func (*rawMsg) ProtoMessage()              {}
+func (r *rawMsg) Marshal() ([]byte, error) { return r.b, nil }
+func (r *rawMsg) Unmarshal(b []byte) error { r.b = bytes.Clone(b); return nil }
+
+// TestNotUTF8: a bucket id whose value is not UTF-8 is matched and
+// answered, with its own bytes, as RLS would decide such a descriptor.
+func TestNotUTF8(t *testing.T) {
+	_, conn, _ := serve(t, rulesOf(t, oneRule))
+	report, err := proto.Marshal(&rlqsv3.RateLimitQuotaUsageReports{Domain: "web", BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{
+		{BucketId: &rlqsv3.BucketId{Bucket: map[string]string{"path": "@@"}}, NumRequestsAllowed: 1},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	report = bytes.ReplaceAll(report, []byte("@@"), []byte("\xff\xfe"))
+
+	st, err := conn.NewStream(t.Context(), &grpc.StreamDesc{ServerStreams: true, ClientStreams: true},
+		rlqsv3.RateLimitQuotaService_StreamRateLimitQuotas_FullMethodName)
+	if err != nil {
+		t.Fatalf("NewStream: %v", err)
+	}
+	if err := st.SendMsg(&rawMsg{b: report}); err != nil {
+		t.Fatalf("SendMsg: %v", err)
+	}
+	var resp rawMsg
+	if err := st.RecvMsg(&resp); err != nil {
+		t.Fatalf("RecvMsg: %v", err)
+	}
+	if !bytes.Contains(resp.b, []byte("\xff\xfe")) {
+		t.Fatalf("the answer does not carry the bucket id's bytes: %q", resp.b)
+	}
+	var got rlqsv3.RateLimitQuotaResponse
+	if err := proto.Unmarshal(bytes.ReplaceAll(resp.b, []byte("\xff\xfe"), []byte("@@")), &got); err != nil {
+		t.Fatalf("Unmarshal: %v", err)
+	}
+	a := got.GetBucketAction()
+	if len(a) != 1 || a[0].GetBucketId().GetBucket()["path"] != "@@" ||
+		a[0].GetQuotaAssignmentAction().GetRateLimitStrategy().GetTokenBucket().GetTokensPerFill().GetValue() != 100 {
+		t.Errorf("got %v, want the path bucket's token bucket of 100 per second", &got)
+	}
+}
+
+// TestWireRoundTrip: what the service reads is what protobuf wrote.
+func TestWireRoundTrip(t *testing.T) {
+	b, err := proto.Marshal(&rlqsv3.RateLimitQuotaUsageReports{Domain: "d", BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{
+		{BucketId: &rlqsv3.BucketId{Bucket: map[string]string{"a": "1", "b": ""}}, NumRequestsAllowed: 7, NumRequestsDenied: 3},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var w wireReports
+	if err := w.Unmarshal(b); err != nil {
+		t.Fatalf("Unmarshal: %v", err)
+	}
+	if w.domain != "d" || len(w.usages) != 1 || w.usages[0].allowed != 7 || w.usages[0].denied != 3 ||
+		len(w.usages[0].id) != 2 || w.usages[0].id["a"] != "1" {
+		t.Errorf("read %+v", w)
+	}
+}
+
+// FuzzWireReports: no input makes the decoder panic.
+func FuzzWireReports(f *testing.F) {
+	b, _ := proto.Marshal(&rlqsv3.RateLimitQuotaUsageReports{Domain: "d", BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{
+		{BucketId: &rlqsv3.BucketId{Bucket: map[string]string{"a": "1"}}, NumRequestsAllowed: 7},
+	}})
+	f.Add(b)
+	f.Fuzz(func(_ *testing.T, b []byte) {
+		var w wireReports
+		_ = w.Unmarshal(b)
+	})
+}
