@@ -36,9 +36,11 @@ type wireUsage struct {
 
 // Reset, String and ProtoMessage make wireReports a protobuf message for
 // gRPC's codec, which then calls Unmarshal.
-func (w *wireReports) Reset()         { *w = wireReports{} }
-func (w *wireReports) String() string { return fmt.Sprintf("RateLimitQuotaUsageReports{domain: %q, %d usages}", w.domain, len(w.usages)) }
-func (w *wireReports) ProtoMessage()  {}
+func (w *wireReports) Reset() { *w = wireReports{} }
+func (w *wireReports) String() string {
+	return fmt.Sprintf("RateLimitQuotaUsageReports{domain: %q, %d usages}", w.domain, len(w.usages))
+}
+func (w *wireReports) ProtoMessage() {}
 
 // errWire is what a malformed message gets.
 var errWire = errors.New("malformed protobuf")
@@ -166,9 +168,11 @@ type wireResponse struct {
 
 // Reset, String and ProtoMessage make wireResponse a protobuf message for
 // gRPC's codec, which then calls Marshal.
-func (w *wireResponse) Reset()         { *w = wireResponse{} }
-func (w *wireResponse) String() string { return fmt.Sprintf("RateLimitQuotaResponse{%d actions}", len(w.actions)) }
-func (w *wireResponse) ProtoMessage()  {}
+func (w *wireResponse) Reset() { *w = wireResponse{} }
+func (w *wireResponse) String() string {
+	return fmt.Sprintf("RateLimitQuotaResponse{%d actions}", len(w.actions))
+}
+func (w *wireResponse) ProtoMessage() {}
 
 // add adds the action for bucket id.
 func (w *wireResponse) add(id map[string]string, a *rlqsv3.RateLimitQuotaResponse_BucketAction) {
