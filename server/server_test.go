@@ -395,6 +395,7 @@ func TestReflection(t *testing.T) {
 	for _, want := range []string{
 		"envoy.service.ratelimit.v3.RateLimitService",
 		"ratelimit.v1.RateLimitService",
+		"envoy.service.rate_limit_quota.v3.RateLimitQuotaService",
 		"grpc.health.v1.Health",
 	} {
 		if !got[want] {
@@ -402,8 +403,8 @@ func TestReflection(t *testing.T) {
 		}
 	}
 
-	// Both services' descriptors resolve, so grpcurl can call them.
-	for _, sym := range []string{"envoy.service.ratelimit.v3.RateLimitService", "ratelimit.v1.RateLimitService"} {
+	// The services' descriptors resolve, so grpcurl can call them.
+	for _, sym := range []string{"envoy.service.ratelimit.v3.RateLimitService", "ratelimit.v1.RateLimitService", "envoy.service.rate_limit_quota.v3.RateLimitQuotaService"} {
 		stream, err := reflectionpb.NewServerReflectionClient(h.conn).ServerReflectionInfo(ctx)
 		if err != nil {
 			t.Fatalf("ServerReflectionInfo: %v", err)

@@ -57,8 +57,11 @@
 //
 //   - A rule with limits gives a TokenBucket: this client's share of the
 //     tightest limit's rate, from the max-min fair division among the clients
-//     of this replica that report on the bucket (package fairshare; a client
-//     that stopped reporting loses its share after the tracker's TTL).
+//     of this replica that report on the bucket (package fairshare). A
+//     client whose stream ends leaves the division at once; one that stops
+//     reporting a bucket leaves it after fairshare.DefaultTTL (30 s), so
+//     clients should report at least every 15 s, or they drop out between
+//     reports and the others' shares grow past the limit.
 //     A share of at least one request per second fills floor(share) tokens
 //     every second, a smaller one a single token at the matching interval;
 //     rounding down keeps the shares' sum within the limit. max_tokens is
