@@ -33,8 +33,9 @@ const stackClients = 64
 // headroom), the others get L each, equally. When every want fits with some
 // of the limit to spare, the spare is split equally among all clients, so a
 // client can grow into it before its next report; the sum then equals the
-// limit. The sum of out never exceeds limit (it is scaled down by the last
-// rounding error if it would), and no out[i] exceeds limit.
+// limit. The sum of out never exceeds limit, in whatever order it is added
+// (out is scaled down by the rounding error if it could), and no out[i]
+// exceeds limit.
 //
 // Inputs: a NaN, zero or negative demand is a client that wants nothing (it
 // still gets its part of any spare); +Inf is a client that wants the whole
@@ -105,20 +106,26 @@ func waterLevel(limit float64, sorted []float64) (level, spare float64) {
 	return math.Inf(1), max(remaining, 0) / float64(len(sorted))
 }
 
-// clampSum scales out down until its sum is at most limit, undoing the
-// rounding that could leave it a few ulps above; it also caps each entry at
-// limit.
+// clampSum caps each entry of out at limit and scales them down until their
+// sum is at most limit, whatever order a caller adds them in: rounding makes
+// sums in different orders differ by up to about (n-1) units in the last
+// place each, so for n > 2 entries the sum computed here must stay that far
+// below limit. Two entries sum the same in either order.
 func clampSum(limit float64, out []float64) {
+	budget := limit
+	if n := len(out); n > 2 {
+		budget = limit * (1 - 4*float64(n-1)*0x1p-53)
+	}
 	for {
 		var sum float64
 		for i := range out {
 			out[i] = min(out[i], limit)
 			sum += out[i]
 		}
-		if sum <= limit {
+		if sum <= budget {
 			return
 		}
-		f := math.Nextafter(limit/sum, 0)
+		f := math.Nextafter(budget/sum, 0)
 		for i := range out {
 			out[i] *= f
 		}
