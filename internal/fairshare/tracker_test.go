@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -61,6 +63,7 @@ func TestTrackerConvergesAndStaysUnderLimit(t *testing.T) {
 	demands := make([]float64, n)
 	target := make([]float64, n)
 	checked := 0
+	var all []ClientShare
 	for e := range epochs {
 		limit := shift(e)
 		start := t0.Add(time.Duration(e)*epoch + 1250*time.Millisecond) // inside most clients' intervals
@@ -101,10 +104,37 @@ func TestTrackerConvergesAndStaysUnderLimit(t *testing.T) {
 			if sum > limit {
 				t.Fatalf("at %v: shares sum to %v, over the limit %v", now.Sub(t0), sum, limit)
 			}
+			all = tr.AppendShares(all[:0], "d/k=v", limit, now)
+			sum = 0
+			for _, s := range all {
+				sum += s.Rate
+			}
+			if sum > limit {
+				t.Fatalf("at %v: AppendShares's rates sum to %v, over the limit %v", now.Sub(t0), sum, limit)
+			}
 		}
 	}
 	if checked == 0 {
 		t.Fatal("no share was checked against the max-min share")
+	}
+}
+
+func TestTrackerAppendShares(t *testing.T) {
+	tr := NewTracker(Options{TTL: time.Minute})
+	if got := tr.AppendShares(nil, "b", 100, t0); len(got) != 0 {
+		t.Errorf("unknown bucket: %v, want nothing", got)
+	}
+	tr.Report("b", "small", 0, 0, t0)
+	tr.Report("b", "small", 40, 0, t0.Add(4*time.Second)) // 10 per second
+	tr.Report("b", "new", 0, 0, t0.Add(4*time.Second))
+	got := tr.AppendShares([]ClientShare{{Client: "kept"}}, "b", 100, t0.Add(4*time.Second))
+	slices.SortFunc(got, func(a, b ClientShare) int { return strings.Compare(a.Client, b.Client) })
+	want := []ClientShare{{"kept", 0, 0}, {"new", math.Inf(1), 87.5}, {"small", 10, 12.5}}
+	if !slices.Equal(got, want) {
+		t.Errorf("AppendShares = %v, want %v", got, want)
+	}
+	if got := tr.AppendShares(nil, "b", 100, t0.Add(2*time.Minute)); len(got) != 0 {
+		t.Errorf("after every TTL: %v, want nothing", got)
 	}
 }
 
