@@ -17,10 +17,12 @@ func refAllocate(limit float64, demands []float64) []float64 {
 	out := make([]float64, len(demands))
 	wants := make([]float64, len(demands))
 	done := make([]bool, len(demands))
+	floor := limit * MinHeadroom / float64(len(demands))
 	for i, d := range demands {
-		if d > 0 {
-			wants[i] = math.Min(d*(1+Headroom), limit)
+		if !(d > 0) {
+			d = 0
 		}
+		wants[i] = math.Min(d+math.Max(d*Headroom, floor), limit)
 	}
 	remaining, left := limit, len(demands)
 	for changed := true; changed && left > 0; {
@@ -137,8 +139,9 @@ func checkMaxMin(t *testing.T, limit float64, demands, out []float64) {
 	for _, o := range out {
 		maxOut = math.Max(maxOut, o)
 	}
+	floor := MinHeadroom * limit / float64(len(demands))
 	for i, d := range demands {
-		w := want(limit, d)
+		w := want(limit, floor, d)
 		if out[i] >= w-1e-9*limit {
 			if d > 0 && out[i] < math.Min(d*(1+Headroom), limit)-1e-9*limit {
 				t.Fatalf("limit %v demands %v: client %d got %v, less than its demand plus headroom", limit, demands, i, out[i])
@@ -172,7 +175,10 @@ func TestAllocateExamples(t *testing.T) {
 		{"headroom is capped at the fair level", 100, []float64{45, 100}, []float64{50, 50}},
 		// Wants 12.5 and 25 leave 62.5, split 31.25 each.
 		{"spare is split equally", 100, []float64{10, 20}, []float64{43.75, 56.25}},
-		{"zero, negative and NaN demands want nothing", 100, []float64{0, -5, math.NaN(), 200}, []float64{0, 0, 0, 100}},
+		// The least headroom, a twentieth of 25, for each idle client.
+		{"zero, negative and NaN demands get the least headroom", 100, []float64{0, -5, math.NaN(), 200}, []float64{1.25, 1.25, 1.25, 96.25}},
+		// 1 + 25% is less than a twentieth of 50.
+		{"a tiny demand gets the least headroom", 100, []float64{1, 200}, []float64{3.5, 96.5}},
 		{"all zero demands split the limit", 100, []float64{0, 0}, []float64{50, 50}},
 		{"unknown demand (+Inf) is a large client", 100, []float64{inf, 10}, []float64{87.5, 12.5}},
 		{"zero limit", 0, []float64{1, 2}, []float64{0, 0}},

@@ -155,11 +155,12 @@ func TestTrackerFirstReport(t *testing.T) {
 	if rate, _ := tr.Share("b", "new", 100, now); rate != 87.5 {
 		t.Errorf("newcomer: share %v, want the rest 87.5", rate)
 	}
-	// Its second report, 2 s later with 4 requests: 2 per second.
+	// Its second report, 2 s later with 40 requests: 20 per second. Both
+	// want their demands plus 25% (25 and 12.5), and split the rest.
 	now = t0.Add(13 * time.Second)
-	tr.Report("b", "new", 4, 0, now)
-	if rate, _ := tr.Share("b", "new", 100, now); rate != 2.5+(100-2.5-12.5)/2 {
-		t.Errorf("newcomer after its second report: share %v, want %v", rate, 2.5+(100-2.5-12.5)/2)
+	tr.Report("b", "new", 40, 0, now)
+	if rate, _ := tr.Share("b", "new", 100, now); rate != 25+(100-25-12.5)/2 {
+		t.Errorf("newcomer after its second report: share %v, want %v", rate, 25+(100-25-12.5)/2)
 	}
 }
 
