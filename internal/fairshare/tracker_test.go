@@ -317,6 +317,27 @@ func TestTrackerBounds(t *testing.T) {
 	}
 }
 
+func TestTrackerMaxClients(t *testing.T) {
+	const ttl = 30 * time.Second
+	tr := NewTracker(Options{TTL: ttl, MaxClients: 3})
+	tr.Report("old", "a", 1, 0, t0)
+	tr.Report("x", "b", 1, 0, t0.Add(ttl))
+	tr.Report("x", "c", 1, 0, t0.Add(ttl))
+	if tr.Report("y", "d", 1, 0, t0.Add(ttl)) {
+		t.Error("a fourth client accepted beyond MaxClients while all are live")
+	}
+	if buckets, clients := tr.Len(); buckets != 2 || clients != 3 {
+		t.Errorf("%d buckets and %d clients held, want 2 and 3: a refused client leaves no bucket", buckets, clients)
+	}
+	// The bucket "old" expires: its client makes room.
+	if !tr.Report("y", "d", 1, 0, t0.Add(ttl+time.Nanosecond)) {
+		t.Error("a new client refused though the oldest bucket had expired")
+	}
+	if buckets, clients := tr.Len(); buckets != 2 || clients != 3 {
+		t.Errorf("%d buckets and %d clients held, want 2 and 3", buckets, clients)
+	}
+}
+
 func TestTrackerConcurrent(t *testing.T) {
 	tr := NewTracker(Options{TTL: time.Minute, MaxBuckets: 8, MaxClientsPerBucket: 8})
 	var wg sync.WaitGroup
