@@ -6,8 +6,9 @@ import (
 )
 
 // Headroom is the fraction of its demand that a client asking less than its
-// fair share gets on top of that demand: such a client is given
-// demand×(1+Headroom), or the fair level if that is less.
+// fair share gets on top of that demand, at least MinHeadroom: such a client
+// is given demand + max(demand×Headroom, MinHeadroom×limit/n) for n
+// clients, or the fair level if that is less.
 //
 // A share is set from the rate a client reported over its last interval and
 // enforced until its next report, so a share of exactly the demand would
@@ -20,6 +21,14 @@ import (
 // level split what the smaller ones leave, headroom included, equally.
 const Headroom = 0.25
 
+// MinHeadroom is the least headroom, as a fraction of an equal share
+// (limit/n for n clients), that a client asking less than its fair share
+// gets. Without it a client that was idle over its last interval would get
+// nothing on a bucket the others saturate, and be denied every request
+// until its next report; with it, it can restart at a twentieth of an equal
+// share. Idle clients hold back at most that fraction of the limit.
+const MinHeadroom = 0.05
+
 // stackClients is how many clients Allocate sorts in a buffer on its stack;
 // more allocate one slice per call.
 const stackClients = 64
@@ -27,17 +36,19 @@ const stackClients = 64
 // Allocate sets out[i] to client i's rate under limit (requests per second),
 // max-min fair by demands[i] (requests per second each client would use).
 //
-// Each client wants demands[i]×(1+[Headroom]), at most limit. Water-filling
+// Each client wants demands[i] plus headroom ([Headroom] of its demand, at
+// least [MinHeadroom] of an equal share limit/n), at most limit. Water-filling
 // finds the level L at which the clients' wants, each capped at L, use the
 // whole limit: a client wanting less than L gets its want (its demand plus
 // headroom), the others get L each, equally. When every want fits with some
 // of the limit to spare, the spare is split equally among all clients, so a
 // client can grow into it before its next report; the sum then equals the
-// limit. The sum of out never exceeds limit (it is scaled down by the last
-// rounding error if it would), and no out[i] exceeds limit.
+// limit. The sum of out never exceeds limit, in whatever order it is added
+// (out is scaled down by the rounding error if it could), and no out[i]
+// exceeds limit.
 //
-// Inputs: a NaN, zero or negative demand is a client that wants nothing (it
-// still gets its part of any spare); +Inf is a client that wants the whole
+// Inputs: a NaN, zero or negative demand is a client that wants only the
+// least headroom (and its part of any spare); +Inf is a client that wants the whole
 // limit (Tracker uses it for a client whose demand is not yet known). A NaN,
 // zero or negative limit gives every client 0; +Inf gives every client +Inf.
 // Allocate uses only min(len(demands), len(out)) entries. It allocates
@@ -70,24 +81,26 @@ func allocate(limit float64, demands, out, sorted []float64) {
 		}
 		return
 	}
+	floor := MinHeadroom * limit / float64(len(demands))
 	for i, d := range demands {
-		sorted[i] = want(limit, d)
+		sorted[i] = want(limit, floor, d)
 	}
 	slices.Sort(sorted)
 	level, spare := waterLevel(limit, sorted)
 	for i, d := range demands {
-		out[i] = min(want(limit, d), level) + spare
+		out[i] = min(want(limit, floor, d), level) + spare
 	}
 	clampSum(limit, out)
 }
 
 // want is what a client of demand d asks for under limit: its demand plus
-// Headroom, 0 for a NaN or non-positive demand, at most limit.
-func want(limit, d float64) float64 {
+// Headroom of it, at least floor, at most limit. A NaN or non-positive
+// demand is 0.
+func want(limit, floor, d float64) float64 {
 	if !(d > 0) {
-		return 0
+		d = 0
 	}
-	return min(d*(1+Headroom), limit)
+	return min(d+max(d*Headroom, floor), limit)
 }
 
 // waterLevel returns, for wants sorted ascending, the level at which the
@@ -105,20 +118,26 @@ func waterLevel(limit float64, sorted []float64) (level, spare float64) {
 	return math.Inf(1), max(remaining, 0) / float64(len(sorted))
 }
 
-// clampSum scales out down until its sum is at most limit, undoing the
-// rounding that could leave it a few ulps above; it also caps each entry at
-// limit.
+// clampSum caps each entry of out at limit and scales them down until their
+// sum is at most limit, whatever order a caller adds them in: rounding makes
+// sums in different orders differ by up to about (n-1) units in the last
+// place each, so for n > 2 entries the sum computed here must stay that far
+// below limit. Two entries sum the same in either order.
 func clampSum(limit float64, out []float64) {
+	budget := limit
+	if n := len(out); n > 2 {
+		budget = limit * (1 - 4*float64(n-1)*0x1p-53)
+	}
 	for {
 		var sum float64
 		for i := range out {
 			out[i] = min(out[i], limit)
 			sum += out[i]
 		}
-		if sum <= limit {
+		if sum <= budget {
 			return
 		}
-		f := math.Nextafter(limit/sum, 0)
+		f := math.Nextafter(budget/sum, 0)
 		for i := range out {
 			out[i] *= f
 		}

@@ -16,6 +16,8 @@ const (
 	DefaultMaxBuckets = 100_000
 	// DefaultMaxClientsPerBucket bounds the clients one bucket holds.
 	DefaultMaxClientsPerBucket = 1024
+	// DefaultMaxClients bounds the clients held over all buckets.
+	DefaultMaxClients = 500_000
 )
 
 // Options configures a Tracker. Zero fields take the Default values.
@@ -31,6 +33,12 @@ type Options struct {
 	// new client when the bucket is full first drops its expired clients;
 	// if none had expired, the report is refused.
 	MaxClientsPerBucket int
+	// MaxClients bounds the clients held over all buckets, a client on two
+	// buckets counting twice. A report from a new client when the Tracker
+	// holds that many first drops the least recently reported bucket if it
+	// has expired, then the bucket's own expired clients; if that freed
+	// nothing, the report is refused.
+	MaxClients int
 }
 
 // withDefaults returns o with its zero or negative fields set to the defaults.
@@ -43,6 +51,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MaxClientsPerBucket <= 0 {
 		o.MaxClientsPerBucket = DefaultMaxClientsPerBucket
+	}
+	if o.MaxClients <= 0 {
+		o.MaxClients = DefaultMaxClients
 	}
 	return o
 }
@@ -62,11 +73,17 @@ func (o Options) withDefaults() Options {
 // is unknown); until its second report its demand is unknown and counted as
 // +Inf, so it gets the same share as the largest clients.
 //
-// Memory is bounded by Options.MaxBuckets and Options.MaxClientsPerBucket:
-// new buckets and clients beyond them are refused, not evicted, unless the
-// oldest bucket or some clients have outlived the TTL, so that a flood of
-// new bucket ids cannot push out the buckets in use. One mutex guards the
-// Tracker; reports come once per interval per client and bucket.
+// Memory is bounded by Options.MaxBuckets, MaxClientsPerBucket and
+// MaxClients: new buckets and clients beyond them are refused, not evicted,
+// unless the oldest bucket or some clients have outlived the TTL, so that a
+// flood of new bucket ids cannot push out the buckets in use. A bucket costs
+// about 550 bytes besides its clients and a client about 200 (with ids of
+// about 15 bytes), so the defaults hold at most about 155 MB.
+//
+// One mutex guards the Tracker; reports come once per interval per client
+// and bucket. Share and AppendShares recompute a bucket's allocation, in
+// O(n log n) for its n clients, only after a report, an expiry, a
+// forgotten client or a change of limit.
 type Tracker struct {
 	opts Options
 
@@ -76,6 +93,8 @@ type Tracker struct {
 	lru *list.List
 	// byClient indexes, per client id, the buckets it reported on.
 	byClient map[string]map[*bucket]struct{}
+	// nclients counts the clients of all buckets.
+	nclients int
 }
 
 // bucket is one bucket's clients and its cached allocation.
@@ -142,10 +161,15 @@ func (t *Tracker) Report(bucket, client string, allowed, denied uint64, now time
 	}
 	c := t.clientFor(b, client, now)
 	if c == nil {
+		if len(b.clients) == 0 {
+			t.dropBucket(b) // new, or all its clients expired
+		}
 		return false
 	}
 	c.record(float64(allowed)+float64(denied), now)
-	b.lastReport = now
+	if now.After(b.lastReport) {
+		b.lastReport = now
+	}
 	t.lru.MoveToFront(b.elem)
 	b.valid = false
 	return true
@@ -153,7 +177,9 @@ func (t *Tracker) Report(bucket, client string, allowed, denied uint64, now time
 
 // record adds a report of count requests at now to c.
 func (c *client) record(count float64, now time.Time) {
-	c.seen = now
+	if now.After(c.seen) {
+		c.seen = now
+	}
 	if c.last.IsZero() {
 		c.last = now
 		c.demand = math.Inf(1)
@@ -176,16 +202,8 @@ func (t *Tracker) bucketFor(key string, now time.Time) *bucket {
 	if b, ok := t.buckets[key]; ok {
 		return b
 	}
-	if len(t.buckets) >= t.opts.MaxBuckets {
-		oldest := t.lru.Back()
-		if oldest == nil {
-			return nil
-		}
-		ob := oldest.Value.(*bucket)
-		if now.Sub(ob.lastReport) <= t.opts.TTL {
-			return nil
-		}
-		t.dropBucket(ob)
+	if len(t.buckets) >= t.opts.MaxBuckets && !t.dropOldest(nil, now) {
+		return nil
 	}
 	b := &bucket{key: key, index: make(map[string]int)}
 	b.elem = t.lru.PushFront(b)
@@ -205,9 +223,17 @@ func (t *Tracker) clientFor(b *bucket, id string, now time.Time) *client {
 			return nil
 		}
 	}
+	if t.nclients >= t.opts.MaxClients {
+		t.dropOldest(b, now)
+		t.expire(b, now)
+		if t.nclients >= t.opts.MaxClients {
+			return nil
+		}
+	}
 	c := &client{id: id}
 	b.index[id] = len(b.clients)
 	b.clients = append(b.clients, c)
+	t.nclients++
 	set := t.byClient[id]
 	if set == nil {
 		set = make(map[*bucket]struct{})
@@ -249,6 +275,42 @@ func (t *Tracker) Share(bucket, client string, limit float64, now time.Time) (ra
 	}
 	b.allocate(limit, now, t.opts.TTL)
 	return b.shares[i], true
+}
+
+// ClientShare is one client's demand and share on a bucket.
+type ClientShare struct {
+	// Client is the client's id.
+	Client string
+	// Demand is its latest interval's rate in requests per second, +Inf
+	// before its second report.
+	Demand float64
+	// Rate is its share in requests per second.
+	Rate float64
+}
+
+// AppendShares appends to dst the demand and share under limit at now of
+// every live client of bucket, in no particular order, and returns the
+// extended slice; it appends nothing when the bucket is unknown or has no
+// live clients. The rates are those Share returns and sum to at most limit.
+// A caller that pushes assignments uses it after a report to learn every
+// client whose share the report changed.
+func (t *Tracker) AppendShares(dst []ClientShare, bucket string, limit float64, now time.Time) []ClientShare {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	b := t.buckets[bucket]
+	if b == nil {
+		return dst
+	}
+	t.expire(b, now)
+	if len(b.clients) == 0 {
+		t.dropBucket(b)
+		return dst
+	}
+	b.allocate(limit, now, t.opts.TTL)
+	for i, c := range b.clients {
+		dst = append(dst, ClientShare{Client: c.id, Demand: c.demand, Rate: b.shares[i]})
+	}
+	return dst
 }
 
 // allocate fills b.shares for limit at now, where clients live for ttl,
@@ -331,6 +393,7 @@ func (t *Tracker) removeClient(b *bucket, i int) {
 	b.clients[last] = nil
 	b.clients = b.clients[:last]
 	delete(b.index, c.id)
+	t.nclients--
 	if set := t.byClient[c.id]; set != nil {
 		delete(set, b)
 		if len(set) == 0 {
@@ -338,6 +401,22 @@ func (t *Tracker) removeClient(b *bucket, i int) {
 		}
 	}
 	b.valid = false
+}
+
+// dropOldest drops the least recently reported bucket, unless it is keep,
+// if it has expired at now (its newest report is older than the TTL), and
+// reports whether it did.
+func (t *Tracker) dropOldest(keep *bucket, now time.Time) bool {
+	oldest := t.lru.Back()
+	if oldest == nil {
+		return false
+	}
+	b := oldest.Value.(*bucket)
+	if b == keep || now.Sub(b.lastReport) <= t.opts.TTL {
+		return false
+	}
+	t.dropBucket(b)
+	return true
 }
 
 // dropBucket removes b and its clients.
@@ -376,8 +455,5 @@ func (t *Tracker) ForgetBucket(bucket string) {
 func (t *Tracker) Len() (buckets, clients int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	for _, b := range t.buckets {
-		clients += len(b.clients)
-	}
-	return len(t.buckets), clients
+	return len(t.buckets), t.nclients
 }
