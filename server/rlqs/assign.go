@@ -55,6 +55,10 @@ func limitRate(r *config.Rule) (float64, bool) {
 	return rate, true
 }
 
+// minShare is the smallest share assigned as a token bucket, one request a
+// day; a smaller one is DENY_ALL.
+const minShare = 1.0 / (24 * 60 * 60)
+
 // bucketFor returns the token bucket of a share of rate requests per
 // second of rule r's limits: for each limit, the share's fraction of the
 // limit's rate and of its burst; the tightest limit wins. A share under
@@ -62,7 +66,7 @@ func limitRate(r *config.Rule) (float64, bool) {
 // are rounded down, so that the shares never add up to more than the
 // limit.
 func bucketFor(r *config.Rule, share, limit float64) assignment {
-	if share <= 0 || limit <= 0 {
+	if share < minShare || limit <= 0 {
 		return assignment{kind: kindDenyAll}
 	}
 	frac := min(share/limit, 1)

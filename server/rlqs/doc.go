@@ -63,8 +63,9 @@
 //     clients should report at least every 15 s, or they drop out between
 //     reports and the others' shares grow past the limit.
 //     A share of at least one request per second fills floor(share) tokens
-//     every second, a smaller one a single token at the matching interval;
-//     rounding down keeps the shares' sum within the limit. max_tokens is
+//     every second, a smaller one a single token at the matching interval
+//     (a share under one request a day is DENY_ALL); rounding down keeps
+//     the shares' sum within the limit. max_tokens is
 //     the same fraction of each limit's burst (burst, or requests_per_unit
 //     without one; the smallest across the limits), and at least one fill.
 //   - unlimited, or a rule without limits, gives ALLOW_ALL; so does a bucket

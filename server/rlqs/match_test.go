@@ -80,3 +80,29 @@ func TestBucketKey(t *testing.T) {
 		t.Errorf("domains bleed into bucket keys")
 	}
 }
+
+// TestBucketFor: shares become token buckets whose rate is at most the
+// share, down to one request a day, and bursts scaled by the share.
+func TestBucketFor(t *testing.T) {
+	r := rulesOf(t, `
+domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: minute, requests_per_unit: 600, algorithm: token_bucket, burst: 60}
+`).Domain("d")
+	rule := match(r, map[string]string{"k": "v"})
+	for _, share := range []float64{10, 2.5, 0.5, 1e-3, 1e-9, 0} {
+		a := bucketFor(rule, share, 10)
+		switch {
+		case share < minShare:
+			if a.kind != kindDenyAll {
+				t.Errorf("share %v: got %+v, want DENY_ALL", share, a)
+			}
+		case a.kind != kindBucket || a.rate() > share || a.rate() < share/2 || a.maxTokens < a.perFill:
+			t.Errorf("share %v: got %+v (%v per second)", share, a, a.rate())
+		}
+	}
+	if a := bucketFor(rule, 5, 10); a.maxTokens != 30 {
+		t.Errorf("half the limit: burst %d, want half of 60", a.maxTokens)
+	}
+}

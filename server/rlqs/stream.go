@@ -119,7 +119,9 @@ func (st *stream) report(m *wireReports) error {
 		if u.elapsed > 0 {
 			b.interval = u.elapsed
 		}
-		st.s.sharer.Report(key, st.client, u.allowed, u.denied, now)
+		if !st.s.sharer.Report(key, st.client, u.allowed, u.denied, now) {
+			st.s.metrics.refused.Inc() // the sharer is full: Share will say so
+		}
 		st.s.metrics.reported(b.labels, u.allowed, u.denied)
 		st.s.shifted(st, key)
 		if a := st.assign(key, b, now); a.kind != kindNone {
