@@ -143,7 +143,7 @@ func (s *Service) SetRules(r *config.Rules) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for st := range s.streams {
-		st.wake()
+		st.wake("")
 	}
 }
 
@@ -214,7 +214,7 @@ func (s *Service) release(st *stream, key string) {
 		delete(s.holders, key)
 	}
 	for o := range h {
-		o.wake()
+		o.wake(key)
 	}
 }
 
@@ -225,7 +225,7 @@ func (s *Service) shifted(st *stream, key string) {
 	defer s.mu.Unlock()
 	for o := range s.holders[key] {
 		if o != st {
-			o.wake()
+			o.wake(key)
 		}
 	}
 }

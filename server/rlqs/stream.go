@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 	"time"
 
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
@@ -25,7 +26,11 @@ type stream struct {
 	ruleset *config.Rules
 	buckets map[string]*bucket // by bucket key
 	rules   map[ruleLabels]int // buckets held, by rule, for the streams gauge
-	wakeup  chan struct{}      // a rule set or a share changed
+	wakeup  chan struct{}      // a rule set or a share changed: see wake
+
+	mu    sync.Mutex          // guards dirty and all
+	dirty map[string]struct{} // buckets whose shares may have moved
+	all   bool                // every bucket: the rules changed
 }
 
 // bucket is one bucket a stream holds.
@@ -39,12 +44,32 @@ type bucket struct {
 	rate     float64       // of sent, in the assigned-rate gauge
 }
 
-// wake asks the stream's loop to recompute its assignments.
-func (st *stream) wake() {
+// wake asks the stream's loop to recompute the assignment of the bucket
+// key, or of every bucket for "" (new rules).
+func (st *stream) wake(key string) {
+	st.mu.Lock()
+	if key == "" {
+		st.all = true
+	} else if !st.all {
+		if st.dirty == nil {
+			st.dirty = make(map[string]struct{})
+		}
+		st.dirty[key] = struct{}{}
+	}
+	st.mu.Unlock()
 	select {
 	case st.wakeup <- struct{}{}:
 	default: // already asked
 	}
+}
+
+// woken returns and clears what wake asked for.
+func (st *stream) woken() (dirty map[string]struct{}, all bool) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	dirty, all = st.dirty, st.all
+	st.dirty, st.all = nil, false
+	return dirty, all
 }
 
 // run serves the stream until the client ends it or it fails.
@@ -135,8 +160,9 @@ func (st *stream) report(m *wireReports) error {
 // matches any more, and pushes the assignments that changed.
 func (st *stream) refresh() error {
 	resp := &wireResponse{}
+	reloaded := false
 	if rs := st.s.rules.Load(); rs != st.ruleset {
-		st.ruleset = rs
+		st.ruleset, reloaded = rs, true
 		d := rs.Domain(st.domain)
 		for key, b := range st.buckets {
 			r := match(d, b.id)
@@ -149,10 +175,22 @@ func (st *stream) refresh() error {
 		}
 	}
 	now := st.s.now()
-	for key, b := range st.buckets {
+	dirty, all := st.woken()
+	reassign := func(key string, b *bucket) {
 		old := b.sent
 		if a := st.assign(key, b, now); a != old && a.kind != kindNone {
 			resp.add(b.id, assignAction(b, a))
+		}
+	}
+	if all || reloaded {
+		for key, b := range st.buckets {
+			reassign(key, b)
+		}
+	} else {
+		for key := range dirty {
+			if b := st.buckets[key]; b != nil {
+				reassign(key, b)
+			}
 		}
 	}
 	return st.send(resp)
