@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/ratelimitd/ratelimitd/server"
 )
@@ -42,5 +44,20 @@ descriptors:
 	h.srv.SetRules(parseRules(t, fmt.Sprintf(rules, 7)))
 	if got := perFill(); got != 7 {
 		t.Errorf("after the reload: tokens per fill %d, want 7", got)
+	}
+}
+
+// TestRLQSEndsAtShutdown: EndHealthWatches ends the RLQS streams too, with
+// Unavailable, so that GracefulStop need not wait for their clients.
+func TestRLQSEndsAtShutdown(t *testing.T) {
+	h := newHarness(t, parseRules(t, "domain: edge\n"), server.Options{})
+	st, err := rlqsv3.NewRateLimitQuotaServiceClient(h.conn).StreamRateLimitQuotas(t.Context())
+	if err != nil {
+		t.Fatalf("StreamRateLimitQuotas: %v", err)
+	}
+	h.srv.Shutdown()
+	h.srv.EndHealthWatches()
+	if _, err := st.Recv(); status.Code(err) != codes.Unavailable {
+		t.Errorf("Recv after EndHealthWatches: %v, want Unavailable", err)
 	}
 }

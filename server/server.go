@@ -300,9 +300,10 @@ func (s *Server) GRPCOptions() []grpc.ServerOption {
 func streamWorkers() uint32 { return uint32(min(32*runtime.GOMAXPROCS(0), 1024)) }
 
 // Register registers Envoy's RateLimitService and RateLimitQuotaService
-// (see package rlqs), the native RateLimitService, gRPC health and server reflection on g, and with Options.Registry starts
-// g's grpc_server_* series at zero. g must have been built with
-// GRPCOptions, whose codec Envoy's service needs.
+// (see package rlqs), the native RateLimitService, gRPC health and server
+// reflection on g, and with Options.Registry starts g's grpc_server_*
+// series at zero. g must have been built with GRPCOptions, whose codec
+// Envoy's service needs.
 func (s *Server) Register(g *grpc.Server) {
 	g.RegisterService(&envoyServiceDesc, s)
 	ratelimitv1.RegisterRateLimitServiceServer(g, s.Native())
@@ -331,11 +332,14 @@ func (s *Server) Shutdown() {
 }
 
 // EndHealthWatches ends every gRPC health Watch stream, and those opened
-// later at once, after a last NOT_SERVING. grpc.Server.GracefulStop waits
-// for every stream, and a watcher's lasts as long as its client wants:
-// call EndHealthWatches after Shutdown, right before GracefulStop.
+// later at once, after a last NOT_SERVING; and every RLQS stream, with
+// Unavailable, so that its client moves to another replica.
+// grpc.Server.GracefulStop waits for every stream, and these last as long
+// as their clients want: call EndHealthWatches after Shutdown, right
+// before GracefulStop.
 func (s *Server) EndHealthWatches() {
 	s.stopOnce.Do(func() { close(s.stopped) })
+	s.rlqs.EndStreams() // they too last as long as their clients want
 }
 
 // FailureAnswers reports how many requests the server answered by its

@@ -79,6 +79,9 @@ type Service struct {
 	metrics *metrics
 	ids     atomic.Uint64 // numbers the streams, the sharer's client names
 
+	stopOnce sync.Once
+	stopped  chan struct{} // closed by EndStreams
+
 	mu      sync.Mutex
 	holders map[string]map[*stream]struct{} // by bucket key: the streams holding it
 	streams map[*stream]struct{}
@@ -95,6 +98,7 @@ func New(rules *config.Rules, opts Options) *Service {
 		metrics: newMetrics(opts.Registry),
 		holders: make(map[string]map[*stream]struct{}),
 		streams: make(map[*stream]struct{}),
+		stopped: make(chan struct{}),
 	}
 	if s.sharer == nil {
 		s.sharer = fairshare.NewTracker(fairshare.Options{})
@@ -147,11 +151,23 @@ func (s *Service) SetRules(r *config.Rules) {
 	}
 }
 
+// EndStreams ends every stream, and those opened later at once, with
+// Unavailable, so that clients reconnect to another replica: a stream
+// lasts as long as its client wants, and grpc.Server.GracefulStop waits
+// for every stream. Call it when shutting down, before GracefulStop.
+func (s *Service) EndStreams() {
+	s.stopOnce.Do(func() { close(s.stopped) })
+}
+
 // serve serves one StreamRateLimitQuotas.
 func (s *Service) serve(g grpc.ServerStream) error {
 	st := s.newStream(g)
 	defer s.endStream(st)
-	return st.run()
+	err := st.run()
+	if err != nil {
+		s.log.Debug("RLQS stream ended", "domain", st.domain, "err", err)
+	}
+	return err
 }
 
 // newStream registers a stream on g.

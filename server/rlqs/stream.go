@@ -106,6 +106,8 @@ func (st *stream) run() error {
 			return err
 		case <-ctx.Done():
 			return status.FromContextError(ctx.Err()).Err()
+		case <-st.s.stopped:
+			return status.Error(codes.Unavailable, "ratelimitd is shutting down")
 		}
 		if err != nil {
 			return err
