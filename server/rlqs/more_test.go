@@ -7,10 +7,13 @@ import (
 	"time"
 
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/ratelimitd/ratelimitd/internal/grpctest"
 )
@@ -120,5 +123,43 @@ func TestMetrics(t *testing.T) {
 		if got := testutil.ToFloat64(c); got != 0 {
 			t.Errorf("%v after the stream ended: %v, want 0", c, got)
 		}
+	}
+}
+
+// TestInvalidReports: a report that names another domain than the
+// stream's, or an empty bucket id, ends the stream with InvalidArgument.
+func TestInvalidReports(t *testing.T) {
+	_, conn, clk := serve(t, rulesOf(t, oneRule))
+	for name, second := range map[string]*rlqsv3.RateLimitQuotaUsageReports{
+		"other domain": {Domain: "other"},
+		"empty bucket id": {BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{
+			{BucketId: &rlqsv3.BucketId{}},
+		}},
+	} {
+		c := newClient(t, conn, clk, "web")
+		c.report(usage{id: map[string]string{"path": "/"}, allowed: 1})
+		if err := c.st.Send(second); err != nil {
+			t.Fatalf("%s: Send: %v", name, err)
+		}
+		if _, err := c.st.Recv(); status.Code(err) != codes.InvalidArgument {
+			t.Errorf("%s: Recv: %v, want InvalidArgument", name, err)
+		}
+	}
+}
+
+// TestShadowModeOption: the service's ShadowMode assigns ALLOW_ALL where
+// a limit applies.
+func TestShadowModeOption(t *testing.T) {
+	clk := &clock{now: time.Unix(1_700_000_000, 0)}
+	s := New(rulesOf(t, oneRule), Options{Now: clk.Now, ShadowMode: true})
+	g := grpc.NewServer()
+	s.Register(g)
+	conn, _ := grpctest.Serve(t, g)
+	c := newClient(t, conn, clk, "web")
+	id := map[string]string{"path": "/"}
+	c.report(usage{id: id, allowed: 1})
+	st := c.strategy(id)
+	if _, ok := st.GetStrategy().(*typev3.RateLimitStrategy_BlanketRule_); !ok || st.GetBlanketRule() != typev3.RateLimitStrategy_ALLOW_ALL {
+		t.Errorf("got %v, want ALLOW_ALL", st)
 	}
 }
