@@ -264,6 +264,18 @@ descriptors:
 	if wantA < 10 || wantB <= wantA {
 		t.Errorf("max-min shares %v, %v: a gets less than its demand, or b not the rest", wantA, wantB)
 	}
+
+	// a's demand rises to 80 per second: the two now split the limit.
+	clk.Advance(10 * time.Second)
+	a.report(usage{id: id, allowed: 800, elapsed: 10 * time.Second})
+	b.report(usage{id: id, allowed: 900, denied: 1100, elapsed: 10 * time.Second})
+	fairshare.Allocate(100, []float64{80, 200}, want)
+	wantA, wantB = math.Floor(want[0]), math.Floor(want[1])
+	a.until(func() bool { return rate(a.strategy(id)) == wantA })
+	b.until(func() bool { return rate(b.strategy(id)) == wantB })
+	if wantA != 50 || wantB != 50 {
+		t.Errorf("after the shift: shares %v and %v, want 50 each", wantA, wantB)
+	}
 }
 
 func TestReload(t *testing.T) {
