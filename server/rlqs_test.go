@@ -6,6 +6,7 @@ import (
 
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
 	"github.com/ratelimitd/ratelimitd/server"
@@ -20,7 +21,7 @@ descriptors:
   - key: path
     rate_limit: {unit: second, requests_per_unit: %d}
 `
-	h := newHarness(t, parseRules(t, fmt.Sprintf(rules, 5)), server.Options{})
+	h := newHarness(t, parseRules(t, fmt.Sprintf(rules, 5)), server.Options{RLQS: true})
 	st, err := rlqsv3.NewRateLimitQuotaServiceClient(h.conn).StreamRateLimitQuotas(t.Context())
 	if err != nil {
 		t.Fatalf("StreamRateLimitQuotas: %v", err)
@@ -50,7 +51,7 @@ descriptors:
 // TestRLQSEndsAtShutdown: EndHealthWatches ends the RLQS streams too, with
 // Unavailable, so that GracefulStop need not wait for their clients.
 func TestRLQSEndsAtShutdown(t *testing.T) {
-	h := newHarness(t, parseRules(t, "domain: edge\n"), server.Options{})
+	h := newHarness(t, parseRules(t, "domain: edge\n"), server.Options{RLQS: true})
 	st, err := rlqsv3.NewRateLimitQuotaServiceClient(h.conn).StreamRateLimitQuotas(t.Context())
 	if err != nil {
 		t.Fatalf("StreamRateLimitQuotas: %v", err)
@@ -59,5 +60,22 @@ func TestRLQSEndsAtShutdown(t *testing.T) {
 	h.srv.EndHealthWatches()
 	if _, err := st.Recv(); status.Code(err) != codes.Unavailable {
 		t.Errorf("Recv after EndHealthWatches: %v, want Unavailable", err)
+	}
+}
+
+// TestRLQSOff: without Options.RLQS the service is not served, nor named
+// by gRPC health.
+func TestRLQSOff(t *testing.T) {
+	h := newHarness(t, parseRules(t, "domain: edge\n"), server.Options{})
+	st, err := rlqsv3.NewRateLimitQuotaServiceClient(h.conn).StreamRateLimitQuotas(t.Context())
+	if err == nil {
+		_, err = st.Recv()
+	}
+	if status.Code(err) != codes.Unimplemented {
+		t.Errorf("StreamRateLimitQuotas without Options.RLQS: %v, want Unimplemented", err)
+	}
+	resp, err := healthpb.NewHealthClient(h.conn).Check(t.Context(), &healthpb.HealthCheckRequest{Service: rlqsv3.RateLimitQuotaService_ServiceDesc.ServiceName})
+	if status.Code(err) != codes.NotFound {
+		t.Errorf("health of RLQS without Options.RLQS: %v %v, want NotFound", resp, err)
 	}
 }

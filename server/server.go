@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -71,6 +72,11 @@ type Options struct {
 	// DisableJSON leaves POST /json out of Handler, for deployments where
 	// only gRPC callers, authenticated by mutual TLS, may spend quota.
 	DisableJSON bool
+	// RLQS serves Envoy's Rate Limit Quota Service (package rlqs) beside
+	// the RLS APIs. Off by default while its shares are divided among the
+	// clients of one replica only: a bucket reported to several replicas
+	// gets its whole limit from each.
+	RLQS bool
 	// TracerProvider, when set, traces every RPC (otelgrpc, honouring the
 	// caller's trace context) and every store call within one. Nil: no
 	// tracing.
@@ -172,7 +178,10 @@ type Server struct {
 	warnings  rate.Sometimes // throttles store failure warnings
 	failures  atomic.Uint64  // requests answered by the failure mode
 	now       func() time.Time
-	rlqs      *rlqs.Service
+	rlqs      *rlqs.Service // nil unless Options.RLQS
+	// healthNames are the service names grpc.health.v1 answers for:
+	// healthServices, and RLQS's when served.
+	healthNames []string
 }
 
 // New returns a Server deciding with store under rules. rules may be nil
@@ -206,12 +215,16 @@ func New(store backend.Store, rules *config.Rules, opts Options) *Server {
 		s.now = time.Now
 	}
 	s.scratches.New = func() any { return new(scratch) }
-	s.rlqs = rlqs.New(rules, rlqs.Options{ShadowMode: opts.ShadowMode, Registry: reg, Logger: s.log.With("api", "rlqs"), Now: opts.Now})
+	s.healthNames = healthServices
+	if opts.RLQS {
+		s.rlqs = rlqs.New(rules, rlqs.Options{ShadowMode: opts.ShadowMode, Registry: reg, Logger: s.log.With("api", "rlqs"), Now: opts.Now})
+		s.healthNames = append(slices.Clone(healthServices), rlqsv3.RateLimitQuotaService_ServiceDesc.ServiceName)
+	}
 	if rules != nil {
 		s.SetRules(rules)
 	} else {
 		// grpc-go's health server starts with "" SERVING.
-		for _, name := range healthServices {
+		for _, name := range s.healthNames {
 			s.health.SetServingStatus(name, healthpb.HealthCheckResponse_NOT_SERVING)
 		}
 	}
@@ -223,23 +236,25 @@ func New(store backend.Store, rules *config.Rules, opts Options) *Server {
 func (s *Server) SetRules(r *config.Rules) {
 	s.rules.Store(r)
 	s.metrics.loaded()
-	s.rlqs.SetRules(r)
+	if s.rlqs != nil {
+		s.rlqs.SetRules(r)
+	}
 	if !s.stopping.Load() {
-		for _, name := range healthServices {
+		for _, name := range s.healthNames {
 			s.health.SetServingStatus(name, healthpb.HealthCheckResponse_SERVING)
 		}
 	}
 }
 
-// healthServices are the service names grpc.health.v1 answers for: the
-// server as a whole (""), each API, and "ratelimit", the name
+// healthServices are the service names grpc.health.v1 answers for (and
+// RLQS's when it is served): the server as a whole (""), each RLS API, and
+// "ratelimit", the name
 // envoyproxy/ratelimit's health service answers to, which its Helm charts
 // and Envoy clusters' health checks ask for.
 var healthServices = []string{
 	"",
 	rlsv3.RateLimitService_ServiceDesc.ServiceName,
 	ratelimitv1.RateLimitService_ServiceDesc.ServiceName,
-	rlqsv3.RateLimitQuotaService_ServiceDesc.ServiceName,
 	"ratelimit",
 }
 
@@ -299,15 +314,17 @@ func (s *Server) GRPCOptions() []grpc.ServerOption {
 // every worker is busy, grpc-go starts a goroutine as before.
 func streamWorkers() uint32 { return uint32(min(32*runtime.GOMAXPROCS(0), 1024)) }
 
-// Register registers Envoy's RateLimitService and RateLimitQuotaService
-// (see package rlqs), the native RateLimitService, gRPC health and server
+// Register registers Envoy's RateLimitService, with Options.RLQS its
+// RateLimitQuotaService (see package rlqs), the native RateLimitService, gRPC health and server
 // reflection on g, and with Options.Registry starts g's grpc_server_*
 // series at zero. g must have been built with GRPCOptions, whose codec
 // Envoy's service needs.
 func (s *Server) Register(g *grpc.Server) {
 	g.RegisterService(&envoyServiceDesc, s)
 	ratelimitv1.RegisterRateLimitServiceServer(g, s.Native())
-	s.rlqs.Register(g)
+	if s.rlqs != nil {
+		s.rlqs.Register(g)
+	}
 	healthpb.RegisterHealthServer(g, healthService{Server: s.health, stopped: s.stopped})
 	reflection.Register(g)
 	if s.grpcProm != nil {
@@ -339,7 +356,9 @@ func (s *Server) Shutdown() {
 // before GracefulStop.
 func (s *Server) EndHealthWatches() {
 	s.stopOnce.Do(func() { close(s.stopped) })
-	s.rlqs.EndStreams() // they too last as long as their clients want
+	if s.rlqs != nil {
+		s.rlqs.EndStreams() // they too last as long as their clients want
+	}
 }
 
 // FailureAnswers reports how many requests the server answered by its

@@ -273,7 +273,7 @@ func TestHealth(t *testing.T) {
 		"envoy.service.rate_limit_quota.v3.RateLimitQuotaService",
 		"ratelimit", // envoyproxy/ratelimit's name
 	}
-	h := newHarness(t, nil, server.Options{})
+	h := newHarness(t, nil, server.Options{RLQS: true})
 	health := healthpb.NewHealthClient(h.conn)
 	check := func(want healthpb.HealthCheckResponse_ServingStatus) {
 		t.Helper()
@@ -369,7 +369,7 @@ func TestHealthWatchEndsAtShutdown(t *testing.T) {
 }
 
 func TestReflection(t *testing.T) {
-	h := newHarness(t, loadRules(t, "gateway.yaml"), server.Options{})
+	h := newHarness(t, loadRules(t, "gateway.yaml"), server.Options{RLQS: true})
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	stream, err := reflectionpb.NewServerReflectionClient(h.conn).ServerReflectionInfo(ctx)

@@ -129,6 +129,7 @@ func (b *built) servers(ctx context.Context, rules *config.Rules, reg *prometheu
 		NearLimitRatio:    f.nearLimitRatio,
 		TracerProvider:    tp,
 		DisableJSON:       !f.httpJSON,
+		RLQS:              f.rlqs,
 		// The reference's probes and tools call /healthcheck and /rlconfig.
 		EnvoyproxyEndpoints: f.compat == compatEnvoyproxy,
 	})

@@ -58,6 +58,7 @@ type flags struct {
 	nearLimitRatio    float64
 	debugAddr         string
 	httpJSON          bool
+	rlqs              bool
 	tracing           tracingFlags
 	tls               tlsFlags
 	httpConn          httpConnFlags
@@ -231,6 +232,7 @@ func defineFlags(fs *flag.FlagSet, f *flags) {
 	fs.DurationVar(&f.grpcConn.keepaliveTime, "grpc-keepalive-time", defaultGRPCKeepaliveTime, "ping a gRPC client silent for this long, to find peers gone without closing (0: never)")
 	fs.DurationVar(&f.grpcConn.keepaliveTimeout, "grpc-keepalive-timeout", defaultGRPCKeepaliveTimeout, "close a gRPC connection whose ping, or sent data, goes unacknowledged this long")
 	fs.Float64Var(&f.nearLimitRatio, "near-limit-ratio", server.DefaultNearLimitRatio, "share of a limit past which admitted hits count as near the limit (ratelimitd_rule_near_limit_total)")
+	fs.BoolVar(&f.rlqs, "rlqs", false, "serve Envoy's Rate Limit Quota Service on the gRPC port (its shares are divided among the clients of one replica, not yet across replicas)")
 	fs.BoolVar(&f.httpJSON, "http-json", true, "serve POST /json on --http-addr (decisions over HTTP, without the gRPC listener's mutual TLS)")
 	fs.StringVar(&f.debugAddr, "debug-addr", "", "listen `address` for /debug/pprof (off when empty; keep it private)")
 	fs.StringVar(&f.tracing.endpoint, "otlp-endpoint", "", "OpenTelemetry collector `host:port` (OTLP/gRPC) to send traces of ShouldRateLimit and store calls to; off when empty.\n"+
