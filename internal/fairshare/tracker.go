@@ -105,6 +105,8 @@ type bucket struct {
 	index   map[string]int
 	// lastReport is the newest report on the bucket.
 	lastReport time.Time
+	// until is the latest time any of its clients is kept to.
+	until time.Time
 
 	// The allocation cache: valid for cachedLimit while nothing was
 	// reported or forgotten, from computedAt to expiresAt (when the
@@ -125,6 +127,9 @@ type client struct {
 	last time.Time
 	// seen is the time of its latest report.
 	seen time.Time
+	// until is when it expires: the TTL, or the keep of ReportFor if
+	// longer, after its latest report.
+	until time.Time
 	// pending counts requests reported at or before last (a report that
 	// came with no time elapsed), to add to the next interval.
 	pending float64
@@ -153,6 +158,14 @@ func NewTracker(opts Options) *Tracker {
 // adds its counts to the next interval. Report returns false when it was
 // refused because the Tracker or the bucket is full (see Options).
 func (t *Tracker) Report(bucket, client string, allowed, denied uint64, now time.Time) bool {
+	return t.ReportFor(bucket, client, allowed, denied, 0, now)
+}
+
+// ReportFor is Report that also keeps client on bucket for at least keep
+// after now, when that is longer than the TTL: a caller that hands out a
+// share valid for keep (an assignment's time to live) keeps it counted in
+// the others' shares for as long as it is in force.
+func (t *Tracker) ReportFor(bucket, client string, allowed, denied uint64, keep time.Duration, now time.Time) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	b := t.bucketFor(bucket, now)
@@ -167,6 +180,12 @@ func (t *Tracker) Report(bucket, client string, allowed, denied uint64, now time
 		return false
 	}
 	c.record(float64(allowed)+float64(denied), now)
+	if until := now.Add(max(keep, t.opts.TTL)); until.After(c.until) {
+		c.until = until
+	}
+	if c.until.After(b.until) {
+		b.until = c.until
+	}
 	if now.After(b.lastReport) {
 		b.lastReport = now
 	}
@@ -248,12 +267,11 @@ func (t *Tracker) clientFor(b *bucket, id string, now time.Time) *client {
 // reported within the TTL) with Allocate when a report, a forgotten client,
 // an expiry or another limit changed it.
 //
-// A client the bucket does not hold gets the share it would have if it
-// joined with unknown demand (+Inf): an equal share of what the smaller
-// clients leave, beside the largest ones. It is not added, so the shares of
-// the clients held still sum to at most limit; such a client should Report
-// first. ok is false, and rate 0, when the bucket is unknown or has no live
-// clients, or when the client is unknown and the bucket is full.
+// A client the bucket does not hold (never reported, refused at a bound,
+// expired or forgotten) gets no share: ok is false and rate 0, as when the
+// bucket is unknown or has no live clients. Only the clients held have
+// shares, so the shares handed out sum to at most limit; a client must
+// Report (again) before it gets one.
 func (t *Tracker) Share(bucket, client string, limit float64, now time.Time) (rate float64, ok bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -268,12 +286,9 @@ func (t *Tracker) Share(bucket, client string, limit float64, now time.Time) (ra
 	}
 	i, known := b.index[client]
 	if !known {
-		if len(b.clients) >= t.opts.MaxClientsPerBucket {
-			return 0, false
-		}
-		return b.newcomerShare(limit), true
+		return 0, false
 	}
-	b.allocate(limit, now, t.opts.TTL)
+	b.allocate(limit, now)
 	return b.shares[i], true
 }
 
@@ -306,16 +321,15 @@ func (t *Tracker) AppendShares(dst []ClientShare, bucket string, limit float64, 
 		t.dropBucket(b)
 		return dst
 	}
-	b.allocate(limit, now, t.opts.TTL)
+	b.allocate(limit, now)
 	for i, c := range b.clients {
 		dst = append(dst, ClientShare{Client: c.id, Demand: c.demand, Rate: b.shares[i]})
 	}
 	return dst
 }
 
-// allocate fills b.shares for limit at now, where clients live for ttl,
-// unless the cache holds them.
-func (b *bucket) allocate(limit float64, now time.Time, ttl time.Duration) {
+// allocate fills b.shares for limit at now, unless the cache holds them.
+func (b *bucket) allocate(limit float64, now time.Time) {
 	if b.valid && sameLimit(b.cachedLimit, limit) && !now.Before(b.computedAt) && !now.After(b.expiresAt) {
 		return
 	}
@@ -328,32 +342,16 @@ func (b *bucket) allocate(limit float64, now time.Time, ttl time.Duration) {
 	}
 	allocate(limit, b.demands, b.shares, b.sorted)
 	b.valid, b.cachedLimit, b.computedAt = true, limit, now
-	b.expiresAt = b.earliestSeen().Add(ttl)
+	b.expiresAt = b.earliestUntil()
 }
 
-// newcomerShare returns the share of a client joining b with unknown demand,
-// under limit; b must have live clients and room for one more.
-func (b *bucket) newcomerShare(limit float64) float64 {
-	n := len(b.clients) + 1
-	b.demands = grow(b.demands, n)
-	b.shares = grow(b.shares, n)
-	b.sorted = grow(b.sorted, n)
-	for i, c := range b.clients {
-		b.demands[i] = c.demand
-	}
-	b.demands[n-1] = math.Inf(1)
-	allocate(limit, b.demands, b.shares, b.sorted)
-	b.valid = false // the shares are not the held clients'
-	return b.shares[n-1]
-}
-
-// earliestSeen returns the earliest last report among b's clients, which
-// must not be empty.
-func (b *bucket) earliestSeen() time.Time {
-	e := b.clients[0].seen
+// earliestUntil returns the earliest expiry among b's clients, which must
+// not be empty.
+func (b *bucket) earliestUntil() time.Time {
+	e := b.clients[0].until
 	for _, c := range b.clients[1:] {
-		if c.seen.Before(e) {
-			e = c.seen
+		if c.until.Before(e) {
+			e = c.until
 		}
 	}
 	return e
@@ -372,10 +370,11 @@ func grow(s []float64, n int) []float64 {
 	return s[:n]
 }
 
-// expire drops b's clients whose last report is more than the TTL before now.
+// expire drops b's clients expired at now: their last report is more than
+// the TTL (or ReportFor's keep) before now.
 func (t *Tracker) expire(b *bucket, now time.Time) {
 	for i := 0; i < len(b.clients); {
-		if now.Sub(b.clients[i].seen) > t.opts.TTL {
+		if now.After(b.clients[i].until) {
 			t.removeClient(b, i)
 			continue
 		}
@@ -404,15 +403,15 @@ func (t *Tracker) removeClient(b *bucket, i int) {
 }
 
 // dropOldest drops the least recently reported bucket, unless it is keep,
-// if it has expired at now (its newest report is older than the TTL), and
-// reports whether it did.
+// if it has expired at now (every client it had has expired), and reports
+// whether it did.
 func (t *Tracker) dropOldest(keep *bucket, now time.Time) bool {
 	oldest := t.lru.Back()
 	if oldest == nil {
 		return false
 	}
 	b := oldest.Value.(*bucket)
-	if b == keep || now.Sub(b.lastReport) <= t.opts.TTL {
+	if b == keep || !now.After(b.until) {
 		return false
 	}
 	t.dropBucket(b)

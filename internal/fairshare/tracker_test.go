@@ -190,16 +190,20 @@ func TestTrackerShareOfUnknown(t *testing.T) {
 	tr.Report("b", "a", 0, 0, t0)
 	tr.Report("b", "a", 200, 0, t0.Add(10*time.Second)) // 20 per second
 	now := t0.Add(10 * time.Second)
-	if rate, ok := tr.Share("b", "stranger", 100, now); !ok || rate != 75 {
-		t.Errorf("unknown client on a known bucket: Share = %v, %v; want 75 (what 25 leaves), true", rate, ok)
+	if rate, ok := tr.Share("b", "stranger", 100, now); ok || rate != 0 {
+		t.Errorf("unknown client on a known bucket: Share = %v, %v; want 0, false", rate, ok)
 	}
-	// It was not added: the known client's share is unchanged.
 	if rate, _ := tr.Share("b", "a", 100, now); rate != 100 {
 		t.Errorf("known client after asking for a stranger: share %v, want 100", rate)
 	}
+	// A client refused at the bound gets no share: the shares held (a and
+	// z) are all there is, so they stay within the limit.
 	tr.Report("b", "z", 0, 0, now)
-	if rate, ok := tr.Share("b", "stranger", 100, now); ok || rate != 0 {
-		t.Errorf("unknown client on a full bucket: Share = %v, %v; want 0, false", rate, ok)
+	if tr.Report("b", "refused", 0, 0, now) {
+		t.Fatalf("a third client on a bucket of at most 2 was not refused")
+	}
+	if rate, ok := tr.Share("b", "refused", 100, now); ok || rate != 0 {
+		t.Errorf("client refused at the bound: Share = %v, %v; want 0, false", rate, ok)
 	}
 }
 
@@ -221,6 +225,10 @@ func TestTrackerTTL(t *testing.T) {
 	}
 	if _, clients := tr.Len(); clients != 1 {
 		t.Errorf("after b's TTL: %d clients held, want 1", clients)
+	}
+	// b, expired, gets no share until it reports again.
+	if rate, ok := tr.Share("b", "b", 100, last.Add(ttl+time.Nanosecond)); ok || rate != 0 {
+		t.Errorf("expired client: Share = %v, %v; want 0, false", rate, ok)
 	}
 	// Once every client has expired, the bucket is gone.
 	if rate, ok := tr.Share("b", "a", 100, last.Add(2*ttl+time.Nanosecond)); ok || rate != 0 {
@@ -386,5 +394,25 @@ func BenchmarkTrackerReportShare(b *testing.B) {
 				i++
 			}
 		})
+	}
+}
+
+// TestTrackerReportFor: a client reported with a keep longer than the TTL
+// stays counted for the keep, then expires.
+func TestTrackerReportFor(t *testing.T) {
+	const ttl = 30 * time.Second
+	tr := NewTracker(Options{TTL: ttl})
+	tr.ReportFor("b", "slow", 0, 0, 2*time.Minute, t0)
+	tr.Report("b", "fast", 0, 0, t0)
+	now := t0.Add(time.Minute)
+	tr.Report("b", "fast", 6000, 0, now) // 100 per second
+	if rate, ok := tr.Share("b", "fast", 100, now); !ok || rate != 50 {
+		t.Errorf("past the TTL, within the keep: fast's share %v, %v; want 50, true", rate, ok)
+	}
+	if rate, ok := tr.Share("b", "slow", 100, t0.Add(2*time.Minute)); !ok || rate != 100 {
+		t.Errorf("at the end of the keep, fast gone: slow's share %v, %v; want 100, true", rate, ok)
+	}
+	if rate, ok := tr.Share("b", "slow", 100, t0.Add(2*time.Minute+time.Nanosecond)); ok || rate != 0 {
+		t.Errorf("past the keep: slow's share %v, %v; want 0, false", rate, ok)
 	}
 }

@@ -58,10 +58,12 @@
 //   - A rule with limits gives a TokenBucket: this client's share of the
 //     tightest limit's rate, from the max-min fair division among the clients
 //     of this replica that report on the bucket (package fairshare). A
-//     client whose stream ends leaves the division at once; one that stops
-//     reporting a bucket leaves it after fairshare.DefaultTTL (30 s), so
-//     clients should report at least every 15 s, or they drop out between
-//     reports and the others' shares grow past the limit.
+//     client whose stream ends leaves the division at once. One that stops
+//     reporting a bucket stays in it until its last assignment expires
+//     (and at least fairshare.DefaultTTL, 30 s), so that every share in
+//     force is counted; after that it has no share, is pushed nothing,
+//     and gets a share again at its next report. Pushed assignments live
+//     only until the one answering the last report would have expired.
 //     A share of at least one request per second fills floor(share) tokens
 //     every second, a smaller one a single token at the matching interval
 //     (a share under one request a day is DENY_ALL); rounding down keeps
@@ -89,10 +91,13 @@
 //
 // A stream holds at most MaxBucketsPerStream buckets, all the streams
 // together MaxBuckets, and a bucket id has at most MaxBucketEntries keys.
-// A bucket past a bound, or one the fair-share tracker refuses (it is
-// full), gets no assignment: the client applies its own no_assignment
-// behaviour, as it would with the service unreachable. Such reports count
-// in ratelimitd_rlqs_buckets_refused_total.
+// A bucket past one of these bounds gets no assignment: the client applies
+// its own no_assignment behaviour, as it would with the service
+// unreachable. A limited bucket the fair-share tracker refuses (it holds
+// as many clients as it may) gets DENY_ALL instead: the tracker's clients
+// already share the whole limit, and the client's no_assignment behaviour
+// (often ALLOW_ALL) would go past it; it tries again at its next report.
+// Both count in ratelimitd_rlqs_buckets_refused_total.
 //
 // # Not yet
 //

@@ -41,12 +41,15 @@ const (
 // A Sharer divides a bucket's limit among the clients that report on it:
 // fairshare.Tracker.
 type Sharer interface {
-	// Report records a client's usage of a bucket since its last report,
-	// and reports false when it was refused (the sharer is full).
-	Report(bucket, client string, allowed, denied uint64, now time.Time) bool
+	// ReportFor records a client's usage of a bucket since its last
+	// report, keeps the client at least keep after now (the time to live
+	// of the assignment answering the report), and reports false when it
+	// was refused (the sharer is full).
+	ReportFor(bucket, client string, allowed, denied uint64, keep time.Duration, now time.Time) bool
 	// Share returns the client's share, in requests per second, of limit
-	// requests per second; ok is false when the bucket or client is not
-	// tracked.
+	// requests per second. ok is false, and the client has no share, when
+	// the bucket or the client is not held (refused, expired or
+	// forgotten): the shares of the clients held sum to at most limit.
 	Share(bucket, client string, limit float64, now time.Time) (rate float64, ok bool)
 	// Forget drops every share of the client.
 	Forget(client string)

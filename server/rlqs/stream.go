@@ -40,6 +40,7 @@ type bucket struct {
 	labels   ruleLabels
 	labelled bool          // counted in the metrics under labels
 	interval time.Duration // the client's reporting interval, last reported
+	expires  time.Time     // when the assignment answering the last report expires
 	sent     assignment    // the last assignment sent
 	rate     float64       // of sent, in the assigned-rate gauge
 }
@@ -146,13 +147,16 @@ func (st *stream) report(m *wireReports) error {
 		if u.elapsed > 0 {
 			b.interval = u.elapsed
 		}
-		if !st.s.sharer.Report(key, st.client, u.allowed, u.denied, now) {
-			st.s.metrics.refused.Inc() // the sharer is full: Share will say so
+		ttl := ttlFor(b.interval)
+		b.expires = now.Add(ttl)
+		held := st.s.sharer.ReportFor(key, st.client, u.allowed, u.denied, ttl, now)
+		if !held {
+			st.s.metrics.refused.Inc() // the sharer is full: DENY_ALL
 		}
 		st.s.metrics.reported(b.labels, u.allowed, u.denied)
 		st.s.shifted(st, key)
-		if a := st.assign(key, b, now); a.kind != kindNone {
-			resp.add(b.id, assignAction(b, a))
+		if a := st.assign(key, b, now, !held); a.kind != kindNone {
+			resp.add(b.id, assignAction(a, ttl))
 		}
 	}
 	return st.send(resp)
@@ -180,8 +184,11 @@ func (st *stream) refresh() error {
 	dirty, all := st.woken()
 	reassign := func(key string, b *bucket) {
 		old := b.sent
-		if a := st.assign(key, b, now); a != old && a.kind != kindNone {
-			resp.add(b.id, assignAction(b, a))
+		// A push lives only as long as the last report's assignment: the
+		// sharer keeps the client that long, no longer.
+		ttl := b.expires.Sub(now)
+		if a := st.assign(key, b, now, false); a != old && a.kind != kindNone && ttl > 0 {
+			resp.add(b.id, assignAction(a, ttl))
 		}
 	}
 	if all || reloaded {
@@ -257,8 +264,13 @@ func (st *stream) drop(key string, b *bucket) {
 }
 
 // assign computes b's assignment now, records it as sent, and keeps the
-// assigned-rate gauge.
-func (st *stream) assign(key string, b *bucket, now time.Time) assignment {
+// assigned-rate gauge. refused tells that the sharer refused the report
+// just made: a limited bucket then gets DENY_ALL, for the shares of the
+// clients it holds already add up to the limit. A bucket the sharer no
+// longer holds otherwise gets no assignment (kindNone): its client's
+// entry expired, after the assignment it was sent (see ttlFor), so there
+// is nothing to take back, and it gets a share at its next report.
+func (st *stream) assign(key string, b *bucket, now time.Time, refused bool) assignment {
 	var a assignment
 	limit, limited := limitRate(b.rule)
 	switch {
@@ -268,8 +280,11 @@ func (st *stream) assign(key string, b *bucket, now time.Time) assignment {
 		a = assignment{kind: kindDenyAll}
 	default:
 		share, ok := st.s.sharer.Share(key, st.client, limit, now)
-		if ok {
+		switch {
+		case ok:
 			a = bucketFor(b.rule, share, limit)
+		case refused:
+			a = assignment{kind: kindDenyAll}
 		}
 		st.s.metrics.limit(b.labels, limit)
 	}
@@ -289,13 +304,13 @@ func ttlFor(interval time.Duration) time.Duration {
 	return min(max(2*interval, MinTTL), MaxTTL)
 }
 
-// assignAction returns a's action for bucket b, without its BucketId (see
+// assignAction returns a's action living ttl, without its BucketId (see
 // wireResponse).
-func assignAction(b *bucket, a assignment) *rlqsv3.RateLimitQuotaResponse_BucketAction {
+func assignAction(a assignment, ttl time.Duration) *rlqsv3.RateLimitQuotaResponse_BucketAction {
 	return &rlqsv3.RateLimitQuotaResponse_BucketAction{
 		BucketAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction_{
 			QuotaAssignmentAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction{
-				AssignmentTimeToLive: durationpb.New(ttlFor(b.interval)),
+				AssignmentTimeToLive: durationpb.New(ttl),
 				RateLimitStrategy:    a.strategy(),
 			},
 		},

@@ -1,0 +1,77 @@
+package rlqs
+
+import (
+	"testing"
+	"time"
+
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/grpc"
+
+	"github.com/ratelimitd/ratelimitd/config"
+	"github.com/ratelimitd/ratelimitd/internal/fairshare"
+	"github.com/ratelimitd/ratelimitd/internal/grpctest"
+)
+
+// serveWith is serve with opts (its Now replaced by the test clock).
+func serveWith(t *testing.T, rules *config.Rules, opts Options) (*Service, *grpc.ClientConn, *clock) {
+	t.Helper()
+	clk := &clock{now: time.Unix(1_700_000_000, 0)}
+	opts.Now = clk.Now
+	s := New(rules, opts)
+	g := grpc.NewServer()
+	s.Register(g)
+	conn, _ := grpctest.Serve(t, g)
+	return s, conn, clk
+}
+
+// isBlanket reports whether s is the blanket rule want.
+func isBlanket(s *typev3.RateLimitStrategy, want typev3.RateLimitStrategy_BlanketRule) bool {
+	_, ok := s.GetStrategy().(*typev3.RateLimitStrategy_BlanketRule_)
+	return ok && s.GetBlanketRule() == want
+}
+
+// TestRefusedClientGetsNoShare: a client the tracker refuses (its bucket
+// holds as many clients as it may) is denied, so the shares handed out
+// stay within the limit.
+func TestRefusedClientGetsNoShare(t *testing.T) {
+	tr := fairshare.NewTracker(fairshare.Options{MaxClientsPerBucket: 2})
+	_, conn, clk := serveWith(t, rulesOf(t, oneRule), Options{Sharer: tr})
+	id := map[string]string{"path": "/api"}
+	a, b, c := newClient(t, conn, clk, "web"), newClient(t, conn, clk, "web"), newClient(t, conn, clk, "web")
+	a.report(usage{id: id, allowed: 1})
+	b.report(usage{id: id, allowed: 1})
+	a.until(func() bool { return rate(a.strategy(id)) == 50 })
+	c.report(usage{id: id, allowed: 1})
+	if s := c.strategy(id); !isBlanket(s, typev3.RateLimitStrategy_DENY_ALL) {
+		t.Errorf("refused client: got %v, want DENY_ALL", s)
+	}
+	if sum := rate(a.strategy(id)) + rate(b.strategy(id)); sum > 100 {
+		t.Errorf("shares held sum to %v, over the limit 100", sum)
+	}
+}
+
+// TestSlowReporterStaysCounted: a client reporting every 60 s gets an
+// assignment living 120 s, and the tracker counts its share that long,
+// past its own 30 s TTL: the other client's share does not grow into it.
+func TestSlowReporterStaysCounted(t *testing.T) {
+	_, conn, clk := serve(t, rulesOf(t, oneRule))
+	id := map[string]string{"path": "/api"}
+	slow, fast := newClient(t, conn, clk, "web"), newClient(t, conn, clk, "web")
+	slow.report(usage{id: id, allowed: 1})
+	fast.report(usage{id: id, allowed: 1})
+	clk.Advance(time.Minute)
+	slow.report(usage{id: id, allowed: 6000, elapsed: time.Minute}) // 100 per second
+	fast.report(usage{id: id, allowed: 6000, elapsed: time.Minute})
+	// The slow client's answer lives two of its intervals, 120 s, and it
+	// holds 50: the fast client's share, read at each of its reports (its
+	// answers, and the pushes the slow client's report caused), must not
+	// grow past the other 50 in that time.
+	for range 9 { // 90 s of the fast client's reports, none from the slow one
+		clk.Advance(10 * time.Second)
+		fast.report(usage{id: id, allowed: 1000, elapsed: 10 * time.Second})
+		if got := rate(fast.strategy(id)); got > 50 {
+			t.Fatalf("at +%v: the fast client got %v per second while the slow one's 50 is in force",
+				clk.Now().Sub(time.Unix(1_700_000_060, 0)), got)
+		}
+	}
+}
