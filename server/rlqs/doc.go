@@ -91,7 +91,11 @@
 //
 // A stream holds at most MaxBucketsPerStream buckets, all the streams
 // together MaxBuckets, and a bucket id has at most MaxBucketEntries keys.
-// A bucket past one of these bounds gets no assignment: the client applies
+// A bucket not reported within its assignment's time to live is dropped:
+// at its stream's next report or wake-up, and on every stream when a
+// report is refused at MaxBuckets; a client still using it reports it
+// again as a new bucket. A bucket past one of these bounds gets no
+// assignment: the client applies
 // its own no_assignment behaviour, as it would with the service
 // unreachable. A limited bucket the fair-share tracker refuses (it holds
 // as many clients as it may) gets DENY_ALL instead: the tracker's clients

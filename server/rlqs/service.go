@@ -18,10 +18,14 @@ import (
 // Bounds on what clients may make the service hold.
 const (
 	// MaxBucketsPerStream is how many buckets one stream may hold; the
-	// buckets it reports past that get no assignment.
+	// buckets it reports past that get no assignment. A stream drops, at
+	// its next report, the buckets not reported within their assignment's
+	// time to live, which makes room.
 	MaxBucketsPerStream = 1000
 	// MaxBuckets is how many buckets all the streams together may hold;
-	// the buckets reported past that get no assignment.
+	// the buckets reported past that get no assignment. A report refused
+	// at this bound has every stream drop its buckets not reported within
+	// their assignment's time to live, so that the next one finds room.
 	MaxBuckets = 100_000
 	// MaxBucketEntries is how many keys a bucket id may have; a bucket id
 	// with more gets no assignment.
@@ -89,6 +93,7 @@ type Service struct {
 	holders map[string]map[*stream]struct{} // by bucket key: the streams holding it
 	streams map[*stream]struct{}
 	total   int // buckets held, all streams together
+	max     int // MaxBuckets; lowered by tests
 }
 
 // New returns a Service deciding under rules (nil until SetRules).
@@ -102,6 +107,7 @@ func New(rules *config.Rules, opts Options) *Service {
 		holders: make(map[string]map[*stream]struct{}),
 		streams: make(map[*stream]struct{}),
 		stopped: make(chan struct{}),
+		max:     MaxBuckets,
 	}
 	if s.sharer == nil {
 		s.sharer = fairshare.NewTracker(fairshare.Options{})
@@ -204,11 +210,15 @@ func (s *Service) endStream(st *stream) {
 }
 
 // hold records that st holds the bucket key, and reports false when that
-// would pass MaxBuckets.
+// would pass MaxBuckets; every stream is then woken to drop its idle
+// buckets (see stream.sweep).
 func (s *Service) hold(st *stream, key string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.total >= MaxBuckets {
+	if s.total >= s.max {
+		for o := range s.streams {
+			o.wake("")
+		}
 		return false
 	}
 	s.total++

@@ -1,6 +1,10 @@
 package rlqs
 
 import (
+	"fmt"
+	"runtime"
+
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	"testing"
 	"time"
 
@@ -73,5 +77,63 @@ func TestSlowReporterStaysCounted(t *testing.T) {
 			t.Fatalf("at +%v: the fast client got %v per second while the slow one's 50 is in force",
 				clk.Now().Sub(time.Unix(1_700_000_060, 0)), got)
 		}
+	}
+}
+
+// fill has c report n buckets named prefix0, prefix1, ... in one report.
+func fill(c *quotaClient, prefix string, n int) {
+	c.t.Helper()
+	us := make([]usage, n)
+	for i := range us {
+		us[i] = usage{id: map[string]string{"path": fmt.Sprint(prefix, i)}, allowed: 1}
+	}
+	c.report(us...)
+}
+
+// TestIdleBucketsMakeRoom: buckets not reported within their assignment's
+// time to live are dropped, so a stream that filled MaxBucketsPerStream,
+// or streams that filled MaxBuckets, take new buckets again.
+func TestIdleBucketsMakeRoom(t *testing.T) {
+	s, conn, clk := serve(t, rulesOf(t, oneRule))
+	c := newClient(t, conn, clk, "web")
+	fill(c, "/old", MaxBucketsPerStream)
+	clk.Advance(2*DefaultReportingInterval + time.Nanosecond) // past their time to live
+	fresh := map[string]string{"path": "/fresh"}
+	c.report(usage{id: fresh, allowed: 1})
+	if got := rate(c.strategy(fresh)); got != 100 {
+		t.Errorf("per stream: a new bucket after the old ones idled got %v, want 100 per second", got)
+	}
+
+	// The global bound: another stream fills it, idles; a report refused
+	// at the bound has the streams drop their idle buckets.
+	s.mu.Lock()
+	s.max = 3
+	s.mu.Unlock()
+	d := newClient(t, conn, clk, "web")
+	fill(d, "/d", 2) // with c's /fresh, 3 held
+	clk.Advance(2*DefaultReportingInterval + time.Nanosecond)
+	e := newClient(t, conn, clk, "web")
+	id := map[string]string{"path": "/e"}
+	// Refused, /e gets no answer: send it without waiting for one. The
+	// refusal wakes the others, which drop their idle buckets.
+	err := e.st.Send(&rlqsv3.RateLimitQuotaUsageReports{Domain: "web", BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{
+		{BucketId: &rlqsv3.BucketId{Bucket: id}, NumRequestsAllowed: 1},
+	}})
+	if err != nil {
+		t.Fatalf("Send: %v", err)
+	}
+	e.sent = true
+	for {
+		s.mu.Lock()
+		total := s.total
+		s.mu.Unlock()
+		if total == 0 {
+			break
+		}
+		runtime.Gosched()
+	}
+	e.report(usage{id: id, allowed: 1})
+	if got := rate(e.strategy(id)); got != 100 {
+		t.Errorf("global bound: a new bucket after the others idled got %v, want 100 per second", got)
 	}
 }

@@ -131,6 +131,7 @@ func (st *stream) report(m *wireReports) error {
 		}
 	}
 	now := st.s.now()
+	st.sweep(now)
 	resp := &wireResponse{}
 	for i, u := range m.usages {
 		id := u.id
@@ -181,6 +182,7 @@ func (st *stream) refresh() error {
 		}
 	}
 	now := st.s.now()
+	st.sweep(now)
 	dirty, all := st.woken()
 	reassign := func(key string, b *bucket) {
 		old := b.sent
@@ -203,6 +205,18 @@ func (st *stream) refresh() error {
 		}
 	}
 	return st.send(resp)
+}
+
+// sweep drops the buckets not reported within their assignment's time to
+// live at now: the client's assignment has expired, and so has the
+// sharer's entry for it (see Sharer.ReportFor). Nothing is sent: a client
+// still using the bucket reports it again, as a new one.
+func (st *stream) sweep(now time.Time) {
+	for key, b := range st.buckets {
+		if now.After(b.expires) {
+			st.drop(key, b)
+		}
+	}
 }
 
 // send sends resp unless it is empty.
