@@ -90,7 +90,8 @@
 // # Bounds
 //
 // A stream holds at most MaxBucketsPerStream buckets, all the streams
-// together MaxBuckets, and a bucket id has at most MaxBucketEntries keys.
+// together MaxBuckets, and a bucket id has at most MaxBucketEntries keys
+// and MaxBucketIDBytes bytes of keys and values.
 // A bucket not reported within its assignment's time to live is dropped:
 // at its stream's next report or wake-up, and on every stream when a
 // report is refused at MaxBuckets; a client still using it reports it

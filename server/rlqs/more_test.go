@@ -3,6 +3,7 @@ package rlqs
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -45,8 +46,8 @@ func TestDeparture(t *testing.T) {
 	a.until(func() bool { return rate(a.strategy(id)) == 100 })
 }
 
-// TestBounds: a bucket id with too many keys gets no assignment, and the
-// stream goes on.
+// TestBounds: a bucket id with too many keys, or too many bytes, gets no
+// assignment, and the stream goes on.
 func TestBounds(t *testing.T) {
 	s, conn, clk := serve(t, rulesOf(t, oneRule))
 	c := newClient(t, conn, clk, "web")
@@ -54,22 +55,25 @@ func TestBounds(t *testing.T) {
 	for i := range MaxBucketEntries {
 		big[fmt.Sprint("k", i)] = "v"
 	}
+	long := map[string]string{"path": strings.Repeat("x", MaxBucketIDBytes-len("path")+1)}
 	ok := map[string]string{"path": "/ok"}
-	// The stream answers in order: once ok is answered, big was decided.
+	// The stream answers in order: once ok is answered, big and long were
+	// decided.
 	err := c.st.Send(&rlqsv3.RateLimitQuotaUsageReports{Domain: "web", BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{
 		{BucketId: &rlqsv3.BucketId{Bucket: big}, NumRequestsAllowed: 1},
+		{BucketId: &rlqsv3.BucketId{Bucket: long}, NumRequestsAllowed: 1},
 	}})
 	if err != nil {
 		t.Fatalf("Send: %v", err)
 	}
 	c.sent = true
 	c.report(usage{id: ok, allowed: 1})
-	if c.strategy(big) != nil || rate(c.strategy(ok)) != 100 {
-		t.Errorf("got %v for the oversized bucket id and %v for the other; want none and 100 per second",
-			c.strategy(big), c.strategy(ok))
+	if c.strategy(big) != nil || c.strategy(long) != nil || rate(c.strategy(ok)) != 100 {
+		t.Errorf("got %v and %v for the oversized bucket ids and %v for the other; want none, none and 100 per second",
+			c.strategy(big), c.strategy(long), c.strategy(ok))
 	}
-	if got := testutil.ToFloat64(s.metrics.refused); got != 1 {
-		t.Errorf("buckets refused: %v, want 1", got)
+	if got := testutil.ToFloat64(s.metrics.refused); got != 2 {
+		t.Errorf("buckets refused: %v, want 2", got)
 	}
 }
 

@@ -30,6 +30,9 @@ const (
 	// MaxBucketEntries is how many keys a bucket id may have; a bucket id
 	// with more gets no assignment.
 	MaxBucketEntries = 32
+	// MaxBucketIDBytes is how many bytes the keys and values of a bucket
+	// id may have together; a bucket id with more gets no assignment.
+	MaxBucketIDBytes = 1024
 )
 
 // Assignment lifetimes: see ttlFor.

@@ -233,7 +233,8 @@ func (st *stream) send(resp *wireResponse) error {
 // add starts holding a bucket reported for the first time, or returns nil
 // when the bounds refuse it.
 func (st *stream) add(key string, id map[string]string) *bucket {
-	if len(id) > MaxBucketEntries || len(st.buckets) >= MaxBucketsPerStream || !st.s.hold(st, key) {
+	if len(id) > MaxBucketEntries || idBytes(id) > MaxBucketIDBytes ||
+		len(st.buckets) >= MaxBucketsPerStream || !st.s.hold(st, key) {
 		st.s.metrics.refused.Inc()
 		return nil
 	}
@@ -243,6 +244,15 @@ func (st *stream) add(key string, id map[string]string) *bucket {
 	st.buckets[key] = b
 	st.relabel(b, r, labelsFor(d, r))
 	return b
+}
+
+// idBytes returns the bytes of id's keys and values together.
+func idBytes(id map[string]string) int {
+	n := 0
+	for k, v := range id {
+		n += len(k) + len(v)
+	}
+	return n
 }
 
 // relabel sets b's rule, moving b's metrics to the rule's labels l.
