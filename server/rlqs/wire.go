@@ -110,8 +110,9 @@ func unmarshalBucketID(b []byte, id map[string]string) error {
 	})
 }
 
-// unmarshalDuration reads a google.protobuf.Duration from b; a negative or
-// huge one reads as 0.
+// unmarshalDuration reads a google.protobuf.Duration from b; a negative one
+// reads as 0, one over MaxTTL as MaxTTL (a reporting interval that long
+// gives the longest assignment already).
 func unmarshalDuration(b []byte) (time.Duration, error) {
 	var secs, nanos int64
 	err := eachField(b, func(num protowire.Number, typ protowire.Type, _ []byte, n uint64) error {
@@ -123,8 +124,11 @@ func unmarshalDuration(b []byte) (time.Duration, error) {
 		}
 		return nil
 	})
-	if err != nil || secs < 0 || nanos < 0 || secs > int64(MaxTTL/time.Second) {
+	if err != nil || secs < 0 || nanos < 0 {
 		return 0, err
+	}
+	if secs >= int64(MaxTTL/time.Second) {
+		return MaxTTL, nil
 	}
 	return time.Duration(secs)*time.Second + time.Duration(nanos), nil
 }

@@ -3,10 +3,12 @@ package rlqs
 import (
 	"bytes"
 	"testing"
+	"time"
 
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 )
 
 // rawMsg is a message sent and received as its bytes.
@@ -84,4 +86,21 @@ func FuzzWireReports(f *testing.F) {
 		var w wireReports
 		_ = w.Unmarshal(b)
 	})
+}
+
+// TestLongElapsedClamped: a time_elapsed over MaxTTL reads as MaxTTL, not
+// as none, and a negative one as none.
+func TestLongElapsedClamped(t *testing.T) {
+	for _, c := range []struct {
+		in   time.Duration
+		want time.Duration
+	}{{time.Hour, MaxTTL}, {MaxTTL, MaxTTL}, {5 * time.Second, 5 * time.Second}, {-time.Second, 0}} {
+		b, err := proto.Marshal(durationpb.New(c.in))
+		if err != nil {
+			t.Fatalf("Marshal: %v", err)
+		}
+		if got, err := unmarshalDuration(b); err != nil || got != c.want {
+			t.Errorf("time_elapsed %v: read %v, %v; want %v", c.in, got, err, c.want)
+		}
+	}
 }
