@@ -6,7 +6,8 @@
 //
 // # Matching a bucket id
 //
-// A stream's first report names the domain; each bucket id, a map of keys
+// A stream's first report names the domain (one without it ends the stream
+// with InvalidArgument, and later reports may omit it); each bucket id, a map of keys
 // to values, is matched against that domain's rule tree, whatever the map's
 // order. The walk starts at the top level and, at each level, looks at the
 // bucket id's keys not used yet: for each, the rule that RLS would pick for

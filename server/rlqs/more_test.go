@@ -167,3 +167,20 @@ func TestShadowModeOption(t *testing.T) {
 		t.Errorf("got %v, want ALLOW_ALL", st)
 	}
 }
+
+// TestFirstReportNeedsDomain: a first report without a domain ends the
+// stream with InvalidArgument, rather than keying its buckets under no
+// domain.
+func TestFirstReportNeedsDomain(t *testing.T) {
+	_, conn, clk := serve(t, rulesOf(t, oneRule))
+	c := newClient(t, conn, clk, "")
+	err := c.st.Send(&rlqsv3.RateLimitQuotaUsageReports{BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{
+		{BucketId: &rlqsv3.BucketId{Bucket: map[string]string{"path": "/"}}, NumRequestsAllowed: 1},
+	}})
+	if err != nil {
+		t.Fatalf("Send: %v", err)
+	}
+	if _, err := c.st.Recv(); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("Recv: %v, want InvalidArgument", err)
+	}
+}

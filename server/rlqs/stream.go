@@ -125,6 +125,9 @@ func (st *stream) report(m *wireReports) error {
 		}
 		st.domain = d
 	}
+	if st.domain == "" {
+		return status.Error(codes.InvalidArgument, "domain: empty in the stream's first report, which must name it")
+	}
 	if st.ruleset != st.s.rules.Load() {
 		if err := st.refresh(); err != nil {
 			return err
