@@ -61,22 +61,20 @@ const minShare = 1.0 / (24 * 60 * 60)
 
 // bucketFor returns the token bucket of a share of rate requests per
 // second of rule r's limits: for each limit, the share's fraction of the
-// limit's rate and of its burst; the tightest limit wins. A share under
-// one request per second fills one token at longer intervals. The rates
-// are rounded down, so that the shares never add up to more than the
-// limit.
+// limit's rate and of its burst; the tightest limit wins. The bucket fills
+// n tokens, floor(share) or 1 under one request per second, every n/share
+// seconds rounded up to the millisecond: never more than the share, so
+// that the shares never add up to more than the limit, and at most 0.2%
+// less (the interval is at least half a second, or the share is so large
+// that a millisecond is under 0.2% of it).
 func bucketFor(r *config.Rule, share, limit float64) assignment {
 	if share < minShare || limit <= 0 {
 		return assignment{kind: kindDenyAll}
 	}
 	frac := min(share/limit, 1)
-	var a assignment
-	if share >= 1 {
-		a = assignment{kind: kindBucket, perFill: uint32(min(math.Floor(share), math.MaxUint32)), fill: time.Second}
-	} else {
-		fill := time.Duration(math.Ceil(float64(time.Second) / share / float64(time.Millisecond)))
-		a = assignment{kind: kindBucket, perFill: 1, fill: fill * time.Millisecond}
-	}
+	n := min(max(math.Floor(share), 1), math.MaxUint32)
+	fill := time.Duration(math.Ceil(n/share*float64(time.Second/time.Millisecond))) * time.Millisecond
+	a := assignment{kind: kindBucket, perFill: uint32(n), fill: max(fill, time.Millisecond)}
 	burst := math.Inf(1)
 	for _, l := range r.Limits {
 		burst = min(burst, math.Floor(float64(l.Capacity())*frac))

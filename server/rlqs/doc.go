@@ -65,10 +65,11 @@
 //     force is counted; after that it has no share, is pushed nothing,
 //     and gets a share again at its next report. Pushed assignments live
 //     only until the one answering the last report would have expired.
-//     A share of at least one request per second fills floor(share) tokens
-//     every second, a smaller one a single token at the matching interval
-//     (a share under one request a day is DENY_ALL); rounding down keeps
-//     the shares' sum within the limit. max_tokens is
+//     The bucket fills floor(share) tokens (one under a request per
+//     second) every that many seconds' worth of the share, rounded up to
+//     the millisecond: never more than the share, so the shares' sum stays
+//     within the limit, and at most 0.2% less (a share under one request
+//     a day is DENY_ALL). max_tokens is
 //     the same fraction of each limit's burst (burst, or requests_per_unit
 //     without one; the smallest across the limits), and at least one fill.
 //   - unlimited, or a rule without limits, gives ALLOW_ALL; so does a bucket

@@ -82,7 +82,8 @@ func TestBucketKey(t *testing.T) {
 }
 
 // TestBucketFor: shares become token buckets whose rate is at most the
-// share, down to one request a day, and bursts scaled by the share.
+// share and within 2% of it, down to one request a day, and bursts scaled
+// by the share.
 func TestBucketFor(t *testing.T) {
 	r := rulesOf(t, `
 domain: d
@@ -91,14 +92,14 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 600, algorithm: token_bucket, burst: 60}
 `).Domain("d")
 	rule := match(r, map[string]string{"k": "v"})
-	for _, share := range []float64{10, 2.5, 0.5, 1e-3, 1e-9, 0} {
+	for _, share := range []float64{10, 2.5, 1.5, 1.99, 1, 0.5, 1e-3, 1e-9, 0, 1e6 + 0.7} {
 		a := bucketFor(rule, share, 10)
 		switch {
 		case share < minShare:
 			if a.kind != kindDenyAll {
 				t.Errorf("share %v: got %+v, want DENY_ALL", share, a)
 			}
-		case a.kind != kindBucket || a.rate() > share || a.rate() < share/2 || a.maxTokens < a.perFill:
+		case a.kind != kindBucket || a.rate() > share || a.rate() < share*0.98 || a.maxTokens < a.perFill:
 			t.Errorf("share %v: got %+v (%v per second)", share, a, a.rate())
 		}
 	}
