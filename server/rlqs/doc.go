@@ -85,7 +85,13 @@
 // The service answers each report with the assignment of every bucket it
 // names, which renews their time to live. It also pushes, unasked, the
 // assignments that changed: when another client's report or departure moves
-// the shares of a bucket, and when SetRules brings new rules. After a
+// the shares of a bucket, and when SetRules brings new rules. A share that
+// falls is pushed at once; one that rises is pushed only when it grows by
+// more than 10% (pushRise), for a client may refill its token bucket on
+// each new assignment, and noisy demand would otherwise bring a push, and a
+// burst, at nearly every report; the smaller rise comes with the answer to
+// the client's next report. A client whose entry the fair-share tracker
+// dropped (its assignment has expired) is pushed nothing. After a
 // reload, a bucket that matched a rule and now matches none is abandoned
 // (AbandonAction), and the client reports it afresh on its next request.
 //

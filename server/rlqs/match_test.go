@@ -1,6 +1,9 @@
 package rlqs
 
-import "testing"
+import (
+	"testing"
+	"time"
+)
 
 const matchRules = `
 domain: web
@@ -105,5 +108,30 @@ descriptors:
 	}
 	if a := bucketFor(rule, 5, 10); a.maxTokens != 30 {
 		t.Errorf("half the limit: burst %d, want half of 60", a.maxTokens)
+	}
+}
+
+// TestWorthPushing: a share that falls, or changes kind, is pushed; one
+// that rises by at most pushRise is not, and one that rises more is.
+func TestWorthPushing(t *testing.T) {
+	tb := func(perSecond uint32) assignment {
+		return assignment{kind: kindBucket, perFill: perSecond, maxTokens: perSecond, fill: time.Second}
+	}
+	for _, c := range []struct {
+		old, a assignment
+		want   bool
+	}{
+		{tb(100), tb(100), false},
+		{tb(100), tb(99), true},
+		{tb(100), tb(105), false},
+		{tb(100), tb(110), false},
+		{tb(100), tb(111), true},
+		{tb(100), assignment{kind: kindDenyAll}, true},
+		{assignment{kind: kindAllowAll}, tb(100), true},
+		{assignment{}, tb(1), true},
+	} {
+		if got := worthPushing(c.old, c.a); got != c.want {
+			t.Errorf("worthPushing(%+v, %+v) = %v, want %v", c.old, c.a, got, c.want)
+		}
 	}
 }

@@ -188,11 +188,19 @@ func (st *stream) refresh() error {
 	st.sweep(now)
 	dirty, all := st.woken()
 	reassign := func(key string, b *bucket) {
-		old := b.sent
 		// A push lives only as long as the last report's assignment: the
 		// sharer keeps the client that long, no longer.
 		ttl := b.expires.Sub(now)
-		if a := st.assign(key, b, now, false); a != old && a.kind != kindNone && ttl > 0 {
+		a := st.decide(key, b, now, false)
+		switch {
+		case a.kind == kindNone:
+			// The sharer dropped the client, which it does only once the
+			// assignment last sent has expired at the client (see
+			// Sharer.ReportFor): there is nothing to take back, and the
+			// gauge drops it.
+			st.record(b, a)
+		case ttl > 0 && worthPushing(b.sent, a):
+			st.record(b, a)
 			resp.add(b.id, assignAction(a, ttl))
 		}
 	}
@@ -290,14 +298,21 @@ func (st *stream) drop(key string, b *bucket) {
 	st.s.release(st, key)
 }
 
-// assign computes b's assignment now, records it as sent, and keeps the
-// assigned-rate gauge. refused tells that the sharer refused the report
-// just made: a limited bucket then gets DENY_ALL, for the shares of the
-// clients it holds already add up to the limit. A bucket the sharer no
+// assign computes b's assignment now and records it as sent (see decide
+// and record).
+func (st *stream) assign(key string, b *bucket, now time.Time, refused bool) assignment {
+	a := st.decide(key, b, now, refused)
+	st.record(b, a)
+	return a
+}
+
+// decide returns b's assignment now. refused tells that the sharer
+// refused the report just made: a limited bucket then gets DENY_ALL, for
+// the shares of the clients it holds already add up to the limit. A bucket the sharer no
 // longer holds otherwise gets no assignment (kindNone): its client's
 // entry expired, after the assignment it was sent (see ttlFor), so there
 // is nothing to take back, and it gets a share at its next report.
-func (st *stream) assign(key string, b *bucket, now time.Time, refused bool) assignment {
+func (st *stream) decide(key string, b *bucket, now time.Time, refused bool) assignment {
 	var a assignment
 	limit, limited := limitRate(b.rule)
 	switch {
@@ -315,13 +330,39 @@ func (st *stream) assign(key string, b *bucket, now time.Time, refused bool) ass
 		}
 		st.s.metrics.limit(b.labels, limit)
 	}
+	return a
+}
+
+// record records a as b's assignment sent, and keeps the assigned-rate
+// gauge.
+func (st *stream) record(b *bucket, a assignment) {
 	rate := 0.0
 	if a.kind == kindBucket {
 		rate = a.rate()
 	}
 	st.s.metrics.assigned(b.labels, rate-b.rate)
 	b.sent, b.rate = a, rate
-	return a
+}
+
+// pushRise is how much a bucket's share must grow, as a fraction, before
+// the new one is pushed unasked: a client may refill its token bucket on
+// every new assignment, so pushing each small rise that noisy demand
+// brings would hand out a burst each time. The client gets the smaller
+// rise with the answer to its next report.
+const pushRise = 0.10
+
+// worthPushing reports whether the assignment a, replacing old, is to be
+// pushed unasked: when it differs in kind, or gives less, or more by over
+// pushRise. A fall is always pushed, so that the shares in force never sum
+// past the limit.
+func worthPushing(old, a assignment) bool {
+	switch {
+	case a == old:
+		return false
+	case a.kind != kindBucket || old.kind != kindBucket:
+		return true
+	}
+	return a.rate() < old.rate() || a.rate() > old.rate()*(1+pushRise)
 }
 
 // ttlFor returns the time to live of an assignment to a client reporting
