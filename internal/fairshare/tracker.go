@@ -81,7 +81,7 @@ func (o Options) withDefaults() Options {
 // about 15 bytes), so the defaults hold at most about 155 MB.
 //
 // One mutex guards the Tracker; reports come once per interval per client
-// and bucket. Share and AppendShares recompute a bucket's allocation, in
+// and bucket. Share recomputes a bucket's allocation, in
 // O(n log n) for its n clients, only after a report, an expiry, a
 // forgotten client or a change of limit.
 type Tracker struct {
@@ -292,42 +292,6 @@ func (t *Tracker) Share(bucket, client string, limit float64, now time.Time) (ra
 	return b.shares[i], true
 }
 
-// ClientShare is one client's demand and share on a bucket.
-type ClientShare struct {
-	// Client is the client's id.
-	Client string
-	// Demand is its latest interval's rate in requests per second, +Inf
-	// before its second report.
-	Demand float64
-	// Rate is its share in requests per second.
-	Rate float64
-}
-
-// AppendShares appends to dst the demand and share under limit at now of
-// every live client of bucket, in no particular order, and returns the
-// extended slice; it appends nothing when the bucket is unknown or has no
-// live clients. The rates are those Share returns and sum to at most limit.
-// A caller that pushes assignments uses it after a report to learn every
-// client whose share the report changed.
-func (t *Tracker) AppendShares(dst []ClientShare, bucket string, limit float64, now time.Time) []ClientShare {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	b := t.buckets[bucket]
-	if b == nil {
-		return dst
-	}
-	t.expire(b, now)
-	if len(b.clients) == 0 {
-		t.dropBucket(b)
-		return dst
-	}
-	b.allocate(limit, now)
-	for i, c := range b.clients {
-		dst = append(dst, ClientShare{Client: c.id, Demand: c.demand, Rate: b.shares[i]})
-	}
-	return dst
-}
-
 // allocate fills b.shares for limit at now, unless the cache holds them.
 func (b *bucket) allocate(limit float64, now time.Time) {
 	if b.valid && sameLimit(b.cachedLimit, limit) && !now.Before(b.computedAt) && !now.After(b.expiresAt) {
@@ -437,15 +401,6 @@ func (t *Tracker) Forget(client string) {
 		if len(b.clients) == 0 {
 			t.dropBucket(b)
 		}
-	}
-}
-
-// ForgetBucket drops bucket and all its clients.
-func (t *Tracker) ForgetBucket(bucket string) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if b := t.buckets[bucket]; b != nil {
-		t.dropBucket(b)
 	}
 }
 

@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -63,7 +61,6 @@ func TestTrackerConvergesAndStaysUnderLimit(t *testing.T) {
 	demands := make([]float64, n)
 	target := make([]float64, n)
 	checked := 0
-	var all []ClientShare
 	for e := range epochs {
 		limit := shift(e)
 		start := t0.Add(time.Duration(e)*epoch + 1250*time.Millisecond) // inside most clients' intervals
@@ -104,37 +101,10 @@ func TestTrackerConvergesAndStaysUnderLimit(t *testing.T) {
 			if sum > limit {
 				t.Fatalf("at %v: shares sum to %v, over the limit %v", now.Sub(t0), sum, limit)
 			}
-			all = tr.AppendShares(all[:0], "d/k=v", limit, now)
-			sum = 0
-			for _, s := range all {
-				sum += s.Rate
-			}
-			if sum > limit {
-				t.Fatalf("at %v: AppendShares's rates sum to %v, over the limit %v", now.Sub(t0), sum, limit)
-			}
 		}
 	}
 	if checked == 0 {
 		t.Fatal("no share was checked against the max-min share")
-	}
-}
-
-func TestTrackerAppendShares(t *testing.T) {
-	tr := NewTracker(Options{TTL: time.Minute})
-	if got := tr.AppendShares(nil, "b", 100, t0); len(got) != 0 {
-		t.Errorf("unknown bucket: %v, want nothing", got)
-	}
-	tr.Report("b", "small", 0, 0, t0)
-	tr.Report("b", "small", 40, 0, t0.Add(4*time.Second)) // 10 per second
-	tr.Report("b", "new", 0, 0, t0.Add(4*time.Second))
-	got := tr.AppendShares([]ClientShare{{Client: "kept"}}, "b", 100, t0.Add(4*time.Second))
-	slices.SortFunc(got, func(a, b ClientShare) int { return strings.Compare(a.Client, b.Client) })
-	want := []ClientShare{{"kept", 0, 0}, {"new", math.Inf(1), 87.5}, {"small", 10, 12.5}}
-	if !slices.Equal(got, want) {
-		t.Errorf("AppendShares = %v, want %v", got, want)
-	}
-	if got := tr.AppendShares(nil, "b", 100, t0.Add(2*time.Minute)); len(got) != 0 {
-		t.Errorf("after every TTL: %v, want nothing", got)
 	}
 }
 
@@ -272,16 +242,11 @@ func TestTrackerForget(t *testing.T) {
 	if buckets, clients := tr.Len(); buckets != 2 || clients != 2 {
 		t.Errorf("after forgetting a: %d buckets and %d clients, want 2 and 2", buckets, clients)
 	}
-	tr.ForgetBucket("x")
-	if _, ok := tr.Share("x", "b", 100, now); ok {
-		t.Error("Share on a forgotten bucket: ok, want false")
-	}
 	tr.Forget("b")
 	if buckets, clients := tr.Len(); buckets != 0 || clients != 0 {
 		t.Errorf("after forgetting everything: %d buckets and %d clients, want none", buckets, clients)
 	}
 	tr.Forget("never-seen")
-	tr.ForgetBucket("never-seen")
 }
 
 func TestTrackerBounds(t *testing.T) {
@@ -361,9 +326,6 @@ func TestTrackerConcurrent(t *testing.T) {
 				}
 				if i%97 == 0 {
 					tr.Forget(client)
-				}
-				if i%89 == 0 {
-					tr.ForgetBucket(bucket)
 				}
 			}
 		})

@@ -47,7 +47,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"domain", "rule", "result"}),
 		refused: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "ratelimitd_rlqs_buckets_refused_total",
-			Help: "Bucket reports given no assignment because a bound on buckets (per stream, in total, keys per bucket id) was reached.",
+			Help: "Bucket reports refused: at a bound on buckets (per stream, in total, keys or bytes per bucket id; no assignment), or by the fair-share tracker, full (DENY_ALL).",
 		}),
 	}
 	if reg != nil {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc"
 
 	"github.com/ratelimitd/ratelimitd/config"
@@ -39,7 +40,7 @@ func isBlanket(s *typev3.RateLimitStrategy, want typev3.RateLimitStrategy_Blanke
 // stay within the limit.
 func TestRefusedClientGetsNoShare(t *testing.T) {
 	tr := fairshare.NewTracker(fairshare.Options{MaxClientsPerBucket: 2})
-	_, conn, clk := serveWith(t, rulesOf(t, oneRule), Options{Sharer: tr})
+	s, conn, clk := serveWith(t, rulesOf(t, oneRule), Options{Sharer: tr})
 	id := map[string]string{"path": "/api"}
 	a, b, c := newClient(t, conn, clk, "web"), newClient(t, conn, clk, "web"), newClient(t, conn, clk, "web")
 	a.report(usage{id: id, allowed: 1})
@@ -51,6 +52,9 @@ func TestRefusedClientGetsNoShare(t *testing.T) {
 	}
 	if sum := rate(a.strategy(id)) + rate(b.strategy(id)); sum > 100 {
 		t.Errorf("shares held sum to %v, over the limit 100", sum)
+	}
+	if got := testutil.ToFloat64(s.metrics.refused); got != 1 {
+		t.Errorf("buckets refused: %v, want the tracker's 1", got)
 	}
 }
 
