@@ -127,12 +127,15 @@ func TestIdleBucketsMakeRoom(t *testing.T) {
 		t.Fatalf("Send: %v", err)
 	}
 	e.sent = true
-	for {
+	for deadline := time.Now().Add(time.Minute); ; { // a bound against hanging, not a timing assertion
 		s.mu.Lock()
 		total := s.total
 		s.mu.Unlock()
 		if total == 0 {
 			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the idle streams still hold %d buckets: the refusal did not make them drop their idle buckets", total)
 		}
 		runtime.Gosched()
 	}
