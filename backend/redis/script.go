@@ -152,31 +152,39 @@ func (c *call) seal() {
 	}
 }
 
+// picked returns how many of n requests idx picks: all of them if idx is
+// nil (a whole call), else len(idx) (a Cluster slot's part).
+func picked(n int, idx []int) int {
+	if idx != nil {
+		return len(idx)
+	}
+	return n
+}
+
+// at returns the index of the k-th request idx picks.
+func at(idx []int, k int) int {
+	if idx != nil {
+		return idx[k]
+	}
+	return k
+}
+
 // compact reports whether the requests idx of reqs (all of them if idx is
 // nil) make a compact call (see compactBit).
 func compact(reqs []backend.Request, idx []int) bool {
-	n := len(reqs)
-	if idx != nil {
-		n = len(idx)
-	}
+	n := picked(len(reqs), idx)
 	if n > heavyRequests { // a bound on the quadratic check of distinct keys
 		return false
 	}
 	for k := range n {
-		i := k
-		if idx != nil {
-			i = idx[k]
-		}
+		i := at(idx, k)
 		r := &reqs[i]
 		if (r.Limit.Algorithm != backend.SlidingWindow && r.Limit.Algorithm != backend.FixedWindow) ||
 			r.Limit.Requests == 0 || r.Mode != backend.Enforce || r.ConsumeWhenOver {
 			return false
 		}
 		for j := range k {
-			if idx != nil {
-				j = idx[j]
-			}
-			if reqs[j].Key == r.Key {
+			if reqs[at(idx, j)].Key == r.Key {
 				return false
 			}
 		}
@@ -190,10 +198,7 @@ func compact(reqs []backend.Request, idx []int) bool {
 // compact when it can be (see compactBit): without stamps nor extra
 // flags, which only Cluster's parts and refunds carry.
 func (c *call) appendCall(prefix string, reqs []backend.Request, idx []int, tag string, stamps []int64, extra []uint8) {
-	n := len(reqs)
-	if idx != nil {
-		n = len(idx)
-	}
+	n := picked(len(reqs), idx)
 	if stamps == nil && extra == nil && compact(reqs, idx) {
 		c.appendCompact(prefix, reqs, idx, tag, n)
 		return
@@ -201,10 +206,7 @@ func (c *call) appendCall(prefix string, reqs []backend.Request, idx []int, tag 
 	c.general = true
 	c.arg = binary.LittleEndian.AppendUint32(c.arg, uint32(n))
 	for k := range n {
-		i := k
-		if idx != nil {
-			i = idx[k]
-		}
+		i := at(idx, k)
 		r := &reqs[i]
 		c.keys = append(c.keys, key(prefix, tag, r.Key))
 		flags := uint8(r.Limit.Algorithm) + modeShift*uint8(r.Mode)
@@ -237,10 +239,7 @@ func (c *call) appendCall(prefix string, reqs []backend.Request, idx []int, tag 
 func (c *call) appendCompact(prefix string, reqs []backend.Request, idx []int, tag string, n int) {
 	c.arg = binary.LittleEndian.AppendUint32(c.arg, uint32(n)|compactBit)
 	for k := range n {
-		i := k
-		if idx != nil {
-			i = idx[k]
-		}
+		i := at(idx, k)
 		r := &reqs[i]
 		c.keys = append(c.keys, key(prefix, tag, r.Key))
 		c.arg = append(c.arg, uint8(r.Limit.Algorithm))
@@ -302,10 +301,7 @@ func denied(err error) bool {
 // decode reads the results of the requests idx (all of res if idx is nil)
 // from reply, the script's, and with opPart their stamps into stamps.
 func decode(reply string, op byte, res []backend.Result, idx []int, stamps []int64) error {
-	n := len(res)
-	if idx != nil {
-		n = len(idx)
-	}
+	n := picked(len(res), idx)
 	size := resultSize
 	if op == opPart {
 		size = stampedSize
@@ -314,10 +310,7 @@ func decode(reply string, op byte, res []backend.Result, idx []int, stamps []int
 		return fmt.Errorf("script replied %d bytes for %d requests", len(reply), n)
 	}
 	for k := range n {
-		i := k
-		if idx != nil {
-			i = idx[k]
-		}
+		i := at(idx, k)
 		v := reply[size*k:]
 		res[i] = backend.Result{
 			OverLimit:  v[0] != 0,
