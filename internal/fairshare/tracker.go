@@ -103,8 +103,6 @@ type bucket struct {
 	elem    *list.Element
 	clients []*client
 	index   map[string]int
-	// lastReport is the newest report on the bucket.
-	lastReport time.Time
 	// until is the latest time any of its clients is kept to.
 	until time.Time
 
@@ -125,8 +123,6 @@ type client struct {
 	id string
 	// last is the time of its latest report that closed an interval.
 	last time.Time
-	// seen is the time of its latest report.
-	seen time.Time
 	// until is when it expires: the TTL, or the keep of ReportFor if
 	// longer, after its latest report.
 	until time.Time
@@ -186,9 +182,6 @@ func (t *Tracker) ReportFor(bucket, client string, allowed, denied uint64, keep 
 	if c.until.After(b.until) {
 		b.until = c.until
 	}
-	if now.After(b.lastReport) {
-		b.lastReport = now
-	}
 	t.lru.MoveToFront(b.elem)
 	b.valid = false
 	return true
@@ -196,9 +189,6 @@ func (t *Tracker) ReportFor(bucket, client string, allowed, denied uint64, keep 
 
 // record adds a report of count requests at now to c.
 func (c *client) record(count float64, now time.Time) {
-	if now.After(c.seen) {
-		c.seen = now
-	}
 	if c.last.IsZero() {
 		c.last = now
 		c.demand = math.Inf(1)

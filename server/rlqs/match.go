@@ -1,6 +1,7 @@
 package rlqs
 
 import (
+	"encoding/binary"
 	"maps"
 	"slices"
 
@@ -65,12 +66,5 @@ func bucketKey(domain string, id map[string]string) string {
 
 // appendPart appends s to b, prefixed by its length as a uvarint.
 func appendPart(b []byte, s string) []byte {
-	for n := uint64(len(s)); ; n >>= 7 {
-		if n < 0x80 {
-			b = append(b, byte(n))
-			break
-		}
-		b = append(b, byte(n)|0x80)
-	}
-	return append(b, s...)
+	return append(binary.AppendUvarint(b, uint64(len(s))), s...)
 }
