@@ -199,8 +199,11 @@ func compact(reqs []backend.Request, idx []int) bool {
 // flags, which only Cluster's parts and refunds carry.
 func (c *call) appendCall(prefix string, reqs []backend.Request, idx []int, tag string, stamps []int64, extra []uint8) {
 	n := picked(len(reqs), idx)
+	for k := range n {
+		c.keys = append(c.keys, key(prefix, tag, reqs[at(idx, k)].Key))
+	}
 	if stamps == nil && extra == nil && compact(reqs, idx) {
-		c.appendCompact(prefix, reqs, idx, tag, n)
+		c.appendCompact(reqs, idx)
 		return
 	}
 	c.general = true
@@ -208,7 +211,6 @@ func (c *call) appendCall(prefix string, reqs []backend.Request, idx []int, tag 
 	for k := range n {
 		i := at(idx, k)
 		r := &reqs[i]
-		c.keys = append(c.keys, key(prefix, tag, r.Key))
 		flags := uint8(r.Limit.Algorithm) + modeShift*uint8(r.Mode)
 		if r.ConsumeWhenOver {
 			flags |= flagConsumeWhenOver
@@ -234,14 +236,13 @@ func (c *call) appendCall(prefix string, reqs []backend.Request, idx []int, tag 
 	}
 }
 
-// appendCompact appends the n requests idx of reqs (all of them if idx is
-// nil) as a compact call.
-func (c *call) appendCompact(prefix string, reqs []backend.Request, idx []int, tag string, n int) {
+// appendCompact appends the records of the requests idx of reqs (all of
+// them if idx is nil) as a compact call.
+func (c *call) appendCompact(reqs []backend.Request, idx []int) {
+	n := picked(len(reqs), idx)
 	c.arg = binary.LittleEndian.AppendUint32(c.arg, uint32(n)|compactBit)
 	for k := range n {
-		i := at(idx, k)
-		r := &reqs[i]
-		c.keys = append(c.keys, key(prefix, tag, r.Key))
+		r := &reqs[at(idx, k)]
 		c.arg = append(c.arg, uint8(r.Limit.Algorithm))
 		c.arg = binary.LittleEndian.AppendUint32(c.arg, uint32(r.Limit.Requests))
 		c.arg = binary.LittleEndian.AppendUint64(c.arg, math.Float64bits(float64(r.Limit.Window/time.Microsecond)))

@@ -433,10 +433,15 @@ local function int(x)
   return s
 end
 
--- ttl returns the ms until st is as good as fresh, under 10^13 so that
--- it prints as an integer, which SET needs.
+-- ms_until returns the ms from now until at (µs), under 10^13 so that
+-- it prints as an integer, which SET and PEXPIRE need.
+local function ms_until(at)
+  return min(ceil((at - now) / 1000), 9e12)
+end
+
+-- ttl returns the ms until st is as good as fresh.
 local function ttl(st)
-  return min(ceil((st.f.expiry(st) - now) / 1000), 9e12)
+  return ms_until(st.f.expiry(st))
 end
 
 -- GRACE is how many ms a key outlives its state when the caller gives
@@ -640,13 +645,12 @@ local function windows(base, n)
 end
 
 -- The lean path's requests, by index in the run, as parallel arrays
--- reused from run to run: algorithm (SLIDING or FIXED), limit, window µs,
--- hits, the name of the window key of now, the window's start, the
+-- reused from run to run: limit, window µs, hits, the name of the window key of now, the window's start, the
 -- previous window's count's index in the run's MGET (0 on a fixed
 -- window), then as the run decides: the previous window's weighted
 -- count, the count before the request's call, whether it is over, and
 -- whether INCRBY raised its count.
-local fa, fr, fw, fh, fcur, ft, fpi = {}, {}, {}, {}, {}, {}, {}
+local fr, fw, fh, fcur, ft, fpi = {}, {}, {}, {}, {}, {}
 local fwp, fn, fover, fraised = {}, {}, {}, {}
 
 -- fast decides the ncalls calls of a FAST run, compact all (their
@@ -676,7 +680,7 @@ function fast(keys, blob, off, ncalls)
       total = total + 1
       local i, a, w = total
       a, fr[i], w, fh[i], off = unpack(P.COMPACT_RECORD, blob, off)
-      fa[i], fw[i] = a, w
+      fw[i] = w
       local sfx = suffix(w)
       local key = keys[i]
       fcur[i], ft[i], fpi[i] = key .. sfx[1], sfx[3], 0
@@ -739,7 +743,7 @@ function fast(keys, blob, off, ncalls)
             local w = fw[i]
             local expiry = ft[i] + w
             if fpi[i] > 0 then expiry = expiry + w end
-            call('PEXPIRE', fcur[i], int(min(ceil((expiry - now) / 1000), 9e12) + grace))
+            call('PEXPIRE', fcur[i], int(ms_until(expiry) + grace))
           end
           fn[i] = n + h
         end
