@@ -22,7 +22,8 @@ import (
 // no decision under these limits but keeps the calls off the lean path). It
 // reports Redis's own time in the script per call (redis-µs/op, from INFO
 // commandstats), the cost that every replica's calls add up to on one
-// Redis.
+// Redis, and the part of it in the INCRBY commands the script runs
+// (incrby-µs/op).
 func BenchmarkTake(b *testing.B) {
 	srv := redistest.Start(b)
 	rdb := srv.Client(b)
@@ -137,33 +138,39 @@ func benchStore(b *testing.B, addr string, opts redis.Options) *redis.Store {
 // and EVAL, from INFO commandstats); the function it returns reports it
 // per op.
 func scriptTime(b *testing.B, rdb *goredis.Client) func() {
-	read := func() (usec, calls float64) {
+	// read returns the script's usec and calls, and INCRBY's usec (the
+	// commands the script runs count apart from it).
+	read := func() (usec, calls, incrby float64) {
 		info, err := rdb.Info(b.Context(), "commandstats").Result()
 		if err != nil {
 			b.Fatal(err)
 		}
 		for line := range strings.Lines(info) {
 			name, stats, ok := strings.Cut(strings.TrimSpace(line), ":")
-			if !ok || (name != "cmdstat_fcall" && name != "cmdstat_evalsha" && name != "cmdstat_eval") {
+			script := name == "cmdstat_fcall" || name == "cmdstat_evalsha" || name == "cmdstat_eval"
+			if !ok || !script && name != "cmdstat_incrby" {
 				continue
 			}
 			for field := range strings.SplitSeq(stats, ",") {
 				k, v, _ := strings.Cut(field, "=")
 				f, _ := strconv.ParseFloat(v, 64)
-				switch k {
-				case "usec":
+				switch {
+				case k == "usec" && script:
 					usec += f
-				case "calls":
+				case k == "calls" && script:
 					calls += f
+				case k == "usec":
+					incrby = f
 				}
 			}
 		}
-		return usec, calls
+		return usec, calls, incrby
 	}
-	usec0, calls0 := read()
+	usec0, calls0, incrby0 := read()
 	return func() {
-		usec, calls := read()
+		usec, calls, incrby := read()
 		b.ReportMetric((usec-usec0)/float64(b.N), "redis-µs/op")
+		b.ReportMetric((incrby-incrby0)/float64(b.N), "incrby-µs/op")
 		b.ReportMetric(float64(b.N)/max(calls-calls0, 1), "ops/script")
 	}
 }
