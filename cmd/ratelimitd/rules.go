@@ -51,17 +51,25 @@ func (s *fileRules) run(ctx context.Context) error {
 	group, gctx := errgroup.WithContext(ctx)
 	group.Go(func() error { return s.watcher.Run(gctx, s.initial) })
 	group.Go(func() error {
-		for {
-			select {
-			case <-gctx.Done():
-				return nil
-			case <-s.hup:
-				s.log.Info("SIGHUP: reloading rules")
-				s.watcher.Reload()
-			}
-		}
+		onHUP(gctx, s.hup, func() {
+			s.log.Info("SIGHUP: reloading rules")
+			s.watcher.Reload()
+		})
+		return nil
 	})
 	return group.Wait()
+}
+
+// onHUP calls f on each signal from hup until ctx ends.
+func onHUP(ctx context.Context, hup <-chan os.Signal, f func()) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+			f()
+		}
+	}
 }
 
 // xdsRules takes the rules from an xDS management server: the client's
@@ -79,12 +87,6 @@ func (s xdsRules) run(ctx context.Context) error {
 		return fmt.Errorf("--xds-server: %w", err)
 	}
 	defer c.Close() //nolint:errcheck // only the connection's close, with nothing left to lose
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-s.hup:
-			s.log.Info("SIGHUP: the rules come from --xds-server; nothing to reload")
-		}
-	}
+	onHUP(ctx, s.hup, func() { s.log.Info("SIGHUP: the rules come from --xds-server; nothing to reload") })
+	return nil
 }
