@@ -117,7 +117,11 @@ func (t *translator) redisURL() (string, bool) {
 	user, pass, auth := credentials(t.str("REDIS_AUTH", ""))
 	u := url.URL{Scheme: scheme}
 	q := url.Values{}
-	switch typ := t.str("REDIS_TYPE", "SINGLE"); strings.ToLower(typ) {
+	typ := t.str("REDIS_TYPE", "SINGLE")
+	if !strings.EqualFold(typ, "sentinel") {
+		t.ignore("REDIS_TYPE is not sentinel", "REDIS_SENTINEL_AUTH")
+	}
+	switch strings.ToLower(typ) {
 	case "single":
 		tcp, ok := t.tcpSocket()
 		if !ok {
@@ -131,7 +135,6 @@ func (t *translator) redisURL() (string, bool) {
 			return "", false
 		}
 		u.Host, u.Path = host, db
-		t.ignore("REDIS_TYPE is not sentinel", "REDIS_SENTINEL_AUTH")
 	case "cluster":
 		addrs, ok := t.addrs(raw, 0)
 		if !ok {
@@ -140,7 +143,6 @@ func (t *translator) redisURL() (string, bool) {
 		u.Scheme += "-cluster"
 		u.Host, q["addr"] = addrs[0], addrs[1:]
 		t.otherSocket("cluster")
-		t.ignore("REDIS_TYPE is not sentinel", "REDIS_SENTINEL_AUTH")
 	case "sentinel":
 		addrs, ok := t.addrs(raw, 1)
 		if !ok {
@@ -226,7 +228,6 @@ func (t *translator) unixURL(path, user, pass string, auth, tls bool) (string, b
 	if auth {
 		u.User = url.UserPassword(user, pass)
 	}
-	t.ignore("REDIS_TYPE is not sentinel", "REDIS_SENTINEL_AUTH")
 	t.honour("REDIS_TYPE", "REDIS_URL", "REDIS_AUTH")
 	return u.String(), true
 }
