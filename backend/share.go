@@ -1,0 +1,65 @@
+package backend
+
+import (
+	"context"
+	"time"
+)
+
+// A ShareStore lets the replicas of the Rate Limit Quota Service divide
+// each bucket's limit among all the clients that report on it, whichever
+// replica they report to. Each replica holds, per bucket, one entry in the
+// store: the rate it has been granted for its own clients, and the demands
+// of those clients, in requests per second. The memory store serves one
+// replica (its entries live in the process); Redis serves many.
+//
+// Implementations must be safe for concurrent use, and must grant each
+// request atomically: the grants in force on a bucket never add up to more
+// than its limit, however many replicas exchange at once.
+type ShareStore interface {
+	// ExchangeShares publishes each request's entry and writes one
+	// ShareResult per ShareRequest into res (len(res) == len(reqs)). For
+	// each bucket, atomically: the other replicas' entries past their time
+	// to live are dropped; the request is granted
+	// min(Want, max(0, Limit - the sum of the other entries' grants));
+	// its entry (the grant, its Demands, its expiry) replaces the one it
+	// had; and the other entries' demands are returned. Requests on one
+	// bucket within a call are applied in order.
+	//
+	// A non-nil error means the store could not exchange (unreachable,
+	// timed out, closed): res is then undefined, and the replica should
+	// keep to the grants it holds until they expire.
+	ExchangeShares(ctx context.Context, reqs []ShareRequest, res []ShareResult) error
+}
+
+// A ShareRequest is one replica's entry on one bucket.
+type ShareRequest struct {
+	// Bucket names the bucket; a store may hash it but must not confuse
+	// two buckets. Redis Cluster keeps each bucket on the node of its slot.
+	Bucket string
+	// Replica names the replica; it must be unique among the replicas
+	// sharing the store.
+	Replica string
+	// Limit is the bucket's limit, in requests per second.
+	Limit float64
+	// Want is the rate the replica asks for its clients (at most Limit).
+	Want float64
+	// Demands are the replica's clients' demands, in requests per second;
+	// +Inf stands for a client whose demand is not known yet. The store
+	// keeps the slice's values, not the slice.
+	Demands []float64
+	// TTL is how long the entry stands: as long as the assignments made
+	// from its grant may be in force at the clients. A zero TTL removes
+	// the replica's entry (it holds no client on the bucket any more) and
+	// grants nothing.
+	TTL time.Duration
+}
+
+// A ShareResult is a store's answer to one ShareRequest.
+type ShareResult struct {
+	// Granted is the rate granted to the replica, from 0 to Want.
+	Granted float64
+	// Others holds the demands of the other replicas' clients whose
+	// entries are in force, in no particular order. It is appended to
+	// the slice passed in res, so that a caller may reuse it.
+	Others []float64
+}
