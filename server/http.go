@@ -29,6 +29,8 @@ import (
 //	               answers the protojson response with 200 (OK) or 429
 //	               (OVER_LIMIT), 400 for a bad request, 503 when the
 //	               counters are unavailable
+//	GET  /rlqs     with Options.RLQS, the RLQS buckets held and their
+//	               assignments, as JSON (rlqs.View)
 //
 // and with Options.EnvoyproxyEndpoints, envoyproxy/ratelimit's
 // /healthcheck and /rlconfig (see envoyproxy.go).
@@ -55,6 +57,9 @@ func (s *Server) Handler() http.Handler {
 	}
 	if !s.opts.DisableJSON {
 		mux.HandleFunc("POST /json", s.serveJSON)
+	}
+	if s.rlqs != nil {
+		mux.Handle("GET /rlqs", s.rlqs)
 	}
 	s.envoyproxyRoutes(mux)
 	return mux

@@ -73,10 +73,19 @@ type Options struct {
 	// only gRPC callers, authenticated by mutual TLS, may spend quota.
 	DisableJSON bool
 	// RLQS serves Envoy's Rate Limit Quota Service (package rlqs) beside
-	// the RLS APIs. Off by default while its shares are divided among the
-	// clients of one replica only: a bucket reported to several replicas
-	// gets its whole limit from each.
+	// the RLS APIs. When the store is a backend.ShareStore (memory and
+	// Redis are), each bucket's limit is shared through it among the
+	// clients of every replica using the store; while it grants nothing,
+	// limited buckets get what FailureMode says (allow: ALLOW_ALL, deny:
+	// DENY_ALL, error: no assignment).
 	RLQS bool
+	// RLQSReplica names this replica among those sharing the store; empty
+	// means a random name. It must be unique: two replicas under one name
+	// would take each other's grants for their own.
+	RLQSReplica string
+	// RLQSSyncInterval is how often the replica exchanges its RLQS
+	// buckets with the store; zero means a second.
+	RLQSSyncInterval time.Duration
 	// TracerProvider, when set, traces every RPC (otelgrpc, honouring the
 	// caller's trace context) and every store call within one. Nil: no
 	// tracing.
@@ -217,7 +226,15 @@ func New(store backend.Store, rules *config.Rules, opts Options) *Server {
 	s.scratches.New = func() any { return new(scratch) }
 	s.healthNames = healthServices
 	if opts.RLQS {
-		s.rlqs = rlqs.New(rules, rlqs.Options{ShadowMode: opts.ShadowMode, Registry: reg, Logger: s.log.With("api", "rlqs"), Now: opts.Now})
+		ro := rlqs.Options{
+			Replica: opts.RLQSReplica, SyncInterval: opts.RLQSSyncInterval,
+			Fallback:   rlqsFallback(opts.FailureMode),
+			ShadowMode: opts.ShadowMode, Registry: reg, Logger: s.log.With("api", "rlqs"), Now: opts.Now,
+		}
+		if ss, ok := store.(backend.ShareStore); ok {
+			ro.Store = ss
+		}
+		s.rlqs = rlqs.New(rules, ro)
 		s.healthNames = append(slices.Clone(healthServices), rlqsv3.RateLimitQuotaService_ServiceDesc.ServiceName)
 	}
 	if rules != nil {
@@ -229,6 +246,18 @@ func New(store backend.Store, rules *config.Rules, opts Options) *Server {
 		}
 	}
 	return s
+}
+
+// rlqsFallback returns the RLQS assignment of m: what a limited bucket
+// gets while the store grants no share of it.
+func rlqsFallback(m FailureMode) rlqs.Fallback {
+	switch m {
+	case FailDeny:
+		return rlqs.FallbackDenyAll
+	case FailError:
+		return rlqs.FallbackNone
+	}
+	return rlqs.FallbackAllowAll
 }
 
 // SetRules replaces the rules in force. Requests in flight finish under

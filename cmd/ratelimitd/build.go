@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -130,6 +131,8 @@ func (b *built) servers(ctx context.Context, rules *config.Rules, reg *prometheu
 		TracerProvider:    tp,
 		DisableJSON:       !f.httpJSON,
 		RLQS:              f.rlqs,
+		RLQSReplica:       cmp.Or(f.rlqsReplica, defaultReplica(f.grpcAddr)),
+		RLQSSyncInterval:  f.rlqsSyncInterval,
 		// The reference's probes and tools call /healthcheck and /rlconfig.
 		EnvoyproxyEndpoints: f.compat == compatEnvoyproxy,
 	})
@@ -255,4 +258,15 @@ func newLogger(f *flags, w io.Writer) *slog.Logger {
 		return slog.New(slog.NewJSONHandler(w, opts))
 	}
 	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// defaultReplica names this replica among those sharing RLQS limits: the
+// host name and the gRPC address, so that a replica restarted in place
+// takes up its own entries in the store.
+func defaultReplica(grpcAddr string) string {
+	host, err := os.Hostname()
+	if err != nil {
+		host = "localhost"
+	}
+	return host + "/" + grpcAddr
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/backend/redis"
 	"github.com/ratelimitd/ratelimitd/config"
 	"github.com/ratelimitd/ratelimitd/internal/compat"
+	"github.com/ratelimitd/ratelimitd/internal/fairshare"
 	"github.com/ratelimitd/ratelimitd/internal/tlsconfig"
 	"github.com/ratelimitd/ratelimitd/server"
 )
@@ -59,6 +60,8 @@ type flags struct {
 	debugAddr         string
 	httpJSON          bool
 	rlqs              bool
+	rlqsReplica       string
+	rlqsSyncInterval  time.Duration
 	tracing           tracingFlags
 	tls               tlsFlags
 	httpConn          httpConnFlags
@@ -232,7 +235,9 @@ func defineFlags(fs *flag.FlagSet, f *flags) {
 	fs.DurationVar(&f.grpcConn.keepaliveTime, "grpc-keepalive-time", defaultGRPCKeepaliveTime, "ping a gRPC client silent for this long, to find peers gone without closing (0: never)")
 	fs.DurationVar(&f.grpcConn.keepaliveTimeout, "grpc-keepalive-timeout", defaultGRPCKeepaliveTimeout, "close a gRPC connection whose ping, or sent data, goes unacknowledged this long")
 	fs.Float64Var(&f.nearLimitRatio, "near-limit-ratio", server.DefaultNearLimitRatio, "share of a limit past which admitted hits count as near the limit (ratelimitd_rule_near_limit_total)")
-	fs.BoolVar(&f.rlqs, "rlqs", false, "serve Envoy's Rate Limit Quota Service on the gRPC port (its shares are divided among the clients of one replica, not yet across replicas)")
+	fs.BoolVar(&f.rlqs, "rlqs", false, "serve Envoy's Rate Limit Quota Service on the gRPC port; each bucket's limit is shared, through the store, among the clients of every replica on it")
+	fs.StringVar(&f.rlqsReplica, "rlqs-replica", "", "this replica's `name` among those sharing RLQS limits through the store; unique per replica (default: the host name and --grpc-addr)")
+	fs.DurationVar(&f.rlqsSyncInterval, "rlqs-sync-interval", fairshare.DefaultSyncInterval, "how often each replica exchanges its RLQS buckets' demands and grants with the store: one store operation per bucket per replica each time")
 	fs.BoolVar(&f.httpJSON, "http-json", true, "serve POST /json on --http-addr (decisions over HTTP, without the gRPC listener's mutual TLS)")
 	fs.StringVar(&f.debugAddr, "debug-addr", "", "listen `address` for /debug/pprof (off when empty; keep it private)")
 	fs.StringVar(&f.tracing.endpoint, "otlp-endpoint", "", "OpenTelemetry collector `host:port` (OTLP/gRPC) to send traces of ShouldRateLimit and store calls to; off when empty.\n"+
@@ -246,6 +251,9 @@ func defineFlags(fs *flag.FlagSet, f *flags) {
 
 // check returns what is wrong with f, nil if nothing.
 func (f *flags) check() error {
+	if f.rlqsSyncInterval <= 0 {
+		return fmt.Errorf("--rlqs-sync-interval %v: must be positive", f.rlqsSyncInterval)
+	}
 	if err := f.checkRules(); err != nil {
 		return err
 	}

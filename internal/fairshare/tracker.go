@@ -114,7 +114,15 @@ type bucket struct {
 	computedAt  time.Time
 	expiresAt   time.Time
 
-	// Scratch for allocate, per client.
+	// The pool's part (see SetPool): the demands of the clients of other
+	// replicas, counted in the allocation, and this replica's grant, which
+	// the shares of its own clients never exceed in sum; no grant (NaN)
+	// leaves them uncapped.
+	others []float64
+	grant  float64
+
+	// Scratch for allocate: demands and shares of the clients, then of
+	// the others; sorted for allocate.
 	demands, shares, sorted []float64
 }
 
@@ -214,7 +222,7 @@ func (t *Tracker) bucketFor(key string, now time.Time) *bucket {
 	if len(t.buckets) >= t.opts.MaxBuckets && !t.dropOldest(nil, now) {
 		return nil
 	}
-	b := &bucket{key: key, index: make(map[string]int)}
+	b := &bucket{key: key, index: make(map[string]int), grant: math.NaN()}
 	b.elem = t.lru.PushFront(b)
 	t.buckets[key] = b
 	return b
@@ -282,21 +290,40 @@ func (t *Tracker) Share(bucket, client string, limit float64, now time.Time) (ra
 	return b.shares[i], true
 }
 
-// allocate fills b.shares for limit at now, unless the cache holds them.
+// allocate fills b.shares for limit at now, unless the cache holds them:
+// the first len(b.clients) entries are the clients' shares, within the
+// grant if the bucket has one.
 func (b *bucket) allocate(limit float64, now time.Time) {
 	if b.valid && sameLimit(b.cachedLimit, limit) && !now.Before(b.computedAt) && !now.After(b.expiresAt) {
 		return
 	}
 	n := len(b.clients)
+	b.targets(limit)
+	if !math.IsNaN(b.grant) {
+		var sum float64
+		for _, s := range b.shares[:n] {
+			sum += s
+		}
+		if sum > b.grant {
+			clampSum(b.grant, b.shares[:n])
+		}
+	}
+	b.valid, b.cachedLimit, b.computedAt = true, limit, now
+	b.expiresAt = b.earliestUntil()
+}
+
+// targets fills b.shares with the allocation of limit over b's clients
+// and the others, the clients first, uncapped by the grant.
+func (b *bucket) targets(limit float64) {
+	n := len(b.clients) + len(b.others)
 	b.demands = grow(b.demands, n)
 	b.shares = grow(b.shares, n)
 	b.sorted = grow(b.sorted, n)
 	for i, c := range b.clients {
 		b.demands[i] = c.demand
 	}
+	copy(b.demands[len(b.clients):], b.others)
 	allocate(limit, b.demands, b.shares, b.sorted)
-	b.valid, b.cachedLimit, b.computedAt = true, limit, now
-	b.expiresAt = b.earliestUntil()
 }
 
 // earliestUntil returns the earliest expiry among b's clients, which must
@@ -392,6 +419,61 @@ func (t *Tracker) Forget(client string) {
 			t.dropBucket(b)
 		}
 	}
+}
+
+// SetPool sets what the other replicas sharing bucket's limit hold: the
+// demands of their clients, which the allocation counts beside this
+// Tracker's clients, and the rate granted to this replica, which the
+// shares of this Tracker's clients never exceed in sum (NaN: no cap). It
+// does nothing to a bucket the Tracker does not hold. others is copied.
+func (t *Tracker) SetPool(bucket string, others []float64, grant float64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	b := t.buckets[bucket]
+	if b == nil {
+		return
+	}
+	b.others = append(b.others[:0], others...)
+	b.grant = grant
+	b.valid = false
+}
+
+// pooled reports whether the Tracker holds bucket with a grant.
+func (t *Tracker) pooled(bucket string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	b := t.buckets[bucket]
+	return b != nil && !math.IsNaN(b.grant)
+}
+
+// Want returns what this replica should ask for bucket under limit at now:
+// the sum of its live clients' shares in the allocation of limit over them
+// and the others of SetPool, uncapped by the grant. It also appends their
+// demands to dst, and returns the latest time any of them is kept to (the
+// time to live the replica's grant needs). ok is false when the bucket
+// has no live client.
+func (t *Tracker) Want(bucket string, limit float64, now time.Time, dst []float64) (want float64, demands []float64, until time.Time, ok bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	b := t.buckets[bucket]
+	if b == nil {
+		return 0, dst, time.Time{}, false
+	}
+	t.expire(b, now)
+	if len(b.clients) == 0 {
+		t.dropBucket(b)
+		return 0, dst, time.Time{}, false
+	}
+	b.targets(limit)
+	b.valid = false // b.shares holds the targets, not the capped shares
+	for i, c := range b.clients {
+		want += b.shares[i]
+		dst = append(dst, c.demand)
+		if c.until.After(until) {
+			until = c.until
+		}
+	}
+	return min(want, limit), dst, until, true
 }
 
 // Len returns how many buckets, and clients over all buckets, the Tracker

@@ -23,8 +23,8 @@ func labelsFor(d *config.DomainRules, r *config.Rule) ruleLabels {
 type metrics struct {
 	streams                                  prometheus.Gauge
 	ruleStreams, buckets, assignedRate, rate *prometheus.GaugeVec
-	reports                                  *prometheus.CounterVec
-	refused                                  prometheus.Counter
+	reports, exchanges                       *prometheus.CounterVec
+	refused, fallbacks                       prometheus.Counter
 }
 
 // newMetrics returns the metrics, registered on reg unless it is nil.
@@ -49,9 +49,17 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "ratelimitd_rlqs_buckets_refused_total",
 			Help: "Bucket reports refused: at a bound on buckets (per stream, in total, keys or bytes per bucket id; no assignment), or by the fair-share tracker, full (DENY_ALL).",
 		}),
+		exchanges: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ratelimitd_rlqs_store_exchanges_total",
+			Help: "Exchanges of this replica's bucket entries with the store, through which replicas share the limits, by result: ok or error.",
+		}, []string{"result"}),
+		fallbacks: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ratelimitd_rlqs_fallback_assignments_total",
+			Help: "Assignments of limited buckets made as --failure-mode says, for no grant from the store was in force.",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.streams, m.ruleStreams, m.buckets, m.assignedRate, m.rate, m.reports, m.refused)
+		reg.MustRegister(m.streams, m.ruleStreams, m.buckets, m.assignedRate, m.rate, m.reports, m.refused, m.exchanges, m.fallbacks)
 	}
 	return m
 }
@@ -91,4 +99,13 @@ func (m *metrics) limit(l ruleLabels, rate float64) {
 func (m *metrics) reported(l ruleLabels, allowed, denied uint64) {
 	m.reports.WithLabelValues(l.domain, l.rule, "allowed").Add(float64(allowed))
 	m.reports.WithLabelValues(l.domain, l.rule, "denied").Add(float64(denied))
+}
+
+// exchanged counts an exchange with the store.
+func (m *metrics) exchanged(err error) {
+	result := "ok"
+	if err != nil {
+		result = "error"
+	}
+	m.exchanges.WithLabelValues(result).Inc()
 }

@@ -1,6 +1,8 @@
 package rlqs
 
 import (
+	"cmp"
+	"crypto/rand"
 	"log/slog"
 	"strconv"
 	"sync"
@@ -11,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 
+	"github.com/ratelimitd/ratelimitd/backend"
 	"github.com/ratelimitd/ratelimitd/config"
 	"github.com/ratelimitd/ratelimitd/internal/fairshare"
 )
@@ -62,10 +65,50 @@ type Sharer interface {
 	Forget(client string)
 }
 
+// Fallback is what a limited bucket is assigned while the store grants no
+// share of its limit (see Options.Store).
+type Fallback uint8
+
+const (
+	// FallbackAllowAll assigns ALLOW_ALL (--failure-mode allow).
+	FallbackAllowAll Fallback = iota
+	// FallbackDenyAll assigns DENY_ALL (--failure-mode deny).
+	FallbackDenyAll
+	// FallbackNone assigns nothing: the client applies its own
+	// no_assignment or expired_assignment behaviour (--failure-mode error).
+	FallbackNone
+)
+
+// assignment returns f's assignment.
+func (f Fallback) assignment() assignment {
+	switch f {
+	case FallbackAllowAll:
+		return assignment{kind: kindAllowAll}
+	case FallbackDenyAll:
+		return assignment{kind: kindDenyAll}
+	}
+	return assignment{kind: kindNone}
+}
+
 // Options configures a Service. The zero value means the defaults.
 type Options struct {
-	// Sharer divides the limits; nil means a fairshare.Tracker with its
-	// default options.
+	// Store, when set, shares each bucket's limit with the other replicas
+	// that use it (a fairshare.Pool): the shares of all the clients of all
+	// the replicas add up to at most the limit. Nil divides each limit
+	// among this replica's clients only (Sharer).
+	Store backend.ShareStore
+	// Replica names this replica in Store: unique among the replicas
+	// sharing it. Empty means a random name.
+	Replica string
+	// SyncInterval is how often the replica exchanges its buckets' entries
+	// with Store; zero means fairshare.DefaultSyncInterval.
+	SyncInterval time.Duration
+	// Fallback is what a limited bucket gets while Store grants it no
+	// share (out of reach): the shares granted before stay in force until
+	// they expire in the store.
+	Fallback Fallback
+	// Sharer divides the limits when Store is nil; nil means a
+	// fairshare.Tracker with its default options.
 	Sharer Sharer
 	// ShadowMode assigns ALLOW_ALL to every bucket, as the rule's
 	// shadow_mode does.
@@ -81,13 +124,15 @@ type Options struct {
 // Service serves envoy.service.rate_limit_quota.v3.RateLimitQuotaService
 // under the rules in force. It is safe for concurrent use.
 type Service struct {
-	rules   atomic.Pointer[config.Rules]
-	sharer  Sharer
-	shadow  bool
-	log     *slog.Logger
-	now     func() time.Time
-	metrics *metrics
-	ids     atomic.Uint64 // numbers the streams, the sharer's client names
+	rules    atomic.Pointer[config.Rules]
+	sharer   Sharer
+	pool     *fairshare.Pool // nil unless Options.Store
+	fallback Fallback
+	shadow   bool
+	log      *slog.Logger
+	now      func() time.Time
+	metrics  *metrics
+	ids      atomic.Uint64 // numbers the streams, the sharer's client names
 
 	stopOnce sync.Once
 	stopped  chan struct{} // closed by EndStreams
@@ -102,24 +147,37 @@ type Service struct {
 // New returns a Service deciding under rules (nil until SetRules).
 func New(rules *config.Rules, opts Options) *Service {
 	s := &Service{
-		sharer:  opts.Sharer,
-		shadow:  opts.ShadowMode,
-		log:     opts.Logger,
-		now:     opts.Now,
-		metrics: newMetrics(opts.Registry),
-		holders: make(map[string]map[*stream]struct{}),
-		streams: make(map[*stream]struct{}),
-		stopped: make(chan struct{}),
-		max:     MaxBuckets,
-	}
-	if s.sharer == nil {
-		s.sharer = fairshare.NewTracker(fairshare.Options{})
+		sharer:   opts.Sharer,
+		fallback: opts.Fallback,
+		shadow:   opts.ShadowMode,
+		log:      opts.Logger,
+		now:      opts.Now,
+		metrics:  newMetrics(opts.Registry),
+		holders:  make(map[string]map[*stream]struct{}),
+		streams:  make(map[*stream]struct{}),
+		stopped:  make(chan struct{}),
+		max:      MaxBuckets,
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
 	if s.now == nil {
 		s.now = time.Now
+	}
+	switch {
+	case opts.Store != nil:
+		s.pool = fairshare.NewPool(fairshare.PoolOptions{
+			Store:    opts.Store,
+			Replica:  cmp.Or(opts.Replica, rand.Text()),
+			Interval: opts.SyncInterval,
+			Changed:  s.moved,
+			Observe:  s.metrics.exchanged,
+			Logger:   s.log,
+			Now:      s.now,
+		})
+		s.sharer = s.pool
+	case s.sharer == nil:
+		s.sharer = fairshare.NewTracker(fairshare.Options{})
 	}
 	s.rules.Store(rules)
 	return s
@@ -169,6 +227,9 @@ func (s *Service) SetRules(r *config.Rules) {
 // for every stream. Call it when shutting down, before GracefulStop.
 func (s *Service) EndStreams() {
 	s.stopOnce.Do(func() { close(s.stopped) })
+	if s.pool != nil {
+		s.pool.Close()
+	}
 }
 
 // serve serves one StreamRateLimitQuotas.
@@ -246,6 +307,16 @@ func (s *Service) release(st *stream, key string) {
 		delete(s.holders, key)
 	}
 	for o := range h {
+		o.wake(key)
+	}
+}
+
+// moved wakes every holder of the bucket key: an exchange with the store
+// moved its grant or the other replicas' demands.
+func (s *Service) moved(key string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for o := range s.holders[key] {
 		o.wake(key)
 	}
 }

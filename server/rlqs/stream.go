@@ -1,9 +1,11 @@
 package rlqs
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"sync"
 	"time"
 
@@ -14,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/ratelimitd/ratelimitd/config"
+	"github.com/ratelimitd/ratelimitd/internal/fairshare"
 )
 
 // stream is one client's StreamRateLimitQuotas: its run loop alone reads
@@ -28,13 +31,15 @@ type stream struct {
 	rules   map[ruleLabels]int // buckets held, by rule, for the streams gauge
 	wakeup  chan struct{}      // a rule set or a share changed: see wake
 
-	mu    sync.Mutex          // guards dirty and all
-	dirty map[string]struct{} // buckets whose shares may have moved
-	all   bool                // every bucket: the rules changed
+	mu    sync.Mutex             // guards dirty, all and views
+	dirty map[string]struct{}    // buckets whose shares may have moved
+	all   bool                   // every bucket: the rules changed
+	views map[string]*bucketView // by bucket key: what View shows
 }
 
 // bucket is one bucket a stream holds.
 type bucket struct {
+	key      string
 	id       map[string]string
 	rule     *config.Rule // nil: no rule applies
 	labels   ruleLabels
@@ -135,7 +140,14 @@ func (st *stream) report(m *wireReports) error {
 	}
 	now := st.s.now()
 	st.sweep(now)
-	resp := &wireResponse{}
+	type reported struct {
+		key  string
+		b    *bucket
+		ttl  time.Duration
+		held bool
+	}
+	done := make([]reported, 0, len(m.usages))
+	var needs []fairshare.Need
 	for i, u := range m.usages {
 		id := u.id
 		if len(id) == 0 {
@@ -159,11 +171,40 @@ func (st *stream) report(m *wireReports) error {
 		}
 		st.s.metrics.reported(b.labels, u.allowed, u.denied)
 		st.s.shifted(st, key)
-		if a := st.assign(key, b, now, !held); a.kind != kindNone {
-			resp.add(b.id, assignAction(a, ttl))
+		done = append(done, reported{key, b, ttl, held})
+		if limit, ok := st.shared(b); ok && held {
+			needs = append(needs, fairshare.Need{Bucket: key, Limit: limit})
+		}
+	}
+	if len(needs) > 0 {
+		// New buckets get their grant before their first answer, so that
+		// it counts the other replicas' clients; a failure leaves them
+		// lapsed (see decide).
+		ctx, cancel := context.WithTimeout(st.g.Context(), exchangeTimeout)
+		_ = st.s.pool.Exchange(ctx, needs)
+		cancel()
+	}
+	resp := &wireResponse{}
+	for _, r := range done {
+		if a := st.assign(r.key, r.b, now, !r.held, r.ttl); a.kind != kindNone {
+			resp.add(r.b.id, assignAction(a, r.ttl))
 		}
 	}
 	return st.send(resp)
+}
+
+// exchangeTimeout bounds the exchange that gives a report's new buckets
+// their grants.
+const exchangeTimeout = time.Second
+
+// shared returns b's limit rate when the service shares it through the
+// store (a pool, and a rule with a limit that is enforced).
+func (st *stream) shared(b *bucket) (float64, bool) {
+	if st.s.pool == nil || st.s.shadow || b.rule == nil || b.rule.ShadowMode {
+		return 0, false
+	}
+	limit, limited := limitRate(b.rule)
+	return limit, limited && limit > 0
 }
 
 // refresh takes up a new rule set, abandoning the buckets that no rule
@@ -191,7 +232,7 @@ func (st *stream) refresh() error {
 		// A push lives only as long as the last report's assignment: the
 		// sharer keeps the client that long, no longer.
 		ttl := b.expires.Sub(now)
-		a := st.decide(key, b, now, false)
+		a := st.decide(key, b, now, false, ttl)
 		switch {
 		case a.kind == kindNone:
 			// The sharer dropped the client, which it does only once the
@@ -251,7 +292,7 @@ func (st *stream) add(key string, id map[string]string) *bucket {
 	}
 	d := st.ruleset.Domain(st.domain)
 	r := match(d, id)
-	b := &bucket{id: id, interval: DefaultReportingInterval}
+	b := &bucket{key: key, id: id, interval: DefaultReportingInterval}
 	st.buckets[key] = b
 	st.relabel(b, r, labelsFor(d, r))
 	return b
@@ -293,26 +334,31 @@ func (st *stream) unlabel(b *bucket) {
 
 // drop stops holding the bucket key.
 func (st *stream) drop(key string, b *bucket) {
+	st.mu.Lock()
+	delete(st.views, key)
+	st.mu.Unlock()
 	st.unlabel(b)
 	delete(st.buckets, key)
 	st.s.release(st, key)
 }
 
-// assign computes b's assignment now and records it as sent (see decide
-// and record).
-func (st *stream) assign(key string, b *bucket, now time.Time, refused bool) assignment {
-	a := st.decide(key, b, now, refused)
+// assign computes b's assignment now, to live ttl, and records it as sent
+// (see decide and record).
+func (st *stream) assign(key string, b *bucket, now time.Time, refused bool, ttl time.Duration) assignment {
+	a := st.decide(key, b, now, refused, ttl)
 	st.record(b, a)
 	return a
 }
 
-// decide returns b's assignment now. refused tells that the sharer
-// refused the report just made: a limited bucket then gets DENY_ALL, for
-// the shares of the clients it holds already add up to the limit. A bucket the sharer no
-// longer holds otherwise gets no assignment (kindNone): its client's
-// entry expired, after the assignment it was sent (see ttlFor), so there
-// is nothing to take back, and it gets a share at its next report.
-func (st *stream) decide(key string, b *bucket, now time.Time, refused bool) assignment {
+// decide returns b's assignment now, to live ttl. refused tells that the
+// sharer refused the report just made: a limited bucket then gets
+// DENY_ALL, for the shares of the clients it holds already add up to the
+// limit. A bucket the sharer no longer holds otherwise gets no assignment
+// (kindNone): its client's entry expired, after the assignment it was sent
+// (see ttlFor), so there is nothing to take back, and it gets a share at
+// its next report. A limited bucket whose grant from the store has lapsed,
+// or would before ttl, gets the Fallback.
+func (st *stream) decide(key string, b *bucket, now time.Time, refused bool, ttl time.Duration) assignment {
 	var a assignment
 	limit, limited := limitRate(b.rule)
 	switch {
@@ -320,13 +366,16 @@ func (st *stream) decide(key string, b *bucket, now time.Time, refused bool) ass
 		a = assignment{kind: kindAllowAll}
 	case limit <= 0:
 		a = assignment{kind: kindDenyAll}
+	case refused:
+		a = assignment{kind: kindDenyAll}
+		st.s.metrics.limit(b.labels, limit)
+	case st.s.pool != nil && st.s.pool.Lapsed(key, now, ttl):
+		a = st.s.fallback.assignment()
+		st.s.metrics.fallbacks.Inc()
+		st.s.metrics.limit(b.labels, limit)
 	default:
-		share, ok := st.s.sharer.Share(key, st.client, limit, now)
-		switch {
-		case ok:
+		if share, ok := st.s.sharer.Share(key, st.client, limit, now); ok {
 			a = bucketFor(b.rule, share, limit)
-		case refused:
-			a = assignment{kind: kindDenyAll}
 		}
 		st.s.metrics.limit(b.labels, limit)
 	}
@@ -342,6 +391,19 @@ func (st *stream) record(b *bucket, a assignment) {
 	}
 	st.s.metrics.assigned(b.labels, rate-b.rate)
 	b.sent, b.rate = a, rate
+	limit, limited := limitRate(b.rule)
+	if !limited {
+		limit = math.NaN()
+	}
+	st.mu.Lock()
+	if st.views == nil {
+		st.views = make(map[string]*bucketView)
+	}
+	st.views[b.key] = &bucketView{
+		domain: b.labels.domain, rule: b.labels.rule, id: b.id, limit: limit,
+		sent: a, interval: b.interval, expires: b.expires,
+	}
+	st.mu.Unlock()
 }
 
 // pushRise is how much a bucket's share must grow, as a fraction, before
