@@ -50,3 +50,15 @@ func TestSweeperDropsExpiredShares(t *testing.T) {
 		}
 	})
 }
+
+func TestShareConformance(t *testing.T) {
+	backendtest.RunShares(t, func(t *testing.T, now func() time.Time) backend.ShareStore {
+		return newStore(t, memory.Options{Now: now})
+	})
+}
+
+func TestShareConformanceOneShard(t *testing.T) {
+	backendtest.RunShares(t, func(t *testing.T, now func() time.Time) backend.ShareStore {
+		return newStore(t, memory.Options{Now: now, MaxKeys: 50})
+	})
+}
