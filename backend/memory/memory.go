@@ -57,11 +57,11 @@ type Options struct {
 	Now func() time.Time
 }
 
-// Store is an in-memory backend.Store. Every algorithm's state lives in
-// one of up to 256 shards, each a map guarded by its own mutex; a call
-// locks the shards of its keys in ascending order and decides under those
-// locks, so each call is atomic and concurrent calls on other shards do
-// not wait.
+// Store is an in-memory backend.Store and backend.ShareStore. Every
+// algorithm's state, and every share bucket's entries, live in one of up
+// to 256 shards, each a map guarded by its own mutex; a call locks the
+// shards of its keys in ascending order and decides under those locks, so
+// each call is atomic and concurrent calls on other shards do not wait.
 //
 // Store is safe for concurrent use by multiple goroutines. Close stops its
 // sweeper.
@@ -79,14 +79,18 @@ type Store struct {
 	done      chan struct{} // closed when the sweeper has returned
 }
 
-var _ backend.Store = (*Store)(nil)
+var (
+	_ backend.Store      = (*Store)(nil)
+	_ backend.ShareStore = (*Store)(nil)
+)
 
 type shard struct {
-	mu    sync.Mutex
-	m     map[hkey]bucket       // requires that mu is held
-	logs  map[hkey]*backend.Log // sliding logs of keys in m; requires that mu is held
-	swept int64                 // µs of the last sweep; requires that mu is held
-	_     [32]byte              // keep shards on separate cache lines
+	mu     sync.Mutex
+	m      map[hkey]bucket       // requires that mu is held
+	logs   map[hkey]*backend.Log // sliding logs of keys in m; requires that mu is held
+	shares map[hkey][]shareEntry // entries of share buckets (see share.go); requires that mu is held
+	swept  int64                 // µs of the last sweep; requires that mu is held
+	_      [24]byte              // keep shards on separate cache lines
 }
 
 // hkey is a counter's key as the store keeps it: two 64-bit hashes of the
@@ -137,6 +141,7 @@ func New(opts Options) *Store {
 	for i := range s.shards {
 		s.shards[i].m = make(map[hkey]bucket)
 		s.shards[i].logs = make(map[hkey]*backend.Log)
+		s.shards[i].shares = make(map[hkey][]shareEntry)
 	}
 	go s.sweeper(interval)
 	return s
@@ -362,12 +367,14 @@ func (s *Store) sweeper(interval time.Duration) {
 	}
 }
 
-// sweep drops every expired bucket, one shard at a time.
+// sweep drops every expired bucket and share entry, one shard at a time.
 func (s *Store) sweep() {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		sweepLocked(sh, backend.Micros(s.now()), nil)
+		now := backend.Micros(s.now())
+		sweepLocked(sh, now, nil)
+		sweepSharesLocked(sh, now)
 		sh.mu.Unlock()
 	}
 }
