@@ -97,7 +97,7 @@ type entry struct {
 	until   time.Time
 	granted float64
 	others  []float64
-	dirty   bool // exchange at the next turn: its limit changed
+	dirty   bool // exchange at the next turn: its limit or clients changed
 }
 
 // NewPool returns a Pool over opts.Store. Its loop runs while it holds
@@ -181,10 +181,16 @@ func (p *Pool) Share(bucket, client string, limit float64, now time.Time) (float
 // Forget is Tracker.Forget; the buckets left without a client are removed
 // from the store at the loop's next turn, which comes at once.
 func (p *Pool) Forget(client string) {
+	buckets := p.Tracker.bucketsOf(client)
 	p.Tracker.Forget(client)
 	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, b := range buckets {
+		if e := p.entries[b]; e != nil {
+			e.dirty = true
+		}
+	}
 	p.wake()
-	p.mu.Unlock()
 }
 
 // Lapsed reports whether bucket has no grant in force for the next ttl

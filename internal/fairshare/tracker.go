@@ -476,6 +476,17 @@ func (t *Tracker) Want(bucket string, limit float64, now time.Time, dst []float6
 	return min(want, limit), dst, until, true
 }
 
+// bucketsOf returns the keys of the buckets client reported on.
+func (t *Tracker) bucketsOf(client string) []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	keys := make([]string, 0, len(t.byClient[client]))
+	for b := range t.byClient[client] {
+		keys = append(keys, b.key)
+	}
+	return keys
+}
+
 // Len returns how many buckets, and clients over all buckets, the Tracker
 // holds, expired ones included until they are dropped.
 func (t *Tracker) Len() (buckets, clients int) {
