@@ -71,6 +71,9 @@ func loadQuotaFilter(t *testing.T, file string) (*bootstrapv3.Bootstrap, *quotav
 	return bs, found
 }
 
+// TestEnvoyRLQSConfigIsValid: envoy-rlqs.yaml is a Bootstrap that passes
+// Envoy's validation rules, names a domain of examples/config.yaml, reaches
+// ratelimitd's gRPC port over HTTP/2, and reports every bucket it builds.
 func TestEnvoyRLQSConfigIsValid(t *testing.T) {
 	bs, q := loadQuotaFilter(t, "envoy-rlqs.yaml")
 	validate(t, bs, "Bootstrap")
@@ -112,22 +115,12 @@ func quotaActions(m *xdsmatcherv3.Matcher) []*xdscorev3.TypedExtensionConfig {
 		add(fm.GetOnMatch())
 	}
 	for _, mm := range []*xdsmatcherv3.Matcher_MatcherTree_MatchMap{m.GetMatcherTree().GetExactMatchMap(), m.GetMatcherTree().GetPrefixMatchMap()} {
-		for _, k := range sortedKeys(mm.GetMap()) {
+		for _, k := range slices.Sorted(maps.Keys(mm.GetMap())) {
 			add(mm.GetMap()[k])
 		}
 	}
 	add(m.GetOnNoMatch())
 	return as
-}
-
-// sortedKeys returns the keys of m in order.
-func sortedKeys[V any](m map[string]V) []string {
-	ks := make([]string, 0, len(m))
-	for k := range maps.Keys(m) {
-		ks = append(ks, k)
-	}
-	slices.Sort(ks)
-	return ks
 }
 
 // bucketSettings unpacks a bucket matcher's action.
@@ -305,6 +298,9 @@ type assignment struct {
 	maxTokens uint32 // else a token bucket this deep: the rule's burst, for the only client
 }
 
+// TestEnvoyRLQSBucketsGetTheirAssignments: the bucket each sample request
+// falls in gets, from ratelimitd, the assignment of the rule it is meant to
+// hit, and every action of envoy-rlqs.yaml is some request's.
 func TestEnvoyRLQSBucketsGetTheirAssignments(t *testing.T) {
 	_, q := loadQuotaFilter(t, "envoy-rlqs.yaml")
 	rules, err := config.Load("../config.yaml")
