@@ -204,9 +204,14 @@ func TestEnvoyConfigIsValid(t *testing.T) {
 // port grpcPort, and returns that cluster's address.
 func checkRateLimitService(t *testing.T, bs *bootstrapv3.Bootstrap, p proxy, grpcPort uint32) *corev3.SocketAddress {
 	t.Helper()
-	// The filter names a cluster that speaks HTTP/2, which gRPC needs.
-	cluster := p.filter.GetRateLimitService().GetGrpcService().GetEnvoyGrpc().GetClusterName()
 	checkFilter(t, p.filter)
+	return checkGRPCCluster(t, bs, p.filter.GetRateLimitService().GetGrpcService().GetEnvoyGrpc().GetClusterName(), grpcPort)
+}
+
+// checkGRPCCluster checks that bs defines cluster, speaking HTTP/2 (which
+// gRPC needs) to port grpcPort, and returns its address.
+func checkGRPCCluster(t *testing.T, bs *bootstrapv3.Bootstrap, cluster string, grpcPort uint32) *corev3.SocketAddress {
+	t.Helper()
 	for _, c := range bs.GetStaticResources().GetClusters() {
 		if c.GetName() != cluster {
 			continue
@@ -364,13 +369,21 @@ func matchHeaders(t *testing.T, ms []*routev3.HeaderMatcher, header func(string)
 // clock that stands still, and returns an Envoy RateLimitService client.
 func rls(t *testing.T, rules *config.Rules) rlsv3.RateLimitServiceClient {
 	t.Helper()
+	return rlsv3.NewRateLimitServiceClient(startRatelimitd(t, rules, server.Options{}))
+}
+
+// startRatelimitd starts ratelimitd's server with opts under rules, on the
+// memory store with a clock that stands still, and returns a connection to
+// its gRPC port.
+func startRatelimitd(t *testing.T, rules *config.Rules, opts server.Options) *grpc.ClientConn {
+	t.Helper()
 	store := memory.New(memory.Options{Now: backendtest.NewClock(backendtest.T0).Now})
 	t.Cleanup(func() { store.Close() })
-	srv := server.New(store, rules, server.Options{})
+	srv := server.New(store, rules, opts)
 	g := grpc.NewServer(srv.GRPCOptions()...)
 	srv.Register(g)
 	conn, _ := grpctest.Serve(t, g)
-	return rlsv3.NewRateLimitServiceClient(conn)
+	return conn
 }
 
 // A want is the status a descriptor should get: the limit ratelimitd
