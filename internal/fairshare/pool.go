@@ -158,7 +158,7 @@ func (p *Pool) Exchange(ctx context.Context, needs []Need) error {
 			p.Tracker.SetPool(n.Bucket, e.others, e.granted)
 		}
 	}
-	p.ensureLoop()
+	p.ensureLoop(context.WithoutCancel(ctx))
 	p.mu.Unlock()
 	if len(buckets) == 0 {
 		return nil
@@ -240,14 +240,15 @@ func (p *Pool) Close() {
 	}
 }
 
-// ensureLoop starts the loop if it is not running. p.mu must be held.
-func (p *Pool) ensureLoop() {
+// ensureLoop starts the loop if it is not running, with ctx's values (it
+// outlives the caller's deadline). p.mu must be held.
+func (p *Pool) ensureLoop(ctx context.Context) {
 	if p.running || p.closed || len(p.entries) == 0 {
 		return
 	}
 	p.running = true
 	p.done = make(chan struct{})
-	go p.loop(p.done)
+	go p.loop(ctx, p.done)
 }
 
 // wake has the loop take a turn now. p.mu must be held.
@@ -260,7 +261,7 @@ func (p *Pool) wake() {
 
 // loop exchanges every bucket each Interval, and at once when woken; it
 // returns when Close is called, or when no bucket is left.
-func (p *Pool) loop(done chan struct{}) {
+func (p *Pool) loop(ctx context.Context, done chan struct{}) {
 	defer close(done)
 	tick := time.NewTicker(p.opts.Interval)
 	defer tick.Stop()
@@ -274,7 +275,7 @@ func (p *Pool) loop(done chan struct{}) {
 			all = true
 		case <-p.kick:
 		}
-		if !p.turn(all) {
+		if !p.turn(ctx, all) {
 			return
 		}
 	}
@@ -290,7 +291,7 @@ func (p *Pool) exit() {
 // turn exchanges every bucket (all) or those dirty or gone, and reports
 // whether the loop should go on: false when no bucket is left, the loop
 // then being marked stopped.
-func (p *Pool) turn(all bool) bool {
+func (p *Pool) turn(ctx context.Context, all bool) bool {
 	p.mu.Lock()
 	buckets := make([]string, 0, len(p.entries))
 	for b, e := range p.entries {
@@ -300,7 +301,7 @@ func (p *Pool) turn(all bool) bool {
 	}
 	p.mu.Unlock()
 	if len(buckets) > 0 {
-		ctx, cancel := context.WithTimeout(context.Background(), p.opts.Timeout)
+		ctx, cancel := context.WithTimeout(ctx, p.opts.Timeout)
 		_ = p.exchange(ctx, buckets) // logged there; the grants lapse in time
 		cancel()
 	}
@@ -342,7 +343,23 @@ func (p *Pool) exchange(ctx context.Context, buckets []string) error {
 		p.opts.Observe(err)
 	}
 	p.mu.Lock()
+	for _, r := range reqs {
+		if r.TTL <= 0 {
+			// No client is left: the entry goes, whether or not the store
+			// heard it (it then expires there on its own).
+			delete(p.entries, r.Bucket)
+		}
+	}
 	if err != nil {
+		// The store may have applied the call all the same (an answer
+		// lost, one Cluster node of several failing), recording at most
+		// Want: a grant above that is no longer the store's.
+		for _, r := range reqs {
+			if e := p.entries[r.Bucket]; e != nil && r.Want < e.granted {
+				e.granted = r.Want
+				p.Tracker.SetPool(r.Bucket, e.others, e.granted)
+			}
+		}
 		if !p.failing {
 			p.log.Warn("RLQS shares: store exchange failed; buckets keep their grants until they expire", "buckets", len(reqs), "err", err)
 		}
@@ -358,10 +375,6 @@ func (p *Pool) exchange(ctx context.Context, buckets []string) error {
 	for i, r := range reqs {
 		e := p.entries[r.Bucket]
 		if e == nil {
-			continue
-		}
-		if r.TTL <= 0 {
-			delete(p.entries, r.Bucket)
 			continue
 		}
 		e.dirty = false

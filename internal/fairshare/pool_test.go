@@ -125,7 +125,7 @@ func TestPoolAcrossReplicas(t *testing.T) {
 				}
 			}
 			for _, p := range pools {
-				p.turn(true)
+				p.turn(t.Context(), true)
 				sum, _ := sumShares(t, clients, bucket, limit, now)
 				if sum > limit*(1+1e-9) {
 					t.Fatalf("epoch %d, %v: shares sum to %.3f, over the limit %v", e, s, sum, limit)
@@ -164,13 +164,13 @@ func TestPoolNewReplicaWaitsForGrant(t *testing.T) {
 	if s, _ := pools[1].Share(bucket, "b", limit, t0); s != 0 {
 		t.Errorf("newcomer while the other holds the whole limit: share %v, want 0", s)
 	}
-	pools[0].turn(true) // a's replica learns of b's demand
-	pools[1].turn(true)
+	pools[0].turn(t.Context(), true) // a's replica learns of b's demand
+	pools[1].turn(t.Context(), true)
 	if s, _ := pools[1].Share(bucket, "b", limit, t0); s != 0 {
 		t.Errorf("newcomer before the other asked for less: share %v, want 0", s)
 	}
-	pools[0].turn(true) // a's replica asks for half
-	pools[1].turn(true) // b's replica is granted the other half
+	pools[0].turn(t.Context(), true) // a's replica asks for half
+	pools[1].turn(t.Context(), true) // b's replica is granted the other half
 	for _, c := range []*poolClient{a, b} {
 		if s, _ := c.pool.Share(bucket, c.id, limit, t0); math.Abs(s-limit/2) > 1e-9 {
 			t.Errorf("%s after both exchanged: share %v, want %v", c.id, s, limit/2)
@@ -195,7 +195,7 @@ func TestPoolLapse(t *testing.T) {
 	}
 	store.down.Store(true)
 	clk.Set(t0.Add(20 * time.Second))
-	p.turn(true)
+	p.turn(t.Context(), true)
 	if p.Lapsed(bucket, t0.Add(20*time.Second), 2*time.Second) {
 		t.Error("Lapsed 20 s into a 30 s entry, for 2 s: true, want false")
 	}
@@ -208,10 +208,7 @@ func TestPoolLapse(t *testing.T) {
 	}
 	store.down.Store(false)
 	now := t0.Add(31 * time.Second)
-	if !p.ReportFor(bucket, "a", 5, 0, 2*time.Second, now) {
-		t.Fatal("report refused")
-	}
-	p.turn(true)
+	c.report(t, bucket, limit, time.Second, now)
 	if p.Lapsed(bucket, now, 2*time.Second) {
 		t.Error("Lapsed after the store came back: true, want false")
 	}
@@ -281,7 +278,7 @@ func TestPoolConcurrent(t *testing.T) {
 					p.Forget(id)
 				}
 				if i%20 == 0 {
-					p.turn(true)
+					p.turn(t.Context(), true)
 				}
 			}
 		})
@@ -298,5 +295,26 @@ func TestPoolConcurrent(t *testing.T) {
 		if sum > limit*(1+1e-9) {
 			t.Errorf("%s: grants sum to %v, over %v", bucket, sum, limit)
 		}
+	}
+}
+
+// TestPoolFailedExchange: an exchange that fails may still have been
+// applied, so a replica that asked for less than it held keeps to what
+// it asked.
+func TestPoolFailedExchange(t *testing.T) {
+	const bucket, limit = "edge/k=v", 90.0
+	pools, _, store := replicas(t, 2)
+	a := &poolClient{id: "a", pool: pools[0], demand: 1000}
+	b := &poolClient{id: "b", pool: pools[1], demand: 1000}
+	a.report(t, bucket, limit, time.Second, t0)
+	b.report(t, bucket, limit, time.Second, t0)
+	pools[0].turn(t.Context(), true) // a's replica learns of b: it will ask for half
+	store.down.Store(true)
+	pools[0].turn(t.Context(), true)
+	if g, _, _ := pools[0].Grant(bucket); g != limit/2 {
+		t.Errorf("grant after a failed exchange that asked for half: %v, want %v", g, limit/2)
+	}
+	if s, _ := pools[0].Share(bucket, "a", limit, t0); s > limit/2 {
+		t.Errorf("share after a failed exchange that asked for half: %v, want at most %v", s, limit/2)
 	}
 }

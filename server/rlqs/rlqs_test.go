@@ -91,6 +91,17 @@ type usage struct {
 // has its answer.
 func (c *quotaClient) report(us ...usage) {
 	c.t.Helper()
+	want := c.send(us...)
+	for len(want) > 0 {
+		for _, k := range c.recv() {
+			delete(want, k)
+		}
+	}
+}
+
+// send sends the usages, and returns the keys of their buckets.
+func (c *quotaClient) send(us ...usage) map[string]bool {
+	c.t.Helper()
 	m := &rlqsv3.RateLimitQuotaUsageReports{}
 	if !c.sent {
 		m.Domain, c.sent = c.domain, true
@@ -108,11 +119,7 @@ func (c *quotaClient) report(us ...usage) {
 	if err := c.st.Send(m); err != nil {
 		c.t.Fatalf("Send: %v", err)
 	}
-	for len(want) > 0 {
-		for _, k := range c.recv() {
-			delete(want, k)
-		}
-	}
+	return want
 }
 
 // recv reads one response, applies it, and returns the buckets it named.
