@@ -17,10 +17,10 @@ import (
 )
 
 // Shares (backend.ShareStore). Each bucket is one hash, its key the
-// prefix, "rlqs:" and a digest of the bucket's name as the hash tag, so
-// that Redis Cluster keeps it in one slot: one field per replica, written
-// by share.lua, which exchanges the requests of a call on one bucket in
-// one run, atomically. A call runs one script per bucket, all of them in
+// prefix, a layout (shareLayout) and a digest of the bucket's name as
+// the hash tag, so that Redis Cluster keeps it in one slot: one field
+// per replica, written by share.lua, which exchanges the requests of a
+// call on one bucket in one run, atomically. A call runs one script per bucket, all of them in
 // one pipeline: one round trip (on Cluster, one per node, the nodes in
 // parallel). The script runs with EVALSHA, and with EVAL where the node
 // lacks it (a second round trip, once per node).
@@ -39,11 +39,16 @@ const (
 
 var _ backend.ShareStore = (*Store)(nil)
 
-// shareKey returns the Redis key of a share bucket: a 128-bit digest of
-// its name, which bounds the key's length whatever the name's.
+// shareLayout names the layout of the share buckets' keys and values, as
+// layout does the counters'.
+const shareLayout = "rlqs:v1:"
+
+// shareKey returns the Redis key of a share bucket: the prefix, the
+// layout, and as the hash tag a 128-bit digest of the bucket's name,
+// which bounds the key's length whatever the name's.
 func shareKey(prefix, bucket string) string {
 	sum := sha256.Sum256([]byte(bucket))
-	return prefix + "rlqs:{" + base64.RawURLEncoding.EncodeToString(sum[:16]) + "}"
+	return prefix + shareLayout + "{" + base64.RawURLEncoding.EncodeToString(sum[:16]) + "}"
 }
 
 // A shareRun is one script run: a bucket's key and its requests' script

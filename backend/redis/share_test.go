@@ -69,8 +69,8 @@ func TestShareKeyOnRedisClock(t *testing.T) {
 		t.Errorf("grants = %v, %v; want 6, 4", res[0].Granted, res[1].Granted)
 	}
 	key := redis.ShareKey("p:", "b")
-	if !strings.HasPrefix(key, "p:rlqs:{") || !strings.HasSuffix(key, "}") {
-		t.Errorf("ShareKey(p:, b) = %q, want p:rlqs:{digest}", key)
+	if !strings.HasPrefix(key, "p:rlqs:v1:{") || !strings.HasSuffix(key, "}") {
+		t.Errorf("ShareKey(p:, b) = %q, want p:rlqs:v1:{digest}", key)
 	}
 	if keys := rdb.Keys(t.Context(), "*").Val(); !slices.Equal(keys, []string{key}) {
 		t.Errorf("keys in Redis = %q, want [%q]", keys, key)
