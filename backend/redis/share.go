@@ -124,7 +124,9 @@ func (s *Store) shareRuns(reqs []backend.ShareRequest) []*shareRun {
 
 // detachShares runs runs on a goroutine, with the store's context, and
 // waits for it or for ctx; it returns the reply to each of the call's n
-// requests.
+// requests. Like a heavy call, it takes a slot beside the batches (see
+// acquireHeavy), so that exchanges cannot take every connection from
+// them.
 func (s *Store) detachShares(ctx context.Context, runs []*shareRun, n int) ([]string, error) {
 	if err := s.acquireHeavy(ctx); err != nil {
 		return nil, err
