@@ -14,15 +14,40 @@ import (
 )
 
 // BenchmarkExchangeShares: one replica's calls of 1 and 100 buckets, one
-// call at a time, on standalone Redis, over 10,000 buckets that each hold
-// the entries of 3 replicas (4 demands each). It reports the time per
-// bucket (µs/bucket), Redis's own time in the script per bucket
-// (redis-µs/bucket), and the commands Redis counts per bucket in INFO
-// commandstats (cmds/bucket: the script's run and the commands it runs).
+// call at a time, on standalone Redis and on a Cluster of 3 masters, over
+// 10,000 buckets that each hold the entries of 3 replicas (4 demands
+// each). It reports the time per bucket (µs/bucket), Redis's own time in
+// the script per bucket (redis-µs/bucket, on all nodes), and the commands
+// Redis counts per bucket in INFO commandstats (cmds/bucket: the script's
+// run and the commands it runs).
 func BenchmarkExchangeShares(b *testing.B) {
-	srv := redistest.Start(b)
-	rdb := srv.Client(b)
-	s := benchStore(b, srv.Addr, redis.Options{})
+	b.Run("standalone", func(b *testing.B) {
+		srv := redistest.Start(b)
+		benchShares(b, benchStore(b, srv.Addr, redis.Options{}), srv.Client(b))
+	})
+	b.Run("cluster", func(b *testing.B) {
+		c := redistest.StartCluster(b, 3)
+		client, err := redis.NewClient(c.URL(), redis.ClientOptions{ReadTimeout: time.Second, WriteTimeout: time.Second})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { client.Close() })
+		s, err := redis.New(client, redis.Options{Timeout: time.Second})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { s.Close() })
+		nodes := make([]*goredis.Client, len(c.Nodes))
+		for i, n := range c.Nodes {
+			nodes[i] = n.Client(b)
+		}
+		benchShares(b, s, nodes...)
+	})
+}
+
+// benchShares runs BenchmarkExchangeShares on s, whose Redis nodes are
+// nodes.
+func benchShares(b *testing.B, s *redis.Store, nodes ...*goredis.Client) {
 	const buckets, replicas = 10_000, 3
 	names := make([]string, buckets)
 	for i := range names {
@@ -50,7 +75,7 @@ func BenchmarkExchangeShares(b *testing.B) {
 		b.Run("buckets="+strconv.Itoa(batch), func(b *testing.B) {
 			reqs := make([]backend.ShareRequest, batch)
 			res := make([]backend.ShareResult, batch)
-			stats := commandStats(b, rdb)
+			stats := commandStats(b, nodes)
 			next := 0
 			b.ReportAllocs()
 			b.ResetTimer()
@@ -72,28 +97,30 @@ func BenchmarkExchangeShares(b *testing.B) {
 	}
 }
 
-// commandStats starts counting Redis's commands and its time in the
-// script (EVALSHA and EVAL), from INFO commandstats; the function it
+// commandStats starts counting the commands of nodes and their time in
+// the script (EVALSHA and EVAL), from INFO commandstats; the function it
 // returns reports both per bucket, for n buckets.
-func commandStats(b *testing.B, rdb *goredis.Client) func(n float64) {
+func commandStats(b *testing.B, nodes []*goredis.Client) func(n float64) {
 	read := func() (calls, script float64) {
-		info, err := rdb.Info(b.Context(), "commandstats").Result()
-		if err != nil {
-			b.Fatal(err)
-		}
-		for line := range strings.Lines(info) {
-			name, stats, ok := strings.Cut(strings.TrimSpace(line), ":")
-			if !ok || !strings.HasPrefix(name, "cmdstat_") || name == "cmdstat_info" {
-				continue
+		for _, rdb := range nodes {
+			info, err := rdb.Info(b.Context(), "commandstats").Result()
+			if err != nil {
+				b.Fatal(err)
 			}
-			for field := range strings.SplitSeq(stats, ",") {
-				k, v, _ := strings.Cut(field, "=")
-				f, _ := strconv.ParseFloat(v, 64)
-				switch {
-				case k == "calls":
-					calls += f
-				case k == "usec" && (name == "cmdstat_evalsha" || name == "cmdstat_eval"):
-					script += f
+			for line := range strings.Lines(info) {
+				name, stats, ok := strings.Cut(strings.TrimSpace(line), ":")
+				if !ok || !strings.HasPrefix(name, "cmdstat_") || name == "cmdstat_info" || strings.HasPrefix(name, "cmdstat_cluster") {
+					continue
+				}
+				for field := range strings.SplitSeq(stats, ",") {
+					k, v, _ := strings.Cut(field, "=")
+					f, _ := strconv.ParseFloat(v, 64)
+					switch {
+					case k == "calls":
+						calls += f
+					case k == "usec" && (name == "cmdstat_evalsha" || name == "cmdstat_eval"):
+						script += f
+					}
 				}
 			}
 		}
