@@ -39,6 +39,11 @@ func TestShareConformanceCluster(t *testing.T) {
 	shareConformance(t, c.URL(), redis.Options{})
 }
 
+func TestShareConformanceSentinel(t *testing.T) {
+	redistest.Require(t)
+	shareConformance(t, redistest.StartSentinel(t).URL(), redis.Options{})
+}
+
 // share is a request of replica on bucket for want of a limit of 10,
 // standing ttl.
 func share(bucket, replica string, want float64, ttl time.Duration) backend.ShareRequest {
