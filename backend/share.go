@@ -26,8 +26,13 @@ type ShareStore interface {
 	// bucket within a call are applied in order.
 	//
 	// A non-nil error means the store could not exchange (unreachable,
-	// timed out, closed): res is then undefined, and the replica should
-	// keep to the grants it holds until they expire.
+	// timed out, closed, the caller's context ended, or len(res) !=
+	// len(reqs)): res is then undefined, and the replica should keep to
+	// the grants it holds until they expire. The call may nonetheless
+	// have been applied, in whole or in part: a shared store may have
+	// written some or all of its entries before it failed (a Redis that
+	// answers after the store's timeout, one Cluster node of several
+	// failing).
 	ExchangeShares(ctx context.Context, reqs []ShareRequest, res []ShareResult) error
 }
 
@@ -48,9 +53,11 @@ type ShareRequest struct {
 	// keeps the slice's values, not the slice.
 	Demands []float64
 	// TTL is how long the entry stands: as long as the assignments made
-	// from its grant may be in force at the clients. A zero TTL removes
-	// the replica's entry (it holds no client on the bucket any more) and
-	// grants nothing.
+	// from its grant may be in force at the clients. A zero (or
+	// negative) TTL removes the replica's entry (it holds no client on
+	// the bucket any more) and grants nothing; the others' demands are
+	// still returned. An entry stands while the store's clock reads
+	// before its expiry, the exchange's time plus TTL.
 	TTL time.Duration
 }
 

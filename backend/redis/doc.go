@@ -15,6 +15,11 @@
 // all in one pipeline, and gives back what the admitted slots took when
 // another slot refuses (cluster.go).
 //
+// The store is also a backend.ShareStore, through which the replicas of
+// the Rate Limit Quota Service divide each bucket's limit: one hash per
+// bucket, exchanged by another script (share.lua; see share.go), one
+// script run per bucket of a call, all in one pipeline.
+//
 // Keys carry a layout version (see script.go), so that replicas of a
 // release with another layout, sharing one Redis during an upgrade, never
 // misread these counters.

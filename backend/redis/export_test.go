@@ -23,3 +23,6 @@ func FastRuns(s *Store) uint64 { return s.fastRuns.Load() }
 // Compact reports whether s would send reqs, one call, as a compact call,
 // which take.lua decides on its lean path.
 func (s *Store) Compact(reqs []backend.Request) bool { return compact(reqs, nil) }
+
+// ShareKey returns the Redis key of a share bucket under prefix.
+func ShareKey(prefix, bucket string) string { return shareKey(prefix, bucket) }

@@ -71,7 +71,7 @@ type Options struct {
 	NoBatch bool
 }
 
-// Store is a backend.Store on Redis.
+// Store is a backend.Store and a backend.ShareStore on Redis.
 //
 // A call refused by Redis is remembered in a small local cache until the
 // earliest retry_after of its over-limit counters: the same call again

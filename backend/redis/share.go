@@ -1,0 +1,261 @@
+package redis
+
+import (
+	"context"
+	"crypto/sha256"
+	_ "embed"
+	"encoding/base64"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+	"github.com/sony/gobreaker/v2"
+
+	"github.com/ratelimitd/ratelimitd/backend"
+)
+
+// Shares (backend.ShareStore). Each bucket is one hash, its key the
+// prefix, a layout (shareLayout) and a digest of the bucket's name as
+// the hash tag, so that Redis Cluster keeps it in one slot: one field
+// per replica, written by share.lua, which exchanges the requests of a
+// call on one bucket in one run, atomically. A call runs one script per bucket, all of them in
+// one pipeline: one round trip (on Cluster, one per node, the nodes in
+// parallel). The script runs with EVALSHA, and with EVAL where the node
+// lacks it (a second round trip, once per node).
+
+//go:embed share.lua
+var shareSource string
+
+// shareScript runs share.lua.
+var shareScript = goredis.NewScript(shareSource)
+
+// Sizes of share.lua's binary parts, in bytes.
+const (
+	shareRequestSize = 4 * 8 // '<dddd': limit, want, TTL µs, now µs (0 reads Redis TIME); then the demands
+	shareReplySize   = 8     // '<d': the grant; then the others' demands
+)
+
+var _ backend.ShareStore = (*Store)(nil)
+
+// shareLayout names the layout of the share buckets' keys and values, as
+// layout does the counters'.
+const shareLayout = "rlqs:v1:"
+
+// shareKey returns the Redis key of a share bucket: the prefix, the
+// layout, and as the hash tag a 128-bit digest of the bucket's name,
+// which bounds the key's length whatever the name's.
+func shareKey(prefix, bucket string) string {
+	sum := sha256.Sum256([]byte(bucket))
+	return prefix + shareLayout + "{" + base64.RawURLEncoding.EncodeToString(sum[:16]) + "}"
+}
+
+// A shareRun is one script run: a bucket's key and its requests' script
+// arguments, in the call's order.
+type shareRun struct {
+	key  string
+	idx  []int // the requests' indices in the call
+	args []any // replica name and REQUEST per request
+}
+
+// ExchangeShares implements backend.ShareStore.
+//
+// As with Take, the Redis work runs on a context of the store's (the
+// caller's values, the store's Timeout) and under the nodes' circuit
+// breakers: ExchangeShares returns at the caller's deadline or
+// cancellation if that comes first, and the exchange may still be applied.
+func (s *Store) ExchangeShares(ctx context.Context, reqs []backend.ShareRequest, res []backend.ShareResult) error {
+	if len(res) != len(reqs) {
+		return fmt.Errorf("redis: exchange shares: %d results for %d requests", len(res), len(reqs))
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("redis: exchange shares: %w", err)
+	}
+	if len(reqs) == 0 {
+		return nil
+	}
+	runs := s.shareRuns(reqs)
+	replies, err := s.detachShares(ctx, runs, len(reqs))
+	if err != nil {
+		return fmt.Errorf("redis: exchange shares: %w", err)
+	}
+	for i, reply := range replies {
+		if len(reply) < shareReplySize || len(reply)%8 != 0 {
+			return fmt.Errorf("redis: exchange shares: script replied %d bytes for request %d", len(reply), i)
+		}
+		res[i].Granted = float(reply)
+		for v := reply[shareReplySize:]; len(v) > 0; v = v[8:] {
+			res[i].Others = append(res[i].Others, float(v))
+		}
+	}
+	return nil
+}
+
+// shareRuns encodes reqs as one script run per bucket, the buckets in
+// order of first use, so that the caller's requests are never read
+// after ExchangeShares returns.
+func (s *Store) shareRuns(reqs []backend.ShareRequest) []*shareRun {
+	now := float64(s.nowMicros())
+	var runs []*shareRun
+	byKey := make(map[string]*shareRun, len(reqs))
+	for i := range reqs {
+		r := &reqs[i]
+		k := shareKey(s.prefix, r.Bucket)
+		run := byKey[k]
+		if run == nil {
+			run = &shareRun{key: k}
+			byKey[k] = run
+			runs = append(runs, run)
+		}
+		arg := make([]byte, 0, shareRequestSize+8*len(r.Demands))
+		ttl := float64(max(r.TTL, 0) / time.Microsecond)
+		for _, v := range [...]float64{r.Limit, r.Want, ttl, now} {
+			arg = binary.LittleEndian.AppendUint64(arg, math.Float64bits(v))
+		}
+		for _, v := range r.Demands {
+			arg = binary.LittleEndian.AppendUint64(arg, math.Float64bits(v))
+		}
+		run.idx = append(run.idx, i)
+		run.args = append(run.args, r.Replica, arg)
+	}
+	return runs
+}
+
+// detachShares runs runs on a goroutine, with the store's context, and
+// waits for it or for ctx; it returns the reply to each of the call's n
+// requests. Like a heavy call, it takes a slot beside the batches (see
+// acquireHeavy), so that exchanges cannot take every connection from
+// them.
+func (s *Store) detachShares(ctx context.Context, runs []*shareRun, n int) ([]string, error) {
+	if err := s.acquireHeavy(ctx); err != nil {
+		return nil, err
+	}
+	if !s.begin() {
+		s.releaseHeavy()
+		return nil, backend.ErrClosed
+	}
+	type outcome struct {
+		replies []string
+		err     error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		defer s.inflight.Done()
+		defer s.releaseHeavy()
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
+		defer cancel()
+		replies, err := s.runShares(rctx, runs, n)
+		done <- outcome{replies, err}
+	}()
+	select {
+	case o := <-done:
+		return o.replies, o.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// runShares sends runs in one pipeline, each under its node's circuit
+// breaker, and returns the reply to each of the call's n requests, or
+// the first error. A call that finds a node's breaker open fails at once,
+// sending nothing: its other buckets keep the entries the replica holds.
+func (s *Store) runShares(ctx context.Context, runs []*shareRun, n int) ([]string, error) {
+	nodes := make([]string, len(runs))
+	for p, run := range runs {
+		nodes[p] = s.nodeOf(ctx, run.key)
+	}
+	for _, name := range nodes {
+		if nd := s.node(name); nd.b.State() != gobreaker.StateClosed {
+			s.startProbe(nd) //nolint:contextcheck // the probe runs on the store's context, never a call's
+			return nil, fmt.Errorf("%w: %s", ErrUnavailable, name)
+		}
+	}
+	errs := make([]error, len(runs))
+	tickets := make(map[string]ticket, len(runs))
+	for p, name := range nodes {
+		tk, ok := tickets[name]
+		if !ok {
+			var err error
+			tk, err = s.admit(name) //nolint:contextcheck // a probe that admit may start runs on the store's context, never a call's
+			if err != nil {
+				errs[p] = err
+			}
+			tickets[name] = tk
+		}
+		if tk.report == nil && errs[p] == nil {
+			errs[p] = fmt.Errorf("%w: %s", ErrUnavailable, name)
+		}
+	}
+	cmds := s.pipelineShares(ctx, runs, errs)
+	replies := make([]string, n)
+	for p, run := range runs {
+		if errs[p] != nil {
+			continue
+		}
+		got, err := cmds[p].StringSlice()
+		if err == nil && len(got) != len(run.idx) {
+			err = fmt.Errorf("script replied %d results for %d requests on %s", len(got), len(run.idx), run.key)
+		}
+		if err != nil {
+			errs[p] = err
+			continue
+		}
+		for k, i := range run.idx {
+			replies[i] = got[k]
+		}
+	}
+	for name, tk := range tickets {
+		if tk.report == nil {
+			continue
+		}
+		var err error // the node's news: the first error of its runs
+		for p := range runs {
+			if nodes[p] == name && errs[p] != nil {
+				err = errs[p]
+				break
+			}
+		}
+		tk.done(err) //nolint:contextcheck // a probe that done may start runs on the store's context, never a call's
+	}
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	return replies, nil
+}
+
+// pipelineShares sends the runs whose errs are nil in one pipeline with
+// EVALSHA, then those whose node lacked the script again with EVAL, and
+// returns their commands.
+func (s *Store) pipelineShares(ctx context.Context, runs []*shareRun, errs []error) []*goredis.Cmd {
+	cmds := make([]*goredis.Cmd, len(runs))
+	send := make([]bool, len(runs))
+	for p := range runs {
+		send[p] = errs[p] == nil
+	}
+	for _, eval := range []bool{false, true} {
+		_, _ = s.client.Pipelined(ctx, func(pipe goredis.Pipeliner) error {
+			for p, run := range runs {
+				switch {
+				case !send[p]:
+				case eval:
+					cmds[p] = shareScript.Eval(ctx, pipe, []string{run.key}, run.args...)
+				default:
+					cmds[p] = shareScript.EvalSha(ctx, pipe, []string{run.key}, run.args...)
+				}
+			}
+			return nil
+		})
+		again := false
+		for p := range runs {
+			send[p] = send[p] && !eval && goredis.HasErrorPrefix(cmds[p].Err(), "NOSCRIPT")
+			again = again || send[p]
+		}
+		if !again {
+			break
+		}
+	}
+	return cmds
+}
