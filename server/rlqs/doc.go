@@ -58,7 +58,8 @@
 //
 //   - A rule with limits gives a TokenBucket: this client's share of the
 //     tightest limit's rate, from the max-min fair division among the clients
-//     of this replica that report on the bucket (package fairshare). A
+//     that report on the bucket, to this replica and, with a store, to every
+//     replica sharing it (package fairshare; see Across replicas). A
 //     client whose stream ends leaves the division at once. One that stops
 //     reporting a bucket stays in it until its last assignment expires
 //     (and at least fairshare.DefaultTTL, 30 s), so that every share in
@@ -112,10 +113,45 @@
 // (often ALLOW_ALL) would go past it; it tries again at its next report.
 // Both count in ratelimitd_rlqs_buckets_refused_total.
 //
-// # Not yet
+// # Across replicas
 //
-// Shares are divided among the clients of this replica only: a bucket
-// reported to several replicas gets the full limit on each. Sharing the
-// quota across replicas through the counter store is not done yet, so the
-// store and its failures play no part in RLQS assignments.
+// With Options.Store (the daemon's counter store: memory for one replica,
+// Redis for many), the replicas divide each bucket's limit among all the
+// clients reporting on it, wherever they report (fairshare.Pool). Each
+// replica keeps one entry per bucket in the store: its clients' demands
+// and the rate the store granted it. Every SyncInterval (a second by
+// default), and at once for a bucket new to it or whose limit changed, a
+// replica asks for what its clients get in the max-min division of the
+// limit over every client it knows of, its own and the other replicas';
+// the store grants that, or what the other replicas' grants leave, in one
+// atomic step, and returns their clients' demands. A replica's clients
+// share its grant. The grants in force never add up to more than the
+// limit, so neither do the shares of all the clients of all the replicas.
+// A replica that learns of a new client elsewhere asks for less at its
+// next exchange, and the newcomer's replica gets the rest at its own:
+// until then the newcomer's share is what its replica's grant leaves,
+// possibly nothing. Shares settle within three exchanges of a change.
+//
+// A bucket costs one store operation (a script run, on the bucket's node
+// in a Redis Cluster) per replica per SyncInterval while a client of that
+// replica reports on it, whatever its request rate. A replica's entry
+// lives as long as its clients' assignments may (the longest time to live
+// it gave, at least fairshare.DefaultTTL), so a replica that dies leaves
+// its grant in force until the assignments it made expire; one restarted
+// under the same Options.Replica name takes its entries up again at once.
+// Names must be unique: the daemon's default is the host name and the
+// gRPC listen address.
+//
+// When the store cannot be reached, a replica keeps to the grants it holds
+// until its entries would expire in the store (after which the others may
+// take them over): an assignment that would outlive its entry is not made
+// from it. Those buckets, and new ones, then get the Fallback, which the
+// daemon sets from --failure-mode: allow gives ALLOW_ALL, deny gives
+// DENY_ALL, error gives no assignment (the client's no_assignment or
+// expired_assignment behaviour applies). They get shares again at their
+// next report once the store answers. Buckets that do not limit (ALLOW_ALL
+// or DENY_ALL by their rule) never need the store.
+//
+// Without a store, each replica divides each limit among its own clients
+// only.
 package rlqs
