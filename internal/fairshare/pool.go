@@ -133,11 +133,11 @@ type Need struct {
 	Limit  float64
 }
 
-// Exchange exchanges, in one store call, the buckets of needs that have
-// no grant in force with the limit given, so that the clients that just
-// reported on them get shares that count the other replicas'. The others
-// are left to the loop. The store's error is returned; the buckets then
-// stay Lapsed.
+// Exchange exchanges, in one store call within the Timeout, the buckets
+// of needs that have no grant in force with the limit given, so that the
+// clients that just reported on them get shares that count the other
+// replicas'. The others are left to the loop, and cost no store call. The
+// store's error is returned; the buckets then stay Lapsed.
 func (p *Pool) Exchange(ctx context.Context, needs []Need) error {
 	now := p.now()
 	var buckets []string
@@ -158,11 +158,15 @@ func (p *Pool) Exchange(ctx context.Context, needs []Need) error {
 			p.Tracker.SetPool(n.Bucket, e.others, e.granted)
 		}
 	}
-	p.ensureLoop(context.WithoutCancel(ctx))
+	if !p.running {
+		p.ensureLoop(context.WithoutCancel(ctx))
+	}
 	p.mu.Unlock()
 	if len(buckets) == 0 {
 		return nil
 	}
+	ctx, cancel := context.WithTimeout(ctx, p.opts.Timeout)
+	defer cancel()
 	return p.exchange(ctx, buckets)
 }
 

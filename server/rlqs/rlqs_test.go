@@ -17,7 +17,7 @@ import (
 )
 
 // rulesOf compiles the rules file text y.
-func rulesOf(t *testing.T, y string) *config.Rules {
+func rulesOf(t testing.TB, y string) *config.Rules {
 	t.Helper()
 	domains, err := config.Parse("rules.yaml", []byte(y))
 	if err != nil {

@@ -1,7 +1,6 @@
 package rlqs
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -178,11 +177,10 @@ func (st *stream) report(m *wireReports) error {
 	}
 	if len(needs) > 0 {
 		// New buckets get their grant before their first answer, so that
-		// it counts the other replicas' clients; a failure leaves them
-		// lapsed (see decide).
-		ctx, cancel := context.WithTimeout(st.g.Context(), exchangeTimeout)
-		_ = st.s.pool.Exchange(ctx, needs)
-		cancel()
+		// it counts the other replicas' clients (within the pool's
+		// timeout, the sync interval); a failure leaves them lapsed (see
+		// decide).
+		_ = st.s.pool.Exchange(st.g.Context(), needs)
 	}
 	resp := &wireResponse{}
 	for _, r := range done {
@@ -192,10 +190,6 @@ func (st *stream) report(m *wireReports) error {
 	}
 	return st.send(resp)
 }
-
-// exchangeTimeout bounds the exchange that gives a report's new buckets
-// their grants.
-const exchangeTimeout = time.Second
 
 // shared returns b's limit rate when the service shares it through the
 // store (a pool, and a rule with a limit that is enforced).
@@ -399,10 +393,13 @@ func (st *stream) record(b *bucket, a assignment) {
 	if st.views == nil {
 		st.views = make(map[string]*bucketView)
 	}
-	st.views[b.key] = &bucketView{
-		domain: b.labels.domain, rule: b.labels.rule, id: b.id, limit: limit,
-		sent: a, interval: b.interval, expires: b.expires,
+	v := st.views[b.key]
+	if v == nil {
+		v = &bucketView{id: b.id}
+		st.views[b.key] = v
 	}
+	v.domain, v.rule, v.limit = b.labels.domain, b.labels.rule, limit
+	v.sent, v.interval, v.expires = a, b.interval, b.expires
 	st.mu.Unlock()
 }
 
