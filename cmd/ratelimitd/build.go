@@ -131,7 +131,7 @@ func (b *built) servers(ctx context.Context, rules *config.Rules, reg *prometheu
 		TracerProvider:    tp,
 		DisableJSON:       !f.httpJSON,
 		RLQS:              f.rlqs,
-		RLQSReplica:       cmp.Or(f.rlqsReplica, defaultReplica(f.grpcAddr)),
+		RLQSReplica:       cmp.Or(f.rlqsReplica, defaultReplica(b.grpcLis.Addr().String())),
 		RLQSSyncInterval:  f.rlqsSyncInterval,
 		// The reference's probes and tools call /healthcheck and /rlconfig.
 		EnvoyproxyEndpoints: f.compat == compatEnvoyproxy,
@@ -261,8 +261,8 @@ func newLogger(f *flags, w io.Writer) *slog.Logger {
 }
 
 // defaultReplica names this replica among those sharing RLQS limits: the
-// host name and the gRPC address, so that a replica restarted in place
-// takes up its own entries in the store.
+// host name and the address the gRPC listener got, so that a replica
+// restarted in place takes up its own entries in the store.
 func defaultReplica(grpcAddr string) string {
 	host, err := os.Hostname()
 	if err != nil {
