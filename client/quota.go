@@ -1,0 +1,603 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"log/slog"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Defaults of QuotaOptions.
+const (
+	// DefaultReportingInterval is how often, by default, a Quota reports
+	// its buckets' usage to ratelimitd (ratelimitd's assignments then
+	// live twice as long).
+	DefaultReportingInterval = 5 * time.Second
+	// DefaultQuotaMaxBuckets is how many buckets a Quota holds at most by
+	// default.
+	DefaultQuotaMaxBuckets = 10000
+	// QuotaIdleIntervals is how many reporting intervals a bucket may go
+	// unused before the Quota forgets it.
+	QuotaIdleIntervals = 3
+)
+
+// ErrNoAssignment is Decision.Err when a Quota's failure policy decided:
+// a bucket had no assignment in force (none received yet, or expired
+// because ratelimitd could not be reached), or the Quota held as many
+// buckets as it may.
+var ErrNoAssignment = errors.New("client: quota: no assignment in force from ratelimitd")
+
+// QuotaOptions configure a Quota.
+type QuotaOptions struct {
+	// Domain is the domain whose rules decide: required, 1 to 256 bytes
+	// of valid UTF-8.
+	Domain string
+	// ReportingInterval is how often the Quota reports its usage; 0 means
+	// DefaultReportingInterval.
+	ReportingInterval time.Duration
+	// FailClosed makes the failure policy refuse, instead of allowing
+	// (the default, as Client does), the descriptors of buckets without an
+	// assignment in force.
+	FailClosed bool
+	// MaxBuckets bounds the buckets held; past it, new buckets are decided
+	// by the failure policy. 0 means DefaultQuotaMaxBuckets.
+	MaxBuckets int
+	// Logger receives the warnings of the reporting stream's failures;
+	// nil logs to slog.Default().
+	Logger *slog.Logger
+	// Now, when set, replaces time.Now for token buckets and assignments'
+	// times to live: for tests driving a manual clock. Reports are sent
+	// every ReportingInterval of real time.
+	Now func() time.Time
+}
+
+// A Quota decides locally whether work may proceed, under assignments
+// that ratelimitd sends over the Rate Limit Quota Service (RLQS), the
+// protocol of Envoy's rate_limit_quota filter. Each descriptor is a
+// bucket, whose entries are the bucket id; the Quota reports each
+// bucket's use to ratelimitd over one stream, and ratelimitd answers with
+// the bucket's assignment: a token bucket (this client's share of the
+// rule's limit), allow all, or deny all, for a time to live.
+//
+// See the package documentation for when to use a Quota rather than a
+// Client. A Quota is safe for concurrent use by multiple goroutines; it
+// runs one goroutine, which Close ends.
+type Quota struct {
+	conn       grpc.ClientConnInterface
+	domain     string
+	interval   time.Duration
+	failClosed bool
+	maxBuckets int64
+	logger     *slog.Logger
+	now        func() time.Time
+	epoch      time.Time
+
+	seed    maphash.Seed
+	shards  [quotaShards]quotaShard
+	buckets atomic.Int64 // held
+	wake    chan struct{}
+	failOpn atomic.Uint64
+
+	cancel    context.CancelFunc
+	done      chan struct{}
+	closeOnce sync.Once
+}
+
+var _ RateLimiter = (*Quota)(nil)
+
+// NewQuota returns a Quota speaking RLQS to ratelimitd over conn, which
+// the caller keeps and closes after Close. It starts the reporting
+// goroutine, which connects in the background: until a bucket's first
+// assignment arrives, the failure policy decides it.
+func NewQuota(conn grpc.ClientConnInterface, opts QuotaOptions) (*Quota, error) {
+	switch {
+	case conn == nil:
+		return nil, errors.New("client: NewQuota: conn is nil")
+	case opts.Domain == "" || len(opts.Domain) > maxDomain || !utf8.ValidString(opts.Domain):
+		return nil, fmt.Errorf("client: NewQuota: QuotaOptions.Domain %q: want 1 to %d bytes of UTF-8", opts.Domain, maxDomain)
+	case opts.ReportingInterval < 0:
+		return nil, fmt.Errorf("client: NewQuota: QuotaOptions.ReportingInterval %v is negative", opts.ReportingInterval)
+	case opts.MaxBuckets < 0:
+		return nil, fmt.Errorf("client: NewQuota: QuotaOptions.MaxBuckets %d is negative", opts.MaxBuckets)
+	}
+	q := &Quota{
+		conn:       conn,
+		domain:     opts.Domain,
+		interval:   orDefault(opts.ReportingInterval, DefaultReportingInterval),
+		failClosed: opts.FailClosed,
+		maxBuckets: int64(orDefault(opts.MaxBuckets, DefaultQuotaMaxBuckets)),
+		logger:     opts.Logger,
+		now:        opts.Now,
+		seed:       maphash.MakeSeed(),
+		wake:       make(chan struct{}, 1),
+		done:       make(chan struct{}),
+	}
+	if q.now == nil {
+		q.now = time.Now
+	}
+	if q.logger == nil {
+		q.logger = slog.Default()
+	}
+	q.epoch = q.now()
+	ctx, cancel := context.WithCancel(context.Background())
+	q.cancel = cancel
+	go q.run(ctx)
+	return q, nil
+}
+
+// orDefault returns v, or def when v is zero.
+func orDefault[T comparable](v, def T) T {
+	var zero T
+	if v == zero {
+		return def
+	}
+	return v
+}
+
+// Close ends the reporting stream and its goroutine, and returns when
+// they have ended. Assignments received still decide until they expire;
+// new buckets get the failure policy. Close always returns nil.
+func (q *Quota) Close() error {
+	q.closeOnce.Do(func() {
+		q.cancel()
+		<-q.done
+	})
+	return nil
+}
+
+// Domain returns the domain whose rules decide.
+func (q *Quota) Domain() string { return q.domain }
+
+// FailOpens reports how many calls the failure policy allowed (a bucket
+// without an assignment in force, or past MaxBuckets) when failing open.
+func (q *Quota) FailOpens() uint64 { return q.failOpn.Load() }
+
+// Allow reports whether the work described by descriptors may proceed:
+// only if each descriptor's bucket admits it, and a refused call consumes
+// nothing. It neither blocks nor calls ratelimitd, and allocates nothing
+// for up to quotaSmall descriptors. The error is non-nil, and the answer
+// false, only for a malformed call (codes.InvalidArgument): no
+// descriptors, over 64 of them, a descriptor without entries, with an
+// empty key, a key twice, or a LimitOverride (which RLQS cannot carry).
+func (q *Quota) Allow(descriptors ...Descriptor) (bool, error) {
+	v, err := q.decide(descriptors)
+	return v.allowed, err
+}
+
+// ShouldRateLimit is Allow as a RateLimiter, for the interceptors,
+// Limiter and HTTPMiddleware: domain must be the Quota's. The Decision
+// has no Headers; when refused by a token bucket, its RetryAfter is the
+// time until that bucket's next fill, and Statuses mark the descriptor
+// that refused. When the failure policy decided, Decision.Err is
+// ErrNoAssignment. ctx is not used: the decision is local.
+func (q *Quota) ShouldRateLimit(_ context.Context, domain string, descriptors ...Descriptor) (Decision, error) {
+	if domain != q.domain {
+		return Decision{}, status.Errorf(codes.InvalidArgument, "client: quota: domain %q is not the Quota's %q", domain, q.domain)
+	}
+	v, err := q.decide(descriptors)
+	if err != nil {
+		return Decision{}, err
+	}
+	d := Decision{Allowed: v.allowed}
+	switch {
+	case v.policy:
+		d.Err = ErrNoAssignment
+	case !v.allowed:
+		d.RetryAfter = v.retry
+		d.Statuses = make([]Status, len(descriptors))
+		d.Statuses[v.refused] = Status{OverLimit: true, RetryAfter: v.retry}
+	}
+	return d, nil
+}
+
+// quotaSmall is how many descriptors a call may have without allocating.
+const quotaSmall = 8
+
+// verdict is the outcome of one call.
+type verdict struct {
+	allowed bool
+	// policy is set when the failure policy decided: it refused, or it
+	// allowed a descriptor and nothing refused.
+	policy  bool
+	refused int           // the descriptor that refused
+	retry   time.Duration // until the refusing token bucket's next fill
+}
+
+// slot is one descriptor of a call being decided.
+type slot struct {
+	b    *quotaBucket // nil past MaxBuckets
+	tb   *tokens      // the token bucket taken from, to refund
+	hits uint64
+}
+
+// decide decides a call: it looks up every descriptor's bucket (creating
+// it, and so reporting it, even when an earlier one refuses), then takes
+// from each in order, refunding what it took when one refuses.
+func (q *Quota) decide(ds []Descriptor) (verdict, error) {
+	if err := checkQuota(ds); err != nil {
+		return verdict{}, err
+	}
+	now := q.nanos()
+	var small [quotaSmall]slot
+	slots := small[:0]
+	if len(ds) > quotaSmall {
+		slots = make([]slot, 0, len(ds))
+	}
+	for _, d := range ds {
+		s := slot{b: q.lookup(d.Entries, now), hits: max(d.Hits, 1)}
+		if d.CheckOnly {
+			s.hits = 0
+		}
+		slots = append(slots, s)
+	}
+	v := verdict{allowed: true}
+	for i := range slots {
+		if ok := q.take(&slots[i], now, &v); !ok {
+			v.allowed, v.refused = false, i
+			for j := range i {
+				if tb := slots[j].tb; tb != nil {
+					tb.refund(slots[j].hits)
+				}
+			}
+			break
+		}
+	}
+	for _, s := range slots {
+		switch {
+		case s.b == nil:
+		case v.allowed:
+			s.b.allowed.Add(s.hits)
+		default:
+			s.b.denied.Add(s.hits)
+		}
+	}
+	if v.policy && v.allowed {
+		q.failOpn.Add(1)
+	}
+	return v, nil
+}
+
+// take decides one slot, noting in v whether the failure policy decided
+// and, when a token bucket refuses, until when.
+func (q *Quota) take(s *slot, now int64, v *verdict) bool {
+	var a *assigned
+	if s.b != nil {
+		a = s.b.assignment(now)
+	}
+	switch {
+	case a == nil:
+		v.policy = true
+		return !q.failClosed
+	case a.kind == allowAll:
+		return true
+	case a.kind == denyAll:
+		v.policy = false
+		return false
+	}
+	ok, retry := a.tb.take(s.hits, now)
+	if ok {
+		s.tb = a.tb
+	} else {
+		v.policy, v.retry = false, retry
+	}
+	return ok
+}
+
+// checkQuota returns InvalidArgument for a malformed call.
+func checkQuota(ds []Descriptor) error {
+	if len(ds) == 0 || len(ds) > maxDescriptors {
+		return status.Errorf(codes.InvalidArgument, "client: quota: %d descriptors, want 1 to %d", len(ds), maxDescriptors)
+	}
+	for i, d := range ds {
+		if len(d.Entries) == 0 || len(d.Entries) > maxEntries {
+			return status.Errorf(codes.InvalidArgument, "client: quota: descriptor %d has %d entries, want 1 to %d", i, len(d.Entries), maxEntries)
+		}
+		if d.Limit != nil {
+			return status.Errorf(codes.InvalidArgument, "client: quota: descriptor %d has a limit override, which a Quota cannot apply", i)
+		}
+		for j, e := range d.Entries {
+			if e.Key == "" {
+				return status.Errorf(codes.InvalidArgument, "client: quota: descriptor %d entry %d has an empty key", i, j)
+			}
+			for k := range j {
+				if d.Entries[k].Key == e.Key {
+					return status.Errorf(codes.InvalidArgument, "client: quota: descriptor %d repeats key %q (entries %d and %d): a bucket id is a map", i, e.Key, k, j)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// nanos returns the Quota's clock: nanoseconds since its creation.
+func (q *Quota) nanos() int64 { return int64(q.now().Sub(q.epoch)) }
+
+// quotaShards is the number of shards of the bucket map.
+const quotaShards = 64
+
+// quotaShard is one shard of the bucket map: readers load its map
+// without locking; writers, under mu, replace it by a modified copy.
+type quotaShard struct {
+	mu sync.Mutex
+	m  atomic.Pointer[map[uint64][]*quotaBucket]
+}
+
+// quotaBucket is one bucket: a descriptor's entries, as a bucket id.
+type quotaBucket struct {
+	hash    uint64
+	entries []Entry // no key twice
+	a       atomic.Pointer[assigned]
+	// Counts since the last report.
+	allowed, denied atomic.Uint64
+
+	// Owned by the reporting goroutine.
+	reportedOn uint64 // the stream generation of its last report
+	lastReport int64  // nanos of its last report, or its creation
+	idle       int    // intervals without use
+}
+
+// matches reports whether the bucket's id is entries (as a map: in any
+// order; entries repeats no key).
+func (b *quotaBucket) matches(entries []Entry) bool {
+	if len(entries) != len(b.entries) {
+		return false
+	}
+next:
+	for _, e := range entries {
+		for _, f := range b.entries {
+			if f.Key == e.Key {
+				if f.Value != e.Value {
+					return false
+				}
+				continue next
+			}
+		}
+		return false
+	}
+	return true
+}
+
+// assignment returns the bucket's assignment in force at now, nil if none.
+func (b *quotaBucket) assignment(now int64) *assigned {
+	a := b.a.Load()
+	if a == nil || now >= a.expires {
+		return nil
+	}
+	return a
+}
+
+// assigned is an assignment received: immutable but for its token bucket.
+type assigned struct {
+	kind    int
+	expires int64   // nanos; math.MaxInt64 for none
+	tb      *tokens // for a tokenBucket
+}
+
+// tokens is a token bucket: perFill tokens every fill nanoseconds, up to
+// max.
+type tokens struct {
+	max, perFill uint64
+	fill         int64
+
+	mu   sync.Mutex
+	n    uint64 // tokens
+	last int64  // nanos of the last fill
+}
+
+// take takes n tokens at now if the bucket holds them, after adding the
+// fills due; else it returns the time until the next fill.
+func (t *tokens) take(n uint64, now int64) (bool, time.Duration) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if d := now - t.last; d >= t.fill {
+		fills := uint64(d / t.fill)
+		t.last += int64(fills) * t.fill
+		if t.perFill != 0 && t.n < t.max {
+			if need := (t.max - t.n + t.perFill - 1) / t.perFill; fills >= need {
+				t.n = t.max
+			} else {
+				t.n += fills * t.perFill
+			}
+		}
+	}
+	if t.n >= n {
+		t.n -= n
+		return true, 0
+	}
+	return false, time.Duration(t.last + t.fill - now)
+}
+
+// refund gives back n tokens taken.
+func (t *tokens) refund(n uint64) {
+	t.mu.Lock()
+	t.n = min(t.max, t.n+n)
+	t.mu.Unlock()
+}
+
+// level returns the tokens held, without the fills due.
+func (t *tokens) level() uint64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.n
+}
+
+// hashEntries hashes entries as a map: the same whatever their order.
+func hashEntries(seed maphash.Seed, entries []Entry) uint64 {
+	var h uint64
+	for _, e := range entries {
+		h += mix(maphash.String(seed, e.Key) + 0x9e3779b97f4a7c15*maphash.String(seed, e.Value))
+	}
+	return h
+}
+
+// mix is a 64-bit finalizer (MurmurHash3's), so that the sum of the
+// entries' hashes depends on which value goes with which key.
+func mix(h uint64) uint64 {
+	h ^= h >> 33
+	h *= 0xff51afd7ed558ccd
+	h ^= h >> 33
+	h *= 0xc4ceb9fe1a85ec53
+	h ^= h >> 33
+	return h
+}
+
+// shard returns the shard of hash h.
+func (q *Quota) shard(h uint64) *quotaShard { return &q.shards[h>>58] }
+
+// find returns the bucket whose id is entries, nil if none.
+func (q *Quota) find(h uint64, entries []Entry) *quotaBucket {
+	m := q.shard(h).m.Load()
+	if m == nil {
+		return nil
+	}
+	for _, b := range (*m)[h] {
+		if b.matches(entries) {
+			return b
+		}
+	}
+	return nil
+}
+
+// lookup returns the bucket whose id is entries, creating it (and waking
+// the reporter, which reports it at once) when there is none; nil past
+// MaxBuckets.
+func (q *Quota) lookup(entries []Entry, now int64) *quotaBucket {
+	h := hashEntries(q.seed, entries)
+	if b := q.find(h, entries); b != nil {
+		return b
+	}
+	b := q.insert(h, entries, now)
+	if b != nil {
+		select {
+		case q.wake <- struct{}{}:
+		default: // already woken
+		}
+	}
+	return b
+}
+
+// insert adds a bucket for entries unless one was added meanwhile, and
+// returns it; nil past MaxBuckets.
+func (q *Quota) insert(h uint64, entries []Entry, now int64) *quotaBucket {
+	s := q.shard(h)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if b := q.find(h, entries); b != nil {
+		return b
+	}
+	if q.buckets.Load() >= q.maxBuckets {
+		return nil
+	}
+	b := &quotaBucket{hash: h, entries: append([]Entry(nil), entries...), lastReport: now}
+	s.replace(h, func(bs []*quotaBucket) []*quotaBucket { return append(bs, b) })
+	q.buckets.Add(1)
+	return b
+}
+
+// remove forgets b, unless it is gone already.
+func (q *Quota) remove(b *quotaBucket) {
+	s := q.shard(b.hash)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m := s.m.Load()
+	if m == nil {
+		return
+	}
+	i := -1
+	for j, x := range (*m)[b.hash] {
+		if x == b {
+			i = j
+		}
+	}
+	if i < 0 {
+		return
+	}
+	s.replace(b.hash, func(bs []*quotaBucket) []*quotaBucket {
+		return append(bs[:i:i], bs[i+1:]...)
+	})
+	q.buckets.Add(-1)
+}
+
+// replace stores a copy of the shard's map in which the buckets of hash h
+// are f's result (f gets a copy it may append to). Callers hold s.mu.
+func (s *quotaShard) replace(h uint64, f func([]*quotaBucket) []*quotaBucket) {
+	old := s.m.Load()
+	m := make(map[uint64][]*quotaBucket, 1)
+	if old != nil {
+		m = make(map[uint64][]*quotaBucket, len(*old)+1)
+		for k, v := range *old {
+			m[k] = v
+		}
+	}
+	bs := f(append([]*quotaBucket(nil), m[h]...))
+	if len(bs) == 0 {
+		delete(m, h)
+	} else {
+		m[h] = bs
+	}
+	s.m.Store(&m)
+}
+
+// each calls f with every bucket held.
+func (q *Quota) each(f func(b *quotaBucket)) {
+	for i := range q.shards {
+		m := q.shards[i].m.Load()
+		if m == nil {
+			continue
+		}
+		for _, bs := range *m {
+			for _, b := range bs {
+				f(b)
+			}
+		}
+	}
+}
+
+// apply applies one action received to its bucket, if still held.
+func (q *Quota) apply(a action, now int64) {
+	b := q.find(hashEntries(q.seed, a.entries), a.entries)
+	switch {
+	case b == nil:
+		return
+	case a.abandon:
+		q.remove(b)
+		return
+	case a.unknown:
+		b.a.Store(nil)
+		return
+	}
+	n := &assigned{kind: a.kind, expires: math.MaxInt64}
+	if a.lifetime > 0 {
+		n.expires = now + int64(a.lifetime)
+	}
+	if a.kind == tokenBucket {
+		n.tb = nextTokens(b.a.Load(), a, now)
+	}
+	b.a.Store(n)
+}
+
+// nextTokens returns the token bucket of action a, whose bucket's
+// assignment was old: old's own when a's parameters are the same (a
+// renewal), else a new one holding old's tokens (none over a's max), or
+// full without one.
+func nextTokens(old *assigned, a action, now int64) *tokens {
+	fill := int64(a.fillInterval)
+	if old != nil && old.tb != nil {
+		t := old.tb
+		if t.max == a.maxTokens && t.perFill == a.perFill && t.fill == fill {
+			return t
+		}
+		return &tokens{max: a.maxTokens, perFill: a.perFill, fill: fill, n: min(t.level(), a.maxTokens), last: now}
+	}
+	return &tokens{max: a.maxTokens, perFill: a.perFill, fill: fill, n: a.maxTokens, last: now}
+}
