@@ -80,6 +80,7 @@ type Quota struct {
 	maxBuckets int64
 	logger     *slog.Logger
 	now        func() time.Time
+	manual     bool // now is QuotaOptions.Now
 	epoch      time.Time
 
 	seed    maphash.Seed
@@ -122,7 +123,8 @@ func NewQuota(conn grpc.ClientConnInterface, opts QuotaOptions) (*Quota, error) 
 		wake:       make(chan struct{}, 1),
 		done:       make(chan struct{}),
 	}
-	if q.now == nil {
+	q.manual = q.now != nil
+	if !q.manual {
 		q.now = time.Now
 	}
 	if q.logger == nil {
@@ -319,8 +321,15 @@ func checkQuota(ds []Descriptor) error {
 	return nil
 }
 
-// nanos returns the Quota's clock: nanoseconds since its creation.
-func (q *Quota) nanos() int64 { return int64(q.now().Sub(q.epoch)) }
+// nanos returns the Quota's clock: nanoseconds since its creation. On
+// the real clock, time.Since reads only the monotonic clock, at half the
+// cost of time.Now.
+func (q *Quota) nanos() int64 {
+	if q.manual {
+		return int64(q.now().Sub(q.epoch))
+	}
+	return int64(time.Since(q.epoch))
+}
 
 // quotaShards is the number of shards of the bucket map.
 const quotaShards = 64
@@ -337,8 +346,11 @@ type quotaBucket struct {
 	hash    uint64
 	entries []Entry // no key twice
 	a       atomic.Pointer[assigned]
-	// Counts since the last report.
+	// Counts since the last report, on a cache line of their own: every
+	// call writes them, and the fields above are read by every call.
+	_               [64]byte
 	allowed, denied atomic.Uint64
+	_               [48]byte
 
 	// Owned by the reporting goroutine.
 	reportedOn uint64 // the stream generation of its last report
@@ -383,59 +395,96 @@ type assigned struct {
 	tb      *tokens // for a tokenBucket
 }
 
-// tokens is a token bucket: perFill tokens every fill nanoseconds, up to
-// max.
+// tokens is a token bucket: perFill tokens every fill nanoseconds from
+// base, up to max. Its state is one word, updated by compare-and-swap:
+// the tokens held (low 32 bits) and the number of the last fill (high 32
+// bits, counted from base, wrapping: fills are counted right while calls
+// come less than 2^31 fills apart, 24 days for fills of a millisecond;
+// a bucket unused for QuotaIdleIntervals is forgotten long before).
 type tokens struct {
-	max, perFill uint64
-	fill         int64
+	max, perFill uint64 // max < 2^32
+	fill, base   int64
+	_            [64]byte // keeps state off the line of the fields read
+	state        atomic.Uint64
+	_            [56]byte
+}
 
-	mu   sync.Mutex
-	n    uint64 // tokens
-	last int64  // nanos of the last fill
+// newTokens returns a token bucket holding n tokens at now.
+func newTokens(a action, n uint64, now int64) *tokens {
+	t := &tokens{max: min(a.maxTokens, math.MaxUint32), perFill: a.perFill, fill: int64(a.fillInterval), base: now}
+	t.state.Store(min(n, t.max))
+	return t
+}
+
+// fillAt returns the number of the fill at now (wrapping).
+func (t *tokens) fillAt(now int64) uint32 { return uint32(max(now-t.base, 0) / t.fill) }
+
+// filled returns the tokens of state s after the fills up to fill number
+// at, and the state's new fill number.
+func (t *tokens) filled(s uint64, at uint32) (uint64, uint32) {
+	n, last := s&math.MaxUint32, uint32(s>>32)
+	d := int32(at - last)
+	if d <= 0 { // another call counted a later fill
+		return n, last
+	}
+	if n < t.max && t.perFill != 0 {
+		if need := (t.max - n + t.perFill - 1) / t.perFill; uint64(d) >= need {
+			n = t.max
+		} else {
+			n += uint64(d) * t.perFill
+		}
+	}
+	return n, at
 }
 
 // take takes n tokens at now if the bucket holds them, after adding the
 // fills due; else it returns the time until the next fill.
 func (t *tokens) take(n uint64, now int64) (bool, time.Duration) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if d := now - t.last; d >= t.fill {
-		fills := uint64(d / t.fill)
-		t.last += int64(fills) * t.fill
-		if t.perFill != 0 && t.n < t.max {
-			if need := (t.max - t.n + t.perFill - 1) / t.perFill; fills >= need {
-				t.n = t.max
-			} else {
-				t.n += fills * t.perFill
-			}
+	at := t.fillAt(now)
+	for {
+		s := t.state.Load()
+		held, last := t.filled(s, at)
+		if held < n {
+			next := t.base + (int64(now-t.base)/t.fill+1)*t.fill
+			return false, time.Duration(next - now)
+		}
+		if t.state.CompareAndSwap(s, uint64(last)<<32|(held-n)) {
+			return true, 0
 		}
 	}
-	if t.n >= n {
-		t.n -= n
-		return true, 0
-	}
-	return false, time.Duration(t.last + t.fill - now)
 }
 
 // refund gives back n tokens taken.
 func (t *tokens) refund(n uint64) {
-	t.mu.Lock()
-	t.n = min(t.max, t.n+n)
-	t.mu.Unlock()
+	for {
+		s := t.state.Load()
+		held := min(t.max, s&math.MaxUint32+n)
+		if t.state.CompareAndSwap(s, s&^math.MaxUint32|held) {
+			return
+		}
+	}
 }
 
 // level returns the tokens held, without the fills due.
-func (t *tokens) level() uint64 {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.n
-}
+func (t *tokens) level() uint64 { return t.state.Load() & math.MaxUint32 }
 
 // hashEntries hashes entries as a map: the same whatever their order.
+// Each entry is hashed in one call when short (its key's length, key and
+// value copied together), else in two.
 func hashEntries(seed maphash.Seed, entries []Entry) uint64 {
 	var h uint64
+	var buf [64]byte
 	for _, e := range entries {
-		h += mix(maphash.String(seed, e.Key) + 0x9e3779b97f4a7c15*maphash.String(seed, e.Value))
+		var x uint64
+		if len(e.Key)+len(e.Value) < len(buf) && len(e.Key) < 256 {
+			buf[0] = byte(len(e.Key))
+			n := copy(buf[1:], e.Key)
+			n += copy(buf[1+n:], e.Value)
+			x = maphash.Bytes(seed, buf[:1+n])
+		} else {
+			x = maphash.String(seed, e.Key) + 0x9e3779b97f4a7c15*maphash.String(seed, e.Value)
+		}
+		h += mix(x)
 	}
 	return h
 }
@@ -588,16 +637,15 @@ func (q *Quota) apply(a action, now int64) {
 
 // nextTokens returns the token bucket of action a, whose bucket's
 // assignment was old: old's own when a's parameters are the same (a
-// renewal), else a new one holding old's tokens (none over a's max), or
-// full without one.
+// renewal) and its fill count far from wrapping, else a new one holding
+// old's tokens (none over a's max), or full without one.
 func nextTokens(old *assigned, a action, now int64) *tokens {
-	fill := int64(a.fillInterval)
-	if old != nil && old.tb != nil {
-		t := old.tb
-		if t.max == a.maxTokens && t.perFill == a.perFill && t.fill == fill {
-			return t
-		}
-		return &tokens{max: a.maxTokens, perFill: a.perFill, fill: fill, n: min(t.level(), a.maxTokens), last: now}
+	if old == nil || old.tb == nil {
+		return newTokens(a, a.maxTokens, now)
 	}
-	return &tokens{max: a.maxTokens, perFill: a.perFill, fill: fill, n: a.maxTokens, last: now}
+	t := old.tb
+	if t.max == min(a.maxTokens, math.MaxUint32) && t.perFill == a.perFill && t.fill == int64(a.fillInterval) && t.fillAt(now) < 1<<30 {
+		return t
+	}
+	return newTokens(a, t.level(), now)
 }

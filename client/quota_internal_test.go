@@ -3,9 +3,11 @@ package client
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,7 +24,7 @@ import (
 // interval, never past max, and tells when its next fill comes.
 func TestTokensArithmetic(t *testing.T) {
 	s := int64(time.Second)
-	tb := &tokens{max: 5, perFill: 2, fill: s, n: 5}
+	tb := newTokens(action{maxTokens: 5, perFill: 2, fillInterval: time.Second}, 5, 0)
 	steps := []struct {
 		at    int64
 		n     uint64
@@ -532,7 +534,9 @@ func TestQuotaWireBytes(t *testing.T) {
 }
 
 // BenchmarkQuotaAllow measures a call of one descriptor of two entries
-// under a token bucket that always admits, serial and parallel.
+// under a token bucket that always admits: serial, parallel on one bucket
+// (every goroutine updates the same bucket), and parallel on a bucket per
+// goroutine.
 func BenchmarkQuotaAllow(b *testing.B) {
 	f := &fakeRLQS{reports: make(chan report, 1<<16), answer: func(u usage) []byte {
 		return bucketAction(u.entries, false, 0, 1<<31, 1<<31, time.Millisecond, time.Hour)
@@ -542,11 +546,17 @@ func BenchmarkQuotaAllow(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer func() { _ = q.Close() }()
-	d := D("tenant", "acme", "path", "/search")
-	_, _ = q.Allow(d)
-	for q.find(hashEntries(q.seed, d.Entries), d.Entries).a.Load() == nil {
-		time.Sleep(time.Millisecond)
+	ds := make([]Descriptor, 64)
+	for i := range ds {
+		ds[i] = D("tenant", fmt.Sprint("acme", i), "path", "/search")
+		_, _ = q.Allow(ds[i])
 	}
+	for _, d := range ds {
+		for q.find(hashEntries(q.seed, d.Entries), d.Entries).a.Load() == nil {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	d := ds[0]
 	b.Run("serial", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
@@ -558,6 +568,19 @@ func BenchmarkQuotaAllow(b *testing.B) {
 	b.Run("parallel", func(b *testing.B) {
 		b.ReportAllocs()
 		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				if ok, err := q.Allow(d); !ok || err != nil {
+					b.Error(ok, err)
+					return
+				}
+			}
+		})
+	})
+	b.Run("parallel-distinct", func(b *testing.B) { // a bucket per goroutine
+		b.ReportAllocs()
+		var n atomic.Int64
+		b.RunParallel(func(pb *testing.PB) {
+			d := ds[n.Add(1)%int64(len(ds))]
 			for pb.Next() {
 				if ok, err := q.Allow(d); !ok || err != nil {
 					b.Error(ok, err)
