@@ -255,6 +255,9 @@ func (q *Quota) decide(ds []Descriptor) (verdict, error) {
 		}
 	}
 	for _, s := range slots {
+		if s.b != nil && !s.b.used.Load() { // read first: writes are dearer
+			s.b.used.Store(true)
+		}
 		switch {
 		case s.b == nil:
 		case v.allowed:
@@ -350,7 +353,8 @@ type quotaBucket struct {
 	// call writes them, and the fields above are read by every call.
 	_               [64]byte
 	allowed, denied atomic.Uint64
-	_               [48]byte
+	used            atomic.Bool // since the last report, CheckOnly calls too
+	_               [44]byte
 
 	// Owned by the reporting goroutine.
 	reportedOn uint64 // the stream generation of its last report

@@ -59,7 +59,9 @@ func (q *Quota) run(ctx context.Context) {
 func (q *Quota) stream(ctx context.Context, gen uint64) (answered bool, err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	cs, err := q.conn.NewStream(ctx, rlqsStream, rlqsMethod, grpc.ForceCodecV2(rawCodec{}))
+	// WaitForReady: a stream waits for the connection, rather than
+	// failing while it reconnects.
+	cs, err := q.conn.NewStream(ctx, rlqsStream, rlqsMethod, grpc.ForceCodecV2(rawCodec{}), grpc.WaitForReady(true))
 	if err != nil {
 		return false, fmt.Errorf("opening the stream: %w", err)
 	}
@@ -145,12 +147,19 @@ func (q *Quota) usages(gen uint64, all bool) []usage {
 		if !all && b.reportedOn == gen {
 			return
 		}
-		u := usage{entries: b.entries, elapsed: time.Duration(now - b.lastReport), allowed: b.allowed.Swap(0), denied: b.denied.Swap(0)}
+		u := usage{entries: b.entries, allowed: b.allowed.Swap(0), denied: b.denied.Swap(0)}
+		// ratelimitd takes a bucket's last time_elapsed as the client's
+		// reporting interval, and sizes the assignment's time to live
+		// from it: a bucket's first report gives the interval itself.
+		u.elapsed = q.interval
+		if b.reportedOn != 0 {
+			u.elapsed = time.Duration(now - b.lastReport)
+		}
 		if all {
-			if u.allowed == 0 && u.denied == 0 {
-				b.idle++
-			} else {
+			if b.used.Swap(false) {
 				b.idle = 0
+			} else {
+				b.idle++
 			}
 			if b.idle >= QuotaIdleIntervals {
 				q.remove(b)
