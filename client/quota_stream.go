@@ -67,10 +67,14 @@ func (q *Quota) stream(ctx context.Context, gen uint64) (answered bool, err erro
 	}
 	recvd := make(chan struct{}, 1)
 	errc := make(chan error, 1)
-	go func() { errc <- q.receive(cs, recvd) }() // ends with the stream, at the latest on cancel
+	ended := make(chan struct{})
+	go func() { // ends with the stream, at the latest on cancel
+		defer close(ended)
+		errc <- q.receive(cs, recvd)
+	}()
 	defer func() {
 		cancel()
-		<-errc
+		<-ended
 		select {
 		case <-recvd:
 			answered = true
@@ -101,7 +105,6 @@ func (q *Quota) stream(ctx context.Context, gen uint64) (answered bool, err erro
 		case <-ctx.Done():
 			return false, ctx.Err()
 		case err = <-errc:
-			errc <- err // for the deferred wait
 			return false, err
 		case <-q.wake:
 			err = send(false)
