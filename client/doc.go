@@ -190,6 +190,6 @@
 // requests thus spares ratelimitd most of them.
 //
 // A Client is safe for concurrent use by multiple goroutines, and starts
-// no goroutines. A Quota is safe for concurrent use too, and runs one
-// goroutine (with a second while its stream is open) until Close.
+// no goroutines. A Quota is safe for concurrent use too, and runs
+// goroutines (its reporting stream's, and a coarse clock's) until Close.
 package client

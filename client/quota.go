@@ -71,7 +71,8 @@ type QuotaOptions struct {
 //
 // See the package documentation for when to use a Quota rather than a
 // Client. A Quota is safe for concurrent use by multiple goroutines; it
-// runs one goroutine, which Close ends.
+// runs goroutines (the reporting stream's, and a coarse clock's), which
+// Close ends.
 type Quota struct {
 	conn       grpc.ClientConnInterface
 	domain     string
@@ -88,6 +89,13 @@ type Quota struct {
 	buckets atomic.Int64 // held
 	wake    chan struct{}
 	failOpn atomic.Uint64
+
+	// The coarse clock: see quota_clock.go.
+	clock     atomic.Int64
+	clockOn   atomic.Bool // clock is ticking
+	clockUsed atomic.Bool // since the last tick
+	clockWake chan struct{}
+	clockDone chan struct{}
 
 	cancel    context.CancelFunc
 	done      chan struct{}
@@ -122,6 +130,8 @@ func NewQuota(conn grpc.ClientConnInterface, opts QuotaOptions) (*Quota, error) 
 		seed:       maphash.MakeSeed(),
 		wake:       make(chan struct{}, 1),
 		done:       make(chan struct{}),
+		clockWake:  make(chan struct{}, 1),
+		clockDone:  make(chan struct{}),
 	}
 	q.manual = q.now != nil
 	if !q.manual {
@@ -134,6 +144,11 @@ func NewQuota(conn grpc.ClientConnInterface, opts QuotaOptions) (*Quota, error) 
 	ctx, cancel := context.WithCancel(context.Background())
 	q.cancel = cancel
 	go q.run(ctx)
+	if !q.manual {
+		go q.runClock(ctx)
+	} else {
+		close(q.clockDone)
+	}
 	return q, nil
 }
 
@@ -153,6 +168,7 @@ func (q *Quota) Close() error {
 	q.closeOnce.Do(func() {
 		q.cancel()
 		<-q.done
+		<-q.clockDone
 	})
 	return nil
 }
@@ -322,16 +338,6 @@ func checkQuota(ds []Descriptor) error {
 		}
 	}
 	return nil
-}
-
-// nanos returns the Quota's clock: nanoseconds since its creation. On
-// the real clock, time.Since reads only the monotonic clock, at half the
-// cost of time.Now.
-func (q *Quota) nanos() int64 {
-	if q.manual {
-		return int64(q.now().Sub(q.epoch))
-	}
-	return int64(time.Since(q.epoch))
 }
 
 // quotaShards is the number of shards of the bucket map.

@@ -129,7 +129,7 @@ func (q *Quota) receive(cs grpc.ClientStream, recvd chan<- struct{}) error {
 		if err != nil {
 			return fmt.Errorf("reading assignments: %w", err)
 		}
-		now := q.nanos()
+		now := q.exactNanos()
 		for _, a := range actions {
 			q.apply(a, now)
 		}
@@ -144,7 +144,7 @@ func (q *Quota) receive(cs grpc.ClientStream, recvd chan<- struct{}) error {
 // of them when all is set, forgetting those idle for QuotaIdleIntervals
 // intervals; else those not yet reported on gen (new buckets).
 func (q *Quota) usages(gen uint64, all bool) []usage {
-	now := q.nanos()
+	now := q.exactNanos()
 	var us []usage
 	q.each(func(b *quotaBucket) {
 		if !all && b.reportedOn == gen {
