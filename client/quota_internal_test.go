@@ -590,3 +590,26 @@ func BenchmarkQuotaAllow(b *testing.B) {
 		})
 	})
 }
+
+// TestQuotaCoarseClock: on the real clock, a call wakes the coarse clock,
+// which ticks while calls come and stops after clockIdleTicks without
+// one; it never runs ahead of the monotonic clock.
+func TestQuotaCoarseClock(t *testing.T) {
+	q := newQuota(t, serveFake(t, &fakeRLQS{}), QuotaOptions{ReportingInterval: time.Hour})
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(time.Minute); !cond(); time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not in a minute", what)
+			}
+		}
+	}
+	q.nanos()
+	waitFor("the clock ticking after a call", q.clockOn.Load)
+	if got, exact := q.nanos(), q.exactNanos(); got > exact {
+		t.Errorf("coarse clock %d ahead of the clock %d", got, exact)
+	}
+	waitFor("the clock stopped when unused", func() bool { return !q.clockOn.Load() })
+	q.nanos()
+	waitFor("the clock ticking again after a call", q.clockOn.Load)
+}

@@ -6,6 +6,8 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"sync"
 	"testing"
 	"time"
@@ -251,5 +253,31 @@ func TestQuotaServerStopped(t *testing.T) {
 	waitDecided(t, q, open, false)
 	if got := decide(t, q, open); !got.Allowed || got.Err != nil {
 		t.Errorf("ratelimitd back: %+v, want allowed by assignment", got)
+	}
+}
+
+// TestQuotaHTTPMiddleware: HTTPMiddleware over a Quota answers 429, with
+// a Retry-After, what ratelimitd's assignment refuses, and serves what it
+// admits.
+func TestQuotaHTTPMiddleware(t *testing.T) {
+	srv := newRLQSServer(t, quotaRules)
+	q := srv.quota(client.QuotaOptions{FailClosed: true, ReportingInterval: time.Minute})
+	for _, d := range []client.Descriptor{client.D("banned", "/x"), client.D("open", "/x")} {
+		waitDecided(t, q, d, false)
+	}
+	h := client.HTTPMiddleware(q, "q", client.WithHTTPDescriptors(func(r *http.Request) []client.Descriptor {
+		return []client.Descriptor{client.D(r.Header.Get("Kind"), r.URL.Path)}
+	}))(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) }))
+	for kind, want := range map[string]int{"banned": http.StatusTooManyRequests, "open": http.StatusNoContent} {
+		r := httptest.NewRequest(http.MethodGet, "/x", nil)
+		r.Header.Set("Kind", kind)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if w.Code != want {
+			t.Errorf("%s: %d, want %d", kind, w.Code, want)
+		}
+		if want == http.StatusTooManyRequests && w.Header().Get("Retry-After") == "" {
+			t.Errorf("%s: no Retry-After", kind)
+		}
 	}
 }
