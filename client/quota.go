@@ -355,12 +355,15 @@ type quotaBucket struct {
 	hash    uint64
 	entries []Entry // no key twice
 	a       atomic.Pointer[assigned]
-	// Counts since the last report, on a cache line of their own: every
-	// call writes them, and the fields above are read by every call.
+	// What every call writes, on a cache line of its own (the fields
+	// above are read by every call), and one line only: the state of the
+	// assignment's token bucket (see tokens) and the counts since the
+	// last report.
 	_               [64]byte
+	state           atomic.Uint64
 	allowed, denied atomic.Uint64
 	used            atomic.Bool // since the last report, CheckOnly calls too
-	_               [44]byte
+	_               [36]byte
 
 	// Owned by the reporting goroutine.
 	reportedOn uint64 // the stream generation of its last report
@@ -410,18 +413,21 @@ type assigned struct {
 // the tokens held (low 32 bits) and the number of the last fill (high 32
 // bits, counted from base, wrapping: fills are counted right while calls
 // come less than 2^31 fills apart, 24 days for fills of a millisecond;
-// a bucket unused for QuotaIdleIntervals is forgotten long before).
+// a bucket unused for QuotaIdleIntervals is forgotten long before). The
+// word is its bucket's, on the line of the bucket's counters, so that a
+// call writes one cache line; a new assignment that changes the bucket's
+// parameters starts the word afresh (a call then under way on the old
+// parameters may count its last fills on them, once).
 type tokens struct {
 	max, perFill uint64 // max < 2^32
 	fill, base   int64
-	_            [64]byte // keeps state off the line of the fields read
-	state        atomic.Uint64
-	_            [56]byte
+	state        *atomic.Uint64 // its bucket's
 }
 
-// newTokens returns a token bucket holding n tokens at now.
-func newTokens(a action, n uint64, now int64) *tokens {
-	t := &tokens{max: min(a.maxTokens, math.MaxUint32), perFill: a.perFill, fill: int64(a.fillInterval), base: now}
+// newTokens returns a token bucket holding n tokens at now, whose state is
+// state.
+func newTokens(a action, n uint64, now int64, state *atomic.Uint64) *tokens {
+	t := &tokens{max: min(a.maxTokens, math.MaxUint32), perFill: a.perFill, fill: int64(a.fillInterval), base: now, state: state}
 	t.state.Store(min(n, t.max))
 	return t
 }
@@ -640,7 +646,7 @@ func (q *Quota) apply(a action, now int64) {
 		n.expires = now + int64(a.lifetime)
 	}
 	if a.kind == tokenBucket {
-		n.tb = nextTokens(b.a.Load(), a, now)
+		n.tb = nextTokens(b.a.Load(), a, now, &b.state)
 	}
 	b.a.Store(n)
 }
@@ -649,13 +655,13 @@ func (q *Quota) apply(a action, now int64) {
 // assignment was old: old's own when a's parameters are the same (a
 // renewal) and its fill count far from wrapping, else a new one holding
 // old's tokens (none over a's max), or full without one.
-func nextTokens(old *assigned, a action, now int64) *tokens {
+func nextTokens(old *assigned, a action, now int64, state *atomic.Uint64) *tokens {
 	if old == nil || old.tb == nil {
-		return newTokens(a, a.maxTokens, now)
+		return newTokens(a, a.maxTokens, now, state)
 	}
 	t := old.tb
 	if t.max == min(a.maxTokens, math.MaxUint32) && t.perFill == a.perFill && t.fill == int64(a.fillInterval) && t.fillAt(now) < 1<<30 {
 		return t
 	}
-	return newTokens(a, t.level(), now)
+	return newTokens(a, t.level(), now, state)
 }

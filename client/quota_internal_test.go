@@ -24,7 +24,7 @@ import (
 // interval, never past max, and tells when its next fill comes.
 func TestTokensArithmetic(t *testing.T) {
 	s := int64(time.Second)
-	tb := newTokens(action{maxTokens: 5, perFill: 2, fillInterval: time.Second}, 5, 0)
+	tb := newTokens(action{maxTokens: 5, perFill: 2, fillInterval: time.Second}, 5, 0, new(atomic.Uint64))
 	steps := []struct {
 		at    int64
 		n     uint64
