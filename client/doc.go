@@ -71,8 +71,10 @@
 // force (before ratelimitd's first answer, or once it has expired because
 // ratelimitd is away) is decided by the failure policy: open by default,
 // as a Client's, or closed with QuotaOptions.FailClosed. So is a bucket
-// past QuotaOptions.MaxBuckets; a bucket unused for QuotaIdleIntervals
-// reporting intervals is forgotten.
+// past QuotaOptions.MaxBuckets, or past the 1000 buckets ratelimitd
+// assigns on one stream; a bucket unused for QuotaIdleIntervals reporting
+// intervals is forgotten. Counts reported on a stream that then fails may
+// be lost with it.
 //
 //	q, err := client.NewQuota(conn, client.QuotaOptions{Domain: "edge"})
 //	if err != nil { ... }

@@ -182,11 +182,18 @@ func (q *Quota) FailOpens() uint64 { return q.failOpn.Load() }
 
 // Allow reports whether the work described by descriptors may proceed:
 // only if each descriptor's bucket admits it, and a refused call consumes
-// nothing. It neither blocks nor calls ratelimitd, and allocates nothing
-// for up to quotaSmall descriptors. The error is non-nil, and the answer
-// false, only for a malformed call (codes.InvalidArgument): no
-// descriptors, over 64 of them, a descriptor without entries, with an
-// empty key, a key twice, or a LimitOverride (which RLQS cannot carry).
+// nothing. A descriptor takes Hits tokens (0 means 1) from a token
+// bucket, a CheckOnly one none; the counts reported are of hits. Allow
+// neither blocks nor calls ratelimitd, and allocates nothing for up to 8
+// descriptors (but on a bucket's first use). The error is non-nil, and
+// the answer false, only for a malformed call (codes.InvalidArgument): no
+// descriptors, over 64 of them, a descriptor without entries or over 32,
+// with an empty key, a key twice, or a LimitOverride (which RLQS cannot
+// carry).
+//
+// A refusal that takes tokens from one bucket and then finds another
+// empty gives them back: for that moment, a concurrent call may find the
+// first bucket emptier than it is.
 func (q *Quota) Allow(descriptors ...Descriptor) (bool, error) {
 	v, err := q.decide(descriptors)
 	return v.allowed, err
@@ -197,7 +204,8 @@ func (q *Quota) Allow(descriptors ...Descriptor) (bool, error) {
 // has no Headers; when refused by a token bucket, its RetryAfter is the
 // time until that bucket's next fill, and Statuses mark the descriptor
 // that refused. When the failure policy decided, Decision.Err is
-// ErrNoAssignment. ctx is not used: the decision is local.
+// ErrNoAssignment. ctx is not used: the decision is local. An assignment
+// without a time to live holds until replaced.
 func (q *Quota) ShouldRateLimit(_ context.Context, domain string, descriptors ...Descriptor) (Decision, error) {
 	if domain != q.domain {
 		return Decision{}, status.Errorf(codes.InvalidArgument, "client: quota: domain %q is not the Quota's %q", domain, q.domain)
