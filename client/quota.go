@@ -1,6 +1,7 @@
 package client
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -105,9 +106,10 @@ type Quota struct {
 var _ RateLimiter = (*Quota)(nil)
 
 // NewQuota returns a Quota speaking RLQS to ratelimitd over conn, which
-// the caller keeps and closes after Close. It starts the reporting
-// goroutine, which connects in the background: until a bucket's first
-// assignment arrives, the failure policy decides it.
+// the caller keeps and closes after Close. It starts its goroutines: the
+// reporting stream's, which connects in the background (until a bucket's
+// first assignment arrives, the failure policy decides it), and, without
+// QuotaOptions.Now, the coarse clock's.
 func NewQuota(conn grpc.ClientConnInterface, opts QuotaOptions) (*Quota, error) {
 	switch {
 	case conn == nil:
@@ -122,9 +124,9 @@ func NewQuota(conn grpc.ClientConnInterface, opts QuotaOptions) (*Quota, error) 
 	q := &Quota{
 		conn:       conn,
 		domain:     opts.Domain,
-		interval:   orDefault(opts.ReportingInterval, DefaultReportingInterval),
+		interval:   cmp.Or(opts.ReportingInterval, DefaultReportingInterval),
 		failClosed: opts.FailClosed,
-		maxBuckets: int64(orDefault(opts.MaxBuckets, DefaultQuotaMaxBuckets)),
+		maxBuckets: int64(cmp.Or(opts.MaxBuckets, DefaultQuotaMaxBuckets)),
 		logger:     opts.Logger,
 		now:        opts.Now,
 		seed:       maphash.MakeSeed(),
@@ -152,17 +154,8 @@ func NewQuota(conn grpc.ClientConnInterface, opts QuotaOptions) (*Quota, error) 
 	return q, nil
 }
 
-// orDefault returns v, or def when v is zero.
-func orDefault[T comparable](v, def T) T {
-	var zero T
-	if v == zero {
-		return def
-	}
-	return v
-}
-
-// Close ends the reporting stream and its goroutine, and returns when
-// they have ended. Assignments received still decide until they expire;
+// Close ends the reporting stream and the Quota's goroutines, and returns
+// when they have ended. Assignments received still decide until they expire;
 // new buckets get the failure policy. Close always returns nil.
 func (q *Quota) Close() error {
 	q.closeOnce.Do(func() {
