@@ -70,7 +70,9 @@
 // and a refused call takes no token. A bucket without an assignment in
 // force (before ratelimitd's first answer, or once it has expired because
 // ratelimitd is away) is decided by the failure policy: open by default,
-// as a Client's, or closed with QuotaOptions.FailClosed. So is a bucket
+// as a Client's, or closed with QuotaOptions.FailClosed (which refuses
+// the calls of a new bucket until ratelimitd's first answer, a round trip
+// later: it suits buckets that are few and long-lived). So is a bucket
 // past QuotaOptions.MaxBuckets, or past the 1000 buckets ratelimitd
 // assigns on one stream; a bucket unused for QuotaIdleIntervals reporting
 // intervals is forgotten. Counts reported on a stream that then fails may

@@ -219,6 +219,13 @@ func (q *Quota) ShouldRateLimit(_ context.Context, domain string, descriptors ..
 	return d, nil
 }
 
+// Limiter returns a go-grpc-middleware Limiter deciding, under the
+// Quota's domain, the descriptors that descriptors returns for a call's
+// context: see Client.Limiter, which it mirrors.
+func (q *Quota) Limiter(descriptors func(ctx context.Context) []Descriptor) *Limiter {
+	return NewLimiter(q, q.domain, descriptors)
+}
+
 // quotaSmall is how many descriptors a call may have without allocating.
 const quotaSmall = 8
 

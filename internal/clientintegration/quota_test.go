@@ -223,16 +223,28 @@ func TestQuotaBlanket(t *testing.T) {
 	}
 }
 
-// TestQuotaLimiter: the go-grpc-middleware Limiter over a Quota refuses
-// with ResourceExhausted what ratelimitd's assignment refuses.
+// TestQuotaLimiter: the go-grpc-middleware Limiter and the server
+// interceptor over a Quota refuse with ResourceExhausted what
+// ratelimitd's assignment refuses.
 func TestQuotaLimiter(t *testing.T) {
 	srv := newRLQSServer(t, quotaRules)
 	q := srv.quota(client.QuotaOptions{FailClosed: true, ReportingInterval: time.Minute})
 	banned := client.D("banned", "x")
 	waitDecided(t, q, banned, false)
-	l := client.NewLimiter(q, "q", func(ctx context.Context) []client.Descriptor { return []client.Descriptor{banned} })
+	l := q.Limiter(func(context.Context) []client.Descriptor { return []client.Descriptor{banned} })
 	if err := l.Limit(t.Context()); status.Code(err) != codes.ResourceExhausted {
 		t.Errorf("Limit of a banned descriptor: %v, want ResourceExhausted", err)
+	}
+	in := client.UnaryServerInterceptor(q, "q", client.WithDescriptors(func(context.Context, string) []client.Descriptor {
+		return []client.Descriptor{banned}
+	}))
+	waitDecided(t, q, client.D(client.MethodKey, "/s/M"), false) // the interceptor's own descriptor
+	_, err := in(t.Context(), nil, &grpc.UnaryServerInfo{FullMethod: "/s/M"}, func(context.Context, any) (any, error) {
+		t.Error("the handler ran for a banned descriptor")
+		return nil, nil
+	})
+	if status.Code(err) != codes.ResourceExhausted {
+		t.Errorf("UnaryServerInterceptor on a banned descriptor: %v, want ResourceExhausted", err)
 	}
 }
 
