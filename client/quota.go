@@ -3,6 +3,7 @@ package client
 import (
 	"cmp"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/maphash"
@@ -492,36 +493,43 @@ func (t *tokens) refund(n uint64) {
 // level returns the tokens held, without the fills due.
 func (t *tokens) level() uint64 { return t.state.Load() & math.MaxUint32 }
 
-// hashEntries hashes entries as a map: the same whatever their order.
-// Each entry is hashed in one call when short (its key's length, key and
-// value copied together), else in two.
+// hashEntries hashes entries as a map: the same whatever their order. It
+// hashes them in the order of their keys (insertion-sorted: a descriptor
+// has few entries), each key and value after their lengths: copied into
+// one buffer and hashed at once when short, else streamed.
 func hashEntries(seed maphash.Seed, entries []Entry) uint64 {
-	var h uint64
-	var buf [64]byte
-	for _, e := range entries {
-		var x uint64
-		if len(e.Key)+len(e.Value) < len(buf) && len(e.Key) < 256 {
-			buf[0] = byte(len(e.Key))
-			n := copy(buf[1:], e.Key)
-			n += copy(buf[1+n:], e.Value)
-			x = maphash.Bytes(seed, buf[:1+n])
-		} else {
-			x = maphash.String(seed, e.Key) + 0x9e3779b97f4a7c15*maphash.String(seed, e.Value)
+	var order [maxEntries]uint8
+	n := min(len(entries), maxEntries)
+	size := 0
+	for i := range n {
+		j := i
+		for ; j > 0 && entries[order[j-1]].Key > entries[i].Key; j-- {
+			order[j] = order[j-1]
 		}
-		h += mix(x)
+		order[j] = uint8(i)
+		size += 8 + len(entries[i].Key) + len(entries[i].Value)
 	}
-	return h
-}
-
-// mix is a 64-bit finalizer (MurmurHash3's), so that the sum of the
-// entries' hashes depends on which value goes with which key.
-func mix(h uint64) uint64 {
-	h ^= h >> 33
-	h *= 0xff51afd7ed558ccd
-	h ^= h >> 33
-	h *= 0xc4ceb9fe1a85ec53
-	h ^= h >> 33
-	return h
+	var buf [128]byte
+	if size <= len(buf) {
+		b := buf[:0]
+		for _, i := range order[:n] {
+			e := entries[i]
+			b = binary.LittleEndian.AppendUint32(b, uint32(len(e.Key)))
+			b = binary.LittleEndian.AppendUint32(b, uint32(len(e.Value)))
+			b = append(b, e.Key...)
+			b = append(b, e.Value...)
+		}
+		return maphash.Bytes(seed, b)
+	}
+	var h maphash.Hash
+	h.SetSeed(seed)
+	for _, i := range order[:n] {
+		e := entries[i]
+		_, _ = h.Write(binary.LittleEndian.AppendUint32(binary.LittleEndian.AppendUint32(buf[:0], uint32(len(e.Key))), uint32(len(e.Value))))
+		_, _ = h.WriteString(e.Key)
+		_, _ = h.WriteString(e.Value)
+	}
+	return h.Sum64()
 }
 
 // shard returns the shard of hash h.

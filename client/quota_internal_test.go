@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -612,4 +614,29 @@ func TestQuotaCoarseClock(t *testing.T) {
 	waitFor("the clock stopped when unused", func() bool { return !q.clockOn.Load() })
 	q.nanos()
 	waitFor("the clock ticking again after a call", q.clockOn.Load)
+}
+
+// TestHashEntries: a bucket id hashes the same whatever the order of its
+// entries, short (hashed at once) or long (streamed), and differs when a
+// value moves to another key.
+func TestHashEntries(t *testing.T) {
+	seed := maphash.MakeSeed()
+	long := strings.Repeat("v", 200)
+	for _, c := range [][2][]Entry{
+		{{{"a", "1"}, {"b", "2"}, {"c", "3"}}, {{"c", "3"}, {"a", "1"}, {"b", "2"}}},
+		{{{"a", long}, {"b", "2"}}, {{"b", "2"}, {"a", long}}},
+	} {
+		if x, y := hashEntries(seed, c[0]), hashEntries(seed, c[1]); x != y {
+			t.Errorf("%v and %v hash apart: %x, %x", c[0], c[1], x, y)
+		}
+	}
+	for _, c := range [][2][]Entry{
+		{{{"a", "1"}, {"b", "2"}}, {{"a", "2"}, {"b", "1"}}},
+		{{{"ab", "c"}}, {{"a", "bc"}}},
+		{{{"a", long}, {"b", "2"}}, {{"a", long}, {"b", "3"}}},
+	} {
+		if x, y := hashEntries(seed, c[0]), hashEntries(seed, c[1]); x == y {
+			t.Errorf("%v and %v hash alike: %x", c[0], c[1], x)
+		}
+	}
 }
