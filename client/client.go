@@ -20,7 +20,9 @@ import (
 )
 
 // A RateLimiter decides whether work may proceed: *Client does, by
-// asking ratelimitd, and so does clienttest.Fake, by a script, in tests.
+// asking ratelimitd, *Quota by itself, under ratelimitd's assignments
+// (see the package documentation for which to choose), and
+// clienttest.Fake by a script, in tests.
 // Code that depends on a RateLimiter rather than a *Client can be tested
 // without a ratelimitd; the interceptors and HTTPMiddleware take one.
 //

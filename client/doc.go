@@ -53,6 +53,57 @@
 // the calls, and drives the interceptors and HTTPMiddleware as a Client
 // does.
 //
+// # Quota mode: deciding locally
+//
+// A Quota decides without an RPC per call. It speaks Envoy's Rate Limit
+// Quota Service (RLQS) to a ratelimitd serving it (ratelimitd --rlqs):
+// each descriptor is a bucket, whose entries are the bucket id (a map: a
+// key may not appear twice, and the order of the entries does not
+// matter). The Quota reports a bucket to ratelimitd on its first use, and
+// then every ReportingInterval with the calls it allowed and refused, over
+// one stream that it reopens, with backoff, when it fails. ratelimitd
+// answers each bucket with an assignment, for a time to live (twice the
+// reporting interval, at least 1 s): a token bucket holding this client's
+// share of the rule's limit, ALLOW_ALL (an unlimited rule, or no rule at
+// all), or DENY_ALL (requests_per_unit: 0). Quota.Allow then decides on
+// the spot: a call is allowed only if every descriptor's bucket admits it,
+// and a refused call takes no token. A bucket without an assignment in
+// force (before ratelimitd's first answer, or once it has expired because
+// ratelimitd is away) is decided by the failure policy: open by default,
+// as a Client's, or closed with QuotaOptions.FailClosed (which refuses
+// the calls of a new bucket until ratelimitd's first answer, a round trip
+// later: it suits buckets that are few and long-lived). So is a bucket
+// past QuotaOptions.MaxBuckets, or past the 1000 buckets ratelimitd
+// assigns on one stream; a bucket unused for QuotaIdleIntervals reporting
+// intervals is forgotten. Counts reported on a stream that then fails may
+// be lost with it.
+//
+//	q, err := client.NewQuota(conn, client.QuotaOptions{Domain: "edge"})
+//	if err != nil { ... }
+//	defer q.Close()
+//	ok, err := q.Allow(client.D("tenant", tenant))
+//
+// A *Quota is a RateLimiter: the interceptors, NewLimiter and
+// HTTPMiddleware take it in place of a Client (its domain must be the
+// one they name). Its Decisions have no Headers and no limit statuses:
+// refused by a token bucket, RetryAfter is the time to its next fill;
+// decided by the failure policy, Err is ErrNoAssignment.
+//
+// Choose a Client for exact, shared counts: every call is counted by
+// ratelimitd against the limit as a whole, limit overrides and every
+// algorithm apply, and the answer carries the rate-limit headers, at the
+// price of an RPC (and its latency, and ratelimitd's load) per call.
+// Choose a Quota for cheap, bounded decisions: a call costs well under a
+// microsecond and no RPC, and ratelimitd sees one report per bucket per
+// interval whatever the traffic, but the limit is enforced as token
+// buckets. A client may go past its share by what its token bucket
+// allows: max_tokens at once (a full bucket, the rule's burst share) on
+// top of the rate; while shares move between clients, an assignment in
+// force still admits its old share until the next answer; and with
+// ratelimitd away, the failure policy decides once assignments expire.
+// Limit overrides cannot be carried, and the rule's algorithm plays no
+// part (ratelimitd divides its rate).
+//
 // # Observing decisions
 //
 // WithDecisionHook calls a function after every ShouldRateLimit call,
@@ -143,5 +194,6 @@
 // requests thus spares ratelimitd most of them.
 //
 // A Client is safe for concurrent use by multiple goroutines, and starts
-// no goroutines.
+// no goroutines. A Quota is safe for concurrent use too, and runs
+// goroutines (its reporting stream's, and a coarse clock's) until Close.
 package client
