@@ -64,14 +64,16 @@ func build(ctx context.Context, f *flags, stderr io.Writer) (_ *built, err error
 			return nil, fmt.Errorf("no rules: %w", err)
 		}
 	}
+	// Listening first gives the RLQS replica its default name, from the
+	// gRPC listener's address; connections wait in the backlog meanwhile.
+	if err := b.listen(); err != nil {
+		return nil, err
+	}
 	reg := newRegistry()
 	if err := b.servers(ctx, initial, reg); err != nil {
 		return nil, err
 	}
 	if err := b.rulesSource(initial, opts); err != nil {
-		return nil, err
-	}
-	if err := b.listen(); err != nil {
 		return nil, err
 	}
 	return b, nil
@@ -157,8 +159,8 @@ func (b *built) servers(ctx context.Context, rules *config.Rules, reg *prometheu
 		}
 		b.debug = httpServer(debugHandler(rlconfig), f.httpConn)
 	}
-	b.started = []any{"version", version(), "grpc_tls", tlsMode(grpcTLS != nil, f.tls.grpcClientCA != ""), "http_tls", httpTLS != nil,
-		"backend", redactBackend(f.backend), "failure_mode", f.failureMode.String(), "default_algorithm", f.defaultAlgorithm.String()}
+	b.started = append(b.started, "version", version(), "grpc_tls", tlsMode(grpcTLS != nil, f.tls.grpcClientCA != ""), "http_tls", httpTLS != nil,
+		"backend", redactBackend(f.backend), "failure_mode", f.failureMode.String(), "default_algorithm", f.defaultAlgorithm.String())
 	return nil
 }
 
@@ -198,7 +200,7 @@ func (b *built) listen() error {
 		return err
 	}
 	b.started = append(b.started, "grpc", b.grpcLis.Addr().String(), "http", b.httpLis.Addr().String())
-	if b.debug != nil {
+	if b.f.debugAddr != "" {
 		if b.debugLis, err = lis.listen("debug", b.f.debugAddr); err != nil {
 			return err
 		}

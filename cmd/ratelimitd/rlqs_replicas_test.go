@@ -21,11 +21,12 @@ import (
 	"github.com/ratelimitd/ratelimitd/server/rlqs"
 )
 
-// quotaRules limits tenant acme to 200 requests a second, a burst of 40.
+// quotaRules limits tenant acme to 200 requests a second, a burst of 40
+// (a token bucket: RLQS assigns each client its share of the burst).
 const quotaRules = `domain: quota
 descriptors:
   - key: tenant
-    rate_limit: {unit: second, requests_per_unit: 200, burst: 40}
+    rate_limit: {algorithm: token_bucket, unit: second, requests_per_unit: 200, burst: 40}
 `
 
 // quotaClient is a Go client in quota mode on its own connection to one
