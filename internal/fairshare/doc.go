@@ -1,12 +1,14 @@
 // Package fairshare divides a rate limit among the clients that share it,
 // max-min fair by the demand each reports: the allocation that Rate Limit
-// Quota Service assignments are made from. It does no I/O and reads no
-// clock: callers pass the time.
+// Quota Service assignments are made from. Allocate and Tracker do no
+// I/O and read no clock: callers pass the time.
 //
 // [Allocate] is the algorithm, water-filling over the clients' demands plus
 // [Headroom]; [Tracker] turns usage reports, per bucket and client, into
 // demands and answers each client's share, forgetting clients that stop
-// reporting.
+// reporting; [Pool] is a Tracker whose limits are shared with the other
+// replicas of the service through a backend.ShareStore, with grants that
+// never add up past a limit.
 //
 // Usage:
 //
