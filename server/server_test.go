@@ -65,6 +65,7 @@ func newHarness(t testing.TB, rules *config.Rules, opts server.Options) *harness
 		opts.Now = clock.Now
 	}
 	srv := server.New(store, rules, opts)
+	t.Cleanup(srv.EndHealthWatches) // ends the RLQS sharing loop, after the gRPC server stops
 
 	g := grpc.NewServer(srv.GRPCOptions()...)
 	srv.Register(g)

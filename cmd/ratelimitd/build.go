@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"crypto/rand"
 	"fmt"
 	"io"
 	"log/slog"
@@ -263,12 +264,14 @@ func newLogger(f *flags, w io.Writer) *slog.Logger {
 }
 
 // defaultReplica names this replica among those sharing RLQS limits: the
-// host name and the address the gRPC listener got, so that a replica
-// restarted in place takes up its own entries in the store.
+// host name, the address the gRPC listener got, and a random part, so that
+// a replica restarted in place does not take up the entries its previous
+// process left in the store: they stand until the assignments made from
+// them expire at the clients.
 func defaultReplica(grpcAddr string) string {
 	host, err := os.Hostname()
 	if err != nil {
 		host = "localhost"
 	}
-	return host + "/" + grpcAddr
+	return host + "/" + grpcAddr + "/" + rand.Text()[:8]
 }

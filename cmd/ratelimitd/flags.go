@@ -236,7 +236,7 @@ func defineFlags(fs *flag.FlagSet, f *flags) {
 	fs.DurationVar(&f.grpcConn.keepaliveTimeout, "grpc-keepalive-timeout", defaultGRPCKeepaliveTimeout, "close a gRPC connection whose ping, or sent data, goes unacknowledged this long")
 	fs.Float64Var(&f.nearLimitRatio, "near-limit-ratio", server.DefaultNearLimitRatio, "share of a limit past which admitted hits count as near the limit (ratelimitd_rule_near_limit_total)")
 	fs.BoolVar(&f.rlqs, "rlqs", true, "serve Envoy's Rate Limit Quota Service on the gRPC port; each bucket's limit is shared, through the store, among the clients of every replica on it")
-	fs.StringVar(&f.rlqsReplica, "rlqs-replica", "", "this replica's `name` among those sharing RLQS limits through the store; unique per replica (default: the host name and the gRPC listener's address)")
+	fs.StringVar(&f.rlqsReplica, "rlqs-replica", "", "this replica's `name` among those sharing RLQS limits through the store; unique per process (default: the host name, the gRPC listener's address and a random part)")
 	fs.DurationVar(&f.rlqsSyncInterval, "rlqs-sync-interval", fairshare.DefaultSyncInterval, "how often each replica exchanges its RLQS buckets' demands and grants with the store: one store operation per bucket per replica each time")
 	fs.BoolVar(&f.httpJSON, "http-json", true, "serve POST /json on --http-addr (decisions over HTTP, without the gRPC listener's mutual TLS)")
 	fs.StringVar(&f.debugAddr, "debug-addr", "", "listen `address` for /debug/pprof (off when empty; keep it private)")

@@ -380,6 +380,7 @@ func startRatelimitd(t *testing.T, rules *config.Rules, opts server.Options) *gr
 	store := memory.New(memory.Options{Now: backendtest.NewClock(backendtest.T0).Now})
 	t.Cleanup(func() { store.Close() })
 	srv := server.New(store, rules, opts)
+	t.Cleanup(srv.EndHealthWatches) // ends the RLQS sharing loop, after the gRPC server stops
 	g := grpc.NewServer(srv.GRPCOptions()...)
 	srv.Register(g)
 	conn, _ := grpctest.Serve(t, g)

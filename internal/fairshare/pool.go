@@ -2,6 +2,7 @@ package fairshare
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"math"
 	"slices"
@@ -57,8 +58,9 @@ type PoolOptions struct {
 // the grant. Since the store grants atomically, the grants in force never
 // add up to more than the limit, so neither do the shares of all the
 // clients of all the replicas; a replica whose clients' demand grows waits
-// for the others to ask for less, which they do at their next exchange, so
-// shares converge within two exchanges of a change.
+// for the others to ask for less, which they do at the exchange after the
+// one that shows them its demand, so shares settle within three exchanges
+// of a change.
 //
 // Every bucket is exchanged each Interval while this replica has a live
 // client on it, so a bucket costs one store operation per replica per
@@ -77,7 +79,9 @@ type Pool struct {
 	log  *slog.Logger
 	now  func() time.Time
 
-	xmu sync.Mutex // serializes exchanges, so that the last grant applied is the store's
+	// xsem serializes exchanges, so that the last grant applied is the
+	// store's; a caller waits for it no longer than its context allows.
+	xsem chan struct{}
 
 	mu      sync.Mutex
 	entries map[string]*entry
@@ -97,6 +101,7 @@ type entry struct {
 	until   time.Time
 	granted float64
 	others  []float64
+	local   int  // this replica's live clients at the last exchange
 	dirty   bool // exchange at the next turn: its limit or clients changed
 }
 
@@ -117,6 +122,7 @@ func NewPool(opts PoolOptions) *Pool {
 		entries: make(map[string]*entry),
 		kick:    make(chan struct{}, 1),
 		stop:    make(chan struct{}),
+		xsem:    make(chan struct{}, 1),
 	}
 	if p.log == nil {
 		p.log = slog.New(slog.DiscardHandler)
@@ -127,15 +133,18 @@ func NewPool(opts PoolOptions) *Pool {
 	return p
 }
 
-// Need names a bucket and its limit, in requests per second.
+// Need names a bucket, its limit in requests per second, and how long
+// the assignment about to be made from its grant lives.
 type Need struct {
 	Bucket string
 	Limit  float64
+	TTL    time.Duration
 }
 
-// Exchange exchanges, in one store call within the Timeout, the buckets
-// of needs that have no grant in force with the limit given, so that the
-// clients that just reported on them get shares that count the other
+// Exchange exchanges, in one store call within the Timeout (waiting for
+// an exchange under way included), the buckets of needs whose grant is
+// not in force for their TTL, or was given for another limit, so that
+// the clients that just reported on them get shares that count the other
 // replicas'. The others are left to the loop, and cost no store call. The
 // store's error is returned; the buckets then stay Lapsed.
 func (p *Pool) Exchange(ctx context.Context, needs []Need) error {
@@ -149,18 +158,16 @@ func (p *Pool) Exchange(ctx context.Context, needs []Need) error {
 			p.entries[n.Bucket] = e
 		}
 		switch {
-		case e.limit != n.Limit || !e.live(now):
+		case e.limit != n.Limit || !e.live(now.Add(n.TTL)):
 			e.limit = n.Limit
-			buckets = append(buckets, n.Bucket)
-		case !p.Tracker.pooled(n.Bucket):
-			// The Tracker dropped the bucket (its clients expired) and
-			// holds it afresh: it gets the grant back.
-			p.Tracker.SetPool(n.Bucket, e.others, e.granted)
+			if !slices.Contains(buckets, n.Bucket) {
+				buckets = append(buckets, n.Bucket)
+			}
+		default:
+			p.reapply(n.Bucket, e)
 		}
 	}
-	if !p.running {
-		p.ensureLoop(context.WithoutCancel(ctx))
-	}
+	p.ensureLoop()
 	p.mu.Unlock()
 	if len(buckets) == 0 {
 		return nil
@@ -168,6 +175,15 @@ func (p *Pool) Exchange(ctx context.Context, needs []Need) error {
 	ctx, cancel := context.WithTimeout(ctx, p.opts.Timeout)
 	defer cancel()
 	return p.exchange(ctx, buckets)
+}
+
+// reapply gives the grant of e back to the Tracker's bucket if the Tracker
+// holds it afresh (it dropped it when its clients expired). p.mu must be
+// held.
+func (p *Pool) reapply(bucket string, e *entry) {
+	if !math.IsNaN(e.granted) && !p.Tracker.pooled(bucket) {
+		p.Tracker.SetPool(bucket, e.others, e.granted)
+	}
 }
 
 // Share is Tracker.Share; a limit other than the one last exchanged for
@@ -182,11 +198,12 @@ func (p *Pool) Share(bucket, client string, limit float64, now time.Time) (float
 	return p.Tracker.Share(bucket, client, limit, now)
 }
 
-// Forget is Tracker.Forget; the buckets left without a client are removed
-// from the store at the loop's next turn, which comes at once.
-func (p *Pool) Forget(client string) {
+// Forget is Tracker.Forget; the buckets it changed are exchanged at the
+// loop's next turn, which comes at once: those left without a client in
+// force are removed from the store.
+func (p *Pool) Forget(client string, now time.Time) {
 	buckets := p.Tracker.bucketsOf(client)
-	p.Tracker.Forget(client)
+	p.Tracker.Forget(client, now)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, b := range buckets {
@@ -244,15 +261,14 @@ func (p *Pool) Close() {
 	}
 }
 
-// ensureLoop starts the loop if it is not running, with ctx's values (it
-// outlives the caller's deadline). p.mu must be held.
-func (p *Pool) ensureLoop(ctx context.Context) {
+// ensureLoop starts the loop if it is not running. p.mu must be held.
+func (p *Pool) ensureLoop() {
 	if p.running || p.closed || len(p.entries) == 0 {
 		return
 	}
 	p.running = true
 	p.done = make(chan struct{})
-	go p.loop(ctx, p.done)
+	go p.loop(p.done)
 }
 
 // wake has the loop take a turn now. p.mu must be held.
@@ -265,8 +281,9 @@ func (p *Pool) wake() {
 
 // loop exchanges every bucket each Interval, and at once when woken; it
 // returns when Close is called, or when no bucket is left.
-func (p *Pool) loop(ctx context.Context, done chan struct{}) {
+func (p *Pool) loop(done chan struct{}) {
 	defer close(done)
+	ctx := context.Background() // the loop ends by p.stop
 	tick := time.NewTicker(p.opts.Interval)
 	defer tick.Stop()
 	for {
@@ -321,25 +338,40 @@ func (p *Pool) turn(ctx context.Context, all bool) bool {
 // exchange exchanges buckets with the store in one call, applies the
 // grants, and calls Changed for the buckets that moved.
 func (p *Pool) exchange(ctx context.Context, buckets []string) error {
-	p.xmu.Lock()
-	defer p.xmu.Unlock()
+	select {
+	case p.xsem <- struct{}{}:
+	case <-ctx.Done():
+		return fmt.Errorf("waiting for the exchange under way: %w", ctx.Err())
+	}
+	defer func() { <-p.xsem }()
 	now := p.now()
 	reqs := make([]backend.ShareRequest, 0, len(buckets))
+	locals := make([]int, 0, len(buckets))
+	// Under p.mu, so that no Exchange finds live the entry of a bucket
+	// whose removal is decided here: the entry goes before the store
+	// hears of it, and a client reporting meanwhile gets a fresh entry,
+	// exchanged after this call.
 	p.mu.Lock()
-	limits := make([]float64, len(buckets))
-	for i, b := range buckets {
-		if e := p.entries[b]; e != nil {
-			limits[i] = e.limit
+	for _, b := range buckets {
+		e := p.entries[b]
+		if e == nil {
+			continue
 		}
+		r := backend.ShareRequest{Bucket: b, Replica: p.opts.Replica, Limit: e.limit}
+		want, demands, until, ok := p.Tracker.Want(b, e.limit, now, nil)
+		if ok && until.After(now) {
+			r.Want, r.Demands, r.TTL = want, demands, until.Sub(now)
+		} else {
+			// No share in force: the entry goes, whether or not the store
+			// hears it (it then expires there on its own).
+			delete(p.entries, b)
+		}
+		reqs = append(reqs, r)
+		locals = append(locals, len(demands))
 	}
 	p.mu.Unlock()
-	for i, b := range buckets {
-		r := backend.ShareRequest{Bucket: b, Replica: p.opts.Replica, Limit: limits[i]}
-		want, demands, until, ok := p.Tracker.Want(b, limits[i], now, nil)
-		if ok {
-			r.Want, r.Demands, r.TTL = want, demands, until.Sub(now)
-		}
-		reqs = append(reqs, r) // TTL 0 when no client is left: removed
+	if len(reqs) == 0 {
+		return nil
 	}
 	res := make([]backend.ShareResult, len(reqs))
 	err := p.opts.Store.ExchangeShares(ctx, reqs, res)
@@ -347,19 +379,12 @@ func (p *Pool) exchange(ctx context.Context, buckets []string) error {
 		p.opts.Observe(err)
 	}
 	p.mu.Lock()
-	for _, r := range reqs {
-		if r.TTL <= 0 {
-			// No client is left: the entry goes, whether or not the store
-			// heard it (it then expires there on its own).
-			delete(p.entries, r.Bucket)
-		}
-	}
 	if err != nil {
 		// The store may have applied the call all the same (an answer
 		// lost, one Cluster node of several failing), recording at most
 		// Want: a grant above that is no longer the store's.
 		for _, r := range reqs {
-			if e := p.entries[r.Bucket]; e != nil && r.Want < e.granted {
+			if e := p.entries[r.Bucket]; e != nil && r.TTL > 0 && r.Want < e.granted {
 				e.granted = r.Want
 				p.Tracker.SetPool(r.Bucket, e.others, e.granted)
 			}
@@ -378,19 +403,25 @@ func (p *Pool) exchange(ctx context.Context, buckets []string) error {
 	var moved []string
 	for i, r := range reqs {
 		e := p.entries[r.Bucket]
-		if e == nil {
+		if e == nil || r.TTL <= 0 {
 			continue
 		}
 		e.dirty = false
 		e.until = now.Add(r.TTL)
 		g, o := res[i].Granted, res[i].Others
-		if g != e.granted || !slices.Equal(o, e.others) {
+		switch {
+		case g != e.granted || !slices.Equal(o, e.others):
 			e.granted, e.others = g, append(e.others[:0], o...)
 			p.Tracker.SetPool(r.Bucket, e.others, e.granted)
 			moved = append(moved, r.Bucket)
-		} else if !p.Tracker.pooled(r.Bucket) {
-			p.Tracker.SetPool(r.Bucket, e.others, e.granted) // held afresh
+		case locals[i] != e.local:
+			// A client came or went: the others' shares moved.
+			moved = append(moved, r.Bucket)
+			p.reapply(r.Bucket, e)
+		default:
+			p.reapply(r.Bucket, e)
 		}
+		e.local = locals[i]
 	}
 	p.mu.Unlock()
 	if p.opts.Changed != nil {

@@ -67,7 +67,7 @@ func (c *poolClient) report(t *testing.T, bucket string, limit float64, interval
 	if !c.pool.ReportFor(bucket, c.id, n, 0, 2*interval, now) {
 		t.Fatalf("%s: report refused", c.id)
 	}
-	if err := c.pool.Exchange(t.Context(), []Need{{Bucket: bucket, Limit: limit}}); err != nil {
+	if err := c.pool.Exchange(t.Context(), []Need{{Bucket: bucket, Limit: limit, TTL: 2 * interval}}); err != nil {
 		t.Fatalf("%s: Exchange: %v", c.id, err)
 	}
 }
@@ -179,7 +179,9 @@ func TestPoolNewReplicaWaitsForGrant(t *testing.T) {
 }
 
 // TestPoolLapse: while the store fails, a replica keeps its grant until
-// its entry would expire in the store, then Lapsed reports true; the next
+// its entry would expire in the store (when the last share handed out
+// expires, plus the longest share's time to live, for the shares handed
+// out before the next exchange), then Lapsed reports true; the next
 // exchange that works renews it.
 func TestPoolLapse(t *testing.T) {
 	const bucket, limit = "edge/k=v", 10.0
@@ -189,27 +191,30 @@ func TestPoolLapse(t *testing.T) {
 		t.Fatal("Lapsed before any exchange: false, want true")
 	}
 	c := &poolClient{id: "a", pool: p, demand: 5}
-	c.report(t, bucket, limit, time.Second, t0) // kept DefaultTTL: the entry stands 30 s
-	if p.Lapsed(bucket, t0, 2*time.Second) {
+	c.report(t, bucket, limit, 10*time.Second, t0) // a share for 20 s: the entry stands 40 s
+	if p.Lapsed(bucket, t0, 20*time.Second) {
 		t.Fatal("Lapsed right after an exchange: true, want false")
 	}
 	store.down.Store(true)
-	clk.Set(t0.Add(20 * time.Second))
+	clk.Set(t0.Add(10 * time.Second))
 	p.turn(t.Context(), true)
-	if p.Lapsed(bucket, t0.Add(20*time.Second), 2*time.Second) {
-		t.Error("Lapsed 20 s into a 30 s entry, for 2 s: true, want false")
+	if p.Lapsed(bucket, t0.Add(10*time.Second), 20*time.Second) {
+		t.Error("Lapsed 10 s into a 40 s entry, for 20 s: true, want false")
 	}
-	if !p.Lapsed(bucket, t0.Add(29*time.Second), 2*time.Second) {
-		t.Error("Lapsed 29 s into a 30 s entry, for 2 s: false, want true (it would outlive the entry)")
+	if !p.Lapsed(bucket, t0.Add(21*time.Second), 20*time.Second) {
+		t.Error("Lapsed 21 s into a 40 s entry, for 20 s: false, want true (it would outlive the entry)")
 	}
-	clk.Set(t0.Add(31 * time.Second)) // the entry has expired in the store
-	if err := p.Exchange(t.Context(), []Need{{Bucket: bucket, Limit: limit}}); !errors.Is(err, backend.ErrUnavailable) {
-		t.Errorf("Exchange of a lapsed bucket with the store down: %v, want ErrUnavailable", err)
+	now := t0.Add(21 * time.Second)
+	clk.Set(now)
+	if !p.ReportFor(bucket, "a", 5, 0, 20*time.Second, now) {
+		t.Fatal("report refused")
+	}
+	if err := p.Exchange(t.Context(), []Need{{Bucket: bucket, Limit: limit, TTL: 20 * time.Second}}); !errors.Is(err, backend.ErrUnavailable) {
+		t.Errorf("Exchange of a lapsing bucket with the store down: %v, want ErrUnavailable", err)
 	}
 	store.down.Store(false)
-	now := t0.Add(31 * time.Second)
-	c.report(t, bucket, limit, time.Second, now)
-	if p.Lapsed(bucket, now, 2*time.Second) {
+	c.report(t, bucket, limit, 10*time.Second, now)
+	if p.Lapsed(bucket, now, 20*time.Second) {
 		t.Error("Lapsed after the store came back: true, want false")
 	}
 }
@@ -234,28 +239,94 @@ func TestPoolLimitChange(t *testing.T) {
 }
 
 // TestPoolLoopEnds: the loop runs while the pool holds buckets; once the
-// last client is forgotten its entries leave the store (another replica
-// may take the whole limit) and the loop ends; Close ends it too.
+// last client is forgotten, and the share it was handed has expired, its
+// entry leaves the store (another replica may take the whole limit) and
+// the loop ends; Close ends it too.
 func TestPoolLoopEnds(t *testing.T) {
 	const bucket, limit = "edge/k=v", 10.0
-	pools, _, _ := replicas(t, 2)
+	pools, clk, _ := replicas(t, 2)
 	a := &poolClient{id: "a", pool: pools[0], demand: 1000}
-	a.report(t, bucket, limit, time.Second, t0)
+	a.report(t, bucket, limit, time.Second, t0) // a share for 2 s
 	pools[0].mu.Lock()
 	done := pools[0].done
 	pools[0].mu.Unlock()
 	if done == nil {
 		t.Fatal("no loop after the first exchange")
 	}
-	pools[0].Forget("a")
+	now := t0.Add(3 * time.Second)
+	clk.Set(now)
+	pools[0].Forget("a", now)
 	<-done // the loop removes the entry, then ends
 	b := &poolClient{id: "b", pool: pools[1], demand: 1000}
-	b.report(t, bucket, limit, time.Second, t0)
-	if s, _ := pools[1].Share(bucket, "b", limit, t0); s != limit {
+	b.report(t, bucket, limit, time.Second, now)
+	if s, _ := pools[1].Share(bucket, "b", limit, now); s != limit {
 		t.Errorf("after the other replica's client left: share %v, want the whole limit %v", s, limit)
 	}
 	pools[1].Close()
 	pools[1].Close() // twice is fine
+}
+
+// TestPoolForgetKeepsGrant: a client forgotten while its share is in
+// force keeps its replica's grant standing until the share expires.
+func TestPoolForgetKeepsGrant(t *testing.T) {
+	const bucket, limit = "edge/k=v", 10.0
+	pools, _, _ := replicas(t, 2)
+	a := &poolClient{id: "a", pool: pools[0], demand: 1000}
+	a.report(t, bucket, limit, 10*time.Second, t0) // a share for 20 s
+	pools[0].Forget("a", t0.Add(time.Second))
+	pools[0].turn(t.Context(), true)
+	b := &poolClient{id: "b", pool: pools[1], demand: 1000}
+	b.report(t, bucket, limit, time.Second, t0.Add(time.Second))
+	if s, _ := pools[1].Share(bucket, "b", limit, t0.Add(time.Second)); s != 0 {
+		t.Errorf("while the forgotten client's share is in force: the other replica's share %v, want 0", s)
+	}
+}
+
+// gatedStore holds a removal (a request of TTL 0) in the store until
+// released.
+type gatedStore struct {
+	backend.ShareStore
+	entered, release chan struct{}
+}
+
+func (g *gatedStore) ExchangeShares(ctx context.Context, reqs []backend.ShareRequest, res []backend.ShareResult) error {
+	if len(reqs) == 1 && reqs[0].TTL <= 0 {
+		close(g.entered)
+		<-g.release
+	}
+	return g.ShareStore.ExchangeShares(ctx, reqs, res)
+}
+
+// TestPoolRemovalRace: a client that reports on a bucket while the pool
+// removes the bucket's entry from the store gets a fresh exchange after
+// the removal, not the grant being removed, so that the shares of both
+// replicas stay within the limit.
+func TestPoolRemovalRace(t *testing.T) {
+	const bucket, limit = "edge/k=v", 100.0
+	pools, clk, store := replicas(t, 2)
+	g := &gatedStore{ShareStore: store, entered: make(chan struct{}), release: make(chan struct{})}
+	pools[0].opts.Store = g
+	a := &poolClient{id: "a", pool: pools[0], demand: 1000}
+	a.report(t, bucket, limit, time.Second, t0)
+	now := t0.Add(3 * time.Second) // a's share has expired
+	clk.Set(now)
+	pools[0].Forget("a", now) // the loop removes the entry, held in the store
+	<-g.entered
+	reported := make(chan float64)
+	go func() {
+		c := &poolClient{id: "c", pool: pools[0], demand: 1000}
+		c.report(t, bucket, limit, time.Second, now) // waits for the removal
+		s, _ := pools[0].Share(bucket, "c", limit, now)
+		reported <- s
+	}()
+	close(g.release)
+	sc := <-reported
+	b := &poolClient{id: "b", pool: pools[1], demand: 1000}
+	b.report(t, bucket, limit, time.Second, now)
+	sb, _ := pools[1].Share(bucket, "b", limit, now)
+	if sc+sb > limit {
+		t.Errorf("shares %v and %v across the replicas sum past the limit %v", sc, sb, limit)
+	}
 }
 
 // TestPoolConcurrent reports, shares, exchanges and forgets from many
@@ -275,7 +346,7 @@ func TestPoolConcurrent(t *testing.T) {
 				_ = p.Exchange(context.Background(), []Need{{Bucket: bucket, Limit: limit}})
 				p.Share(bucket, id, limit, t0.Add(time.Duration(i)*time.Millisecond))
 				if i%50 == 49 {
-					p.Forget(id)
+					p.Forget(id, t0.Add(time.Duration(i)*time.Millisecond))
 				}
 				if i%20 == 0 {
 					p.turn(t.Context(), true)

@@ -134,6 +134,14 @@ type client struct {
 	// until is when it expires: the TTL, or the keep of ReportFor if
 	// longer, after its latest report.
 	until time.Time
+	// assigned is when the share last handed out for it expires at the
+	// client: the keep of ReportFor after its latest report (zero before
+	// one with a keep).
+	assigned time.Time
+	keep     time.Duration // of the latest ReportFor with one
+	// departed marks a client that Forget dropped while a share handed
+	// out to it was still in force: it stays counted until assigned.
+	departed bool
 	// pending counts requests reported at or before last (a report that
 	// came with no time elapsed), to add to the next interval.
 	pending float64
@@ -183,9 +191,16 @@ func (t *Tracker) ReportFor(bucket, client string, allowed, denied uint64, keep 
 		}
 		return false
 	}
+	if c.departed { // it came back before its share expired
+		c.departed = false
+		t.index(c.id, b)
+	}
 	c.record(float64(allowed)+float64(denied), now)
 	if until := now.Add(max(keep, t.opts.TTL)); until.After(c.until) {
 		c.until = until
+	}
+	if keep > 0 {
+		c.assigned, c.keep = now.Add(keep), keep
 	}
 	if c.until.After(b.until) {
 		b.until = c.until
@@ -251,13 +266,18 @@ func (t *Tracker) clientFor(b *bucket, id string, now time.Time) *client {
 	b.index[id] = len(b.clients)
 	b.clients = append(b.clients, c)
 	t.nclients++
+	t.index(id, b)
+	return c
+}
+
+// index records that client id reports on b.
+func (t *Tracker) index(id string, b *bucket) {
 	set := t.byClient[id]
 	if set == nil {
 		set = make(map[*bucket]struct{})
 		t.byClient[id] = set
 	}
 	set[b] = struct{}{}
-	return c
 }
 
 // Share returns client's rate on bucket under limit (requests per second) at
@@ -408,17 +428,27 @@ func (t *Tracker) dropBucket(b *bucket) {
 	delete(t.buckets, b.key)
 }
 
-// Forget drops client (its stream ended) from every bucket; a bucket left
-// with no clients is dropped too.
-func (t *Tracker) Forget(client string) {
+// Forget drops client (its stream ended) from every bucket at now. A
+// client whose last share (the keep of ReportFor) is still in force at now
+// stays counted, with the demand it last reported, until that share
+// expires: the client may enforce it until then, and the others must not
+// be handed its part before. A bucket left with no clients is dropped.
+func (t *Tracker) Forget(client string, now time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for b := range t.byClient[client] {
+		c := b.clients[b.index[client]]
+		if c.assigned.After(now) {
+			c.departed, c.until = true, c.assigned
+			b.valid = false
+			continue
+		}
 		t.removeClient(b, b.index[client])
 		if len(b.clients) == 0 {
 			t.dropBucket(b)
 		}
 	}
+	delete(t.byClient, client)
 }
 
 // SetPool sets what the other replicas sharing bucket's limit hold: the
@@ -449,9 +479,12 @@ func (t *Tracker) pooled(bucket string) bool {
 // Want returns what this replica should ask for bucket under limit at now:
 // the sum of its live clients' shares in the allocation of limit over them
 // and the others of SetPool, uncapped by the grant. It also appends their
-// demands to dst, and returns the latest time any of them is kept to (the
-// time to live the replica's grant needs). ok is false when the bucket
-// has no live client.
+// demands to dst, and returns how long the replica's grant must stand:
+// until the last share handed out to them expires (see ReportFor's keep;
+// for a client reported without one, until it expires), which is not
+// after now when none is in force, plus the longest keep, so that a share
+// handed out before the next exchange is covered too. ok is false when the
+// bucket has no live client.
 func (t *Tracker) Want(bucket string, limit float64, now time.Time, dst []float64) (want float64, demands []float64, until time.Time, ok bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -466,12 +499,21 @@ func (t *Tracker) Want(bucket string, limit float64, now time.Time, dst []float6
 	}
 	b.targets(limit)
 	b.valid = false // b.shares holds the targets, not the capped shares
+	var keep time.Duration
 	for i, c := range b.clients {
 		want += b.shares[i]
 		dst = append(dst, c.demand)
-		if c.until.After(until) {
-			until = c.until
+		hold := c.assigned
+		if hold.IsZero() {
+			hold = c.until
 		}
+		if hold.After(until) {
+			until = hold
+		}
+		keep = max(keep, c.keep)
+	}
+	if until.After(now) {
+		until = until.Add(keep)
 	}
 	return min(want, limit), dst, until, true
 }

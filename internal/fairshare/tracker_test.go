@@ -233,7 +233,7 @@ func TestTrackerForget(t *testing.T) {
 		}
 	}
 	now := t0.Add(time.Second)
-	tr.Forget("a")
+	tr.Forget("a", now)
 	for _, bucket := range []string{"x", "y"} {
 		if rate, _ := tr.Share(bucket, "b", 100, now); rate != 100 {
 			t.Errorf("bucket %s after a was forgotten: b's share %v, want 100", bucket, rate)
@@ -242,11 +242,44 @@ func TestTrackerForget(t *testing.T) {
 	if buckets, clients := tr.Len(); buckets != 2 || clients != 2 {
 		t.Errorf("after forgetting a: %d buckets and %d clients, want 2 and 2", buckets, clients)
 	}
-	tr.Forget("b")
+	tr.Forget("b", now)
 	if buckets, clients := tr.Len(); buckets != 0 || clients != 0 {
 		t.Errorf("after forgetting everything: %d buckets and %d clients, want none", buckets, clients)
 	}
-	tr.Forget("never-seen")
+	tr.Forget("never-seen", now)
+}
+
+// TestTrackerForgetKeepsShareInForce: a client forgotten while the share
+// handed out to it (ReportFor's keep) is in force stays counted until it
+// expires, so that the others are not handed its part before; then it
+// goes. If it reports again meanwhile, it is back.
+func TestTrackerForgetKeepsShareInForce(t *testing.T) {
+	tr := NewTracker(Options{})
+	for _, c := range []string{"a", "b"} {
+		tr.ReportFor("x", c, 0, 0, 20*time.Second, t0)
+	}
+	now := t0.Add(time.Second)
+	tr.Forget("a", now)
+	if rate, _ := tr.Share("x", "b", 100, now); rate != 50 {
+		t.Errorf("while a's share is in force: b's share %v, want 50", rate)
+	}
+	after := t0.Add(21 * time.Second)
+	tr.ReportFor("x", "b", 0, 0, 20*time.Second, after)
+	if rate, _ := tr.Share("x", "b", 100, after); rate != 100 {
+		t.Errorf("once a's share expired: b's share %v, want 100", rate)
+	}
+	if _, clients := tr.Len(); clients != 1 {
+		t.Errorf("once a's share expired: %d clients held, want 1", clients)
+	}
+
+	tr.ReportFor("x", "c", 0, 0, 20*time.Second, after)
+	tr.Forget("c", after)
+	tr.ReportFor("x", "c", 0, 0, 20*time.Second, after.Add(time.Second)) // back before its share expired
+	tr.Forget("c", after.Add(time.Second))
+	tr.Forget("c", after.Add(time.Second)) // twice is fine
+	if _, clients := tr.Len(); clients != 2 {
+		t.Errorf("c forgotten twice, with a share in force: %d clients held, want b and c", clients)
+	}
 }
 
 func TestTrackerBounds(t *testing.T) {
@@ -325,7 +358,7 @@ func TestTrackerConcurrent(t *testing.T) {
 					return
 				}
 				if i%97 == 0 {
-					tr.Forget(client)
+					tr.Forget(client, now)
 				}
 			}
 		})

@@ -60,8 +60,8 @@
 //     tightest limit's rate, from the max-min fair division among the clients
 //     that report on the bucket, to this replica and, with a store, to every
 //     replica sharing it (package fairshare; see Across replicas). A
-//     client whose stream ends leaves the division at once. One that stops
-//     reporting a bucket stays in it until its last assignment expires
+//     client whose stream ends, or that stops reporting a bucket, stays in
+//     it until its last assignment expires
 //     (and at least fairshare.DefaultTTL, 30 s), so that every share in
 //     force is counted; after that it has no share, is pushed nothing,
 //     and gets a share again at its next report. Pushed assignments live
@@ -134,13 +134,15 @@
 //
 // A bucket costs one store operation (a script run, on the bucket's node
 // in a Redis Cluster) per replica per SyncInterval while a client of that
-// replica reports on it, whatever its request rate. A replica's entry
-// lives as long as its clients' assignments may (the longest time to live
-// it gave, at least fairshare.DefaultTTL), so a replica that dies leaves
-// its grant in force until the assignments it made expire; one restarted
-// under the same Options.Replica name takes its entries up again at once.
-// Names must be unique: the daemon's default is the host name and the
-// gRPC listen address.
+// replica holds an assignment on it, whatever its request rate. A
+// replica's entry lives until the last assignment it made expires, plus
+// the longest assignment's time to live (for the assignments it may make
+// before its next exchange), so a replica that dies leaves its grant in
+// force at least as long as its clients may enforce what it assigned. Names must be unique per process:
+// the daemon's default is the host name, the gRPC listen address and a
+// random part, so that a restarted replica starts with entries of its
+// own (a process reusing a name would take over the old entry at once,
+// while the assignments made from it may still be in force).
 //
 // When the store cannot be reached, a replica keeps to the grants it holds
 // until its entries would expire in the store (after which the others may

@@ -30,8 +30,9 @@ descriptors:
     rate_limit: {unit: second, requests_per_unit: 100}
 `
 
-// TestDeparture: when a client's stream ends, the others sharing its
-// bucket are pushed the part it leaves.
+// TestDeparture: when a client's stream ends, its share stays counted
+// until the assignment it was sent expires (it may enforce it until
+// then); after that the others get the part it leaves.
 func TestDeparture(t *testing.T) {
 	_, conn, clk := serve(t, rulesOf(t, oneRule))
 	id := map[string]string{"path": "/api"}
@@ -43,7 +44,18 @@ func TestDeparture(t *testing.T) {
 	if err := b.st.CloseSend(); err != nil {
 		t.Fatalf("CloseSend: %v", err)
 	}
-	a.until(func() bool { return rate(a.strategy(id)) == 100 })
+	if _, err := b.st.Recv(); err == nil {
+		t.Fatal("b's stream goes on after CloseSend")
+	}
+	a.report(usage{id: id, allowed: 1, elapsed: time.Second})
+	if got := rate(a.strategy(id)); got != 50 {
+		t.Errorf("while b's assignment is in force: %v per second, want 50", got)
+	}
+	clk.Advance(ttlFor(DefaultReportingInterval) + time.Second)
+	a.report(usage{id: id, allowed: 1, elapsed: time.Second})
+	if got := rate(a.strategy(id)); got != 100 {
+		t.Errorf("once b's assignment expired: %v per second, want 100", got)
+	}
 }
 
 // TestBounds: a bucket id with too many keys, or too many bytes, gets no

@@ -54,7 +54,8 @@ func replicaSet(t *testing.T, n int, opts Options) ([]*Service, []*grpc.ClientCo
 
 // TestSharedAcrossReplicas: two clients of one bucket, on two replicas of
 // one store, each end up with half the limit, pushed to them as the
-// replicas exchange; when one leaves, the other gets the whole limit.
+// replicas exchange; when one leaves, the other gets the whole limit once
+// the assignment of the one that left has expired.
 func TestSharedAcrossReplicas(t *testing.T) {
 	_, conns, clk, _ := replicaSet(t, 2, Options{})
 	id := map[string]string{"path": "/api"}
@@ -72,7 +73,59 @@ func TestSharedAcrossReplicas(t *testing.T) {
 	if err := a.st.CloseSend(); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := a.st.Recv(); err == nil {
+		t.Fatal("a's stream goes on after CloseSend")
+	}
+	b.report(usage{id: id, allowed: 1, elapsed: time.Second})
+	if got := rate(b.strategy(id)); got > 50 {
+		t.Errorf("while a's assignment is in force: %v per second, want at most 50", got)
+	}
+	// Replica 0's entry stands until a's assignment expires, plus one
+	// assignment's time to live (what it could have handed out before its
+	// next exchange): past both, b has the whole limit whether or not
+	// replica 0 has removed its entry yet.
+	clk.Advance(2*ttlFor(DefaultReportingInterval) + time.Second)
+	// b's replica asks by the demands it knew (a's, then): its next
+	// exchange asks for the whole limit and pushes it.
+	b.report(usage{id: id, allowed: 1, elapsed: time.Second})
 	b.until(func() bool { return near(rate(b.strategy(id)), 100) })
+}
+
+// TestLongReportingInterval: a client reporting less often than the
+// fair-share tracker's TTL gets its share at every report, not the
+// failure mode's answer: each report's assignment outlives the grant
+// exchanged before it, and is exchanged anew.
+func TestLongReportingInterval(t *testing.T) {
+	_, conns, clk, _ := replicaSet(t, 1, Options{Fallback: FallbackDenyAll})
+	id := map[string]string{"path": "/api"}
+	a := newClient(t, conns[0], clk, "web")
+	for i := range 4 {
+		a.report(usage{id: id, allowed: 1, elapsed: 20 * time.Second})
+		if got := rate(a.strategy(id)); !near(got, 100) {
+			t.Fatalf("report %d at a 20 s interval: %s, want 100 per second", i, describe(a.strategy(id)))
+		}
+		clk.Advance(20 * time.Second)
+	}
+}
+
+// TestViewConcurrent: GET /rlqs while reports come, for the race
+// detector.
+func TestViewConcurrent(t *testing.T) {
+	services, conns, clk, _ := replicaSet(t, 1, Options{})
+	cl := newClient(t, conns[0], clk, "web")
+	id := map[string]string{"path": "/api"}
+	cl.report(usage{id: id, allowed: 1})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for range 100 {
+			services[0].ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/rlqs", nil))
+		}
+	}()
+	for range 100 {
+		cl.report(usage{id: id, allowed: 1})
+	}
+	<-done
 }
 
 // TestFallback: while the store grants nothing, a new limited bucket gets

@@ -61,8 +61,9 @@ type Sharer interface {
 	// the bucket or the client is not held (refused, expired or
 	// forgotten): the shares of the clients held sum to at most limit.
 	Share(bucket, client string, limit float64, now time.Time) (rate float64, ok bool)
-	// Forget drops every share of the client.
-	Forget(client string)
+	// Forget drops every share of the client at now; a share still in
+	// force stays counted until it expires.
+	Forget(client string, now time.Time)
 }
 
 // Fallback is what a limited bucket is assigned while the store grants no
@@ -264,7 +265,7 @@ func (s *Service) newStream(g grpc.ServerStream) *stream {
 // streams that shared its buckets take them up.
 func (s *Service) endStream(st *stream) {
 	s.metrics.streams.Dec()
-	s.sharer.Forget(st.client) // before the others wake to their new shares
+	s.sharer.Forget(st.client, s.now()) // before the others wake to their new shares
 	for key, b := range st.buckets {
 		st.drop(key, b)
 	}

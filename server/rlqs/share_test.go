@@ -65,7 +65,11 @@ func TestSlowReporterStaysCounted(t *testing.T) {
 	_, conn, clk := serve(t, rulesOf(t, oneRule))
 	id := map[string]string{"path": "/api"}
 	slow, fast := newClient(t, conn, clk, "web"), newClient(t, conn, clk, "web")
-	slow.report(usage{id: id, allowed: 1})
+	// The slow client names its interval from the first report, so that
+	// its bucket lives past the minute below even when a stream's loop
+	// takes up a wake-up from these first reports only after the clock
+	// has moved.
+	slow.report(usage{id: id, allowed: 1, elapsed: time.Minute})
 	fast.report(usage{id: id, allowed: 1})
 	clk.Advance(time.Minute)
 	slow.report(usage{id: id, allowed: 6000, elapsed: time.Minute}) // 100 per second

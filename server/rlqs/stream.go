@@ -172,7 +172,7 @@ func (st *stream) report(m *wireReports) error {
 		st.s.shifted(st, key)
 		done = append(done, reported{key, b, ttl, held})
 		if limit, ok := st.shared(b); ok && held {
-			needs = append(needs, fairshare.Need{Bucket: key, Limit: limit})
+			needs = append(needs, fairshare.Need{Bucket: key, Limit: limit, TTL: ttl})
 		}
 	}
 	if len(needs) > 0 {

@@ -85,8 +85,8 @@ func (s *Service) View() View {
 			bv := byKey[key]
 			if bv == nil {
 				bv = &BucketView{Domain: v.domain, Rule: v.rule, BucketID: validID(v.id)}
-				if !math.IsNaN(v.limit) {
-					bv.Limit = &v.limit
+				if l := v.limit; !math.IsNaN(l) {
+					bv.Limit = &l // a copy: v changes once st.mu is released
 				}
 				if s.pool != nil {
 					if g, others, ok := s.pool.Grant(key); ok {
