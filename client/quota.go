@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"math"
 	"math/bits"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -301,30 +302,35 @@ func (q *Quota) decide(ds []Descriptor) (verdict, error) {
 // take decides one slot, noting in v whether the failure policy decided
 // and, when a token bucket refuses, until when.
 func (q *Quota) take(s *slot, now int64, v *verdict) bool {
-	var a *assigned
-	if s.b != nil {
-		a = s.b.assignment(now)
+	for {
+		var a *assigned
+		if s.b != nil {
+			a = s.b.assignment(now)
+		}
+		switch {
+		case a == nil:
+			v.policy = true
+			return !q.failClosed
+		case a.kind == allowAll:
+			return true
+		case a.kind == denyAll:
+			v.policy = false
+			return false
+		}
+		ok, retry, stale := a.tb.take(s.hits, now)
+		switch {
+		case stale: // replaced meanwhile: decide on the new assignment
+			if s.b.a.Load() == a { // stored right after its token bucket
+				runtime.Gosched()
+			}
+			continue
+		case ok:
+			s.tb = a.tb
+		default:
+			v.policy, v.retry = false, retry
+		}
+		return ok
 	}
-	switch {
-	case a == nil:
-		v.policy = true
-		return !q.failClosed
-	case a.kind == allowAll:
-		return true
-	case a.kind == denyAll:
-		v.policy = false
-		return false
-	}
-	ok, retry, stale := a.tb.take(s.hits, now)
-	if stale { // replaced meanwhile: decide on the new assignment
-		return q.take(s, now, v)
-	}
-	if ok {
-		s.tb = a.tb
-	} else {
-		v.policy, v.retry = false, retry
-	}
-	return ok
 }
 
 // checkQuota returns InvalidArgument for a malformed call.
@@ -699,7 +705,7 @@ func (q *Quota) apply(a action, now int64) {
 	if a.lifetime > 0 {
 		n.expires = now + int64(a.lifetime)
 	}
-	if a.kind == tokenBucket {
+	if a.kind == tokenBucket { // its state first: see Quota.take
 		n.tb = nextTokens(b.a.Load(), a, now, &b.state)
 	}
 	b.a.Store(n)
