@@ -56,27 +56,28 @@
 // # Quota mode: deciding locally
 //
 // A Quota decides without an RPC per call. It speaks Envoy's Rate Limit
-// Quota Service (RLQS) to a ratelimitd serving it (ratelimitd --rlqs):
-// each descriptor is a bucket, whose entries are the bucket id (a map: a
-// key may not appear twice, and the order of the entries does not
-// matter). The Quota reports a bucket to ratelimitd on its first use, and
-// then every ReportingInterval with the calls it allowed and refused, over
-// one stream that it reopens, with backoff, when it fails. ratelimitd
-// answers each bucket with an assignment, for a time to live (twice the
-// reporting interval, at least 1 s): a token bucket holding this client's
-// share of the rule's limit, ALLOW_ALL (an unlimited rule, or no rule at
-// all), or DENY_ALL (requests_per_unit: 0). Quota.Allow then decides on
-// the spot: a call is allowed only if every descriptor's bucket admits it,
-// and a refused call takes no token. A bucket without an assignment in
-// force (before ratelimitd's first answer, or once it has expired because
-// ratelimitd is away) is decided by the failure policy: open by default,
-// as a Client's, or closed with QuotaOptions.FailClosed (which refuses
-// the calls of a new bucket until ratelimitd's first answer, a round trip
-// later: it suits buckets that are few and long-lived). So is a bucket
-// past QuotaOptions.MaxBuckets, or past the 1000 buckets ratelimitd
-// assigns on one stream; a bucket unused for QuotaIdleIntervals reporting
-// intervals is forgotten. Counts reported on a stream that then fails may
-// be lost with it.
+// Quota Service (RLQS) to ratelimitd, which serves it on its gRPC port
+// unless started with --rlqs=false: each descriptor is a bucket, whose
+// entries are the bucket id (a map: a key may not appear twice, and the
+// order of the entries does not matter). The Quota reports a bucket to
+// ratelimitd on its first use, and then every ReportingInterval with the
+// calls it allowed and refused, over one stream that it reopens, with
+// backoff, when it fails. ratelimitd answers each bucket with an
+// assignment, for a time to live (twice the reporting interval, at least
+// 1 s): a token bucket holding this client's share of the rule's limit,
+// ALLOW_ALL (an unlimited rule, or no rule at all), or DENY_ALL
+// (requests_per_unit: 0). Quota.Allow then decides on the spot: a call is
+// allowed only if every descriptor's bucket admits it, and a refused call
+// takes no token. A bucket without an assignment in force (before
+// ratelimitd's first answer, or once it has expired because ratelimitd is
+// away) is decided by the failure policy: open by default, as a Client's,
+// or closed with QuotaOptions.FailClosed (which refuses the calls of a new
+// bucket until ratelimitd's first answer, a round trip later: it suits
+// buckets that are few and long-lived). So is a bucket past
+// QuotaOptions.MaxBuckets, or past the 1000 buckets ratelimitd assigns on
+// one stream; a bucket unused for QuotaIdleIntervals reporting intervals
+// is forgotten. Counts reported on a stream that then fails may be lost
+// with it.
 //
 //	q, err := client.NewQuota(conn, client.QuotaOptions{Domain: "edge"})
 //	if err != nil { ... }

@@ -9,6 +9,8 @@ import (
 	"hash/maphash"
 	"log/slog"
 	"math"
+	"math/bits"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -300,27 +302,35 @@ func (q *Quota) decide(ds []Descriptor) (verdict, error) {
 // take decides one slot, noting in v whether the failure policy decided
 // and, when a token bucket refuses, until when.
 func (q *Quota) take(s *slot, now int64, v *verdict) bool {
-	var a *assigned
-	if s.b != nil {
-		a = s.b.assignment(now)
+	for {
+		var a *assigned
+		if s.b != nil {
+			a = s.b.assignment(now)
+		}
+		switch {
+		case a == nil:
+			v.policy = true
+			return !q.failClosed
+		case a.kind == allowAll:
+			return true
+		case a.kind == denyAll:
+			v.policy = false
+			return false
+		}
+		ok, retry, stale := a.tb.take(s.hits, now)
+		switch {
+		case stale: // replaced meanwhile: decide on the new assignment
+			if s.b.a.Load() == a { // stored right after its token bucket
+				runtime.Gosched()
+			}
+			continue
+		case ok:
+			s.tb = a.tb
+		default:
+			v.policy, v.retry = false, retry
+		}
+		return ok
 	}
-	switch {
-	case a == nil:
-		v.policy = true
-		return !q.failClosed
-	case a.kind == allowAll:
-		return true
-	case a.kind == denyAll:
-		v.policy = false
-		return false
-	}
-	ok, retry := a.tb.take(s.hits, now)
-	if ok {
-		s.tb = a.tb
-	} else {
-		v.policy, v.retry = false, retry
-	}
-	return ok
 }
 
 // checkQuota returns InvalidArgument for a malformed call.
@@ -418,80 +428,114 @@ type assigned struct {
 }
 
 // tokens is a token bucket: perFill tokens every fill nanoseconds from
-// base, up to max. Its state is one word, updated by compare-and-swap:
-// the tokens held (low 32 bits) and the number of the last fill (high 32
-// bits, counted from base, wrapping: fills are counted right while calls
-// come less than 2^31 fills apart, 24 days for fills of a millisecond;
-// a bucket unused for QuotaIdleIntervals is forgotten long before). The
-// word is its bucket's, on the line of the bucket's counters, so that a
-// call writes one cache line; a new assignment that changes the bucket's
-// parameters starts the word afresh (a call then under way on the old
-// parameters may count its last fills on them, once).
+// base, up to max. Its state is one word, updated by compare-and-swap, on
+// the line of its bucket's counters so that a call writes one cache line:
+// from the top, a tag (tagBits) naming the token bucket the word is
+// for, the number of the last fill (counted from base, wrapping), and the
+// tokens held (the low bits, as many as max needs, at most 32). A new
+// assignment that changes the bucket's parameters starts the word afresh
+// under the next tag: a call then under way on the old token bucket finds
+// the tag changed, changes nothing and decides on the new assignment (it
+// would have to be held up through 2^tagBits replacements of its bucket's
+// parameters to find its own tag again). Fills are counted right while
+// calls come less than half the fill numbers apart: 2^23 fills when max
+// needs 32 bits (2.3 hours for fills of a millisecond), 2^39 when it needs
+// 16; a bucket unused for QuotaIdleIntervals is forgotten long before.
 type tokens struct {
 	max, perFill uint64 // max < 2^32
 	fill, base   int64
+	tag          uint64         // this token bucket's tag, in place (<< 64-tagBits)
+	shift        uint           // the tokens' bits; the fill number's start
+	fills        uint64         // the mask of fill numbers (unshifted)
 	state        *atomic.Uint64 // its bucket's
 }
 
+// tagBits is the width of the tag in a token bucket's state.
+const tagBits = 8
+
 // newTokens returns a token bucket holding n tokens at now, whose state is
-// state.
+// state, tagged next after the token bucket whose state state held. Only
+// one goroutine may replace a bucket's token bucket (the reporter's).
 func newTokens(a action, n uint64, now int64, state *atomic.Uint64) *tokens {
 	t := &tokens{max: min(a.maxTokens, math.MaxUint32), perFill: a.perFill, fill: int64(a.fillInterval), base: now, state: state}
-	t.state.Store(min(n, t.max))
+	t.shift = uint(bits.Len64(t.max))
+	t.fills = 1<<(64-tagBits-t.shift) - 1
+	t.tag = (state.Load()>>(64-tagBits) + 1) << (64 - tagBits)
+	t.state.Store(t.tag | min(n, t.max))
 	return t
 }
 
-// fillAt returns the number of the fill at now (wrapping).
-func (t *tokens) fillAt(now int64) uint32 { return uint32(max(now-t.base, 0) / t.fill) }
+// owns reports whether state s is t's: has t's tag.
+func (t *tokens) owns(s uint64) bool { return s&^(math.MaxUint64>>tagBits) == t.tag }
 
-// filled returns the tokens of state s after the fills up to fill number
-// at, and the state's new fill number.
-func (t *tokens) filled(s uint64, at uint32) (uint64, uint32) {
-	n, last := s&math.MaxUint32, uint32(s>>32)
-	d := int32(at - last)
-	if d <= 0 { // another call counted a later fill
+// fillAt returns the number of the fill at now (wrapping).
+func (t *tokens) fillAt(now int64) uint64 { return uint64(max(now-t.base, 0)/t.fill) & t.fills }
+
+// filled returns the tokens of state s, which is t's, after the fills up
+// to fill number at, and the state's new fill number.
+func (t *tokens) filled(s, at uint64) (uint64, uint64) {
+	n, last := s&(1<<t.shift-1), s>>t.shift&t.fills
+	d := (at - last) & t.fills
+	if d == 0 || d > t.fills>>1 { // another call counted a later fill
 		return n, last
 	}
 	if n < t.max && t.perFill != 0 {
-		if need := (t.max - n + t.perFill - 1) / t.perFill; uint64(d) >= need {
+		if need := (t.max - n + t.perFill - 1) / t.perFill; d >= need {
 			n = t.max
 		} else {
-			n += uint64(d) * t.perFill
+			n += d * t.perFill
 		}
 	}
 	return n, at
 }
 
 // take takes n tokens at now if the bucket holds them, after adding the
-// fills due; else it returns the time until the next fill.
-func (t *tokens) take(n uint64, now int64) (bool, time.Duration) {
+// fills due; else it returns the time until the next fill. It reports
+// stale, taking nothing, when another token bucket replaced t: the caller
+// decides on the bucket's assignment now in force.
+func (t *tokens) take(n uint64, now int64) (ok bool, retry time.Duration, stale bool) {
 	at := t.fillAt(now)
 	for {
 		s := t.state.Load()
+		if !t.owns(s) {
+			return false, 0, true
+		}
 		held, last := t.filled(s, at)
 		if held < n {
 			next := t.base + (int64(now-t.base)/t.fill+1)*t.fill
-			return false, time.Duration(next - now)
+			return false, time.Duration(next - now), false
 		}
-		if t.state.CompareAndSwap(s, uint64(last)<<32|(held-n)) {
-			return true, 0
+		if t.state.CompareAndSwap(s, t.tag|last<<t.shift|(held-n)) {
+			return true, 0, false
 		}
 	}
 }
 
-// refund gives back n tokens taken.
+// refund gives back n tokens taken, unless another token bucket replaced
+// t meanwhile (which started from t's tokens, with or without those).
 func (t *tokens) refund(n uint64) {
+	mask := uint64(1)<<t.shift - 1
 	for {
 		s := t.state.Load()
-		held := min(t.max, s&math.MaxUint32+n)
-		if t.state.CompareAndSwap(s, s&^math.MaxUint32|held) {
+		if !t.owns(s) {
+			return
+		}
+		held := min(t.max, s&mask+n)
+		if t.state.CompareAndSwap(s, s&^mask|held) {
 			return
 		}
 	}
 }
 
-// level returns the tokens held, without the fills due.
-func (t *tokens) level() uint64 { return t.state.Load() & math.MaxUint32 }
+// level returns the tokens held, without the fills due: none once
+// another token bucket replaced t.
+func (t *tokens) level() uint64 {
+	s := t.state.Load()
+	if !t.owns(s) {
+		return 0
+	}
+	return s & (1<<t.shift - 1)
+}
 
 // hashEntries hashes entries as a map: the same whatever their order. It
 // hashes them in the order of their keys (insertion-sorted: a descriptor
@@ -661,7 +705,7 @@ func (q *Quota) apply(a action, now int64) {
 	if a.lifetime > 0 {
 		n.expires = now + int64(a.lifetime)
 	}
-	if a.kind == tokenBucket {
+	if a.kind == tokenBucket { // its state first: see Quota.take
 		n.tb = nextTokens(b.a.Load(), a, now, &b.state)
 	}
 	b.a.Store(n)
@@ -676,7 +720,7 @@ func nextTokens(old *assigned, a action, now int64, state *atomic.Uint64) *token
 		return newTokens(a, a.maxTokens, now, state)
 	}
 	t := old.tb
-	if t.max == min(a.maxTokens, math.MaxUint32) && t.perFill == a.perFill && t.fill == int64(a.fillInterval) && t.fillAt(now) < 1<<30 {
+	if t.max == min(a.maxTokens, math.MaxUint32) && t.perFill == a.perFill && t.fill == int64(a.fillInterval) && uint64(max(now-t.base, 0)/t.fill) < t.fills>>2 {
 		return t
 	}
 	return newTokens(a, t.level(), now, state)

@@ -12,8 +12,8 @@ import (
 )
 
 // ExampleQuota decides locally under the assignments of a ratelimitd
-// serving RLQS (ratelimitd --rlqs), here for an HTTP handler. (It has no
-// output: it needs a running ratelimitd.)
+// serving RLQS (as it does on its gRPC port by default), here for an HTTP
+// handler. (It has no output: it needs a running ratelimitd.)
 func ExampleQuota() {
 	conn, err := grpc.NewClient("ratelimitd:8081", grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {

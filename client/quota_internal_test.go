@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"hash/maphash"
 	"log/slog"
+	"math"
 	"net"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -45,14 +47,139 @@ func TestTokensArithmetic(t *testing.T) {
 		{103 * s, 5, true, 0}, // 3 fills of 2, capped at 5
 	}
 	for i, st := range steps {
-		ok, retry := tb.take(st.n, st.at)
-		if ok != st.ok || retry != st.retry {
-			t.Errorf("step %d: take(%d) at %v = %v, %v; want %v, %v", i, st.n, time.Duration(st.at), ok, retry, st.ok, st.retry)
+		ok, retry, stale := tb.take(st.n, st.at)
+		if ok != st.ok || retry != st.retry || stale {
+			t.Errorf("step %d: take(%d) at %v = %v, %v, stale %v; want %v, %v", i, st.n, time.Duration(st.at), ok, retry, stale, st.ok, st.retry)
 		}
 	}
 	tb.refund(9)
 	if got := tb.level(); got != 5 {
 		t.Errorf("level after a refund past max = %d, want 5", got)
+	}
+}
+
+// TestTokensStaleTakeAfterReplacement: a take that began on a token
+// bucket whose assignment a new one with other parameters then replaced
+// changes nothing of the new token bucket's state (sharing its word):
+// the new one holds no more than its own max, and refills on its own
+// schedule from its replacement on.
+func TestTokensStaleTakeAfterReplacement(t *testing.T) {
+	s := int64(time.Second)
+	var state atomic.Uint64
+	old := newTokens(action{maxTokens: 100, perFill: 10, fillInterval: time.Second}, 100, 0, &state)
+	if ok, _, _ := old.take(1, 300*s); !ok { // the old fill number is now 300
+		t.Fatal("the old token bucket refused a token it held")
+	}
+	a := action{kind: tokenBucket, maxTokens: 10, perFill: 1, fillInterval: time.Second}
+	tb := nextTokens(&assigned{kind: tokenBucket, tb: old}, a, 300*s, &state)
+	if tb == old {
+		t.Fatal("new parameters kept the old token bucket")
+	}
+	if ok, _, stale := old.take(1, 300*s); ok || !stale { // a call under way on the old assignment
+		t.Errorf("take on the replaced token bucket = %v, stale %v; want false, stale", ok, stale)
+	}
+	old.refund(50)
+	if got := tb.level(); got > 10 {
+		t.Fatalf("new token bucket holds %d tokens after a take on the old one, over its max 10", got)
+	}
+	if ok, _, _ := tb.take(tb.level(), 300*s); !ok {
+		t.Fatal("the new token bucket refused the tokens it holds")
+	}
+	for i := int64(1); i <= 12; i++ {
+		if ok, _, _ := tb.take(1, 300*s+i*s); !ok {
+			t.Fatalf("emptied new token bucket refused its fill %d, %d s after the replacement", i, i)
+		}
+		if got := tb.level(); got > 10 {
+			t.Fatalf("new token bucket holds %d tokens, over its max 10", got)
+		}
+	}
+	if ok, _, _ := tb.take(11, 400*s); ok {
+		t.Error("new token bucket gave 11 tokens, over its max 10")
+	}
+}
+
+// TestTokensWideMax: a token bucket whose max needs all 32 bits of tokens
+// keeps 24 for fill numbers, and counts right the fills of calls up to
+// 2^23-1 fills apart.
+func TestTokensWideMax(t *testing.T) {
+	tb := newTokens(action{maxTokens: math.MaxUint32, perFill: 1, fillInterval: time.Nanosecond}, 0, 0, new(atomic.Uint64))
+	const far = 1<<23 - 1
+	for i, st := range []struct {
+		at int64
+		n  uint64
+		ok bool
+	}{
+		{0, 1, false},
+		{far, far + 1, false},
+		{far, far, true},
+		{2 * far, far, true},
+		{3 * far, far + 1, false},
+		{3 * far, far, true},
+	} {
+		if ok, _, stale := tb.take(st.n, st.at); ok != st.ok || stale {
+			t.Errorf("step %d: take(%d) at %d ns = %v, stale %v; want %v", i, st.n, st.at, ok, stale, st.ok)
+		}
+	}
+}
+
+// TestQuotaReplacementsUnderLoad: while goroutines call Allow on one
+// bucket, its assignment alternates between two token buckets of other
+// parameters, the clock a second on between replacements. No token bucket
+// ever holds more than its max, and the calls allowed are no more than
+// the first token bucket's max and each second's fills: a call under way
+// on a replaced token bucket never fills the new one. Run with -race.
+func TestQuotaReplacementsUnderLoad(t *testing.T) {
+	clk := newClock()
+	q := newQuota(t, serveFake(t, &fakeRLQS{}), QuotaOptions{ReportingInterval: time.Hour, Now: clk.Now})
+	d := D("tenant", "acme")
+	allow(t, q, d) // the failure policy's: no assignment yet
+	b := q.find(hashEntries(q.seed, d.Entries), d.Entries)
+	params := []action{
+		{entries: d.Entries, kind: tokenBucket, maxTokens: 100, perFill: 10, fillInterval: time.Second},
+		{entries: d.Entries, kind: tokenBucket, maxTokens: 5, perFill: 1, fillInterval: 100 * time.Millisecond},
+	}
+	const rounds, perSecond = 200, 10 // the most either fills in a second
+	q.apply(params[0], q.nanos())
+	var allowed atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				ok, err := q.Allow(d)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if ok {
+					allowed.Add(1)
+				}
+			}
+		})
+	}
+	checkLevel := func(round int) {
+		t.Helper()
+		if tb := b.a.Load().tb; tb.level() > tb.max {
+			t.Errorf("round %d: token bucket holds %d tokens, over its max %d", round, tb.level(), tb.max)
+		}
+	}
+	for r := 1; r <= rounds; r++ {
+		clk.Add(time.Second)
+		runtime.Gosched()
+		checkLevel(r)
+		q.apply(params[r%2], q.nanos())
+		runtime.Gosched()
+		checkLevel(r)
+	}
+	close(stop)
+	wg.Wait()
+	if got, most := allowed.Load(), int64(100+rounds*perSecond); got > most {
+		t.Errorf("%d calls allowed; want at most %d", got, most)
 	}
 }
 
