@@ -267,7 +267,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			deciders[i] = &rpcDecider{o: o, vals: vals, client: rlsv3.NewRateLimitServiceClient(cc)}
 			continue
 		}
-		d, err := newQuotaDecider(o, vals, cc)
+		d, err := newQuotaDecider(o, vals, cc) //nolint:contextcheck // the Quota runs its stream until Close, on a context of its own
 		if err != nil {
 			return err
 		}
