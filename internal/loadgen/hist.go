@@ -44,9 +44,12 @@ func highest(i int) uint64 {
 }
 
 // record counts one duration d; negative durations count as zero.
-func (h *histogram) record(d time.Duration) {
-	h.counts[bucket(uint64(max(d, 0)))]++
-	h.n++
+func (h *histogram) record(d time.Duration) { h.recordN(d, 1) }
+
+// recordN counts n durations d at once, as record would one by one.
+func (h *histogram) recordN(d time.Duration, n uint64) {
+	h.counts[bucket(uint64(max(d, 0)))] += n
+	h.n += n
 	h.max = max(h.max, d)
 }
 

@@ -3,13 +3,27 @@
 // and reports the throughput, the latency percentiles, and what the
 // service, Redis and loadgen itself spent per decision.
 //
-// Each caller sends a ShouldRateLimit request, waits for the answer, and
-// sends the next. A request names the -domain ("bench" of
-// internal/loadgen/bench.yaml by default), with user u<N> drawn uniformly
-// from -keys values, and with -descriptors 3 also path /p<N%50> and tenant
-// t<N%10>, each its own descriptor. Calls that end during -warmup are not
-// counted; the measured period is the -duration that follows. A decision
-// is an answered call, OK or OVER_LIMIT.
+// With -mode rpc (the default), each caller sends a ShouldRateLimit
+// request, waits for the answer, and sends the next. A request names the
+// -domain ("bench" of internal/loadgen/bench.yaml by default), with user
+// u<N> drawn uniformly from -keys values, and with -descriptors 3 also
+// path /p<N%50> and tenant t<N%10>, each its own descriptor. Calls that
+// end during -warmup are not counted; the measured period is the
+// -duration that follows. A decision is an answered call, OK or
+// OVER_LIMIT.
+//
+// With -mode quota, loadgen decides itself: each gRPC connection has one
+// client.Quota (the Go client's quota mode, failing open, reporting every
+// -reporting-interval) on the -domain, shared by the callers assigned to
+// it, and each caller calls Allow on the same descriptors, drawn the same
+// way, one decision after the other. A decision is an Allow that
+// answered, admitted or refused (counted as over limit); the service only
+// takes the Quotas' reports. An Allow takes well under a microsecond, so
+// a caller reads the clock once per quotaBatch decisions, and each of
+// them counts the batch's mean as its latency. The report adds
+// fail_opens: the decisions the Quotas' failure policy made over the
+// measured period (a bucket without an assignment, such as one past the
+// buckets ratelimitd assigns on one stream).
 //
 // At both edges of the measured period loadgen reads, and the report
 // divides their growth by the decisions:
@@ -36,6 +50,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -51,6 +66,7 @@ import (
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/ratelimitd/ratelimitd/client"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 )
@@ -77,6 +93,8 @@ func (e exitError) Error() string { return "exit status " + strconv.Itoa(int(e))
 
 // options are the command's flags.
 type options struct {
+	mode        string
+	interval    time.Duration
 	addr        string
 	domain      string
 	descriptors int
@@ -146,6 +164,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	o := &options{}
 	fs := flag.NewFlagSet("loadgen", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.StringVar(&o.mode, "mode", modeRPC, "how callers decide: "+modeRPC+" (a ShouldRateLimit call each) or "+modeQuota+" (locally, with a client.Quota per connection)")
+	fs.DurationVar(&o.interval, "reporting-interval", 0, "with -mode quota, how often each Quota reports (0: the client's default)")
 	fs.StringVar(&o.addr, "addr", "127.0.0.1:8081", "the service's gRPC `address`")
 	fs.StringVar(&o.domain, "domain", "bench", "rate limit domain of the requests")
 	fs.IntVar(&o.descriptors, "descriptors", 1, "descriptors per request: 1 (user) or 3 (user, path, tenant)")
@@ -171,6 +191,10 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	switch {
 	case fs.NArg() > 0:
 		bad = fmt.Sprintf("unexpected argument %q", fs.Arg(0))
+	case o.mode != modeRPC && o.mode != modeQuota:
+		bad = fmt.Sprintf("-mode %q: want %s or %s", o.mode, modeRPC, modeQuota)
+	case o.interval < 0:
+		bad = fmt.Sprintf("-reporting-interval %v: must not be negative", o.interval)
 	case o.descriptors != 1 && o.descriptors != 3:
 		bad = fmt.Sprintf("-descriptors %d: want 1 or 3", o.descriptors)
 	case o.concurrency < 1, o.conns < 1, o.keys < 1:
@@ -192,6 +216,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 // Latencies are in microseconds; CPU figures are microseconds of CPU per
 // decision over the measured period, null when no pid was given.
 type report struct {
+	Mode        string  `json:"mode"`
 	Addr        string  `json:"addr"`
 	Descriptors int     `json:"descriptors"`
 	Concurrency int     `json:"concurrency"`
@@ -215,7 +240,10 @@ type report struct {
 	// the -redis-addr nodes; null without -redis-addr.
 	RedisCmd   *float64 `json:"redis_cmd_us"`
 	RedisCalls *float64 `json:"redis_cmd_calls"`
-	FirstError string   `json:"first_error,omitempty"`
+	// FailOpens counts, with -mode quota, the decisions that the Quotas'
+	// failure policy made over the measured period; null otherwise.
+	FailOpens  *uint64 `json:"fail_opens"`
+	FirstError string  `json:"first_error,omitempty"`
 }
 
 // run parses args, drives the service for the warm-up and the measured
@@ -225,31 +253,41 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	conns := make([]rlsv3.RateLimitServiceClient, o.conns)
-	for i := range conns {
+	vals := newValues(o.keys)
+	p := &probe{o: o}
+	deciders := make([]decider, o.conns)
+	for i := range deciders {
 		cc, err := grpc.NewClient(o.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err != nil {
-			return err
+			return fmt.Errorf("gRPC connection to -addr %s: %w", o.addr, err)
 		}
 		defer cc.Close()
 		cc.Connect()
-		conns[i] = rlsv3.NewRateLimitServiceClient(cc)
+		if o.mode == modeRPC {
+			deciders[i] = &rpcDecider{o: o, vals: vals, client: rlsv3.NewRateLimitServiceClient(cc)}
+			continue
+		}
+		d, err := newQuotaDecider(o, vals, cc) //nolint:contextcheck // the Quota runs its stream until Close, on a context of its own
+		if err != nil {
+			return err
+		}
+		defer d.q.Close() // before cc.Close: deferred calls run last first
+		p.quotas = append(p.quotas, d.q)
+		deciders[i] = d
 	}
-	p := &probe{o: o}
 	if len(o.redisAddrs) > 0 {
 		if p.stats, err = newCmdStats(ctx, o.redisAddrs, o.redisCmds); err != nil {
 			return err
 		}
 		defer p.stats.close()
 	}
-	vals := newValues(o.keys)
 
 	start := time.Now()
 	t0, t1 := start.Add(o.warmup), start.Add(o.warmup+o.duration)
 	tallies := make([]tally, o.concurrency)
 	var wg sync.WaitGroup
 	for i := range tallies {
-		c := caller{o: o, vals: vals, client: conns[i%len(conns)], t0: t0, t1: t1,
+		c := caller{d: deciders[i%len(deciders)], keys: o.keys, t0: t0, t1: t1,
 			rng: rand.New(rand.NewPCG(o.seed, uint64(i)))}
 		wg.Go(func() { c.loop(ctx, &tallies[i]) })
 	}
@@ -287,21 +325,25 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 // A probe reads the counters that the report divides by the decisions:
 // the CPU of the service (-pid), of the Redis servers (-redis-pid) and of
-// this process, and the Redis command totals (-redis-addr).
+// this process, and the Redis command totals (-redis-addr); with -mode
+// quota, it also reads the Quotas' fail-opens.
 type probe struct {
-	o     *options
-	stats *cmdStats // nil without -redis-addr
+	o      *options
+	stats  *cmdStats       // nil without -redis-addr
+	quotas []*client.Quota // with -mode quota
 }
 
 // A sample is what a probe read at one instant.
 type sample struct {
 	daemon, redis, self time.Duration
 	cmds                cmdTotals
+	failOpens           uint64
 }
 
 // sub returns s minus o.
 func (s sample) sub(o sample) sample {
-	return sample{daemon: s.daemon - o.daemon, redis: s.redis - o.redis, self: s.self - o.self, cmds: s.cmds.sub(o.cmds)}
+	return sample{daemon: s.daemon - o.daemon, redis: s.redis - o.redis, self: s.self - o.self, cmds: s.cmds.sub(o.cmds),
+		failOpens: s.failOpens - o.failOpens}
 }
 
 // readAt waits until at, then reads the counters; it returns early with
@@ -336,6 +378,9 @@ func (p *probe) readAt(ctx context.Context, at time.Time) (sample, error) {
 			return sample{}, err
 		}
 	}
+	for _, q := range p.quotas {
+		s.failOpens += q.FailOpens()
+	}
 	return s, nil
 }
 
@@ -343,7 +388,7 @@ func (p *probe) readAt(ctx context.Context, at time.Time) (sample, error) {
 // per decision.
 func newReport(o *options, all *tally) report {
 	r := report{
-		Addr: o.addr, Descriptors: o.descriptors, Concurrency: o.concurrency, Conns: o.conns, Keys: o.keys,
+		Mode: o.mode, Addr: o.addr, Descriptors: o.descriptors, Concurrency: o.concurrency, Conns: o.conns, Keys: o.keys,
 		DurationS: o.duration.Seconds(),
 		Decisions: all.hist.n, OverLimit: all.overLimit, Errors: all.errors,
 		RPS: float64(all.hist.n) / o.duration.Seconds(),
@@ -359,6 +404,9 @@ func newReport(o *options, all *tally) report {
 // perDecision sets r's figures per decision from d, what the counters
 // moved over the measured period; those that o did not ask for stay nil.
 func (r *report) perDecision(o *options, d sample) {
+	if o.mode == modeQuota {
+		r.FailOpens = &d.failOpens
+	}
 	if r.Decisions == 0 {
 		return
 	}
@@ -384,18 +432,30 @@ func (r report) String() string {
 		if v == nil {
 			return "-"
 		}
-		return strconv.FormatFloat(*v, 'f', 1, 64) + unit
+		return num(*v) + unit
 	}
-	s := fmt.Sprintf("%s %d descriptor(s), %d callers on %d conn(s): %.0f req/s over %gs, p50 %.0f µs, p90 %.0f µs, p99 %.0f µs, max %.0f µs; "+
+	s := fmt.Sprintf("%s %s %d descriptor(s), %d callers on %d conn(s): %.0f req/s over %gs, p50 %s µs, p90 %s µs, p99 %s µs, max %.0f µs; "+
 		"%d decisions, %d over limit, %d errors; per decision: CPU of the service %s, of Redis %s, of loadgen %s; "+
 		"Redis commands %s in %s calls",
-		r.Addr, r.Descriptors, r.Concurrency, r.Conns, r.RPS, r.DurationS, r.P50, r.P90, r.P99, r.Max,
+		r.Mode, r.Addr, r.Descriptors, r.Concurrency, r.Conns, r.RPS, r.DurationS, num(r.P50), num(r.P90), num(r.P99), r.Max,
 		r.Decisions, r.OverLimit, r.Errors, f(r.DaemonCPU, " µs"), f(r.RedisCPU, " µs"), f(r.LoadgenCPU, " µs"),
 		f(r.RedisCmd, " µs"), f(r.RedisCalls, ""))
+	if r.FailOpens != nil {
+		s += fmt.Sprintf("; %d decided by the failure policy", *r.FailOpens)
+	}
 	if r.FirstError != "" {
 		s += "; first error: " + r.FirstError
 	}
 	return s
+}
+
+// num formats v for people: whole from 100 up, else three significant
+// digits (a local decision's figures are fractions of a microsecond).
+func num(v float64) string {
+	if v >= 100 {
+		return strconv.FormatFloat(v, 'f', 0, 64)
+	}
+	return strconv.FormatFloat(v, 'g', 3, 64)
 }
 
 func micros(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
@@ -437,24 +497,119 @@ func (t *tally) merge(o *tally) {
 	}
 }
 
-// A caller is one closed-loop client.
-type caller struct {
+// The modes of -mode.
+const (
+	modeRPC   = "rpc"
+	modeQuota = "quota"
+)
+
+// quotaBatch is how many decisions a caller makes, with -mode quota,
+// between two readings of the clock: an Allow takes about as long as
+// reading the clock twice.
+const quotaBatch = 64
+
+// A decider makes the decisions of the callers on one connection.
+type decider interface {
+	// decide decides for user n: whether the service or the Quota refused,
+	// or the error of a call that got no answer.
+	decide(ctx context.Context, n int) (overLimit bool, err error)
+	// batch is how many decisions a caller makes between two readings of
+	// the clock.
+	batch() int
+}
+
+// An rpcDecider sends a ShouldRateLimit call per decision.
+type rpcDecider struct {
 	o      *options
 	vals   *values
 	client rlsv3.RateLimitServiceClient
+}
+
+func (d *rpcDecider) batch() int { return 1 }
+
+func (d *rpcDecider) decide(ctx context.Context, n int) (bool, error) {
+	cctx, cancel := context.WithTimeout(ctx, d.o.timeout)
+	defer cancel()
+	resp, err := d.client.ShouldRateLimit(cctx, d.request(n))
+	if err != nil {
+		return false, err
+	}
+	return resp.GetOverallCode() == rlsv3.RateLimitResponse_OVER_LIMIT, nil
+}
+
+// request builds the request for user n.
+func (d *rpcDecider) request(n int) *rlsv3.RateLimitRequest {
+	entry := func(k, v string) *rlv3.RateLimitDescriptor {
+		return &rlv3.RateLimitDescriptor{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: k, Value: v}}}
+	}
+	ds := make([]*rlv3.RateLimitDescriptor, 0, 3)
+	ds = append(ds, entry("user", d.vals.users[n]))
+	if d.o.descriptors == 3 {
+		ds = append(ds, entry("path", d.vals.paths[n%len(d.vals.paths)]), entry("tenant", d.vals.tenants[n%len(d.vals.tenants)]))
+	}
+	return &rlsv3.RateLimitRequest{Domain: d.o.domain, Descriptors: ds}
+}
+
+// A quotaDecider decides locally with a Quota, on the descriptors that an
+// rpcDecider would send, built once per user so that callers spend their
+// CPU on Allow.
+type quotaDecider struct {
+	q     *client.Quota
+	users [][]client.Descriptor // by user
+}
+
+// newQuotaDecider returns a quotaDecider whose Quota talks to the
+// service over cc, able to hold every bucket that the callers use.
+func newQuotaDecider(o *options, vals *values, cc *grpc.ClientConn) (*quotaDecider, error) {
+	q, err := client.NewQuota(cc, client.QuotaOptions{Domain: o.domain, ReportingInterval: o.interval,
+		MaxBuckets: len(vals.users) + len(vals.paths) + len(vals.tenants)})
+	if err != nil {
+		return nil, fmt.Errorf("quota on -domain %q: %w", o.domain, err)
+	}
+	d := &quotaDecider{q: q, users: make([][]client.Descriptor, len(vals.users))}
+	for n, u := range vals.users {
+		d.users[n] = []client.Descriptor{client.D("user", u)}
+		if o.descriptors == 3 {
+			d.users[n] = append(d.users[n], client.D("path", vals.paths[n%len(vals.paths)]), client.D("tenant", vals.tenants[n%len(vals.tenants)]))
+		}
+	}
+	return d, nil
+}
+
+func (d *quotaDecider) batch() int { return quotaBatch }
+
+func (d *quotaDecider) decide(_ context.Context, n int) (bool, error) {
+	ok, err := d.q.Allow(d.users[n]...)
+	return !ok && err == nil, err
+}
+
+// A caller is one closed-loop client.
+type caller struct {
+	d      decider
+	keys   int
 	rng    *rand.Rand
 	t0, t1 time.Time // the measured period
 }
 
-// loop calls until t1 or until ctx is done, counting into t the calls
-// that end within [t0, t1).
+// loop decides until t1 or until ctx is done, counting into t the
+// decisions of the batches that end within [t0, t1); each decision of a
+// batch counts the batch's mean latency.
 func (c *caller) loop(ctx context.Context, t *tally) {
+	batch := c.d.batch()
 	for ctx.Err() == nil {
-		req := c.request(c.rng.IntN(len(c.vals.users)))
+		var over, errs uint64
+		var firstErr error
 		begin := time.Now()
-		cctx, cancel := context.WithTimeout(ctx, c.o.timeout)
-		resp, err := c.client.ShouldRateLimit(cctx, req)
-		cancel()
+		for range batch {
+			o, err := c.d.decide(ctx, c.rng.IntN(c.keys))
+			switch {
+			case err != nil:
+				errs++
+				firstErr = cmp.Or(firstErr, err)
+			case o:
+				over++
+			}
+		}
 		end := time.Now()
 		if !end.Before(c.t1) {
 			return
@@ -462,33 +617,14 @@ func (c *caller) loop(ctx context.Context, t *tally) {
 		if end.Before(c.t0) {
 			continue
 		}
-		switch {
-		case err != nil:
-			if ctx.Err() != nil {
-				return // interrupted: not the server's fault
-			}
-			t.errors++
-			if t.firstErr == nil {
-				t.firstErr = err
-			}
-		default:
-			t.hist.record(end.Sub(begin))
-			if resp.GetOverallCode() == rlsv3.RateLimitResponse_OVER_LIMIT {
-				t.overLimit++
-			}
+		if errs > 0 && ctx.Err() != nil {
+			return // interrupted: not the server's fault
 		}
+		if n := uint64(batch) - errs; n > 0 {
+			t.hist.recordN(end.Sub(begin)/time.Duration(batch), n)
+		}
+		t.overLimit += over
+		t.errors += errs
+		t.firstErr = cmp.Or(t.firstErr, firstErr)
 	}
-}
-
-// request builds the request for user n.
-func (c *caller) request(n int) *rlsv3.RateLimitRequest {
-	entry := func(k, v string) *rlv3.RateLimitDescriptor {
-		return &rlv3.RateLimitDescriptor{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: k, Value: v}}}
-	}
-	ds := make([]*rlv3.RateLimitDescriptor, 0, 3)
-	ds = append(ds, entry("user", c.vals.users[n]))
-	if c.o.descriptors == 3 {
-		ds = append(ds, entry("path", c.vals.paths[n%len(c.vals.paths)]), entry("tenant", c.vals.tenants[n%len(c.vals.tenants)]))
-	}
-	return &rlsv3.RateLimitRequest{Domain: c.o.domain, Descriptors: ds}
 }

@@ -4,6 +4,7 @@ import (
 	"io"
 	"slices"
 	"testing"
+	"time"
 )
 
 func TestParseFlagsLists(t *testing.T) {
@@ -30,6 +31,28 @@ func TestParseFlagsLists(t *testing.T) {
 	for _, bad := range []string{"0", "x", "1,,2"} {
 		if _, err := parseFlags([]string{"-redis-pid", bad}, io.Discard); err == nil {
 			t.Errorf("-redis-pid %q: no error", bad)
+		}
+	}
+}
+
+func TestParseFlagsMode(t *testing.T) {
+	o, err := parseFlags(nil, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.mode != modeRPC {
+		t.Errorf("-mode by default: %q, want %q", o.mode, modeRPC)
+	}
+	o, err = parseFlags([]string{"-mode", "quota", "-reporting-interval", "1s"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.mode != modeQuota || o.interval != time.Second {
+		t.Errorf("-mode quota -reporting-interval 1s: mode %q, interval %v", o.mode, o.interval)
+	}
+	for _, bad := range [][]string{{"-mode", "local"}, {"-mode", "quota", "-reporting-interval", "-1s"}} {
+		if _, err := parseFlags(bad, io.Discard); err == nil {
+			t.Errorf("%q: no error", bad)
 		}
 	}
 }
