@@ -11,11 +11,15 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/testing/protocmp"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/ratelimitd/ratelimitd/backend"
 	"github.com/ratelimitd/ratelimitd/backend/backendtest"
 	"github.com/ratelimitd/ratelimitd/backend/memory"
 	"github.com/ratelimitd/ratelimitd/backend/redis"
+	ratelimitv1 "github.com/ratelimitd/ratelimitd/gen/ratelimit/v1"
 	"github.com/ratelimitd/ratelimitd/internal/redistest"
 	"github.com/ratelimitd/ratelimitd/server"
 )
@@ -309,4 +313,61 @@ func TestExplainBadRequests(t *testing.T) {
 	if code, _, _ := do(t, ts, http.MethodGet, "/explain", ""); code != http.StatusMethodNotAllowed {
 		t.Errorf("GET /explain: %d, want 405", code)
 	}
+}
+
+// TestExplainNative: the native Explain RPC explains a ShouldRateLimit
+// request as /explain does, consumes nothing, and refuses a malformed
+// request as ShouldRateLimit does.
+func TestExplainNative(t *testing.T) {
+	h := newHarness(t, loadRules(t, "algorithms.yaml"), server.Options{})
+	req := nrequest("algorithms", ndesc("fixed", "k"))
+	for range 4 {
+		h.shouldNative(t, req)
+	}
+	h.at(time.Second)
+	explainNative := func(req *ratelimitv1.ShouldRateLimitRequest) *ratelimitv1.ExplainResponse {
+		t.Helper()
+		resp, err := h.native.Explain(t.Context(), &ratelimitv1.ExplainRequest{Request: req})
+		if err != nil {
+			t.Fatalf("Explain(%s): %v", brief(req), err)
+		}
+		return resp
+	}
+	want := &ratelimitv1.ExplainResponse{
+		Code: nok,
+		Descriptors: []*ratelimitv1.DescriptorExplanation{{
+			Rule:     &ratelimitv1.MatchedRule{Path: "fixed", File: "testdata/algorithms.yaml", Line: 4},
+			Decision: ratelimitv1.Decision_DECISION_OK,
+			Hits:     1,
+			Limits: []*ratelimitv1.LimitExplanation{{
+				Limit:      nlimit(10, time.Minute, ratelimitv1.Algorithm_ALGORITHM_FIXED_WINDOW, "fixed", 10),
+				Remaining:  6,
+				ResetAfter: durationpb.New(59 * time.Second),
+				WouldAdmit: true,
+			}},
+		}},
+	}
+	ignoreCounter := protocmp.IgnoreFields(&ratelimitv1.LimitExplanation{}, "counter")
+	first := explainNative(req)
+	if diff := cmp.Diff(want, first, protocmp.Transform(), ignoreCounter); diff != "" {
+		t.Errorf("Explain after 4 hits of 10 (-want +got):\n%s", diff)
+	}
+	if c := first.GetDescriptors()[0].GetLimits()[0].GetCounter(); !counterDigest.MatchString(c) {
+		t.Errorf("counter %q, want sha256: and 16 hex digits", c)
+	}
+	if diff := cmp.Diff(first, explainNative(req), protocmp.Transform()); diff != "" {
+		t.Errorf("a second Explain differs (-first +second):\n%s", diff)
+	}
+	if got := h.shouldNative(t, req).GetStatuses()[0].GetRemaining(); got != 5 {
+		t.Errorf("the decision after two Explains left %d, want 5 (6 explained, less its hit)", got)
+	}
+
+	over := explainNative(&ratelimitv1.ShouldRateLimitRequest{Domain: "algorithms", Hits: 6, Descriptors: []*ratelimitv1.Descriptor{ndesc("fixed", "k")}})
+	lo := over.GetDescriptors()[0].GetLimits()[0]
+	if over.GetCode() != nover || lo.GetWouldAdmit() || lo.GetRetryAfter().AsDuration() != 59*time.Second {
+		t.Errorf("Explain of 6 hits on 5 left: %v, want CODE_OVER_LIMIT, would_admit false, retry_after 59s", over)
+	}
+
+	_, err := h.native.Explain(t.Context(), &ratelimitv1.ExplainRequest{Request: nrequest("")})
+	wantCode(t, "Explain of an empty request", err, codes.InvalidArgument, "domain is empty")
 }
