@@ -138,6 +138,20 @@ func TestExplainStores(t *testing.T) {
 			t.Cleanup(func() { s.Close() })
 			return s
 		},
+		"redis-cluster": func(t *testing.T, clock *backendtest.Clock) backend.Store {
+			c := redistest.StartCluster(t, 3)
+			client, err := redis.NewClient(c.URL(), redis.ClientOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { client.Close() })
+			s, err := redis.New(client, redis.Options{Now: clock.Now, Timeout: 5 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { s.Close() })
+			return s
+		},
 	}
 	// Each algorithm's rule in algorithms.yaml, its line and what is left
 	// after 3 hits at t0 (token bucket: a burst of 20; the log: 5 per 30 s).
@@ -199,7 +213,40 @@ func TestExplainStores(t *testing.T) {
 					clock.Set(t0)
 				})
 			}
+			t.Run("several descriptors", func(t *testing.T) {
+				explainSeveral(t, ts)
+			})
 		})
+	}
+}
+
+// explainSeveral explains a request of several descriptors (on a Redis
+// Cluster, counters that may live on several nodes) and checks that it consumes none of
+// their counters.
+func explainSeveral(t *testing.T, ts *httptest.Server) {
+	t.Helper()
+	var descs []string
+	for _, key := range []string{"half_minute", "window_of_a_minute", "window_of_a_day", "window_of_a_week"} {
+		descs = append(descs, fmt.Sprintf(`{"entries": [{"key": %q, "value": "many"}]}`, key))
+	}
+	body := `{"domain": "algorithms", "descriptors": [` + strings.Join(descs, ", ") + `]}`
+	remaining := func() []uint64 {
+		t.Helper()
+		var r []uint64
+		for _, d := range explain(t, ts, body).Descriptors {
+			r = append(r, d.Limits[0].Remaining)
+		}
+		return r
+	}
+	decideJSON(t, ts, body)
+	for _, want := range [][]uint64{{4, 4, 4, 4}, {4, 4, 4, 4}} { // twice: explain consumed nothing
+		if diff := cmp.Diff(want, remaining()); diff != "" {
+			t.Errorf("remaining after one decision (-want +got):\n%s", diff)
+		}
+	}
+	decideJSON(t, ts, body)
+	if diff := cmp.Diff([]uint64{3, 3, 3, 3}, remaining()); diff != "" {
+		t.Errorf("remaining after a second decision (-want +got):\n%s", diff)
 	}
 }
 
@@ -370,4 +417,17 @@ func TestExplainNative(t *testing.T) {
 
 	_, err := h.native.Explain(t.Context(), &ratelimitv1.ExplainRequest{Request: nrequest("")})
 	wantCode(t, "Explain of an empty request", err, codes.InvalidArgument, "domain is empty")
+}
+
+// TestExplainStoreDown: a store that cannot be read gets 503, whatever
+// the failure mode, since explain reports counters.
+func TestExplainStoreDown(t *testing.T) {
+	clock := backendtest.NewClock(t0)
+	store := memory.New(memory.Options{Now: clock.Now})
+	ts := explainServer(t, store, clock, server.Options{FailureMode: server.FailAllow}, "algorithms.yaml")
+	store.Close()
+	code, out, _ := do(t, ts, http.MethodPost, "/explain", jsonBody("algorithms", 1, "fixed=k"))
+	if code != http.StatusServiceUnavailable {
+		t.Errorf("POST /explain on a closed store: %d %q, want 503", code, out)
+	}
 }
