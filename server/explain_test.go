@@ -326,6 +326,12 @@ func TestExplainModes(t *testing.T) {
 	if len(o.Descriptors[1].Entries) != 1 || o.Descriptors[1].Entries[0].Value != "here" {
 		t.Errorf("entries %+v, want the request's echoed", o.Descriptors[1].Entries)
 	}
+
+	ovr := `{"domain": "modes", "descriptors": [{"entries": [{"key": "nothing", "value": "here"}], "limit": {"requests_per_unit": 3, "unit": "HOUR"}}]}`
+	od := explain(t, ts, ovr).Descriptors[0]
+	if od.Decision != "OK" || od.Rule != nil || len(od.Limits) != 1 || od.Limits[0].RequestsPerUnit != 3 || od.Limits[0].Window != "1h0m0s" || od.Limits[0].Remaining != 3 {
+		t.Errorf("an unmatched descriptor with its own limit: %+v, want OK under 3 per hour, 3 remaining", od)
+	}
 }
 
 // TestExplainShadowDaemon: a daemon in shadow mode refuses nothing, and
