@@ -1,7 +1,7 @@
 // Package server is ratelimitd's decision engine and its faces: Envoy's
 // envoy.service.ratelimit.v3.RateLimitService and the native
 // ratelimit.v1.RateLimitService on one gRPC server, with gRPC health and
-// reflection, and the HTTP endpoints /json, /healthz and /readyz.
+// reflection, and the HTTP endpoints /json, /explain, /healthz and /readyz.
 //
 // The faces (Envoy's over gRPC and /json, the native API) only decode
 // their messages into the engine's transport-free request and map its

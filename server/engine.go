@@ -326,11 +326,33 @@ func (s *Server) decide(ctx context.Context, sc *scratch) error {
 	if err := s.match(sc); err != nil {
 		return err
 	}
-	// Build one store request per limit that applies and was not replaced;
-	// its key is the descriptor's prefix and the limit's suffix, appended
-	// after every prefix.
+	bans := s.storeRequests(sc)
+	var refused bool
+	switch {
+	case len(sc.reqs) == 0:
+	case bans == len(sc.reqs):
+		refused = s.decideBans(sc) // a ban needs no counter: no store call
+	default:
+		start := time.Now()
+		err := s.take(ctx, sc)
+		s.metrics.storeDuration.Observe(time.Since(start).Seconds())
+		if err != nil {
+			return s.storeFailed(ctx, sc, err)
+		}
+		refused = backend.Refused(sc.reqs, sc.res)
+	}
+	s.verdicts(sc, refused)
+	s.appendHeaders(sc)
+	return nil
+}
+
+// storeRequests builds sc.reqs from the matched sc.descs: one store
+// request per limit that applies and was not replaced, its key the
+// descriptor's prefix and the limit's suffix, appended after every
+// prefix. It returns how many of them are bans. decide and explain share
+// it, so that explain reads the very counters a decision would take.
+func (s *Server) storeRequests(sc *scratch) (bans int) {
 	keysFrom := len(sc.keys)
-	bans := 0
 	for i := range sc.descs {
 		ds := &sc.descs[i]
 		ds.first = len(sc.reqs)
@@ -373,23 +395,7 @@ func (s *Server) decide(ctx context.Context, sc *scratch) error {
 		}
 		sc.res = slices.Grow(sc.res[:0], len(sc.reqs))[:len(sc.reqs)]
 	}
-	var refused bool
-	switch {
-	case len(sc.reqs) == 0:
-	case bans == len(sc.reqs):
-		refused = s.decideBans(sc) // a ban needs no counter: no store call
-	default:
-		start := time.Now()
-		err := s.take(ctx, sc)
-		s.metrics.storeDuration.Observe(time.Since(start).Seconds())
-		if err != nil {
-			return s.storeFailed(ctx, sc, err)
-		}
-		refused = backend.Refused(sc.reqs, sc.res)
-	}
-	s.verdicts(sc, refused)
-	s.appendHeaders(sc)
-	return nil
+	return bans
 }
 
 // decideBans writes into sc.res the result of every ban of sc.reqs, and
@@ -417,25 +423,29 @@ func (s *Server) verdicts(sc *scratch, refused bool) {
 	dec := &sc.dec
 	dec.over = !s.opts.ShadowMode && refused
 	for i := range sc.descs {
-		ds := &sc.descs[i]
-		v := verdict{unlimited: ds.unlimited()}
-		if ds.n > 0 {
-			// Report the limit that refused, else the one with the least
-			// remaining.
-			pick := ds.first
-			for k := ds.first; k < ds.first+ds.n; k++ {
-				if r := sc.res[k]; r.OverLimit {
-					pick = k
-					break
-				} else if r.Remaining < sc.res[pick].Remaining {
-					pick = k
-				}
-			}
-			v = s.limitVerdict(ds, sc.reqs[pick].Limit, sc.res[pick])
-		}
-		s.countRule(sc.req.domain, ds, v, dec.over)
+		v := s.descVerdict(sc, i)
+		s.countRule(sc.req.domain, &sc.descs[i], v, dec.over)
 		dec.statuses = append(dec.statuses, v)
 	}
+}
+
+// descVerdict is the verdict on sc.descs[i] from sc.res: it reports the
+// limit that refused, else the one with the least remaining.
+func (s *Server) descVerdict(sc *scratch, i int) verdict {
+	ds := &sc.descs[i]
+	if ds.n == 0 {
+		return verdict{unlimited: ds.unlimited()}
+	}
+	pick := ds.first
+	for k := ds.first; k < ds.first+ds.n; k++ {
+		if r := sc.res[k]; r.OverLimit {
+			pick = k
+			break
+		} else if r.Remaining < sc.res[pick].Remaining {
+			pick = k
+		}
+	}
+	return s.limitVerdict(ds, sc.reqs[pick].Limit, sc.res[pick])
 }
 
 // limitVerdict is the verdict of ds reporting limit l, whose result is r.

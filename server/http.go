@@ -29,6 +29,9 @@ import (
 //	               answers the protojson response with 200 (OK) or 429
 //	               (OVER_LIMIT), 400 for a bad request, 503 when the
 //	               counters are unavailable
+//	POST /explain  the /json body; answers, as JSON, the rules, limits
+//	               and counters a decision would use, and what it would
+//	               decide, without consuming anything (see explain.go)
 //	GET  /rlqs     with Options.RLQS, the RLQS buckets held and their
 //	               assignments, as JSON (rlqs.View)
 //
@@ -58,6 +61,7 @@ func (s *Server) Handler() http.Handler {
 	if !s.opts.DisableJSON {
 		mux.HandleFunc("POST /json", s.serveJSON)
 	}
+	mux.HandleFunc("POST /explain", s.serveExplain)
 	if s.rlqs != nil {
 		mux.Handle("GET /rlqs", s.rlqs)
 	}
@@ -85,33 +89,13 @@ func (s *Server) serveConfig(w http.ResponseWriter, _ *http.Request) {
 }
 
 func (s *Server) serveJSON(w http.ResponseWriter, r *http.Request) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxRecvMsgSize))
-	if err != nil {
-		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
-			http.Error(w, "request body over 1 MiB", http.StatusRequestEntityTooLarge)
-			return
-		}
-		http.Error(w, "reading request: "+err.Error(), http.StatusBadRequest)
+	req, ok := readRateLimitRequest(w, r)
+	if !ok {
 		return
 	}
-	var req rlsv3.RateLimitRequest
-	if err := protojson.Unmarshal(body, &req); err != nil {
-		http.Error(w, "invalid RateLimitRequest: "+err.Error(), http.StatusBadRequest)
-		return
-	}
-	resp, err := s.decideEnvoy(r.Context(), apiJSON, func(sc *scratch) error { return envoyFromProto(sc, &req) })
+	resp, err := s.decideEnvoy(r.Context(), apiJSON, func(sc *scratch) error { return envoyFromProto(sc, req) })
 	if err != nil {
-		var inv *invalidError
-		code := http.StatusInternalServerError
-		switch {
-		case errors.As(err, &inv):
-			code = http.StatusBadRequest
-		case errors.Is(err, errStoreUnavailable), errors.Is(err, errShuttingDown):
-			code = http.StatusServiceUnavailable
-		case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-			code = http.StatusGatewayTimeout
-		}
-		http.Error(w, err.Error(), code)
+		http.Error(w, err.Error(), httpCode(err))
 		return
 	}
 	out, err := protojson.Marshal(resp)
@@ -124,4 +108,39 @@ func (s *Server) serveJSON(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusTooManyRequests)
 	}
 	w.Write(out)
+}
+
+// readRateLimitRequest reads r's body, a protojson RateLimitRequest (of
+// /json and /explain). When it cannot, it answers the error itself and
+// returns false.
+func readRateLimitRequest(w http.ResponseWriter, r *http.Request) (*rlsv3.RateLimitRequest, bool) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxRecvMsgSize))
+	if err != nil {
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			http.Error(w, "request body over 1 MiB", http.StatusRequestEntityTooLarge)
+			return nil, false
+		}
+		http.Error(w, "reading request: "+err.Error(), http.StatusBadRequest)
+		return nil, false
+	}
+	req := new(rlsv3.RateLimitRequest)
+	if err := protojson.Unmarshal(body, req); err != nil {
+		http.Error(w, "invalid RateLimitRequest: "+err.Error(), http.StatusBadRequest)
+		return nil, false
+	}
+	return req, true
+}
+
+// httpCode maps an engine error to an HTTP status code.
+func httpCode(err error) int {
+	var inv *invalidError
+	switch {
+	case errors.As(err, &inv):
+		return http.StatusBadRequest
+	case errors.Is(err, errStoreUnavailable), errors.Is(err, errShuttingDown):
+		return http.StatusServiceUnavailable
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return http.StatusGatewayTimeout
+	}
+	return http.StatusInternalServerError
 }

@@ -159,3 +159,82 @@ func nativeAlgorithm(a backend.Algorithm) ratelimitv1.Algorithm {
 	}
 	return ratelimitv1.Algorithm_ALGORITHM_UNSPECIFIED
 }
+
+// Explain implements ratelimitv1.RateLimitServiceServer: ShouldRateLimit's
+// request explained as POST /explain explains /json's (see explain).
+func (n nativeService) Explain(ctx context.Context, req *ratelimitv1.ExplainRequest) (*ratelimitv1.ExplainResponse, error) {
+	s := n.s
+	sc := s.getScratch()
+	defer s.putScratch(sc)
+	if err := nativeRequest(sc, req.GetRequest()); err != nil {
+		return nil, grpcError(err)
+	}
+	ex, err := s.explain(ctx, sc)
+	if err != nil {
+		return nil, grpcError(err)
+	}
+	return nativeExplanation(ex), nil
+}
+
+// nativeDecisions maps an explanation's decisions to the native enum.
+var nativeDecisions = map[string]ratelimitv1.Decision{
+	"OK":         ratelimitv1.Decision_DECISION_OK,
+	"OVER_LIMIT": ratelimitv1.Decision_DECISION_OVER_LIMIT,
+	"UNLIMITED":  ratelimitv1.Decision_DECISION_UNLIMITED,
+	"NO_RULE":    ratelimitv1.Decision_DECISION_NO_RULE,
+}
+
+// nativeExplanation renders an explanation as the native response.
+func nativeExplanation(ex *explanation) *ratelimitv1.ExplainResponse {
+	resp := &ratelimitv1.ExplainResponse{
+		Code:        nativeCode(ex.Overall == "OVER_LIMIT"),
+		ShadowMode:  ex.ShadowMode,
+		Descriptors: make([]*ratelimitv1.DescriptorExplanation, len(ex.Descriptors)),
+	}
+	for i, d := range ex.Descriptors {
+		nd := &ratelimitv1.DescriptorExplanation{
+			Decision:   nativeDecisions[d.Decision],
+			Unlimited:  d.Unlimited,
+			ShadowMode: d.ShadowMode,
+			QuotaMode:  d.QuotaMode,
+			Replaces:   d.Replaces,
+			Override:   d.Override,
+			Hits:       d.Hits,
+			Limits:     make([]*ratelimitv1.LimitExplanation, len(d.Limits)),
+		}
+		if r := d.Rule; r != nil {
+			nd.Rule = &ratelimitv1.MatchedRule{Path: r.Path, File: r.File, Line: uint32(max(r.Line, 0))}
+		}
+		for j := range d.Limits {
+			nd.Limits[j] = nativeLimitExplanation(&d.Limits[j])
+		}
+		resp.Descriptors[i] = nd
+	}
+	return resp
+}
+
+// nativeLimitExplanation renders one explained limit.
+func nativeLimitExplanation(l *explainLimit) *ratelimitv1.LimitExplanation {
+	burst := l.limit.Capacity()
+	nl := &ratelimitv1.LimitExplanation{
+		Limit: &ratelimitv1.Limit{
+			Requests:  uint32(l.limit.Requests),
+			Window:    durationpb.New(l.limit.Window),
+			Algorithm: nativeAlgorithm(l.limit.Algorithm),
+			Name:      l.Name,
+			Burst:     uint32(burst),
+		},
+		Replaced:   l.Replaced,
+		Counter:    l.Counter,
+		Remaining:  l.Remaining,
+		WouldAdmit: l.WouldAdmit,
+	}
+	if l.Replaced {
+		return nl
+	}
+	nl.ResetAfter = durationpb.New(l.reset)
+	if l.hasRetry {
+		nl.RetryAfter = durationpb.New(l.retry)
+	}
+	return nl
+}

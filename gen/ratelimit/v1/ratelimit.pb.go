@@ -146,6 +146,68 @@ func (Algorithm) EnumDescriptor() ([]byte, []int) {
 	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{1}
 }
 
+// Decision is what ShouldRateLimit would do with one descriptor.
+type Decision int32
+
+const (
+	// Never sent.
+	Decision_DECISION_UNSPECIFIED Decision = 0
+	// Within its limits, or over a limit that is not enforced (a
+	// shadow-mode rule).
+	Decision_DECISION_OK Decision = 1
+	// Over a limit: the descriptor's status would be CODE_OVER_LIMIT.
+	Decision_DECISION_OVER_LIMIT Decision = 2
+	// The rule is `unlimited: true`: nothing is counted.
+	Decision_DECISION_UNLIMITED Decision = 3
+	// No rule matched and the request gave no limit: nothing is counted.
+	Decision_DECISION_NO_RULE Decision = 4
+)
+
+// Enum value maps for Decision.
+var (
+	Decision_name = map[int32]string{
+		0: "DECISION_UNSPECIFIED",
+		1: "DECISION_OK",
+		2: "DECISION_OVER_LIMIT",
+		3: "DECISION_UNLIMITED",
+		4: "DECISION_NO_RULE",
+	}
+	Decision_value = map[string]int32{
+		"DECISION_UNSPECIFIED": 0,
+		"DECISION_OK":          1,
+		"DECISION_OVER_LIMIT":  2,
+		"DECISION_UNLIMITED":   3,
+		"DECISION_NO_RULE":     4,
+	}
+)
+
+func (x Decision) Enum() *Decision {
+	p := new(Decision)
+	*p = x
+	return p
+}
+
+func (x Decision) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Decision) Descriptor() protoreflect.EnumDescriptor {
+	return file_ratelimit_v1_ratelimit_proto_enumTypes[2].Descriptor()
+}
+
+func (Decision) Type() protoreflect.EnumType {
+	return &file_ratelimit_v1_ratelimit_proto_enumTypes[2]
+}
+
+func (x Decision) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Decision.Descriptor instead.
+func (Decision) EnumDescriptor() ([]byte, []int) {
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{2}
+}
+
 // ShouldRateLimitRequest asks whether the work described by descriptors
 // may proceed.
 type ShouldRateLimitRequest struct {
@@ -716,6 +778,407 @@ func (x *Header) GetValue() string {
 	return ""
 }
 
+// ExplainRequest asks how a ShouldRateLimit request would be decided.
+type ExplainRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The request to explain, as it would be sent to ShouldRateLimit.
+	Request       *ShouldRateLimitRequest `protobuf:"bytes,1,opt,name=request,proto3" json:"request,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExplainRequest) Reset() {
+	*x = ExplainRequest{}
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExplainRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExplainRequest) ProtoMessage() {}
+
+func (x *ExplainRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExplainRequest.ProtoReflect.Descriptor instead.
+func (*ExplainRequest) Descriptor() ([]byte, []int) {
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *ExplainRequest) GetRequest() *ShouldRateLimitRequest {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+// ExplainResponse is how the request would be decided now.
+type ExplainResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The code ShouldRateLimit would answer.
+	Code Code `protobuf:"varint,1,opt,name=code,proto3,enum=ratelimit.v1.Code" json:"code,omitempty"`
+	// One explanation per request descriptor, in the request's order.
+	Descriptors []*DescriptorExplanation `protobuf:"bytes,2,rep,name=descriptors,proto3" json:"descriptors,omitempty"`
+	// The server runs in shadow mode: it reports over-limit descriptors
+	// but refuses nothing.
+	ShadowMode    bool `protobuf:"varint,3,opt,name=shadow_mode,json=shadowMode,proto3" json:"shadow_mode,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExplainResponse) Reset() {
+	*x = ExplainResponse{}
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExplainResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExplainResponse) ProtoMessage() {}
+
+func (x *ExplainResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExplainResponse.ProtoReflect.Descriptor instead.
+func (*ExplainResponse) Descriptor() ([]byte, []int) {
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *ExplainResponse) GetCode() Code {
+	if x != nil {
+		return x.Code
+	}
+	return Code_CODE_UNSPECIFIED
+}
+
+func (x *ExplainResponse) GetDescriptors() []*DescriptorExplanation {
+	if x != nil {
+		return x.Descriptors
+	}
+	return nil
+}
+
+func (x *ExplainResponse) GetShadowMode() bool {
+	if x != nil {
+		return x.ShadowMode
+	}
+	return false
+}
+
+// DescriptorExplanation is how one descriptor would be decided.
+type DescriptorExplanation struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The rule that matched; absent when none did.
+	Rule *MatchedRule `protobuf:"bytes,1,opt,name=rule,proto3" json:"rule,omitempty"`
+	// The decision on this descriptor.
+	Decision Decision `protobuf:"varint,2,opt,name=decision,proto3,enum=ratelimit.v1.Decision" json:"decision,omitempty"`
+	// The rule is `unlimited: true`.
+	Unlimited bool `protobuf:"varint,3,opt,name=unlimited,proto3" json:"unlimited,omitempty"`
+	// The rule is in shadow mode: it reports over-limit but refuses nothing.
+	ShadowMode bool `protobuf:"varint,4,opt,name=shadow_mode,json=shadowMode,proto3" json:"shadow_mode,omitempty"`
+	// The rule is in quota mode: it refuses the request only when every
+	// quota-mode descriptor of the request is over.
+	QuotaMode bool `protobuf:"varint,5,opt,name=quota_mode,json=quotaMode,proto3" json:"quota_mode,omitempty"`
+	// The names of the limits this descriptor removes from the request.
+	Replaces []string `protobuf:"bytes,6,rep,name=replaces,proto3" json:"replaces,omitempty"`
+	// The request gave this descriptor a limit of its own (LimitOverride),
+	// which replaces the rule's.
+	Override bool `protobuf:"varint,7,opt,name=override,proto3" json:"override,omitempty"`
+	// The hits the descriptor would consume.
+	Hits uint64 `protobuf:"varint,8,opt,name=hits,proto3" json:"hits,omitempty"`
+	// Every limit of the descriptor, in the rule's order, replaced or not.
+	Limits        []*LimitExplanation `protobuf:"bytes,9,rep,name=limits,proto3" json:"limits,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DescriptorExplanation) Reset() {
+	*x = DescriptorExplanation{}
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DescriptorExplanation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DescriptorExplanation) ProtoMessage() {}
+
+func (x *DescriptorExplanation) ProtoReflect() protoreflect.Message {
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DescriptorExplanation.ProtoReflect.Descriptor instead.
+func (*DescriptorExplanation) Descriptor() ([]byte, []int) {
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *DescriptorExplanation) GetRule() *MatchedRule {
+	if x != nil {
+		return x.Rule
+	}
+	return nil
+}
+
+func (x *DescriptorExplanation) GetDecision() Decision {
+	if x != nil {
+		return x.Decision
+	}
+	return Decision_DECISION_UNSPECIFIED
+}
+
+func (x *DescriptorExplanation) GetUnlimited() bool {
+	if x != nil {
+		return x.Unlimited
+	}
+	return false
+}
+
+func (x *DescriptorExplanation) GetShadowMode() bool {
+	if x != nil {
+		return x.ShadowMode
+	}
+	return false
+}
+
+func (x *DescriptorExplanation) GetQuotaMode() bool {
+	if x != nil {
+		return x.QuotaMode
+	}
+	return false
+}
+
+func (x *DescriptorExplanation) GetReplaces() []string {
+	if x != nil {
+		return x.Replaces
+	}
+	return nil
+}
+
+func (x *DescriptorExplanation) GetOverride() bool {
+	if x != nil {
+		return x.Override
+	}
+	return false
+}
+
+func (x *DescriptorExplanation) GetHits() uint64 {
+	if x != nil {
+		return x.Hits
+	}
+	return 0
+}
+
+func (x *DescriptorExplanation) GetLimits() []*LimitExplanation {
+	if x != nil {
+		return x.Limits
+	}
+	return nil
+}
+
+// MatchedRule names a rule and where it is defined.
+type MatchedRule struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The rule's key path, such as "tenant=acme.path".
+	Path string `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	// The file that defines it.
+	File string `protobuf:"bytes,2,opt,name=file,proto3" json:"file,omitempty"`
+	// The line of its descriptor in that file; 0 if unknown.
+	Line          uint32 `protobuf:"varint,3,opt,name=line,proto3" json:"line,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MatchedRule) Reset() {
+	*x = MatchedRule{}
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MatchedRule) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MatchedRule) ProtoMessage() {}
+
+func (x *MatchedRule) ProtoReflect() protoreflect.Message {
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MatchedRule.ProtoReflect.Descriptor instead.
+func (*MatchedRule) Descriptor() ([]byte, []int) {
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *MatchedRule) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *MatchedRule) GetFile() string {
+	if x != nil {
+		return x.File
+	}
+	return ""
+}
+
+func (x *MatchedRule) GetLine() uint32 {
+	if x != nil {
+		return x.Line
+	}
+	return 0
+}
+
+// LimitExplanation is one limit of a descriptor and its counter.
+type LimitExplanation struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The limit.
+	Limit *Limit `protobuf:"bytes,1,opt,name=limit,proto3" json:"limit,omitempty"`
+	// Another descriptor of the request replaces this limit by name: it is
+	// not applied, and the fields below are unset.
+	Replaced bool `protobuf:"varint,2,opt,name=replaced,proto3" json:"replaced,omitempty"`
+	// The counter's identity: "sha256:" and, in hex, the first 8 bytes of
+	// the SHA-256 digest of the counter key the store is given.
+	Counter string `protobuf:"bytes,3,opt,name=counter,proto3" json:"counter,omitempty"`
+	// How many hits the limit admits now.
+	Remaining uint64 `protobuf:"varint,4,opt,name=remaining,proto3" json:"remaining,omitempty"`
+	// Time until the counter resets, as DescriptorStatus.reset_after.
+	ResetAfter *durationpb.Duration `protobuf:"bytes,5,opt,name=reset_after,json=resetAfter,proto3" json:"reset_after,omitempty"`
+	// The limit admits the descriptor's hits now, on top of those of the
+	// request's earlier descriptors on the same counter.
+	WouldAdmit bool `protobuf:"varint,6,opt,name=would_admit,json=wouldAdmit,proto3" json:"would_admit,omitempty"`
+	// Time until the limit would admit those hits, if nothing else were
+	// counted meanwhile. Set only when would_admit is false and the
+	// counter's state tells it: for a fixed window, GCRA, a ban, and hits
+	// beyond what the limit ever admits at once.
+	RetryAfter    *durationpb.Duration `protobuf:"bytes,7,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LimitExplanation) Reset() {
+	*x = LimitExplanation{}
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LimitExplanation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LimitExplanation) ProtoMessage() {}
+
+func (x *LimitExplanation) ProtoReflect() protoreflect.Message {
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LimitExplanation.ProtoReflect.Descriptor instead.
+func (*LimitExplanation) Descriptor() ([]byte, []int) {
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *LimitExplanation) GetLimit() *Limit {
+	if x != nil {
+		return x.Limit
+	}
+	return nil
+}
+
+func (x *LimitExplanation) GetReplaced() bool {
+	if x != nil {
+		return x.Replaced
+	}
+	return false
+}
+
+func (x *LimitExplanation) GetCounter() string {
+	if x != nil {
+		return x.Counter
+	}
+	return ""
+}
+
+func (x *LimitExplanation) GetRemaining() uint64 {
+	if x != nil {
+		return x.Remaining
+	}
+	return 0
+}
+
+func (x *LimitExplanation) GetResetAfter() *durationpb.Duration {
+	if x != nil {
+		return x.ResetAfter
+	}
+	return nil
+}
+
+func (x *LimitExplanation) GetWouldAdmit() bool {
+	if x != nil {
+		return x.WouldAdmit
+	}
+	return false
+}
+
+func (x *LimitExplanation) GetRetryAfter() *durationpb.Duration {
+	if x != nil {
+		return x.RetryAfter
+	}
+	return nil
+}
+
 var File_ratelimit_v1_ratelimit_proto protoreflect.FileDescriptor
 
 const file_ratelimit_v1_ratelimit_proto_rawDesc = "" +
@@ -760,7 +1223,41 @@ const file_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"\x05burst\x18\x05 \x01(\rR\x05burst\"2\n" +
 	"\x06Header\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value*>\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value\"P\n" +
+	"\x0eExplainRequest\x12>\n" +
+	"\arequest\x18\x01 \x01(\v2$.ratelimit.v1.ShouldRateLimitRequestR\arequest\"\xa1\x01\n" +
+	"\x0fExplainResponse\x12&\n" +
+	"\x04code\x18\x01 \x01(\x0e2\x12.ratelimit.v1.CodeR\x04code\x12E\n" +
+	"\vdescriptors\x18\x02 \x03(\v2#.ratelimit.v1.DescriptorExplanationR\vdescriptors\x12\x1f\n" +
+	"\vshadow_mode\x18\x03 \x01(\bR\n" +
+	"shadowMode\"\xdc\x02\n" +
+	"\x15DescriptorExplanation\x12-\n" +
+	"\x04rule\x18\x01 \x01(\v2\x19.ratelimit.v1.MatchedRuleR\x04rule\x122\n" +
+	"\bdecision\x18\x02 \x01(\x0e2\x16.ratelimit.v1.DecisionR\bdecision\x12\x1c\n" +
+	"\tunlimited\x18\x03 \x01(\bR\tunlimited\x12\x1f\n" +
+	"\vshadow_mode\x18\x04 \x01(\bR\n" +
+	"shadowMode\x12\x1d\n" +
+	"\n" +
+	"quota_mode\x18\x05 \x01(\bR\tquotaMode\x12\x1a\n" +
+	"\breplaces\x18\x06 \x03(\tR\breplaces\x12\x1a\n" +
+	"\boverride\x18\a \x01(\bR\boverride\x12\x12\n" +
+	"\x04hits\x18\b \x01(\x04R\x04hits\x126\n" +
+	"\x06limits\x18\t \x03(\v2\x1e.ratelimit.v1.LimitExplanationR\x06limits\"I\n" +
+	"\vMatchedRule\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
+	"\x04file\x18\x02 \x01(\tR\x04file\x12\x12\n" +
+	"\x04line\x18\x03 \x01(\rR\x04line\"\xaa\x02\n" +
+	"\x10LimitExplanation\x12)\n" +
+	"\x05limit\x18\x01 \x01(\v2\x13.ratelimit.v1.LimitR\x05limit\x12\x1a\n" +
+	"\breplaced\x18\x02 \x01(\bR\breplaced\x12\x18\n" +
+	"\acounter\x18\x03 \x01(\tR\acounter\x12\x1c\n" +
+	"\tremaining\x18\x04 \x01(\x04R\tremaining\x12:\n" +
+	"\vreset_after\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\n" +
+	"resetAfter\x12\x1f\n" +
+	"\vwould_admit\x18\x06 \x01(\bR\n" +
+	"wouldAdmit\x12:\n" +
+	"\vretry_after\x18\a \x01(\v2\x19.google.protobuf.DurationR\n" +
+	"retryAfter*>\n" +
 	"\x04Code\x12\x14\n" +
 	"\x10CODE_UNSPECIFIED\x10\x00\x12\v\n" +
 	"\aCODE_OK\x10\x01\x12\x13\n" +
@@ -771,9 +1268,16 @@ const file_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"\x16ALGORITHM_FIXED_WINDOW\x10\x02\x12\x19\n" +
 	"\x15ALGORITHM_SLIDING_LOG\x10\x03\x12\x1a\n" +
 	"\x16ALGORITHM_TOKEN_BUCKET\x10\x04\x12\x12\n" +
-	"\x0eALGORITHM_GCRA\x10\x052r\n" +
+	"\x0eALGORITHM_GCRA\x10\x05*|\n" +
+	"\bDecision\x12\x18\n" +
+	"\x14DECISION_UNSPECIFIED\x10\x00\x12\x0f\n" +
+	"\vDECISION_OK\x10\x01\x12\x17\n" +
+	"\x13DECISION_OVER_LIMIT\x10\x02\x12\x16\n" +
+	"\x12DECISION_UNLIMITED\x10\x03\x12\x14\n" +
+	"\x10DECISION_NO_RULE\x10\x042\xba\x01\n" +
 	"\x10RateLimitService\x12^\n" +
-	"\x0fShouldRateLimit\x12$.ratelimit.v1.ShouldRateLimitRequest\x1a%.ratelimit.v1.ShouldRateLimitResponseB\xb2\x01\n" +
+	"\x0fShouldRateLimit\x12$.ratelimit.v1.ShouldRateLimitRequest\x1a%.ratelimit.v1.ShouldRateLimitResponse\x12F\n" +
+	"\aExplain\x12\x1c.ratelimit.v1.ExplainRequest\x1a\x1d.ratelimit.v1.ExplainResponseB\xb2\x01\n" +
 	"\x10com.ratelimit.v1B\x0eRatelimitProtoP\x01Z=github.com/ratelimitd/ratelimitd/gen/ratelimit/v1;ratelimitv1\xa2\x02\x03RXX\xaa\x02\fRatelimit.V1\xca\x02\fRatelimit\\V1\xe2\x02\x18Ratelimit\\V1\\GPBMetadata\xea\x02\rRatelimit::V1b\x06proto3"
 
 var (
@@ -788,42 +1292,59 @@ func file_ratelimit_v1_ratelimit_proto_rawDescGZIP() []byte {
 	return file_ratelimit_v1_ratelimit_proto_rawDescData
 }
 
-var file_ratelimit_v1_ratelimit_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_ratelimit_v1_ratelimit_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_ratelimit_v1_ratelimit_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_ratelimit_v1_ratelimit_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_ratelimit_v1_ratelimit_proto_goTypes = []any{
 	(Code)(0),                       // 0: ratelimit.v1.Code
 	(Algorithm)(0),                  // 1: ratelimit.v1.Algorithm
-	(*ShouldRateLimitRequest)(nil),  // 2: ratelimit.v1.ShouldRateLimitRequest
-	(*Descriptor)(nil),              // 3: ratelimit.v1.Descriptor
-	(*Entry)(nil),                   // 4: ratelimit.v1.Entry
-	(*LimitOverride)(nil),           // 5: ratelimit.v1.LimitOverride
-	(*ShouldRateLimitResponse)(nil), // 6: ratelimit.v1.ShouldRateLimitResponse
-	(*DescriptorStatus)(nil),        // 7: ratelimit.v1.DescriptorStatus
-	(*Limit)(nil),                   // 8: ratelimit.v1.Limit
-	(*Header)(nil),                  // 9: ratelimit.v1.Header
-	(*durationpb.Duration)(nil),     // 10: google.protobuf.Duration
+	(Decision)(0),                   // 2: ratelimit.v1.Decision
+	(*ShouldRateLimitRequest)(nil),  // 3: ratelimit.v1.ShouldRateLimitRequest
+	(*Descriptor)(nil),              // 4: ratelimit.v1.Descriptor
+	(*Entry)(nil),                   // 5: ratelimit.v1.Entry
+	(*LimitOverride)(nil),           // 6: ratelimit.v1.LimitOverride
+	(*ShouldRateLimitResponse)(nil), // 7: ratelimit.v1.ShouldRateLimitResponse
+	(*DescriptorStatus)(nil),        // 8: ratelimit.v1.DescriptorStatus
+	(*Limit)(nil),                   // 9: ratelimit.v1.Limit
+	(*Header)(nil),                  // 10: ratelimit.v1.Header
+	(*ExplainRequest)(nil),          // 11: ratelimit.v1.ExplainRequest
+	(*ExplainResponse)(nil),         // 12: ratelimit.v1.ExplainResponse
+	(*DescriptorExplanation)(nil),   // 13: ratelimit.v1.DescriptorExplanation
+	(*MatchedRule)(nil),             // 14: ratelimit.v1.MatchedRule
+	(*LimitExplanation)(nil),        // 15: ratelimit.v1.LimitExplanation
+	(*durationpb.Duration)(nil),     // 16: google.protobuf.Duration
 }
 var file_ratelimit_v1_ratelimit_proto_depIdxs = []int32{
-	3,  // 0: ratelimit.v1.ShouldRateLimitRequest.descriptors:type_name -> ratelimit.v1.Descriptor
-	4,  // 1: ratelimit.v1.Descriptor.entries:type_name -> ratelimit.v1.Entry
-	5,  // 2: ratelimit.v1.Descriptor.limit:type_name -> ratelimit.v1.LimitOverride
-	10, // 3: ratelimit.v1.LimitOverride.window:type_name -> google.protobuf.Duration
+	4,  // 0: ratelimit.v1.ShouldRateLimitRequest.descriptors:type_name -> ratelimit.v1.Descriptor
+	5,  // 1: ratelimit.v1.Descriptor.entries:type_name -> ratelimit.v1.Entry
+	6,  // 2: ratelimit.v1.Descriptor.limit:type_name -> ratelimit.v1.LimitOverride
+	16, // 3: ratelimit.v1.LimitOverride.window:type_name -> google.protobuf.Duration
 	0,  // 4: ratelimit.v1.ShouldRateLimitResponse.code:type_name -> ratelimit.v1.Code
-	7,  // 5: ratelimit.v1.ShouldRateLimitResponse.statuses:type_name -> ratelimit.v1.DescriptorStatus
-	9,  // 6: ratelimit.v1.ShouldRateLimitResponse.headers:type_name -> ratelimit.v1.Header
+	8,  // 5: ratelimit.v1.ShouldRateLimitResponse.statuses:type_name -> ratelimit.v1.DescriptorStatus
+	10, // 6: ratelimit.v1.ShouldRateLimitResponse.headers:type_name -> ratelimit.v1.Header
 	0,  // 7: ratelimit.v1.DescriptorStatus.code:type_name -> ratelimit.v1.Code
-	8,  // 8: ratelimit.v1.DescriptorStatus.limit:type_name -> ratelimit.v1.Limit
-	10, // 9: ratelimit.v1.DescriptorStatus.reset_after:type_name -> google.protobuf.Duration
-	10, // 10: ratelimit.v1.DescriptorStatus.retry_after:type_name -> google.protobuf.Duration
-	10, // 11: ratelimit.v1.Limit.window:type_name -> google.protobuf.Duration
+	9,  // 8: ratelimit.v1.DescriptorStatus.limit:type_name -> ratelimit.v1.Limit
+	16, // 9: ratelimit.v1.DescriptorStatus.reset_after:type_name -> google.protobuf.Duration
+	16, // 10: ratelimit.v1.DescriptorStatus.retry_after:type_name -> google.protobuf.Duration
+	16, // 11: ratelimit.v1.Limit.window:type_name -> google.protobuf.Duration
 	1,  // 12: ratelimit.v1.Limit.algorithm:type_name -> ratelimit.v1.Algorithm
-	2,  // 13: ratelimit.v1.RateLimitService.ShouldRateLimit:input_type -> ratelimit.v1.ShouldRateLimitRequest
-	6,  // 14: ratelimit.v1.RateLimitService.ShouldRateLimit:output_type -> ratelimit.v1.ShouldRateLimitResponse
-	14, // [14:15] is the sub-list for method output_type
-	13, // [13:14] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	3,  // 13: ratelimit.v1.ExplainRequest.request:type_name -> ratelimit.v1.ShouldRateLimitRequest
+	0,  // 14: ratelimit.v1.ExplainResponse.code:type_name -> ratelimit.v1.Code
+	13, // 15: ratelimit.v1.ExplainResponse.descriptors:type_name -> ratelimit.v1.DescriptorExplanation
+	14, // 16: ratelimit.v1.DescriptorExplanation.rule:type_name -> ratelimit.v1.MatchedRule
+	2,  // 17: ratelimit.v1.DescriptorExplanation.decision:type_name -> ratelimit.v1.Decision
+	15, // 18: ratelimit.v1.DescriptorExplanation.limits:type_name -> ratelimit.v1.LimitExplanation
+	9,  // 19: ratelimit.v1.LimitExplanation.limit:type_name -> ratelimit.v1.Limit
+	16, // 20: ratelimit.v1.LimitExplanation.reset_after:type_name -> google.protobuf.Duration
+	16, // 21: ratelimit.v1.LimitExplanation.retry_after:type_name -> google.protobuf.Duration
+	3,  // 22: ratelimit.v1.RateLimitService.ShouldRateLimit:input_type -> ratelimit.v1.ShouldRateLimitRequest
+	11, // 23: ratelimit.v1.RateLimitService.Explain:input_type -> ratelimit.v1.ExplainRequest
+	7,  // 24: ratelimit.v1.RateLimitService.ShouldRateLimit:output_type -> ratelimit.v1.ShouldRateLimitResponse
+	12, // 25: ratelimit.v1.RateLimitService.Explain:output_type -> ratelimit.v1.ExplainResponse
+	24, // [24:26] is the sub-list for method output_type
+	22, // [22:24] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_ratelimit_v1_ratelimit_proto_init() }
@@ -837,8 +1358,8 @@ func file_ratelimit_v1_ratelimit_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ratelimit_v1_ratelimit_proto_rawDesc), len(file_ratelimit_v1_ratelimit_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   8,
+			NumEnums:      3,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -25,6 +25,7 @@ const _ = grpc.SupportPackageIsVersion9
 
 const (
 	RateLimitService_ShouldRateLimit_FullMethodName = "/ratelimit.v1.RateLimitService/ShouldRateLimit"
+	RateLimitService_Explain_FullMethodName         = "/ratelimit.v1.RateLimitService/Explain"
 )
 
 // RateLimitServiceClient is the client API for RateLimitService service.
@@ -40,6 +41,15 @@ type RateLimitServiceClient interface {
 	// (INVALID_ARGUMENT for a malformed request, UNAVAILABLE when the
 	// counters cannot be reached and the server is set to fail with an error).
 	ShouldRateLimit(ctx context.Context, in *ShouldRateLimitRequest, opts ...grpc.CallOption) (*ShouldRateLimitResponse, error)
+	// Explain says how ShouldRateLimit would decide a request now, and why:
+	// per descriptor, the rule that matched (its file and line), its limits
+	// and modes, each limit's counter and its state, and the decision. It
+	// consumes nothing: the counters are read with checks of zero hits.
+	// The answer holds for the instant the counters were read; a decision
+	// made after it sees whatever other requests consumed meanwhile.
+	// Errors are ShouldRateLimit's, but a store that cannot be read is
+	// always UNAVAILABLE, whatever the server's failure mode.
+	Explain(ctx context.Context, in *ExplainRequest, opts ...grpc.CallOption) (*ExplainResponse, error)
 }
 
 type rateLimitServiceClient struct {
@@ -60,6 +70,16 @@ func (c *rateLimitServiceClient) ShouldRateLimit(ctx context.Context, in *Should
 	return out, nil
 }
 
+func (c *rateLimitServiceClient) Explain(ctx context.Context, in *ExplainRequest, opts ...grpc.CallOption) (*ExplainResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ExplainResponse)
+	err := c.cc.Invoke(ctx, RateLimitService_Explain_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // RateLimitServiceServer is the server API for RateLimitService service.
 // All implementations must embed UnimplementedRateLimitServiceServer
 // for forward compatibility.
@@ -73,6 +93,15 @@ type RateLimitServiceServer interface {
 	// (INVALID_ARGUMENT for a malformed request, UNAVAILABLE when the
 	// counters cannot be reached and the server is set to fail with an error).
 	ShouldRateLimit(context.Context, *ShouldRateLimitRequest) (*ShouldRateLimitResponse, error)
+	// Explain says how ShouldRateLimit would decide a request now, and why:
+	// per descriptor, the rule that matched (its file and line), its limits
+	// and modes, each limit's counter and its state, and the decision. It
+	// consumes nothing: the counters are read with checks of zero hits.
+	// The answer holds for the instant the counters were read; a decision
+	// made after it sees whatever other requests consumed meanwhile.
+	// Errors are ShouldRateLimit's, but a store that cannot be read is
+	// always UNAVAILABLE, whatever the server's failure mode.
+	Explain(context.Context, *ExplainRequest) (*ExplainResponse, error)
 	mustEmbedUnimplementedRateLimitServiceServer()
 }
 
@@ -85,6 +114,9 @@ type UnimplementedRateLimitServiceServer struct{}
 
 func (UnimplementedRateLimitServiceServer) ShouldRateLimit(context.Context, *ShouldRateLimitRequest) (*ShouldRateLimitResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ShouldRateLimit not implemented")
+}
+func (UnimplementedRateLimitServiceServer) Explain(context.Context, *ExplainRequest) (*ExplainResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Explain not implemented")
 }
 func (UnimplementedRateLimitServiceServer) mustEmbedUnimplementedRateLimitServiceServer() {}
 func (UnimplementedRateLimitServiceServer) testEmbeddedByValue()                          {}
@@ -125,6 +157,24 @@ func _RateLimitService_ShouldRateLimit_Handler(srv interface{}, ctx context.Cont
 	return interceptor(ctx, in, info, handler)
 }
 
+func _RateLimitService_Explain_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ExplainRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RateLimitServiceServer).Explain(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RateLimitService_Explain_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RateLimitServiceServer).Explain(ctx, req.(*ExplainRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // RateLimitService_ServiceDesc is the grpc.ServiceDesc for RateLimitService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -135,6 +185,10 @@ var RateLimitService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ShouldRateLimit",
 			Handler:    _RateLimitService_ShouldRateLimit_Handler,
+		},
+		{
+			MethodName: "Explain",
+			Handler:    _RateLimitService_Explain_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -28,6 +28,16 @@ export declare enum Algorithm {
 }
 export declare function algorithmFromJSON(object: any): Algorithm;
 export declare function algorithmToJSON(object: Algorithm): string;
+export declare enum Decision {
+    DECISION_UNSPECIFIED = 0,
+    DECISION_OK = 1,
+    DECISION_OVER_LIMIT = 2,
+    DECISION_UNLIMITED = 3,
+    DECISION_NO_RULE = 4,
+    UNRECOGNIZED = -1
+}
+export declare function decisionFromJSON(object: any): Decision;
+export declare function decisionToJSON(object: Decision): string;
 export interface ShouldRateLimitRequest {
     domain: string;
     descriptors: Descriptor[];
@@ -72,6 +82,39 @@ export interface Header {
     name: string;
     value: string;
 }
+export interface ExplainRequest {
+    request: ShouldRateLimitRequest | undefined;
+}
+export interface ExplainResponse {
+    code: Code;
+    descriptors: DescriptorExplanation[];
+    shadowMode: boolean;
+}
+export interface DescriptorExplanation {
+    rule: MatchedRule | undefined;
+    decision: Decision;
+    unlimited: boolean;
+    shadowMode: boolean;
+    quotaMode: boolean;
+    replaces: string[];
+    override: boolean;
+    hits: number;
+    limits: LimitExplanation[];
+}
+export interface MatchedRule {
+    path: string;
+    file: string;
+    line: number;
+}
+export interface LimitExplanation {
+    limit: Limit | undefined;
+    replaced: boolean;
+    counter: string;
+    remaining: number;
+    resetAfter: Duration | undefined;
+    wouldAdmit: boolean;
+    retryAfter: Duration | undefined;
+}
 export declare const ShouldRateLimitRequest: MessageFns<ShouldRateLimitRequest>;
 export declare const Descriptor: MessageFns<Descriptor>;
 export declare const Entry: MessageFns<Entry>;
@@ -80,6 +123,11 @@ export declare const ShouldRateLimitResponse: MessageFns<ShouldRateLimitResponse
 export declare const DescriptorStatus: MessageFns<DescriptorStatus>;
 export declare const Limit: MessageFns<Limit>;
 export declare const Header: MessageFns<Header>;
+export declare const ExplainRequest: MessageFns<ExplainRequest>;
+export declare const ExplainResponse: MessageFns<ExplainResponse>;
+export declare const DescriptorExplanation: MessageFns<DescriptorExplanation>;
+export declare const MatchedRule: MessageFns<MatchedRule>;
+export declare const LimitExplanation: MessageFns<LimitExplanation>;
 export type RateLimitServiceService = typeof RateLimitServiceService;
 export declare const RateLimitServiceService: {
     readonly shouldRateLimit: {
@@ -91,14 +139,27 @@ export declare const RateLimitServiceService: {
         readonly responseSerialize: (value: ShouldRateLimitResponse) => Buffer;
         readonly responseDeserialize: (value: Buffer) => ShouldRateLimitResponse;
     };
+    readonly explain: {
+        readonly path: "/ratelimit.v1.RateLimitService/Explain";
+        readonly requestStream: false;
+        readonly responseStream: false;
+        readonly requestSerialize: (value: ExplainRequest) => Buffer;
+        readonly requestDeserialize: (value: Buffer) => ExplainRequest;
+        readonly responseSerialize: (value: ExplainResponse) => Buffer;
+        readonly responseDeserialize: (value: Buffer) => ExplainResponse;
+    };
 };
 export interface RateLimitServiceServer extends UntypedServiceImplementation {
     shouldRateLimit: handleUnaryCall<ShouldRateLimitRequest, ShouldRateLimitResponse>;
+    explain: handleUnaryCall<ExplainRequest, ExplainResponse>;
 }
 export interface RateLimitServiceClient extends Client {
     shouldRateLimit(request: ShouldRateLimitRequest, callback: (error: ServiceError | null, response: ShouldRateLimitResponse) => void): ClientUnaryCall;
     shouldRateLimit(request: ShouldRateLimitRequest, metadata: Metadata, callback: (error: ServiceError | null, response: ShouldRateLimitResponse) => void): ClientUnaryCall;
     shouldRateLimit(request: ShouldRateLimitRequest, metadata: Metadata, options: Partial<CallOptions>, callback: (error: ServiceError | null, response: ShouldRateLimitResponse) => void): ClientUnaryCall;
+    explain(request: ExplainRequest, callback: (error: ServiceError | null, response: ExplainResponse) => void): ClientUnaryCall;
+    explain(request: ExplainRequest, metadata: Metadata, callback: (error: ServiceError | null, response: ExplainResponse) => void): ClientUnaryCall;
+    explain(request: ExplainRequest, metadata: Metadata, options: Partial<CallOptions>, callback: (error: ServiceError | null, response: ExplainResponse) => void): ClientUnaryCall;
 }
 export declare const RateLimitServiceClient: {
     new (address: string, credentials: ChannelCredentials, options?: Partial<ClientOptions>): RateLimitServiceClient;

@@ -6,11 +6,13 @@
 //   typescript           v5.9.3
 // source: ratelimit/v1/ratelimit.proto
 Object.defineProperty(exports, "__esModule", { value: true });
-exports.RateLimitServiceClient = exports.RateLimitServiceService = exports.Header = exports.Limit = exports.DescriptorStatus = exports.ShouldRateLimitResponse = exports.LimitOverride = exports.Entry = exports.Descriptor = exports.ShouldRateLimitRequest = exports.Algorithm = exports.Code = exports.protobufFileName = exports.protobufPackage = void 0;
+exports.RateLimitServiceClient = exports.RateLimitServiceService = exports.LimitExplanation = exports.MatchedRule = exports.DescriptorExplanation = exports.ExplainResponse = exports.ExplainRequest = exports.Header = exports.Limit = exports.DescriptorStatus = exports.ShouldRateLimitResponse = exports.LimitOverride = exports.Entry = exports.Descriptor = exports.ShouldRateLimitRequest = exports.Decision = exports.Algorithm = exports.Code = exports.protobufFileName = exports.protobufPackage = void 0;
 exports.codeFromJSON = codeFromJSON;
 exports.codeToJSON = codeToJSON;
 exports.algorithmFromJSON = algorithmFromJSON;
 exports.algorithmToJSON = algorithmToJSON;
+exports.decisionFromJSON = decisionFromJSON;
+exports.decisionToJSON = decisionToJSON;
 /* eslint-disable */
 const wire_1 = require("@bufbuild/protobuf/wire");
 const grpc_js_1 = require("@grpc/grpc-js");
@@ -105,6 +107,55 @@ function algorithmToJSON(object) {
         case Algorithm.ALGORITHM_GCRA:
             return "ALGORITHM_GCRA";
         case Algorithm.UNRECOGNIZED:
+        default:
+            return "UNRECOGNIZED";
+    }
+}
+var Decision;
+(function (Decision) {
+    Decision[Decision["DECISION_UNSPECIFIED"] = 0] = "DECISION_UNSPECIFIED";
+    Decision[Decision["DECISION_OK"] = 1] = "DECISION_OK";
+    Decision[Decision["DECISION_OVER_LIMIT"] = 2] = "DECISION_OVER_LIMIT";
+    Decision[Decision["DECISION_UNLIMITED"] = 3] = "DECISION_UNLIMITED";
+    Decision[Decision["DECISION_NO_RULE"] = 4] = "DECISION_NO_RULE";
+    Decision[Decision["UNRECOGNIZED"] = -1] = "UNRECOGNIZED";
+})(Decision || (exports.Decision = Decision = {}));
+function decisionFromJSON(object) {
+    switch (object) {
+        case 0:
+        case "DECISION_UNSPECIFIED":
+            return Decision.DECISION_UNSPECIFIED;
+        case 1:
+        case "DECISION_OK":
+            return Decision.DECISION_OK;
+        case 2:
+        case "DECISION_OVER_LIMIT":
+            return Decision.DECISION_OVER_LIMIT;
+        case 3:
+        case "DECISION_UNLIMITED":
+            return Decision.DECISION_UNLIMITED;
+        case 4:
+        case "DECISION_NO_RULE":
+            return Decision.DECISION_NO_RULE;
+        case -1:
+        case "UNRECOGNIZED":
+        default:
+            return Decision.UNRECOGNIZED;
+    }
+}
+function decisionToJSON(object) {
+    switch (object) {
+        case Decision.DECISION_UNSPECIFIED:
+            return "DECISION_UNSPECIFIED";
+        case Decision.DECISION_OK:
+            return "DECISION_OK";
+        case Decision.DECISION_OVER_LIMIT:
+            return "DECISION_OVER_LIMIT";
+        case Decision.DECISION_UNLIMITED:
+            return "DECISION_UNLIMITED";
+        case Decision.DECISION_NO_RULE:
+            return "DECISION_NO_RULE";
+        case Decision.UNRECOGNIZED:
         default:
             return "UNRECOGNIZED";
     }
@@ -943,6 +994,643 @@ exports.Header = {
         return message;
     },
 };
+function createBaseExplainRequest() {
+    return { request: undefined };
+}
+exports.ExplainRequest = {
+    encode(message, writer = new wire_1.BinaryWriter()) {
+        if (message.request !== undefined) {
+            exports.ShouldRateLimitRequest.encode(message.request, writer.uint32(10).fork()).join();
+        }
+        return writer;
+    },
+    decode(input, length) {
+        const reader = input instanceof wire_1.BinaryReader ? input : new wire_1.BinaryReader(input);
+        const previousRecursionDepth = reader.__tsProtoDecodeDepth ?? 0;
+        if (previousRecursionDepth >= 100) {
+            throw new globalThis.Error("protobuf decode recursion limit exceeded");
+        }
+        reader.__tsProtoDecodeDepth = previousRecursionDepth + 1;
+        try {
+            const end = length === undefined ? reader.len : reader.pos + length;
+            const message = createBaseExplainRequest();
+            while (reader.pos < end) {
+                const tag = reader.uint32();
+                switch (tag >>> 3) {
+                    case 1: {
+                        if (tag !== 10) {
+                            break;
+                        }
+                        message.request = exports.ShouldRateLimitRequest.decode(reader, reader.uint32());
+                        continue;
+                    }
+                }
+                if ((tag & 7) === 4 || tag === 0) {
+                    break;
+                }
+                reader.skip(tag & 7);
+            }
+            return message;
+        }
+        finally {
+            reader.__tsProtoDecodeDepth = previousRecursionDepth;
+        }
+    },
+    fromJSON(object) {
+        return { request: isSet(object.request) ? exports.ShouldRateLimitRequest.fromJSON(object.request) : undefined };
+    },
+    toJSON(message) {
+        const obj = {};
+        if (message.request !== undefined) {
+            obj.request = exports.ShouldRateLimitRequest.toJSON(message.request);
+        }
+        return obj;
+    },
+    create(base) {
+        return exports.ExplainRequest.fromPartial(base ?? {});
+    },
+    fromPartial(object) {
+        const message = createBaseExplainRequest();
+        message.request = (object.request !== undefined && object.request !== null)
+            ? exports.ShouldRateLimitRequest.fromPartial(object.request)
+            : undefined;
+        return message;
+    },
+};
+function createBaseExplainResponse() {
+    return { code: 0, descriptors: [], shadowMode: false };
+}
+exports.ExplainResponse = {
+    encode(message, writer = new wire_1.BinaryWriter()) {
+        if (message.code !== 0) {
+            writer.uint32(8).int32(message.code);
+        }
+        for (const v of message.descriptors) {
+            exports.DescriptorExplanation.encode(v, writer.uint32(18).fork()).join();
+        }
+        if (message.shadowMode !== false) {
+            writer.uint32(24).bool(message.shadowMode);
+        }
+        return writer;
+    },
+    decode(input, length) {
+        const reader = input instanceof wire_1.BinaryReader ? input : new wire_1.BinaryReader(input);
+        const previousRecursionDepth = reader.__tsProtoDecodeDepth ?? 0;
+        if (previousRecursionDepth >= 100) {
+            throw new globalThis.Error("protobuf decode recursion limit exceeded");
+        }
+        reader.__tsProtoDecodeDepth = previousRecursionDepth + 1;
+        try {
+            const end = length === undefined ? reader.len : reader.pos + length;
+            const message = createBaseExplainResponse();
+            while (reader.pos < end) {
+                const tag = reader.uint32();
+                switch (tag >>> 3) {
+                    case 1: {
+                        if (tag !== 8) {
+                            break;
+                        }
+                        message.code = reader.int32();
+                        continue;
+                    }
+                    case 2: {
+                        if (tag !== 18) {
+                            break;
+                        }
+                        message.descriptors.push(exports.DescriptorExplanation.decode(reader, reader.uint32()));
+                        continue;
+                    }
+                    case 3: {
+                        if (tag !== 24) {
+                            break;
+                        }
+                        message.shadowMode = reader.bool();
+                        continue;
+                    }
+                }
+                if ((tag & 7) === 4 || tag === 0) {
+                    break;
+                }
+                reader.skip(tag & 7);
+            }
+            return message;
+        }
+        finally {
+            reader.__tsProtoDecodeDepth = previousRecursionDepth;
+        }
+    },
+    fromJSON(object) {
+        return {
+            code: isSet(object.code) ? codeFromJSON(object.code) : 0,
+            descriptors: globalThis.Array.isArray(object?.descriptors)
+                ? object.descriptors.map((e) => exports.DescriptorExplanation.fromJSON(e))
+                : [],
+            shadowMode: isSet(object.shadowMode)
+                ? globalThis.Boolean(object.shadowMode)
+                : isSet(object.shadow_mode)
+                    ? globalThis.Boolean(object.shadow_mode)
+                    : false,
+        };
+    },
+    toJSON(message) {
+        const obj = {};
+        if (message.code !== 0) {
+            obj.code = codeToJSON(message.code);
+        }
+        if (message.descriptors?.length) {
+            obj.descriptors = message.descriptors.map((e) => exports.DescriptorExplanation.toJSON(e));
+        }
+        if (message.shadowMode !== false) {
+            obj.shadowMode = message.shadowMode;
+        }
+        return obj;
+    },
+    create(base) {
+        return exports.ExplainResponse.fromPartial(base ?? {});
+    },
+    fromPartial(object) {
+        const message = createBaseExplainResponse();
+        message.code = object.code ?? 0;
+        message.descriptors = object.descriptors?.map((e) => exports.DescriptorExplanation.fromPartial(e)) || [];
+        message.shadowMode = object.shadowMode ?? false;
+        return message;
+    },
+};
+function createBaseDescriptorExplanation() {
+    return {
+        rule: undefined,
+        decision: 0,
+        unlimited: false,
+        shadowMode: false,
+        quotaMode: false,
+        replaces: [],
+        override: false,
+        hits: 0,
+        limits: [],
+    };
+}
+exports.DescriptorExplanation = {
+    encode(message, writer = new wire_1.BinaryWriter()) {
+        if (message.rule !== undefined) {
+            exports.MatchedRule.encode(message.rule, writer.uint32(10).fork()).join();
+        }
+        if (message.decision !== 0) {
+            writer.uint32(16).int32(message.decision);
+        }
+        if (message.unlimited !== false) {
+            writer.uint32(24).bool(message.unlimited);
+        }
+        if (message.shadowMode !== false) {
+            writer.uint32(32).bool(message.shadowMode);
+        }
+        if (message.quotaMode !== false) {
+            writer.uint32(40).bool(message.quotaMode);
+        }
+        for (const v of message.replaces) {
+            writer.uint32(50).string(v);
+        }
+        if (message.override !== false) {
+            writer.uint32(56).bool(message.override);
+        }
+        if (message.hits !== 0) {
+            writer.uint32(64).uint64(message.hits);
+        }
+        for (const v of message.limits) {
+            exports.LimitExplanation.encode(v, writer.uint32(74).fork()).join();
+        }
+        return writer;
+    },
+    decode(input, length) {
+        const reader = input instanceof wire_1.BinaryReader ? input : new wire_1.BinaryReader(input);
+        const previousRecursionDepth = reader.__tsProtoDecodeDepth ?? 0;
+        if (previousRecursionDepth >= 100) {
+            throw new globalThis.Error("protobuf decode recursion limit exceeded");
+        }
+        reader.__tsProtoDecodeDepth = previousRecursionDepth + 1;
+        try {
+            const end = length === undefined ? reader.len : reader.pos + length;
+            const message = createBaseDescriptorExplanation();
+            while (reader.pos < end) {
+                const tag = reader.uint32();
+                switch (tag >>> 3) {
+                    case 1: {
+                        if (tag !== 10) {
+                            break;
+                        }
+                        message.rule = exports.MatchedRule.decode(reader, reader.uint32());
+                        continue;
+                    }
+                    case 2: {
+                        if (tag !== 16) {
+                            break;
+                        }
+                        message.decision = reader.int32();
+                        continue;
+                    }
+                    case 3: {
+                        if (tag !== 24) {
+                            break;
+                        }
+                        message.unlimited = reader.bool();
+                        continue;
+                    }
+                    case 4: {
+                        if (tag !== 32) {
+                            break;
+                        }
+                        message.shadowMode = reader.bool();
+                        continue;
+                    }
+                    case 5: {
+                        if (tag !== 40) {
+                            break;
+                        }
+                        message.quotaMode = reader.bool();
+                        continue;
+                    }
+                    case 6: {
+                        if (tag !== 50) {
+                            break;
+                        }
+                        message.replaces.push(reader.string());
+                        continue;
+                    }
+                    case 7: {
+                        if (tag !== 56) {
+                            break;
+                        }
+                        message.override = reader.bool();
+                        continue;
+                    }
+                    case 8: {
+                        if (tag !== 64) {
+                            break;
+                        }
+                        message.hits = longToNumber(reader.uint64());
+                        continue;
+                    }
+                    case 9: {
+                        if (tag !== 74) {
+                            break;
+                        }
+                        message.limits.push(exports.LimitExplanation.decode(reader, reader.uint32()));
+                        continue;
+                    }
+                }
+                if ((tag & 7) === 4 || tag === 0) {
+                    break;
+                }
+                reader.skip(tag & 7);
+            }
+            return message;
+        }
+        finally {
+            reader.__tsProtoDecodeDepth = previousRecursionDepth;
+        }
+    },
+    fromJSON(object) {
+        return {
+            rule: isSet(object.rule) ? exports.MatchedRule.fromJSON(object.rule) : undefined,
+            decision: isSet(object.decision) ? decisionFromJSON(object.decision) : 0,
+            unlimited: isSet(object.unlimited) ? globalThis.Boolean(object.unlimited) : false,
+            shadowMode: isSet(object.shadowMode)
+                ? globalThis.Boolean(object.shadowMode)
+                : isSet(object.shadow_mode)
+                    ? globalThis.Boolean(object.shadow_mode)
+                    : false,
+            quotaMode: isSet(object.quotaMode)
+                ? globalThis.Boolean(object.quotaMode)
+                : isSet(object.quota_mode)
+                    ? globalThis.Boolean(object.quota_mode)
+                    : false,
+            replaces: globalThis.Array.isArray(object?.replaces) ? object.replaces.map((e) => globalThis.String(e)) : [],
+            override: isSet(object.override) ? globalThis.Boolean(object.override) : false,
+            hits: isSet(object.hits) ? globalThis.Number(object.hits) : 0,
+            limits: globalThis.Array.isArray(object?.limits)
+                ? object.limits.map((e) => exports.LimitExplanation.fromJSON(e))
+                : [],
+        };
+    },
+    toJSON(message) {
+        const obj = {};
+        if (message.rule !== undefined) {
+            obj.rule = exports.MatchedRule.toJSON(message.rule);
+        }
+        if (message.decision !== 0) {
+            obj.decision = decisionToJSON(message.decision);
+        }
+        if (message.unlimited !== false) {
+            obj.unlimited = message.unlimited;
+        }
+        if (message.shadowMode !== false) {
+            obj.shadowMode = message.shadowMode;
+        }
+        if (message.quotaMode !== false) {
+            obj.quotaMode = message.quotaMode;
+        }
+        if (message.replaces?.length) {
+            obj.replaces = message.replaces;
+        }
+        if (message.override !== false) {
+            obj.override = message.override;
+        }
+        if (message.hits !== 0) {
+            obj.hits = Math.round(message.hits);
+        }
+        if (message.limits?.length) {
+            obj.limits = message.limits.map((e) => exports.LimitExplanation.toJSON(e));
+        }
+        return obj;
+    },
+    create(base) {
+        return exports.DescriptorExplanation.fromPartial(base ?? {});
+    },
+    fromPartial(object) {
+        const message = createBaseDescriptorExplanation();
+        message.rule = (object.rule !== undefined && object.rule !== null)
+            ? exports.MatchedRule.fromPartial(object.rule)
+            : undefined;
+        message.decision = object.decision ?? 0;
+        message.unlimited = object.unlimited ?? false;
+        message.shadowMode = object.shadowMode ?? false;
+        message.quotaMode = object.quotaMode ?? false;
+        message.replaces = object.replaces?.map((e) => e) || [];
+        message.override = object.override ?? false;
+        message.hits = object.hits ?? 0;
+        message.limits = object.limits?.map((e) => exports.LimitExplanation.fromPartial(e)) || [];
+        return message;
+    },
+};
+function createBaseMatchedRule() {
+    return { path: "", file: "", line: 0 };
+}
+exports.MatchedRule = {
+    encode(message, writer = new wire_1.BinaryWriter()) {
+        if (message.path !== "") {
+            writer.uint32(10).string(message.path);
+        }
+        if (message.file !== "") {
+            writer.uint32(18).string(message.file);
+        }
+        if (message.line !== 0) {
+            writer.uint32(24).uint32(message.line);
+        }
+        return writer;
+    },
+    decode(input, length) {
+        const reader = input instanceof wire_1.BinaryReader ? input : new wire_1.BinaryReader(input);
+        const previousRecursionDepth = reader.__tsProtoDecodeDepth ?? 0;
+        if (previousRecursionDepth >= 100) {
+            throw new globalThis.Error("protobuf decode recursion limit exceeded");
+        }
+        reader.__tsProtoDecodeDepth = previousRecursionDepth + 1;
+        try {
+            const end = length === undefined ? reader.len : reader.pos + length;
+            const message = createBaseMatchedRule();
+            while (reader.pos < end) {
+                const tag = reader.uint32();
+                switch (tag >>> 3) {
+                    case 1: {
+                        if (tag !== 10) {
+                            break;
+                        }
+                        message.path = reader.string();
+                        continue;
+                    }
+                    case 2: {
+                        if (tag !== 18) {
+                            break;
+                        }
+                        message.file = reader.string();
+                        continue;
+                    }
+                    case 3: {
+                        if (tag !== 24) {
+                            break;
+                        }
+                        message.line = reader.uint32();
+                        continue;
+                    }
+                }
+                if ((tag & 7) === 4 || tag === 0) {
+                    break;
+                }
+                reader.skip(tag & 7);
+            }
+            return message;
+        }
+        finally {
+            reader.__tsProtoDecodeDepth = previousRecursionDepth;
+        }
+    },
+    fromJSON(object) {
+        return {
+            path: isSet(object.path) ? globalThis.String(object.path) : "",
+            file: isSet(object.file) ? globalThis.String(object.file) : "",
+            line: isSet(object.line) ? globalThis.Number(object.line) : 0,
+        };
+    },
+    toJSON(message) {
+        const obj = {};
+        if (message.path !== "") {
+            obj.path = message.path;
+        }
+        if (message.file !== "") {
+            obj.file = message.file;
+        }
+        if (message.line !== 0) {
+            obj.line = Math.round(message.line);
+        }
+        return obj;
+    },
+    create(base) {
+        return exports.MatchedRule.fromPartial(base ?? {});
+    },
+    fromPartial(object) {
+        const message = createBaseMatchedRule();
+        message.path = object.path ?? "";
+        message.file = object.file ?? "";
+        message.line = object.line ?? 0;
+        return message;
+    },
+};
+function createBaseLimitExplanation() {
+    return {
+        limit: undefined,
+        replaced: false,
+        counter: "",
+        remaining: 0,
+        resetAfter: undefined,
+        wouldAdmit: false,
+        retryAfter: undefined,
+    };
+}
+exports.LimitExplanation = {
+    encode(message, writer = new wire_1.BinaryWriter()) {
+        if (message.limit !== undefined) {
+            exports.Limit.encode(message.limit, writer.uint32(10).fork()).join();
+        }
+        if (message.replaced !== false) {
+            writer.uint32(16).bool(message.replaced);
+        }
+        if (message.counter !== "") {
+            writer.uint32(26).string(message.counter);
+        }
+        if (message.remaining !== 0) {
+            writer.uint32(32).uint64(message.remaining);
+        }
+        if (message.resetAfter !== undefined) {
+            duration_1.Duration.encode(message.resetAfter, writer.uint32(42).fork()).join();
+        }
+        if (message.wouldAdmit !== false) {
+            writer.uint32(48).bool(message.wouldAdmit);
+        }
+        if (message.retryAfter !== undefined) {
+            duration_1.Duration.encode(message.retryAfter, writer.uint32(58).fork()).join();
+        }
+        return writer;
+    },
+    decode(input, length) {
+        const reader = input instanceof wire_1.BinaryReader ? input : new wire_1.BinaryReader(input);
+        const previousRecursionDepth = reader.__tsProtoDecodeDepth ?? 0;
+        if (previousRecursionDepth >= 100) {
+            throw new globalThis.Error("protobuf decode recursion limit exceeded");
+        }
+        reader.__tsProtoDecodeDepth = previousRecursionDepth + 1;
+        try {
+            const end = length === undefined ? reader.len : reader.pos + length;
+            const message = createBaseLimitExplanation();
+            while (reader.pos < end) {
+                const tag = reader.uint32();
+                switch (tag >>> 3) {
+                    case 1: {
+                        if (tag !== 10) {
+                            break;
+                        }
+                        message.limit = exports.Limit.decode(reader, reader.uint32());
+                        continue;
+                    }
+                    case 2: {
+                        if (tag !== 16) {
+                            break;
+                        }
+                        message.replaced = reader.bool();
+                        continue;
+                    }
+                    case 3: {
+                        if (tag !== 26) {
+                            break;
+                        }
+                        message.counter = reader.string();
+                        continue;
+                    }
+                    case 4: {
+                        if (tag !== 32) {
+                            break;
+                        }
+                        message.remaining = longToNumber(reader.uint64());
+                        continue;
+                    }
+                    case 5: {
+                        if (tag !== 42) {
+                            break;
+                        }
+                        message.resetAfter = duration_1.Duration.decode(reader, reader.uint32());
+                        continue;
+                    }
+                    case 6: {
+                        if (tag !== 48) {
+                            break;
+                        }
+                        message.wouldAdmit = reader.bool();
+                        continue;
+                    }
+                    case 7: {
+                        if (tag !== 58) {
+                            break;
+                        }
+                        message.retryAfter = duration_1.Duration.decode(reader, reader.uint32());
+                        continue;
+                    }
+                }
+                if ((tag & 7) === 4 || tag === 0) {
+                    break;
+                }
+                reader.skip(tag & 7);
+            }
+            return message;
+        }
+        finally {
+            reader.__tsProtoDecodeDepth = previousRecursionDepth;
+        }
+    },
+    fromJSON(object) {
+        return {
+            limit: isSet(object.limit) ? exports.Limit.fromJSON(object.limit) : undefined,
+            replaced: isSet(object.replaced) ? globalThis.Boolean(object.replaced) : false,
+            counter: isSet(object.counter) ? globalThis.String(object.counter) : "",
+            remaining: isSet(object.remaining) ? globalThis.Number(object.remaining) : 0,
+            resetAfter: isSet(object.resetAfter)
+                ? duration_1.Duration.fromJSON(object.resetAfter)
+                : isSet(object.reset_after)
+                    ? duration_1.Duration.fromJSON(object.reset_after)
+                    : undefined,
+            wouldAdmit: isSet(object.wouldAdmit)
+                ? globalThis.Boolean(object.wouldAdmit)
+                : isSet(object.would_admit)
+                    ? globalThis.Boolean(object.would_admit)
+                    : false,
+            retryAfter: isSet(object.retryAfter)
+                ? duration_1.Duration.fromJSON(object.retryAfter)
+                : isSet(object.retry_after)
+                    ? duration_1.Duration.fromJSON(object.retry_after)
+                    : undefined,
+        };
+    },
+    toJSON(message) {
+        const obj = {};
+        if (message.limit !== undefined) {
+            obj.limit = exports.Limit.toJSON(message.limit);
+        }
+        if (message.replaced !== false) {
+            obj.replaced = message.replaced;
+        }
+        if (message.counter !== "") {
+            obj.counter = message.counter;
+        }
+        if (message.remaining !== 0) {
+            obj.remaining = Math.round(message.remaining);
+        }
+        if (message.resetAfter !== undefined) {
+            obj.resetAfter = duration_1.Duration.toJSON(message.resetAfter);
+        }
+        if (message.wouldAdmit !== false) {
+            obj.wouldAdmit = message.wouldAdmit;
+        }
+        if (message.retryAfter !== undefined) {
+            obj.retryAfter = duration_1.Duration.toJSON(message.retryAfter);
+        }
+        return obj;
+    },
+    create(base) {
+        return exports.LimitExplanation.fromPartial(base ?? {});
+    },
+    fromPartial(object) {
+        const message = createBaseLimitExplanation();
+        message.limit = (object.limit !== undefined && object.limit !== null) ? exports.Limit.fromPartial(object.limit) : undefined;
+        message.replaced = object.replaced ?? false;
+        message.counter = object.counter ?? "";
+        message.remaining = object.remaining ?? 0;
+        message.resetAfter = (object.resetAfter !== undefined && object.resetAfter !== null)
+            ? duration_1.Duration.fromPartial(object.resetAfter)
+            : undefined;
+        message.wouldAdmit = object.wouldAdmit ?? false;
+        message.retryAfter = (object.retryAfter !== undefined && object.retryAfter !== null)
+            ? duration_1.Duration.fromPartial(object.retryAfter)
+            : undefined;
+        return message;
+    },
+};
 exports.RateLimitServiceService = {
     shouldRateLimit: {
         path: "/ratelimit.v1.RateLimitService/ShouldRateLimit",
@@ -952,6 +1640,15 @@ exports.RateLimitServiceService = {
         requestDeserialize: (value) => exports.ShouldRateLimitRequest.decode(value),
         responseSerialize: (value) => Buffer.from(exports.ShouldRateLimitResponse.encode(value).finish()),
         responseDeserialize: (value) => exports.ShouldRateLimitResponse.decode(value),
+    },
+    explain: {
+        path: "/ratelimit.v1.RateLimitService/Explain",
+        requestStream: false,
+        responseStream: false,
+        requestSerialize: (value) => Buffer.from(exports.ExplainRequest.encode(value).finish()),
+        requestDeserialize: (value) => exports.ExplainRequest.decode(value),
+        responseSerialize: (value) => Buffer.from(exports.ExplainResponse.encode(value).finish()),
+        responseDeserialize: (value) => exports.ExplainResponse.decode(value),
     },
 };
 exports.RateLimitServiceClient = (0, grpc_js_1.makeGenericClientConstructor)(exports.RateLimitServiceService, "ratelimit.v1.RateLimitService");

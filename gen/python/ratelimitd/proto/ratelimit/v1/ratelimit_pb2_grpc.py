@@ -20,12 +20,23 @@ class RateLimitServiceStub(object):
                 request_serializer=ratelimit_dot_v1_dot_ratelimit__pb2.ShouldRateLimitRequest.SerializeToString,
                 response_deserializer=ratelimit_dot_v1_dot_ratelimit__pb2.ShouldRateLimitResponse.FromString,
                 )
+        self.Explain = channel.unary_unary(
+                '/ratelimit.v1.RateLimitService/Explain',
+                request_serializer=ratelimit_dot_v1_dot_ratelimit__pb2.ExplainRequest.SerializeToString,
+                response_deserializer=ratelimit_dot_v1_dot_ratelimit__pb2.ExplainResponse.FromString,
+                )
 
 
 class RateLimitServiceServicer(object):
     """Missing associated documentation comment in .proto file."""
 
     def ShouldRateLimit(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Explain(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -38,6 +49,11 @@ def add_RateLimitServiceServicer_to_server(servicer, server):
                     servicer.ShouldRateLimit,
                     request_deserializer=ratelimit_dot_v1_dot_ratelimit__pb2.ShouldRateLimitRequest.FromString,
                     response_serializer=ratelimit_dot_v1_dot_ratelimit__pb2.ShouldRateLimitResponse.SerializeToString,
+            ),
+            'Explain': grpc.unary_unary_rpc_method_handler(
+                    servicer.Explain,
+                    request_deserializer=ratelimit_dot_v1_dot_ratelimit__pb2.ExplainRequest.FromString,
+                    response_serializer=ratelimit_dot_v1_dot_ratelimit__pb2.ExplainResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -63,5 +79,22 @@ class RateLimitService(object):
         return grpc.experimental.unary_unary(request, target, '/ratelimit.v1.RateLimitService/ShouldRateLimit',
             ratelimit_dot_v1_dot_ratelimit__pb2.ShouldRateLimitRequest.SerializeToString,
             ratelimit_dot_v1_dot_ratelimit__pb2.ShouldRateLimitResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def Explain(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/ratelimit.v1.RateLimitService/Explain',
+            ratelimit_dot_v1_dot_ratelimit__pb2.ExplainRequest.SerializeToString,
+            ratelimit_dot_v1_dot_ratelimit__pb2.ExplainResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)

@@ -1,0 +1,307 @@
+package server
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/ratelimitd/ratelimitd/backend"
+)
+
+// An explanation says how the rules in force would decide a request, and
+// on which counters, without deciding it: POST /explain's answer, and
+// the native Explain RPC's (see nativeExplanation).
+type explanation struct {
+	Domain string `json:"domain"`
+	// Overall is the call's code, "OK" or "OVER_LIMIT", as a decision
+	// made now would report it.
+	Overall string `json:"overall"`
+	// ShadowMode: the daemon runs in shadow mode and refuses nothing.
+	ShadowMode  bool                    `json:"shadow_mode"`
+	Descriptors []descriptorExplanation `json:"descriptors"`
+}
+
+// A descriptorExplanation is one request descriptor's part of an
+// explanation.
+type descriptorExplanation struct {
+	Entries []explainEntry `json:"entries"`
+	// Rule is the rule that matched, nil when none did.
+	Rule       *explainRule `json:"rule"`
+	Unlimited  bool         `json:"unlimited"`
+	ShadowMode bool         `json:"shadow_mode"`
+	QuotaMode  bool         `json:"quota_mode"`
+	// Replaces names the limits this descriptor removes from the call
+	// (an unlimited rule's replaces, and its limits' replaces).
+	Replaces []string `json:"replaces,omitempty"`
+	// Override: the request gave its own limit, which replaces the rule's.
+	Override bool `json:"override,omitempty"`
+	// Decision is "OK", "OVER_LIMIT", "UNLIMITED" or "NO_RULE".
+	Decision string         `json:"decision"`
+	Hits     uint64         `json:"hits"`
+	Limits   []explainLimit `json:"limits"`
+}
+
+// An explainEntry is one entry as the request sent it (a value over
+// 1024 bytes by its digest, bytes that are not UTF-8 in hex).
+type explainEntry struct {
+	Key   string `json:"key"`
+	Value string `json:"value"`
+}
+
+// An explainRule names a rule and where it is defined.
+type explainRule struct {
+	Path string `json:"path"`
+	File string `json:"file"`
+	Line int    `json:"line"`
+}
+
+// An explainLimit is one limit of a descriptor, its counter and what the
+// descriptor's hits would do to it.
+type explainLimit struct {
+	Name            string `json:"name"`
+	Algorithm       string `json:"algorithm"`
+	RequestsPerUnit uint64 `json:"requests_per_unit"`
+	Window          string `json:"window"`
+	Burst           uint64 `json:"burst"`
+	// Replaced: another limit of the call replaces this one by name, so
+	// that it is not applied; the fields below are then empty.
+	Replaced bool `json:"replaced,omitempty"`
+	// Counter identifies the counter: "sha256:" and the first 8 bytes, in
+	// hex, of the SHA-256 of the counter key the store is given.
+	Counter   string `json:"counter,omitempty"`
+	Remaining uint64 `json:"remaining"`
+	Reset     string `json:"reset,omitempty"`
+	// WouldAdmit: the limit admits the descriptor's hits now, on top of
+	// those of the call's earlier descriptors on the same counter.
+	WouldAdmit bool `json:"would_admit"`
+	// RetryAfter is the time until the limit would admit those hits, when
+	// it does not now and the counter's state as read tells it (see
+	// retryAfter).
+	RetryAfter string `json:"retry_after,omitempty"`
+
+	limit    backend.Limit // for the native rendering
+	reset    time.Duration
+	retry    time.Duration
+	hasRetry bool
+}
+
+// serveExplain answers POST /explain: the body is /json's, the answer an
+// explanation as JSON (see docs/operations.md).
+func (s *Server) serveExplain(w http.ResponseWriter, r *http.Request) {
+	req, ok := readRateLimitRequest(w, r)
+	if !ok {
+		return
+	}
+	sc := s.getScratch()
+	defer s.putScratch(sc)
+	if err := envoyFromProto(sc, req); err != nil {
+		http.Error(w, err.Error(), httpCode(err))
+		return
+	}
+	ex, err := s.explain(r.Context(), sc)
+	if err != nil {
+		http.Error(w, err.Error(), httpCode(err))
+		return
+	}
+	out, err := json.MarshalIndent(ex, "", "  ")
+	if err != nil {
+		http.Error(w, "encoding explanation: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Write(append(out, '\n'))
+}
+
+// explain explains sc.req: it matches it and builds its store requests
+// as decide does, reads their counters with zero hits, which checks
+// without consuming, and works out from what it read what a decision
+// made now would answer. It returns decide's errors, but answers no
+// failure mode: a store that cannot be read is errStoreUnavailable.
+func (s *Server) explain(ctx context.Context, sc *scratch) (*explanation, error) {
+	if err := s.match(sc); err != nil {
+		return nil, err
+	}
+	bans := s.storeRequests(sc)
+	hits := make([]uint64, len(sc.reqs))
+	for i := range sc.reqs {
+		hits[i] = sc.reqs[i].Hits
+		sc.reqs[i].Hits = 0
+		sc.reqs[i].ConsumeWhenOver = false
+	}
+	switch {
+	case len(sc.reqs) == 0:
+	case bans == len(sc.reqs):
+		s.decideBans(sc)
+	default:
+		if err := s.store.Take(ctx, sc.reqs, sc.res); err != nil {
+			return nil, s.explainFailed(ctx, err)
+		}
+	}
+	read := slices.Clone(sc.res)
+	for i := range sc.reqs {
+		sc.reqs[i].Hits = hits[i]
+		sc.res[i].OverLimit = !admits(sc, read, i)
+	}
+	ex := &explanation{
+		Domain:      printable(sc.req.domain),
+		Overall:     codeName(!s.opts.ShadowMode && backend.Refused(sc.reqs, sc.res)),
+		ShadowMode:  s.opts.ShadowMode,
+		Descriptors: make([]descriptorExplanation, len(sc.descs)),
+	}
+	for i := range sc.descs {
+		ex.Descriptors[i] = s.explainDescriptor(sc, read, i)
+	}
+	return ex, nil
+}
+
+// explainFailed maps a store error of explain: the caller's context
+// error if the caller gave up, errShuttingDown if the store is closed,
+// else errStoreUnavailable (the error itself goes to the log).
+func (s *Server) explainFailed(ctx context.Context, err error) error {
+	if ctxErr := ctx.Err(); ctxErr != nil {
+		return ctxErr
+	}
+	if errors.Is(err, backend.ErrClosed) {
+		return errShuttingDown
+	}
+	s.warnStore(err)
+	return errStoreUnavailable
+}
+
+// admits reports whether sc.reqs[i]'s limit admits its hits on the state
+// read (read[i], a zero-hit result), as backend.Decide's first rule has
+// it: on top of the hits of the call's earlier requests on the same
+// counter that are admitted (sc.res[j].OverLimit, already worked out).
+//
+// For every algorithm, a limit admits h > 0 hits exactly when h is at
+// most the Remaining a zero-hit check reports (and zero hits when that
+// check is not over), so the state read decides without the store.
+func admits(sc *scratch, read []backend.Result, i int) bool {
+	h := cumulativeHits(sc, i)
+	return !read[i].OverLimit && h <= read[i].Remaining
+}
+
+// cumulativeHits returns sc.reqs[i]'s hits plus those of the earlier
+// requests of the call on the same counter that are not over.
+func cumulativeHits(sc *scratch, i int) uint64 {
+	h := sc.reqs[i].Hits
+	for j := range i {
+		if sc.reqs[j].Key == sc.reqs[i].Key && !sc.res[j].OverLimit {
+			h = addSat(h, sc.reqs[j].Hits)
+		}
+	}
+	return h
+}
+
+// addSat returns a+b, saturated.
+func addSat(a, b uint64) uint64 {
+	if s := a + b; s >= a {
+		return s
+	}
+	return ^uint64(0)
+}
+
+// explainDescriptor explains sc.descs[i], whose counters read as read.
+func (s *Server) explainDescriptor(sc *scratch, read []backend.Result, i int) descriptorExplanation {
+	ds := &sc.descs[i]
+	entries := sc.req.entriesOf(&sc.req.descs[i])
+	de := descriptorExplanation{
+		Entries:   make([]explainEntry, len(entries)),
+		Unlimited: ds.unlimited(),
+		Override:  ds.override,
+		Hits:      ds.hits,
+		Limits:    []explainLimit{},
+	}
+	for j, e := range entries {
+		de.Entries[j] = explainEntry{Key: printable(e.key), Value: labelValue(e)}
+	}
+	if r := ds.rule; r != nil {
+		de.Rule = &explainRule{Path: printable(r.Path), File: r.File, Line: r.Line}
+		de.ShadowMode, de.QuotaMode = r.ShadowMode, r.QuotaMode
+		if de.Unlimited {
+			de.Replaces = append(de.Replaces, r.Replaces...)
+		}
+	}
+	k := ds.first
+	for _, l := range ds.limits() {
+		de.Replaces = append(de.Replaces, l.Replaces...)
+		el := explainLimit{
+			Name:            printable(ds.limitName(l.Limit)),
+			Algorithm:       l.Algorithm.String(),
+			RequestsPerUnit: l.Requests,
+			Window:          l.Window.String(),
+			Burst:           l.Capacity(),
+			limit:           l.Limit,
+		}
+		if l.Name != "" && slices.Contains(sc.replaced, l.Name) {
+			el.Replaced = true
+			de.Limits = append(de.Limits, el)
+			continue
+		}
+		s.explainCounter(sc, read, k, &el)
+		k++
+		de.Limits = append(de.Limits, el)
+	}
+	switch v := s.descVerdict(sc, i); {
+	case ds.rule == nil && !ds.override:
+		de.Decision = "NO_RULE"
+	case v.unlimited:
+		de.Decision = "UNLIMITED"
+	default:
+		de.Decision = codeName(v.over)
+	}
+	return de
+}
+
+// explainCounter fills el's counter fields from store request k.
+func (s *Server) explainCounter(sc *scratch, read []backend.Result, k int, el *explainLimit) {
+	rq, st := &sc.reqs[k], read[k]
+	sum := sha256.Sum256([]byte(rq.Key))
+	el.Counter = "sha256:" + hex.EncodeToString(sum[:8])
+	el.Remaining = st.Remaining
+	el.reset = st.ResetAfter
+	el.Reset = st.ResetAfter.String()
+	el.WouldAdmit = !sc.res[k].OverLimit
+	if !el.WouldAdmit {
+		if d, ok := retryAfter(rq.Limit, cumulativeHits(sc, k), st); ok {
+			el.retry, el.hasRetry = d, true
+			el.RetryAfter = d.String()
+		}
+	}
+}
+
+// retryAfter returns the time until limit l would admit hits, from a
+// zero-hit check's result st on its counter, when st tells it: for a ban
+// and a fixed window, the counter's reset; for GCRA, the reset less the
+// room that hits need; for hits that l can never admit at once, l's
+// window (as backend.Result says). The other algorithms' state is not in
+// a result (a sliding window's two counts, a log's entries, a bucket's
+// fractional tokens): ok is false.
+func retryAfter(l backend.Limit, hits uint64, st backend.Result) (time.Duration, bool) {
+	switch {
+	case l.Ban():
+		return st.ResetAfter, true
+	case hits > l.Capacity():
+		return l.Window, true
+	case l.Algorithm == backend.FixedWindow:
+		return st.ResetAfter, true
+	case l.Algorithm == backend.GCRA:
+		room := time.Duration(l.Capacity()-hits) * time.Duration(l.Interval()) * time.Microsecond
+		return max(st.ResetAfter-room, time.Microsecond), true
+	}
+	return 0, false
+}
+
+// codeName names a code as Envoy's JSON does.
+func codeName(over bool) string {
+	if over {
+		return "OVER_LIMIT"
+	}
+	return "OK"
+}
