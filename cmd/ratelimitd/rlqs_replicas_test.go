@@ -177,13 +177,13 @@ func TestRLQSReplicaDown(t *testing.T) {
 			p := startProcess(t, args...)
 			c := newQuotaClient(t, p.grpc, interval)
 			d := client.D("tenant", "acme")
-			eventuallyQuota(t, "an assignment at start", func() bool { ok, _ := c.q.Allow(d); return ok })
+			eventually(t, "an assignment at start", func() bool { ok, _ := c.q.Allow(d); return ok })
 
 			_ = p.cmd.Process.Signal(sig)
 			<-p.exited
 			// The assignment lives two reporting intervals: after that
 			// every call is refused, the policy failing closed.
-			eventuallyQuota(t, "refusals once the assignment expired", func() bool {
+			eventually(t, "refusals once the assignment expired", func() bool {
 				for range 50 {
 					if ok, _ := c.q.Allow(d); ok {
 						return false
@@ -199,7 +199,7 @@ func TestRLQSReplicaDown(t *testing.T) {
 			}
 
 			startProcess(t, append(args, "--grpc-addr", p.grpc)...)
-			eventuallyQuota(t, "an assignment after the restart", func() bool { ok, _ := c.q.Allow(d); return ok })
+			eventually(t, "an assignment after the restart", func() bool { ok, _ := c.q.Allow(d); return ok })
 		})
 	}
 }
@@ -207,7 +207,7 @@ func TestRLQSReplicaDown(t *testing.T) {
 // TestRLQSReload: a limit changed in the rule file reaches every client,
 // on every replica, within one reporting interval of the reload (SIGHUP):
 // the clients report every minute, so the new assignments that GET /rlqs
-// shows sent within the test's 20 s were pushed, not answers to reports.
+// shows sent within eventually's 30 s were pushed, not answers to reports.
 func TestRLQSReload(t *testing.T) {
 	srv := redistest.Start(t)
 	path := writeRules(t, quotaRules)
@@ -222,15 +222,15 @@ func TestRLQSReload(t *testing.T) {
 	}
 	d := client.D("tenant", "acme")
 	for _, c := range cs {
-		eventuallyQuota(t, "an assignment at start", func() bool { ok, _ := c.q.Allow(d); return ok })
+		eventually(t, "an assignment at start", func() bool { ok, _ := c.q.Allow(d); return ok })
 	}
-	eventuallyQuota(t, "shares of the first limit", func() bool { return assignedTotal(t, procs) > 150 })
+	eventually(t, "shares of the first limit", func() bool { return assignedTotal(t, procs) > 150 })
 
 	writeFile(t, path, strings.Replace(quotaRules, "requests_per_unit: 200", "requests_per_unit: 20", 1))
 	for _, p := range procs {
 		_ = p.cmd.Process.Signal(syscall.SIGHUP)
 	}
-	eventuallyQuota(t, "shares of the new limit", func() bool { r := assignedTotal(t, procs); return r > 0 && r <= 20 })
+	eventually(t, "shares of the new limit", func() bool { r := assignedTotal(t, procs); return r > 0 && r <= 20 })
 }
 
 // assignedTotal returns the rates assigned to every stream of every
@@ -251,16 +251,4 @@ func assignedTotal(t *testing.T, procs []*process) float64 {
 		}
 	}
 	return total
-}
-
-// eventuallyQuota polls cond for up to 20 s.
-func eventuallyQuota(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("no %s within 20 s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
