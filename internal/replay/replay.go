@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -117,47 +118,137 @@ type groupKey struct {
 	line                  int
 }
 
-// Run replays the log read from r.
+// Run replays the log read from r. Lines are read and decoded in
+// batches by a goroutine per CPU, and decided in order.
 func Run(ctx context.Context, r io.Reader, opts Options) (*Report, error) {
 	if opts.Old == nil || opts.New == nil {
 		return nil, errors.New("replay: both rule sets are needed")
 	}
+	name := cmp.Or(opts.Name, "log")
 	old, neu := newSide(opts.Old, opts.MaxKeys), newSide(opts.New, opts.MaxKeys)
 	defer old.store.Close()
 	defer neu.store.Close()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	batches := decodeAll(ctx, r, name)
 	rep := &Report{}
 	groups := map[groupKey]int{}
-	var (
-		dec requestlog.Decoder
-		rec requestlog.Record
-	)
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), maxLine)
-	for n := 1; sc.Scan(); n++ {
-		b := sc.Bytes()
-		if len(b) == 0 {
-			continue
+	for b := range batches {
+		<-b.done
+		if b.err != nil {
+			return nil, b.err
 		}
-		if err := dec.Decode(b, &rec); err != nil {
-			return nil, fmt.Errorf("%s:%d: %w", cmp.Or(opts.Name, "log"), n, err)
+		for i := range b.recs {
+			rec := &b.recs[i]
+			if rep.Requests == 0 {
+				rep.First = rec.Time
+			}
+			rep.Requests++
+			rep.Last = rec.Time
+			old.decide(ctx, rec)
+			neu.decide(ctx, rec)
+			if err := cmp.Or(ctx.Err(), storeError(old.err), storeError(neu.err)); err != nil {
+				return nil, fmt.Errorf("%s:%d: %w", name, b.lines[i], err)
+			}
+			rep.compare(old, neu, groups)
 		}
-		if rep.Requests == 0 {
-			rep.First = rec.Time
-		}
-		rep.Requests++
-		rep.Last = rec.Time
-		old.decide(ctx, &rec)
-		neu.decide(ctx, &rec)
-		if err := cmp.Or(ctx.Err(), storeError(old.err), storeError(neu.err)); err != nil {
-			return nil, fmt.Errorf("%s:%d: %w", cmp.Or(opts.Name, "log"), n, err)
-		}
-		rep.compare(old, neu, groups)
 	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("%s: %w", cmp.Or(opts.Name, "log"), err)
+	if err := ctx.Err(); err != nil {
+		return nil, err
 	}
 	rep.Rules = sortedGroups(groups)
 	return rep, nil
+}
+
+// batchSize is how many lines a batch holds.
+const batchSize = 256
+
+// A batch is consecutive lines of the log, decoded.
+type batch struct {
+	data  []byte              // the lines' bytes, back to back
+	ends  []int               // where each line ends in data
+	lines []int               // each record's line number
+	recs  []requestlog.Record // the decoded records
+	err   error               // the first line that could not be read, naming it
+	done  chan struct{}       // closed once decoded
+}
+
+// decodeAll reads r's lines in batches, and decodes them on a goroutine
+// per CPU. It returns the batches in order, each to be waited for (done);
+// the channel closes after the last, or after the first batch that failed
+// to read or decode. The goroutines end once r is read and every batch is
+// decoded, or soon after ctx ends.
+func decodeAll(ctx context.Context, r io.Reader, name string) <-chan *batch {
+	ordered := make(chan *batch, 4*runtime.GOMAXPROCS(0))
+	work := make(chan *batch, 4*runtime.GOMAXPROCS(0))
+	for range runtime.GOMAXPROCS(0) {
+		go func() {
+			var dec requestlog.Decoder
+			for b := range work {
+				b.decode(&dec, name)
+				close(b.done)
+			}
+		}()
+	}
+	go func() {
+		defer close(ordered)
+		defer close(work)
+		sc := bufio.NewScanner(r)
+		sc.Buffer(make([]byte, 64<<10), maxLine)
+		b := newBatch()
+		send := func() bool {
+			select {
+			case work <- b:
+			case <-ctx.Done():
+				return false
+			}
+			select {
+			case ordered <- b:
+			case <-ctx.Done():
+				return false
+			}
+			b = newBatch()
+			return true
+		}
+		for n := 1; sc.Scan(); n++ {
+			if len(sc.Bytes()) == 0 {
+				continue
+			}
+			b.data = append(b.data, sc.Bytes()...)
+			b.ends = append(b.ends, len(b.data))
+			b.lines = append(b.lines, n)
+			if len(b.ends) == batchSize && !send() {
+				return
+			}
+		}
+		if err := sc.Err(); err != nil {
+			b.err = fmt.Errorf("%s: %w", name, err)
+		}
+		if len(b.ends) > 0 || b.err != nil {
+			send()
+		}
+	}()
+	return ordered
+}
+
+// newBatch returns an empty batch.
+func newBatch() *batch { return &batch{done: make(chan struct{})} }
+
+// decode decodes b's lines, stopping at the first that fails.
+func (b *batch) decode(dec *requestlog.Decoder, name string) {
+	if b.err != nil && len(b.ends) == 0 {
+		return
+	}
+	b.recs = make([]requestlog.Record, len(b.ends))
+	from := 0
+	for i, end := range b.ends {
+		if err := dec.Decode(b.data[from:end], &b.recs[i]); err != nil {
+			b.recs = b.recs[:i]
+			b.err = fmt.Errorf("%s:%d: %w", name, b.lines[i], err)
+			return
+		}
+		from = end
+	}
 }
 
 // storeError returns err when it is no invalid request, which the memory

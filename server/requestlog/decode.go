@@ -48,6 +48,9 @@ type Decoder struct {
 // Decode reads one line (without its newline) into r, whose slices it
 // reuses. The strings of r do not point into b.
 func (d *Decoder) Decode(b []byte, r *Record) error {
+	if decodeFast(b, r) {
+		return nil
+	}
 	d.line = line{Bytes: d.line.Bytes[:0], Limits: d.line.Limits[:0]}
 	if err := json.Unmarshal(b, &d.line); err != nil {
 		return err
