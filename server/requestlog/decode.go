@@ -51,6 +51,12 @@ func (d *Decoder) Decode(b []byte, r *Record) error {
 	if decodeFast(b, r) {
 		return nil
 	}
+	return d.decodeGeneral(b, r)
+}
+
+// decodeGeneral is Decode for any line: the envelope read by
+// encoding/json, the request by protojson.
+func (d *Decoder) decodeGeneral(b []byte, r *Record) error {
 	d.line = line{Bytes: d.line.Bytes[:0], Limits: d.line.Limits[:0]}
 	if err := json.Unmarshal(b, &d.line); err != nil {
 		return err
