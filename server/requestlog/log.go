@@ -126,7 +126,8 @@ func (l *Log) Log(r *Record) {
 	}
 }
 
-// Reopen closes and reopens the file, after writing what is buffered.
+// Reopen closes and reopens the file, after writing to it the records
+// handed to Log before.
 func (l *Log) Reopen() error {
 	answer := make(chan error, 1)
 	select {
@@ -169,20 +170,17 @@ func (l *Log) run() {
 				l.flush()
 			}
 		case answer := <-l.reopens:
-			answer <- l.doReopen()
+			var err error
+			buf, err = l.doReopen(buf)
+			answer <- err
 		case <-l.reopen:
-			if err := l.doReopen(); err != nil {
+			var err error
+			if buf, err = l.doReopen(buf); err != nil {
 				l.log.Error("reopening the request log", "err", err)
 			}
 		case <-l.quit:
-			for {
-				select {
-				case r := <-l.records:
-					buf = l.write(buf, r)
-				default:
-					return // Close flushes
-				}
-			}
+			l.drain(buf)
+			return // Close flushes
 		}
 	}
 }
@@ -214,19 +212,32 @@ func (l *Log) fail(err error) {
 }
 
 // doReopen opens the file at the log's path anew and, once it is open,
-// writes what is buffered to the old one and closes it. When the path
+// writes the records waiting to the old one, and closes it. When the path
 // cannot be opened, the log goes on writing to the old file.
-func (l *Log) doReopen() error {
+func (l *Log) doReopen(buf []byte) ([]byte, error) {
 	f, err := openFile(l.path)
 	if err != nil {
 		l.errors.Add(1)
-		return err
+		return buf, err
 	}
+	buf = l.drain(buf)
 	l.flush()
 	l.file.Close() //nolint:errcheck // written and flushed: nothing left to lose
 	l.file = f
 	l.w.Reset(f)
-	return nil
+	return buf, nil
+}
+
+// drain writes the records waiting, without flushing.
+func (l *Log) drain(buf []byte) []byte {
+	for {
+		select {
+		case r := <-l.records:
+			buf = l.write(buf, r)
+		default:
+			return buf
+		}
+	}
 }
 
 // Counts returns how many records were written and dropped.

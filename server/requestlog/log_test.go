@@ -141,7 +141,8 @@ func TestReopen(t *testing.T) {
 	if err := os.Rename(path, path+".2"); err != nil {
 		t.Fatal(err)
 	}
-	sig <- os.Interrupt // unbuffered: the writer has it
+	sig <- os.Interrupt // unbuffered: the writer has it,
+	sig <- os.Interrupt // and has reopened the file once it takes another
 	l.Log(record("signalled"))
 	if err := l.Close(); err != nil {
 		t.Fatal(err)

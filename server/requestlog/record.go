@@ -6,7 +6,8 @@
 //
 //	{"time": "2026-11-24T05:52:51.123456789Z", "request": {...}}
 //
-// where time is when the request was decided (RFC 3339, nanoseconds) and
+// where time is when the request was decided (RFC 3339 in UTC, with nine
+// digits of nanoseconds, so that lines sort by time as text) and
 // request is the body POST /json takes for it: the protojson form of an
 // envoy.service.ratelimit.v3.RateLimitRequest, whichever API carried the
 // request (native requests are converted). Every descriptor carries its
@@ -75,6 +76,10 @@ type Limit struct {
 	Window   time.Duration
 }
 
+// timeFormat is RFC 3339 in UTC with all nine digits of the nanoseconds,
+// so that the lines of a log sort by time as text.
+const timeFormat = "2006-01-02T15:04:05.000000000Z07:00"
+
 // envoyUnits are the units of Envoy's RateLimitOverride, longest first,
 // with their protojson names.
 var envoyUnits = [...]struct {
@@ -103,7 +108,7 @@ func envoyUnit(w time.Duration) (string, uint64, bool) {
 // AppendLine appends r's line, with its newline, to b.
 func AppendLine(b []byte, r *Record) []byte {
 	b = append(b, `{"time":"`...)
-	b = r.Time.UTC().AppendFormat(b, time.RFC3339Nano)
+	b = r.Time.UTC().AppendFormat(b, timeFormat)
 	b = append(b, `","request":{"domain":`...)
 	b = appendString(b, r.Domain)
 	b = append(b, `,"descriptors":[`...)
