@@ -41,14 +41,15 @@ type lineLimit struct {
 // the next.
 type Decoder struct {
 	line line
-	req  rlsv3.RateLimitRequest
-	opts protojson.UnmarshalOptions
+	req    rlsv3.RateLimitRequest
+	opts   protojson.UnmarshalOptions
+	intern interner
 }
 
 // Decode reads one line (without its newline) into r, whose slices it
 // reuses. The strings of r do not point into b.
 func (d *Decoder) Decode(b []byte, r *Record) error {
-	if decodeFast(b, r) {
+	if decodeFast(b, r, &d.intern) {
 		return nil
 	}
 	return d.decodeGeneral(b, r)

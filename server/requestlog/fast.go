@@ -12,8 +12,8 @@ import (
 // nearly all are. It reports false for any other line, which Decode then
 // reads the general way; for a line it accepts, r is what the general way
 // makes of it.
-func decodeFast(b []byte, r *Record) bool {
-	p := parser{b: b}
+func decodeFast(b []byte, r *Record, in *interner) bool {
+	p := parser{b: b, in: in}
 	if !p.lit(`{"time":`) {
 		return false
 	}
@@ -52,14 +52,42 @@ func decodeFast(b []byte, r *Record) bool {
 		r.Descriptors[i].Entries = entries[from : from+n : from+n]
 		from += n
 	}
-	r.Time, r.Domain = t, string(domain)
+	r.Time, r.Domain = t, in.get(domain)
 	return true
 }
 
 // parser reads b from i.
 type parser struct {
-	b []byte
-	i int
+	b  []byte
+	i  int
+	in *interner
+}
+
+// An interner returns one string for equal bytes: a log repeats its
+// domains, keys and many values on every line.
+type interner struct{ m map[string]string }
+
+// maxInterned bounds an interner's strings, and the length of those it
+// keeps, so that its memory stays small whatever the log.
+const (
+	maxInterned    = 1 << 14
+	maxInternedLen = 128
+)
+
+// get returns b as a string.
+func (in *interner) get(b []byte) string {
+	if len(b) > maxInternedLen {
+		return string(b)
+	}
+	if s, ok := in.m[string(b)]; ok {
+		return s
+	}
+	if in.m == nil || len(in.m) == maxInterned {
+		in.m = make(map[string]string)
+	}
+	s := string(b)
+	in.m[s] = s
+	return s
 }
 
 // lit consumes s if b continues with it.
@@ -141,7 +169,7 @@ func (p *parser) descriptor(entries *[]Entry) (Descriptor, bool) {
 		if !ok || !p.lit(`}`) {
 			return d, false
 		}
-		*entries = append(*entries, Entry{Key: string(k), Value: string(v)})
+		*entries = append(*entries, Entry{Key: p.in.get(k), Value: p.in.get(v)})
 		if p.lit(`]`) {
 			break
 		}

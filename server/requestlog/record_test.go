@@ -80,7 +80,7 @@ func TestRoundTrip(t *testing.T) {
 				t.Errorf("decodeGeneral(%s) (-want +got):\n%s", line, diff)
 			}
 			var fast Record
-			if decodeFast(line, &fast) {
+			if decodeFast(line, &fast, &d.intern) {
 				if diff := cmp.Diff(rec, fast); diff != "" {
 					t.Errorf("decodeFast(%s) (-want +got):\n%s", line, diff)
 				}
@@ -100,7 +100,7 @@ func TestFastPathTaken(t *testing.T) {
 		rec := records[name]
 		line := bytes.TrimSuffix(AppendLine(nil, &rec), []byte("\n"))
 		var got Record
-		if decodeFast(line, &got) != want {
+		if decodeFast(line, &got, new(interner)) != want {
 			t.Errorf("decodeFast(%s) = %v, want %v", line, !want, want)
 		}
 	}
