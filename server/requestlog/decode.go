@@ -40,7 +40,7 @@ type lineLimit struct {
 // A Decoder reads lines into Records, reusing its memory from one line to
 // the next.
 type Decoder struct {
-	line line
+	line   line
 	req    rlsv3.RateLimitRequest
 	opts   protojson.UnmarshalOptions
 	intern interner
