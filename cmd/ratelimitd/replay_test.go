@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -47,18 +48,7 @@ func TestRequestLogThenReplay(t *testing.T) {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	// The writer flushes once it has nothing waiting.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		b, _ := os.ReadFile(logPath)
-		if bytes.Count(b, []byte("\n")) == 6 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the request log holds %q, want 6 lines", b)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitLines(t, logPath, 6) // the writer flushes once it has nothing waiting
 
 	code, out, errOut := runExit(t, "replay", "--old", oldPath, "--new", newPath, logPath)
 	if code != 0 {
@@ -104,5 +94,67 @@ func TestReplayBadInput(t *testing.T) {
 		if code != tc.code || !strings.Contains(errOut, tc.want) {
 			t.Errorf("replay %v: exit status %d, %q; want %d and %q", tc.args, code, errOut, tc.code, tc.want)
 		}
+	}
+}
+
+// waitLines waits until the file at path holds n lines.
+func waitLines(t *testing.T, path string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		b, _ := os.ReadFile(path)
+		if bytes.Count(b, []byte("\n")) == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s holds %q, want %d lines", path, b, n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestRequestLogRotation: after the log is renamed away, SIGHUP has the
+// daemon write new requests to a new file at --request-log.
+func TestRequestLogRotation(t *testing.T) {
+	dir := t.TempDir()
+	rules, logPath := filepath.Join(dir, "rules.yaml"), filepath.Join(dir, "requests.log")
+	writeFile(t, rules, goodRules)
+	d := startDaemon(t, "--config", rules, "--request-log", logPath)
+	d.limit(t)
+	waitLines(t, logPath, 1)
+	if err := os.Rename(logPath, logPath+".1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for { // reopened once the file exists again
+		if _, err := os.Stat(logPath); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s after SIGHUP; logs:\n%s", logPath, d.logs)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// A request logged in the instant between the new file's creation and
+	// the switch to it still goes to the old file: send until one reaches
+	// the new file; every request is in one of the two.
+	lines := func(p string) int { b, _ := os.ReadFile(p); return bytes.Count(b, []byte("\n")) }
+	sent := 1
+	for lines(logPath) == 0 {
+		if time.Now().After(deadline) || sent > 100 {
+			t.Fatalf("nothing reached the new %s after %d requests", logPath, sent)
+		}
+		d.limit(t)
+		sent++
+		time.Sleep(20 * time.Millisecond)
+	}
+	for lines(logPath)+lines(logPath+".1") != sent {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d and %d lines in %s and .1, want %d in all", lines(logPath), lines(logPath+".1"), logPath, sent)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
