@@ -17,6 +17,7 @@ import (
 type line struct {
 	Time    string          `json:"time"`
 	Request json.RawMessage `json:"request"`
+	Domain  *string         `json:"domain_base64"`
 	Bytes   []lineBytes     `json:"bytes"`
 	Limits  []lineLimit     `json:"limits"`
 }
@@ -80,6 +81,11 @@ func (d *Decoder) decodeGeneral(b []byte, r *Record) error {
 		return fmt.Errorf("request: %w", err)
 	}
 	r.Time = t
+	if d.line.Domain != nil {
+		if r.Domain, err = decodeBase64("domain_base64", *d.line.Domain); err != nil {
+			return err
+		}
+	}
 	if err := applyBytes(r, d.line.Bytes); err != nil {
 		return fmt.Errorf("bytes: %w", err)
 	}

@@ -21,6 +21,8 @@
 //     metric labels do), and the line adds an entry to "bytes" holding
 //     the real key and value in base64:
 //     {"descriptor": 0, "entry": 1, "key": "<base64>", "value": "<base64>"};
+//     a domain that is not UTF-8 is shown the same way, its bytes in
+//     "domain_base64";
 //   - a value sent as its SHA-256 digest (the native API's value_sha256).
 //     The request shows "sha256:" and the digest in hex, and "bytes" holds
 //     {"descriptor": 0, "entry": 1, "value_sha256": "<base64>"};
@@ -160,6 +162,11 @@ func AppendLine(b []byte, r *Record) []byte {
 		b = append(b, '}')
 	}
 	b = append(b, "]}"...)
+	if !utf8.ValidString(r.Domain) {
+		b = append(b, `,"domain_base64":"`...)
+		b = base64.StdEncoding.AppendEncode(b, []byte(r.Domain))
+		b = append(b, '"')
+	}
 	if binary {
 		b = appendBytes(b, r)
 	}

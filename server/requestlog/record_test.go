@@ -49,7 +49,7 @@ var records = map[string]Record{
 		{Entries: entries("a", "1"), Hits: 1, HasLimit: true, Limit: Limit{Requests: 3, Window: 1500 * time.Millisecond}},
 		{Entries: entries("b", "2"), Hits: 1, HasLimit: true, Limit: Limit{Requests: 3, Window: time.Hour}},
 	}},
-	"not UTF-8": {Time: at, Domain: "edge", Descriptors: []Descriptor{
+	"not UTF-8": {Time: at, Domain: "e\xffdge", Descriptors: []Descriptor{
 		{Entries: entries("ok", "fine", "user", "u\xff"), Hits: 1},
 		{Entries: entries("k\xfe", "v"), Hits: 1},
 	}},
