@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"path/filepath"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/ratelimitd/ratelimitd/backend/memory"
 	"github.com/ratelimitd/ratelimitd/server"
+	"github.com/ratelimitd/ratelimitd/server/requestlog"
 )
 
 // benchRules never refuse: the benchmarks measure the decision path, not
@@ -106,4 +108,43 @@ func BenchmarkShouldRateLimit(b *testing.B) {
 			}
 		})
 	})
+}
+
+// BenchmarkRequestLog measures what --request-log costs a decision: Envoy's
+// ShouldRateLimit in-process on one descriptor, without a log, and with
+// one sampling every request or 1 in 100 (the writer goroutine encodes
+// and writes off the decision path; records it cannot take in time are
+// dropped and counted).
+func BenchmarkRequestLog(b *testing.B) {
+	for _, bm := range []struct {
+		name   string
+		sample float64 // <0: no log
+	}{{"off", -1}, {"sample_1", 1}, {"sample_0.01", 0.01}} {
+		b.Run(bm.name, func(b *testing.B) {
+			store := memory.New(memory.Options{})
+			b.Cleanup(func() { store.Close() })
+			var opts server.Options
+			if bm.sample >= 0 {
+				l, err := requestlog.Open(filepath.Join(b.TempDir(), "requests.log"), requestlog.Options{Sample: bm.sample})
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.Cleanup(func() {
+					l.Close()
+					written, dropped := l.Counts()
+					b.Logf("written %d, dropped %d", written, dropped)
+				})
+				opts.RequestLog = l
+			}
+			envoy := server.New(store, parseRules(b, benchRules), opts).Envoy()
+			req := request("bench", desc("remote_address", "10.0.0.1"))
+			ctx := b.Context()
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := envoy.ShouldRateLimit(ctx, req); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }

@@ -29,6 +29,7 @@ func (n nativeService) ShouldRateLimit(ctx context.Context, req *ratelimitv1.Sho
 	if err := nativeRequest(sc, req); err != nil {
 		return nil, grpcError(err)
 	}
+	s.logRequest(sc)
 	if err := s.decide(ctx, sc); err != nil {
 		return nil, grpcError(err)
 	}

@@ -33,6 +33,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/backend"
 	"github.com/ratelimitd/ratelimitd/config"
 	ratelimitv1 "github.com/ratelimitd/ratelimitd/gen/ratelimit/v1"
+	"github.com/ratelimitd/ratelimitd/server/requestlog"
 	"github.com/ratelimitd/ratelimitd/server/rlqs"
 )
 
@@ -101,6 +102,9 @@ type Options struct {
 	// Now is the clock of the decisions the server makes without its
 	// store (bans); nil means time.Now.
 	Now func() time.Time
+	// RequestLog, when set, receives a sample of the requests every face
+	// decodes (see package requestlog), stamped with Now.
+	RequestLog *requestlog.Log
 }
 
 // FailureMode says how the server answers when its store fails
@@ -438,6 +442,7 @@ func (s *Server) decideEnvoy(ctx context.Context, a api, fill func(*scratch) err
 	if err := fill(sc); err != nil {
 		return nil, err
 	}
+	s.logRequest(sc)
 	if err := s.decide(ctx, sc); err != nil {
 		return nil, err
 	}

@@ -22,6 +22,7 @@ import (
 
 	"github.com/ratelimitd/ratelimitd/config"
 	"github.com/ratelimitd/ratelimitd/server"
+	"github.com/ratelimitd/ratelimitd/server/requestlog"
 )
 
 // built is the daemon wired from its flags by build: its store, rules
@@ -122,7 +123,16 @@ func (b *built) servers(ctx context.Context, rules *config.Rules, reg *prometheu
 	}
 	b.closers = append(b.closers, func() { stopTracing(log) })
 
+	reqLog, err := openRequestLog(f, log, reg)
+	if err != nil {
+		log.Error("cannot open --request-log; not starting", "err", err)
+		return exitError{1}
+	}
+	if reqLog != nil {
+		b.closers = append(b.closers, reqLog.close)
+	}
 	b.srv = server.New(store, rules, server.Options{
+		RequestLog:        reqLog.get(),
 		Headers:           f.headers,
 		LegacyHeaders:     f.headerNames,
 		ShadowMode:        f.shadowMode,
@@ -163,6 +173,48 @@ func (b *built) servers(ctx context.Context, rules *config.Rules, reg *prometheu
 	b.started = append(b.started, "version", version(), "grpc_tls", tlsMode(grpcTLS != nil, f.tls.grpcClientCA != ""), "http_tls", httpTLS != nil,
 		"backend", redactBackend(f.backend), "failure_mode", f.failureMode.String(), "default_algorithm", f.defaultAlgorithm.String())
 	return nil
+}
+
+// requestLog is --request-log, reopened on SIGHUP.
+type requestLog struct {
+	l   *requestlog.Log
+	hup chan os.Signal
+	log *slog.Logger
+}
+
+// openRequestLog opens --request-log; nil without it.
+func openRequestLog(f *flags, log *slog.Logger, reg *prometheus.Registry) (*requestLog, error) {
+	if f.requestLog == "" {
+		return nil, nil
+	}
+	r := &requestLog{hup: make(chan os.Signal, 1), log: log}
+	signal.Notify(r.hup, syscall.SIGHUP)
+	var err error
+	r.l, err = requestlog.Open(f.requestLog, requestlog.Options{
+		Sample: f.requestLogSample, Reopen: r.hup, Registry: reg, Logger: log.With("component", "request-log"),
+	})
+	if err != nil {
+		signal.Stop(r.hup)
+		return nil, err
+	}
+	return r, nil
+}
+
+// get returns the log, nil if r is.
+func (r *requestLog) get() *requestlog.Log {
+	if r == nil {
+		return nil
+	}
+	return r.l
+}
+
+// close writes what is left and closes the log: after the servers
+// stopped, so that every request they decided is in it.
+func (r *requestLog) close() {
+	signal.Stop(r.hup)
+	if err := r.l.Close(); err != nil {
+		r.log.Error("closing the request log", "err", err)
+	}
 }
 
 // rulesSource builds the source of the rules after initial: the files of

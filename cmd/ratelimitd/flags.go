@@ -69,6 +69,8 @@ type flags struct {
 	logLevel          slog.Level
 	logFormat         string
 	version           bool
+	requestLog        string
+	requestLogSample  float64
 }
 
 // redisFlags are the settings of a Redis --backend.
@@ -140,7 +142,7 @@ func parseFlags(args []string, lookup lookupEnv, stderr io.Writer) (*flags, erro
 	fs.SetOutput(stderr)
 	defineFlags(fs, f)
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage:\n  ratelimitd --config PATH [flags]\n  ratelimitd --xds-server HOST:PORT --xds-node-id ID [flags]\n  ratelimitd check-config [--config-max-* flags] PATH\n\n")
+		fmt.Fprintf(stderr, "Usage:\n  ratelimitd --config PATH [flags]\n  ratelimitd --xds-server HOST:PORT --xds-node-id ID [flags]\n  ratelimitd check-config [--config-max-* flags] PATH\n  ratelimitd replay --old RULES --new RULES [--json] LOG\n\n")
 		fmt.Fprintf(stderr, "Every flag may also be set as %s<FLAG> (upper case, '-' as '_').\n\nFlags:\n", envPrefix)
 		fs.PrintDefaults()
 	}
@@ -247,6 +249,9 @@ func defineFlags(fs *flag.FlagSet, f *flags) {
 	fs.TextVar(&f.logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn or error")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
 	fs.BoolVar(&f.version, "version", false, "print the version and exit")
+	fs.StringVar(&f.requestLog, "request-log", "", "append a sample of the decided requests to this `file`, a JSON line each (their /json body and time) for `ratelimitd replay`;\n"+
+		"reopened on SIGHUP for log rotation; off when empty")
+	fs.Float64Var(&f.requestLogSample, "request-log-sample", 1, "share of requests --request-log writes, 0 to 1")
 }
 
 // check returns what is wrong with f, nil if nothing.
@@ -270,6 +275,8 @@ func (f *flags) check() error {
 		return errors.New("the --redis-*-timeout flags must be positive")
 	case !(f.nearLimitRatio > 0 && f.nearLimitRatio <= 1):
 		return fmt.Errorf("--near-limit-ratio %v: want more than 0 and at most 1", f.nearLimitRatio)
+	case !(f.requestLogSample >= 0 && f.requestLogSample <= 1):
+		return fmt.Errorf("--request-log-sample %v: want 0 to 1", f.requestLogSample)
 	case !(f.tracing.sampleRatio >= 0 && f.tracing.sampleRatio <= 1):
 		return fmt.Errorf("--trace-sample-ratio %v: want 0 to 1", f.tracing.sampleRatio)
 	case f.shutdownDelay < 0 || f.shutdownTimeout < 0:

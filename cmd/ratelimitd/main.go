@@ -7,6 +7,7 @@
 //	ratelimitd --config rules.yaml [flags]
 //	ratelimitd --xds-server host:port --xds-node-id ID [flags]
 //	ratelimitd check-config PATH
+//	ratelimitd replay --old RULES --new RULES [--json] LOG
 //	ratelimitd --version
 //
 // Every flag can also be set with the environment variable
@@ -58,6 +59,9 @@ func (e exitError) Error() string { return fmt.Sprintf("exit status %d", e.code)
 func run(ctx context.Context, args []string, lookup lookupEnv, stdout, stderr io.Writer) error {
 	if len(args) > 0 && args[0] == "check-config" {
 		return checkConfig(args[1:], lookup, stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == "replay" {
+		return replayCommand(ctx, args[1:], lookup, os.Stdin, stdout, stderr)
 	}
 	cfg, err := parseFlags(args, lookup, stderr)
 	if err != nil {

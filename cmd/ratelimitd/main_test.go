@@ -116,6 +116,7 @@ func TestBadFlags(t *testing.T) {
 		{"bad backend", []string{"--config", "x", "--backend", "memcached://x"}, nil, "--backend"},
 		{"bad failure mode", []string{"--config", "x", "--failure-mode", "open"}, nil, "unknown failure mode"},
 		{"bad redis timeout", []string{"--config", "x", "--redis-timeout", "0s"}, nil, "must be positive"},
+		{"bad request log sample", []string{"--config", "x", "--request-log", "r.log", "--request-log-sample", "2"}, nil, "--request-log-sample"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

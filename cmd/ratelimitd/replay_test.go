@@ -1,0 +1,160 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ratelimitd/ratelimitd/internal/replay"
+)
+
+// runExit runs ratelimitd with args and returns its exit status, stdout
+// and stderr.
+func runExit(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	err := run(t.Context(), args, noEnv, &stdout, &stderr)
+	code := 0
+	if e, ok := errors.AsType[exitError](err); ok {
+		code = e.code
+	} else if err != nil {
+		t.Fatalf("ratelimitd %v: %v", args, err)
+	}
+	return code, stdout.String(), stderr.String()
+}
+
+// TestRequestLogThenReplay: the daemon logs the requests of its gRPC and
+// HTTP faces with --request-log, and `ratelimitd replay` finds in that log
+// the two requests that lowering the limit from 3 to 1 refuses.
+func TestRequestLogThenReplay(t *testing.T) {
+	dir := t.TempDir()
+	oldPath, newPath, logPath := filepath.Join(dir, "old.yaml"), filepath.Join(dir, "new.yaml"), filepath.Join(dir, "requests.log")
+	writeFile(t, oldPath, goodRules)
+	writeFile(t, newPath, strings.Replace(goodRules, "requests_per_unit: 3", "requests_per_unit: 1", 1))
+	d := startDaemon(t, "--config", oldPath, "--request-log", logPath)
+	for range 5 {
+		d.limit(t)
+	}
+	resp, err := http.Post("http://"+d.httpAddr+"/json", "application/json",
+		strings.NewReader(`{"domain":"d","descriptors":[{"entries":[{"key":"k","value":"v"}]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	waitLines(t, logPath, 6) // the writer flushes once it has nothing waiting
+
+	code, out, errOut := runExit(t, "replay", "--old", oldPath, "--new", newPath, logPath)
+	if code != 0 {
+		t.Fatalf("replay: exit status %d: %s", code, errOut)
+	}
+	for _, want := range []string{"Replayed 6 requests", "2 decided differently: 2 newly refused, 0 newly admitted", "2  k  (" + newPath + ":3)"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("replay printed:\n%s\nwant it to contain %q", out, want)
+		}
+	}
+	code, out, errOut = runExit(t, "replay", "--json", "--old", oldPath, "--new", newPath, logPath)
+	var rep replay.Report
+	if err := json.Unmarshal([]byte(out), &rep); code != 0 || err != nil {
+		t.Fatalf("replay --json: exit status %d, %v: %s%s", code, err, out, errOut)
+	}
+	if rep.Requests != 6 || rep.NewlyRefused != 2 || len(rep.Rules) != 1 || rep.Rules[0].Rule != "k" || rep.Rules[0].Line != 3 {
+		t.Errorf("replay --json = %+v, want 6 requests, 2 newly refused by k at line 3", rep)
+	}
+}
+
+// TestReplayBadInput: bad rules are named by file and line, a bad log
+// line by the log's name and line number, and bad usage exits 2.
+func TestReplayBadInput(t *testing.T) {
+	dir := t.TempDir()
+	good, bad, logPath := filepath.Join(dir, "good.yaml"), filepath.Join(dir, "bad.yaml"), filepath.Join(dir, "requests.log")
+	writeFile(t, good, goodRules)
+	writeFile(t, bad, badRules)
+	line := `{"time":"2026-01-02T03:04:05Z","request":{"domain":"d","descriptors":[{"entries":[{"key":"k","value":"v"}]}]}}` + "\n"
+	writeFile(t, logPath, line+"{\"time\": 3}\n"+line)
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"--old", bad, "--new", good, logPath}, 1, "--old: " + bad + ":4:"},
+		{[]string{"--old", good, "--new", bad, logPath}, 1, "--new: " + bad + ":4:"},
+		{[]string{"--old", good, "--new", good, logPath}, 1, logPath + ":2: "},
+		{[]string{"--old", good, "--new", good, filepath.Join(dir, "missing.log")}, 1, "missing.log"},
+		{[]string{"--old", good, logPath}, 2, "usage: ratelimitd replay"},
+		{[]string{"--old", good, "--new", good}, 2, "usage: ratelimitd replay"},
+	} {
+		code, _, errOut := runExit(t, append([]string{"replay"}, tc.args...)...)
+		if code != tc.code || !strings.Contains(errOut, tc.want) {
+			t.Errorf("replay %v: exit status %d, %q; want %d and %q", tc.args, code, errOut, tc.code, tc.want)
+		}
+	}
+}
+
+// waitLines waits until the file at path holds n lines.
+func waitLines(t *testing.T, path string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		b, _ := os.ReadFile(path)
+		if bytes.Count(b, []byte("\n")) == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s holds %q, want %d lines", path, b, n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestRequestLogRotation: after the log is renamed away, SIGHUP has the
+// daemon write new requests to a new file at --request-log.
+func TestRequestLogRotation(t *testing.T) {
+	dir := t.TempDir()
+	rules, logPath := filepath.Join(dir, "rules.yaml"), filepath.Join(dir, "requests.log")
+	writeFile(t, rules, goodRules)
+	d := startDaemon(t, "--config", rules, "--request-log", logPath)
+	d.limit(t)
+	waitLines(t, logPath, 1)
+	if err := os.Rename(logPath, logPath+".1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for { // reopened once the file exists again
+		if _, err := os.Stat(logPath); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s after SIGHUP; logs:\n%s", logPath, d.logs)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// A request logged in the instant between the new file's creation and
+	// the switch to it still goes to the old file: send until one reaches
+	// the new file; every request is in one of the two.
+	lines := func(p string) int { b, _ := os.ReadFile(p); return bytes.Count(b, []byte("\n")) }
+	sent := 1
+	for lines(logPath) == 0 {
+		if time.Now().After(deadline) || sent > 100 {
+			t.Fatalf("nothing reached the new %s after %d requests", logPath, sent)
+		}
+		d.limit(t)
+		sent++
+		time.Sleep(20 * time.Millisecond)
+	}
+	for lines(logPath)+lines(logPath+".1") != sent {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d and %d lines in %s and .1, want %d in all", lines(logPath), lines(logPath+".1"), logPath, sent)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

@@ -1,0 +1,335 @@
+// Package replay plays a request log (package requestlog) against two
+// rule sets, each on a fresh memory store under a clock that follows the
+// log's times, and reports the requests whose decision differs.
+package replay
+
+import (
+	"bufio"
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"runtime"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/ratelimitd/ratelimitd/backend/memory"
+	"github.com/ratelimitd/ratelimitd/config"
+	"github.com/ratelimitd/ratelimitd/server"
+	"github.com/ratelimitd/ratelimitd/server/requestlog"
+)
+
+// maxLine is the longest log line read: a /json body of
+// server.MaxRecvMsgSize, with room for its "bytes".
+const maxLine = 4 * server.MaxRecvMsgSize
+
+// Directions of a difference.
+const (
+	// NewlyRefused: the old rules admit the request, the new refuse it.
+	NewlyRefused = "newly_refused"
+	// NewlyAdmitted: the old rules refuse the request, the new admit it.
+	NewlyAdmitted = "newly_admitted"
+	// ErrorChanged: one rule set decides the request, the other refuses
+	// to (an invalid request under its rules, such as a limit override
+	// its algorithm cannot take).
+	ErrorChanged = "error_changed"
+)
+
+// Options configures Run.
+type Options struct {
+	// Old and New are the rule sets compared.
+	Old, New *config.Rules
+	// MaxKeys bounds each memory store's counters; zero means
+	// memory.DefaultMaxKeys.
+	MaxKeys int
+	// Name names the log in errors, such as its path.
+	Name string
+}
+
+// A Report is what Run found.
+type Report struct {
+	// Requests is how many requests were replayed.
+	Requests int `json:"requests"`
+	// First and Last are the times of the first and last requests.
+	First time.Time `json:"first"`
+	Last  time.Time `json:"last"`
+	// Differ is how many requests were decided differently, the sum of
+	// the three directions.
+	Differ        int `json:"differ"`
+	NewlyRefused  int `json:"newly_refused"`
+	NewlyAdmitted int `json:"newly_admitted"`
+	ErrorChanged  int `json:"error_changed"`
+	// OldErrors and NewErrors are how many requests each rule set refused
+	// to decide (invalid requests).
+	OldErrors int `json:"old_errors"`
+	NewErrors int `json:"new_errors"`
+	// Rules are the differing requests grouped by direction and rule,
+	// the most first. A request counts under every rule whose descriptor
+	// changed its code, so that these may add up to more than Differ.
+	Rules []RuleDiff `json:"rules"`
+}
+
+// A RuleDiff counts the requests one rule decides differently in one
+// direction: for NewlyRefused the new rule that refuses, for
+// NewlyAdmitted the old rule that refused.
+type RuleDiff struct {
+	Direction string `json:"direction"`
+	// Rule is the rule's key path; "" for a descriptor no rule matched
+	// (a request's own limit override).
+	Rule     string `json:"rule"`
+	File     string `json:"file,omitempty"`
+	Line     int    `json:"line,omitempty"`
+	Requests int    `json:"requests"`
+}
+
+// side is one rule set's server, on a store of its own under a clock of
+// its own.
+type side struct {
+	srv   *server.Server
+	store *memory.Store
+	clock atomic.Int64 // Unix nanoseconds of the request being decided
+	dec   server.Decision
+	err   error
+}
+
+// newSide returns the side deciding under rules.
+func newSide(rules *config.Rules, maxKeys int) *side {
+	sd := &side{}
+	now := func() time.Time { return time.Unix(0, sd.clock.Load()) }
+	sd.store = memory.New(memory.Options{MaxKeys: maxKeys, Now: now})
+	sd.srv = server.New(sd.store, rules, server.Options{Now: now, Headers: server.HeadersOff}) // headers never change a decision
+	return sd
+}
+
+// decide decides rec at its time, never earlier than the request before
+// (a log written by many goroutines may be a little out of order).
+func (sd *side) decide(ctx context.Context, rec *requestlog.Record) {
+	if t := rec.Time.UnixNano(); t > sd.clock.Load() {
+		sd.clock.Store(t)
+	}
+	sd.err = sd.srv.DecideRecord(ctx, rec, &sd.dec)
+}
+
+// groupKey identifies a RuleDiff.
+type groupKey struct {
+	direction, rule, file string
+	line                  int
+}
+
+// Run replays the log read from r. Lines are read and decoded in
+// batches by a goroutine per CPU, and decided in order.
+func Run(ctx context.Context, r io.Reader, opts Options) (*Report, error) {
+	if opts.Old == nil || opts.New == nil {
+		return nil, errors.New("replay: both rule sets are needed")
+	}
+	name := cmp.Or(opts.Name, "log")
+	old, neu := newSide(opts.Old, opts.MaxKeys), newSide(opts.New, opts.MaxKeys)
+	defer old.store.Close()
+	defer neu.store.Close()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	batches := decodeAll(ctx, r, name)
+	rep := &Report{}
+	groups := map[groupKey]int{}
+	for b := range batches {
+		<-b.done
+		if b.err != nil {
+			return nil, b.err
+		}
+		for i := range b.recs {
+			rec := &b.recs[i]
+			if rep.Requests == 0 {
+				rep.First = rec.Time
+			}
+			rep.Requests++
+			rep.Last = rec.Time
+			old.decide(ctx, rec)
+			neu.decide(ctx, rec)
+			if err := cmp.Or(ctx.Err(), storeError(old.err), storeError(neu.err)); err != nil {
+				return nil, fmt.Errorf("%s:%d: %w", name, b.lines[i], err)
+			}
+			rep.compare(old, neu, groups)
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	rep.Rules = sortedGroups(groups)
+	return rep, nil
+}
+
+// batchSize is how many lines a batch holds.
+const batchSize = 256
+
+// A batch is consecutive lines of the log, decoded.
+type batch struct {
+	data  []byte              // the lines' bytes, back to back
+	ends  []int               // where each line ends in data
+	lines []int               // each record's line number
+	recs  []requestlog.Record // the decoded records
+	err   error               // the first line that could not be read, naming it
+	done  chan struct{}       // closed once decoded
+}
+
+// decodeAll reads r's lines in batches, and decodes them on a goroutine
+// per CPU. It returns the batches in order, each to be waited for (done);
+// the channel closes after the last, or after the first batch that failed
+// to read or decode. The goroutines end once r is read and every batch is
+// decoded, or soon after ctx ends.
+func decodeAll(ctx context.Context, r io.Reader, name string) <-chan *batch {
+	ordered := make(chan *batch, 4*runtime.GOMAXPROCS(0))
+	work := make(chan *batch, 4*runtime.GOMAXPROCS(0))
+	for range runtime.GOMAXPROCS(0) {
+		go func() {
+			var dec requestlog.Decoder
+			for b := range work {
+				b.decode(&dec, name)
+				close(b.done)
+			}
+		}()
+	}
+	go func() {
+		defer close(ordered)
+		defer close(work)
+		sc := bufio.NewScanner(r)
+		sc.Buffer(make([]byte, 64<<10), maxLine)
+		b := newBatch()
+		send := func() bool {
+			select {
+			case work <- b:
+			case <-ctx.Done():
+				return false
+			}
+			select {
+			case ordered <- b:
+			case <-ctx.Done():
+				return false
+			}
+			b = newBatch()
+			return true
+		}
+		for n := 1; sc.Scan(); n++ {
+			if len(sc.Bytes()) == 0 {
+				continue
+			}
+			b.data = append(b.data, sc.Bytes()...)
+			b.ends = append(b.ends, len(b.data))
+			b.lines = append(b.lines, n)
+			if len(b.ends) == batchSize && !send() {
+				return
+			}
+		}
+		if err := sc.Err(); err != nil {
+			b.err = fmt.Errorf("%s: %w", name, err)
+		}
+		if len(b.ends) > 0 || b.err != nil {
+			send()
+		}
+	}()
+	return ordered
+}
+
+// newBatch returns an empty batch.
+func newBatch() *batch { return &batch{done: make(chan struct{})} }
+
+// decode decodes b's lines, stopping at the first that fails.
+func (b *batch) decode(dec *requestlog.Decoder, name string) {
+	if b.err != nil && len(b.ends) == 0 {
+		return
+	}
+	b.recs = make([]requestlog.Record, len(b.ends))
+	from := 0
+	for i, end := range b.ends {
+		if err := dec.Decode(b.data[from:end], &b.recs[i]); err != nil {
+			b.recs = b.recs[:i]
+			b.err = fmt.Errorf("%s:%d: %w", name, b.lines[i], err)
+			return
+		}
+		from = end
+	}
+}
+
+// storeError returns err when it is no invalid request, which the memory
+// store never causes: a cancelled context, or a bug.
+func storeError(err error) error {
+	if err == nil || server.IsInvalid(err) {
+		return nil
+	}
+	return err
+}
+
+// compare counts the difference, if any, between the decisions of old and
+// neu on one request.
+func (rep *Report) compare(old, neu *side, groups map[groupKey]int) {
+	if old.err != nil {
+		rep.OldErrors++
+	}
+	if neu.err != nil {
+		rep.NewErrors++
+	}
+	switch {
+	case (old.err != nil) != (neu.err != nil):
+		rep.Differ++
+		rep.ErrorChanged++
+		groups[groupKey{direction: ErrorChanged}]++
+	case old.err != nil, old.dec.Over == neu.dec.Over:
+	case neu.dec.Over:
+		rep.Differ++
+		rep.NewlyRefused++
+		attribute(groups, NewlyRefused, &neu.dec, &old.dec)
+	default:
+		rep.Differ++
+		rep.NewlyAdmitted++
+		attribute(groups, NewlyAdmitted, &old.dec, &neu.dec)
+	}
+}
+
+// attribute counts a request refused by refusing and admitted by other
+// under the rules of refusing's descriptors that are over there and not
+// in other, or, if none is, under those over in refusing.
+func attribute(groups map[groupKey]int, direction string, refusing, other *server.Decision) {
+	found := false
+	for i, d := range refusing.Descriptors {
+		if d.Over && (i >= len(other.Descriptors) || !other.Descriptors[i].Over) {
+			groups[keyOf(direction, d.Rule)]++
+			found = true
+		}
+	}
+	if found {
+		return
+	}
+	for _, d := range refusing.Descriptors {
+		if d.Over {
+			groups[keyOf(direction, d.Rule)]++
+			found = true
+		}
+	}
+	if !found {
+		groups[groupKey{direction: direction}]++
+	}
+}
+
+// keyOf returns the group of rule (nil: none) in direction.
+func keyOf(direction string, rule *config.Rule) groupKey {
+	if rule == nil {
+		return groupKey{direction: direction}
+	}
+	return groupKey{direction: direction, rule: rule.Path, file: rule.File, line: rule.Line}
+}
+
+// sortedGroups returns groups as RuleDiffs, by direction, then the most
+// requests first, then by rule.
+func sortedGroups(groups map[groupKey]int) []RuleDiff {
+	out := make([]RuleDiff, 0, len(groups))
+	for k, n := range groups {
+		out = append(out, RuleDiff{Direction: k.direction, Rule: k.rule, File: k.file, Line: k.line, Requests: n})
+	}
+	order := map[string]int{NewlyRefused: 0, NewlyAdmitted: 1, ErrorChanged: 2}
+	slices.SortFunc(out, func(a, b RuleDiff) int {
+		return cmp.Or(cmp.Compare(order[a.Direction], order[b.Direction]), cmp.Compare(b.Requests, a.Requests),
+			cmp.Compare(a.Rule, b.Rule), cmp.Compare(a.File, b.File), cmp.Compare(a.Line, b.Line))
+	})
+	return out
+}

@@ -1,0 +1,188 @@
+package requestlog_test
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/goleak"
+
+	"github.com/ratelimitd/ratelimitd/server/requestlog"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// record returns a record whose domain is d.
+func record(d string) *requestlog.Record {
+	return &requestlog.Record{Time: time.Unix(1, 0), Domain: d, Descriptors: []requestlog.Descriptor{
+		{Entries: []requestlog.Entry{{Key: "k", Value: "v"}}, Hits: 1},
+	}}
+}
+
+// domains returns the domains of the lines of the log at path.
+func domains(t *testing.T, path string) []string {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out []string
+	var dec requestlog.Decoder
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var r requestlog.Record
+		if err := dec.Decode(sc.Bytes(), &r); err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		out = append(out, r.Domain)
+	}
+	return out
+}
+
+// TestLogWritesInOrder: what Log hands over before Close is in the file,
+// in order, and counted.
+func TestLogWritesInOrder(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "requests.log")
+	reg := prometheus.NewRegistry()
+	l, err := requestlog.Open(path, requestlog.Options{Sample: 1, Buffer: 1000, Registry: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for i := range 500 {
+		want = append(want, fmt.Sprint("d", i))
+		l.Log(record(want[i]))
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	got := domains(t, path)
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("log holds %v, want %v", got, want)
+	}
+	if n := gathered(t, reg, "ratelimitd_request_log_written_total"); n != 500 {
+		t.Errorf("written_total = %v, want 500", n)
+	}
+	if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("log file mode %v (%v), want 0600: values may be personal data", fi.Mode().Perm(), err)
+	}
+	// After Close, records are dropped and counted.
+	l.Log(record("late"))
+	if _, dropped := l.Counts(); dropped != 1 {
+		t.Errorf("dropped after Close = %d, want 1", dropped)
+	}
+}
+
+// gathered returns the value of the counter name gathered from reg.
+func gathered(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	t.Fatalf("no metric %s", name)
+	return 0
+}
+
+// TestLogDrops: with a buffer of one, a burst overflows it; every record
+// is either written or counted as dropped, never both or neither.
+func TestLogDrops(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "requests.log")
+	l, err := requestlog.Open(path, requestlog.Options{Sample: 1, Buffer: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 20000
+	for i := range n {
+		l.Log(record(fmt.Sprint(i)))
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	written, dropped := l.Counts()
+	lines := len(domains(t, path))
+	if written+dropped != n || uint64(lines) != written {
+		t.Errorf("written %d + dropped %d, %d lines; want %d in all, and a line per record written", written, dropped, lines, n)
+	}
+}
+
+// TestReopen: after the file is moved away (rotated) and the log
+// reopened, by Reopen or by a signal on Options.Reopen, new records go to
+// a new file at the path.
+func TestReopen(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "requests.log")
+	sig := make(chan os.Signal)
+	l, err := requestlog.Open(path, requestlog.Options{Sample: 1, Reopen: sig})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	l.Log(record("before"))
+	if err := os.Rename(path, path+".1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Reopen(); err != nil { // writes "before" (queued first) to the old file
+		t.Fatal(err)
+	}
+	l.Log(record("after"))
+	if err := os.Rename(path, path+".2"); err != nil {
+		t.Fatal(err)
+	}
+	sig <- os.Interrupt // unbuffered: the writer has it,
+	sig <- os.Interrupt // and has reopened the file once it takes another
+	l.Log(record("signalled"))
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for file, want := range map[string]string{path + ".1": "[before]", path + ".2": "[after]", path: "[signalled]"} {
+		if got := fmt.Sprint(domains(t, file)); got != want {
+			t.Errorf("%s holds %s, want %s", file, got, want)
+		}
+	}
+	if err := l.Reopen(); err == nil {
+		t.Error("Reopen after Close: no error")
+	}
+}
+
+// TestSample: 0 logs nothing, 1 everything, and a share about that share.
+func TestSample(t *testing.T) {
+	for _, tc := range []struct {
+		sample   float64
+		min, max int
+	}{{0, 0, 0}, {1, 10000, 10000}, {0.25, 2000, 3000}} {
+		l, err := requestlog.Open(filepath.Join(t.TempDir(), "requests.log"), requestlog.Options{Sample: tc.sample})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for range 10000 {
+			if l.Sample() {
+				n++
+			}
+		}
+		l.Close()
+		if n < tc.min || n > tc.max {
+			t.Errorf("sample %v: %d of 10000 sampled, want %d to %d", tc.sample, n, tc.min, tc.max)
+		}
+	}
+	if _, err := requestlog.Open(filepath.Join(t.TempDir(), "x"), requestlog.Options{Sample: 1.5}); err == nil {
+		t.Error("Open with sample 1.5: no error")
+	}
+	var none *requestlog.Log
+	if none.Sample() {
+		t.Error("a nil Log samples")
+	}
+}

@@ -1,0 +1,292 @@
+// Package requestlog writes and reads ratelimitd's request log: a sample
+// of the requests the server decides, one JSON object per line, which
+// `ratelimitd replay` plays against two rule sets.
+//
+// A line is
+//
+//	{"time": "2026-11-24T05:52:51.123456789Z", "request": {...}}
+//
+// where time is when the request was decided (RFC 3339 in UTC, with nine
+// digits of nanoseconds, so that lines sort by time as text) and
+// request is the body POST /json takes for it: the protojson form of an
+// envoy.service.ratelimit.v3.RateLimitRequest, whichever API carried the
+// request (native requests are converted). Every descriptor carries its
+// own hits_addend when it is not 1, so that the line says exactly what
+// was asked.
+//
+// Some requests say what no /json body can:
+//
+//   - a key or value that is not UTF-8, which protojson refuses in a
+//     string. The request shows it as "hex:" and its bytes in hex (as
+//     metric labels do), and the line adds an entry to "bytes" holding
+//     the real key and value in base64:
+//     {"descriptor": 0, "entry": 1, "key": "<base64>", "value": "<base64>"};
+//     a domain that is not UTF-8 is shown the same way, its bytes in
+//     "domain_base64";
+//   - a value sent as its SHA-256 digest (the native API's value_sha256).
+//     The request shows "sha256:" and the digest in hex, and "bytes" holds
+//     {"descriptor": 0, "entry": 1, "value_sha256": "<base64>"};
+//   - a limit override whose window is not a whole number of seconds (the
+//     native API's window). The descriptor has no "limit"; "limits" holds
+//     {"descriptor": 0, "requests": 10, "window": "1.5s"}.
+//
+// Readers apply "bytes" and "limits" over "request"; a reader that ignores
+// them still gets a valid /json body.
+package requestlog
+
+import (
+	"encoding/base64"
+	"math"
+	"strconv"
+	"time"
+	"unicode/utf8"
+)
+
+// A Record is one logged request as the decision engine saw it.
+type Record struct {
+	// Time is when the request was decided.
+	Time time.Time
+	// Domain is the request's domain.
+	Domain string
+	// Descriptors are the request's descriptors.
+	Descriptors []Descriptor
+}
+
+// A Descriptor is one request descriptor.
+type Descriptor struct {
+	// Entries are its keys and values, which may be any bytes.
+	Entries []Entry
+	// Hits is what the descriptor asks to consume: 0 checks without
+	// consuming.
+	Hits uint64
+	// Limit is the request's own limit for the descriptor, when HasLimit.
+	Limit    Limit
+	HasLimit bool
+}
+
+// An Entry is one key and value.
+type Entry struct {
+	Key, Value string
+	// Digest means Value is the SHA-256 digest of a value, sent in its
+	// place.
+	Digest bool
+}
+
+// A Limit is a limit override: Requests per Window.
+type Limit struct {
+	Requests uint64
+	Window   time.Duration
+}
+
+// timeFormat is RFC 3339 in UTC with all nine digits of the nanoseconds,
+// so that the lines of a log sort by time as text.
+const timeFormat = "2006-01-02T15:04:05.000000000Z07:00"
+
+// envoyUnits are the units of Envoy's RateLimitOverride, longest first,
+// with their protojson names.
+var envoyUnits = [...]struct {
+	name string
+	d    time.Duration
+}{
+	{"YEAR", 365 * 24 * time.Hour},
+	{"MONTH", 30 * 24 * time.Hour},
+	{"DAY", 24 * time.Hour},
+	{"HOUR", time.Hour},
+	{"MINUTE", time.Minute},
+	{"SECOND", time.Second},
+}
+
+// envoyUnit returns the longest Envoy unit that divides w, and the
+// multiplier; false when w is no whole number of seconds.
+func envoyUnit(w time.Duration) (string, uint64, bool) {
+	for _, u := range envoyUnits {
+		if w >= u.d && w%u.d == 0 && uint64(w/u.d) <= math.MaxUint32 {
+			return u.name, uint64(w / u.d), true
+		}
+	}
+	return "", 0, false
+}
+
+// AppendLine appends r's line, with its newline, to b.
+func AppendLine(b []byte, r *Record) []byte {
+	b = append(b, `{"time":"`...)
+	b = r.Time.UTC().AppendFormat(b, timeFormat)
+	b = append(b, `","request":{"domain":`...)
+	b = appendString(b, r.Domain)
+	b = append(b, `,"descriptors":[`...)
+	var binary, windows bool
+	for i := range r.Descriptors {
+		d := &r.Descriptors[i]
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"entries":[`...)
+		for j, e := range d.Entries {
+			if j > 0 {
+				b = append(b, ',')
+			}
+			binary = binary || needsBytes(e)
+			b = append(b, `{"key":`...)
+			b = appendString(b, e.Key)
+			b = append(b, `,"value":`...)
+			if e.Digest {
+				b = appendHex(append(b, `"sha256:`...), e.Value)
+				b = append(b, '"')
+			} else {
+				b = appendString(b, e.Value)
+			}
+			b = append(b, '}')
+		}
+		b = append(b, ']')
+		if d.HasLimit {
+			if unit, mult, ok := envoyUnit(d.Limit.Window); ok && d.Limit.Requests <= math.MaxUint32 {
+				b = append(b, `,"limit":{"requestsPerUnit":`...)
+				b = strconv.AppendUint(b, d.Limit.Requests, 10)
+				b = append(b, `,"unit":"`...)
+				b = append(b, unit...)
+				b = append(b, '"')
+				if mult != 1 {
+					b = append(b, `,"unitMultiplier":`...)
+					b = strconv.AppendUint(b, mult, 10)
+				}
+				b = append(b, '}')
+			} else {
+				windows = true
+			}
+		}
+		if d.Hits != 1 {
+			b = append(b, `,"hitsAddend":"`...)
+			b = strconv.AppendUint(b, d.Hits, 10)
+			b = append(b, '"')
+		}
+		b = append(b, '}')
+	}
+	b = append(b, "]}"...)
+	if !utf8.ValidString(r.Domain) {
+		b = append(b, `,"domain_base64":"`...)
+		b = base64.StdEncoding.AppendEncode(b, []byte(r.Domain))
+		b = append(b, '"')
+	}
+	if binary {
+		b = appendBytes(b, r)
+	}
+	if windows {
+		b = appendWindows(b, r)
+	}
+	return append(b, "}\n"...)
+}
+
+// needsBytes reports whether e needs an entry in "bytes".
+func needsBytes(e Entry) bool {
+	return e.Digest || !utf8.ValidString(e.Key) || !utf8.ValidString(e.Value)
+}
+
+// appendBytes appends the "bytes" field of r.
+func appendBytes(b []byte, r *Record) []byte {
+	b = append(b, `,"bytes":[`...)
+	first := true
+	for i := range r.Descriptors {
+		for j, e := range r.Descriptors[i].Entries {
+			if !needsBytes(e) {
+				continue
+			}
+			if !first {
+				b = append(b, ',')
+			}
+			first = false
+			b = append(b, `{"descriptor":`...)
+			b = strconv.AppendInt(b, int64(i), 10)
+			b = append(b, `,"entry":`...)
+			b = strconv.AppendInt(b, int64(j), 10)
+			if !utf8.ValidString(e.Key) {
+				b = append(b, `,"key":"`...)
+				b = base64.StdEncoding.AppendEncode(b, []byte(e.Key))
+				b = append(b, '"')
+			}
+			switch {
+			case e.Digest:
+				b = append(b, `,"value_sha256":"`...)
+				b = base64.StdEncoding.AppendEncode(b, []byte(e.Value))
+				b = append(b, '"')
+			case !utf8.ValidString(e.Value):
+				b = append(b, `,"value":"`...)
+				b = base64.StdEncoding.AppendEncode(b, []byte(e.Value))
+				b = append(b, '"')
+			}
+			b = append(b, '}')
+		}
+	}
+	return append(b, ']')
+}
+
+// appendWindows appends the "limits" field of r: the overrides that
+// Envoy's units cannot say.
+func appendWindows(b []byte, r *Record) []byte {
+	b = append(b, `,"limits":[`...)
+	first := true
+	for i := range r.Descriptors {
+		d := &r.Descriptors[i]
+		if !d.HasLimit {
+			continue
+		}
+		if _, _, ok := envoyUnit(d.Limit.Window); ok && d.Limit.Requests <= math.MaxUint32 {
+			continue
+		}
+		if !first {
+			b = append(b, ',')
+		}
+		first = false
+		b = append(b, `{"descriptor":`...)
+		b = strconv.AppendInt(b, int64(i), 10)
+		b = append(b, `,"requests":`...)
+		b = strconv.AppendUint(b, d.Limit.Requests, 10)
+		b = append(b, `,"window":"`...)
+		b = append(b, d.Limit.Window.String()...)
+		b = append(b, `"}`...)
+	}
+	return append(b, ']')
+}
+
+const hexDigits = "0123456789abcdef"
+
+// appendString appends s as a JSON string: s itself when it is UTF-8,
+// else its printable form ("hex:" and its bytes in hex), or for a digest
+// "sha256:" and the digest in hex (see needsBytes).
+func appendString(b []byte, s string) []byte {
+	if !utf8.ValidString(s) {
+		b = appendHex(append(b, `"hex:`...), s)
+		return append(b, '"')
+	}
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 0x20 && c != '"' && c != '\\' {
+			continue
+		}
+		b = append(b, s[start:i]...)
+		switch c {
+		case '"', '\\':
+			b = append(b, '\\', c)
+		case '\n':
+			b = append(b, '\\', 'n')
+		case '\r':
+			b = append(b, '\\', 'r')
+		case '\t':
+			b = append(b, '\\', 't')
+		default:
+			b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+		}
+		start = i + 1
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
+}
+
+// appendHex appends s's bytes in hex.
+func appendHex(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		b = append(b, hexDigits[s[i]>>4], hexDigits[s[i]&0xf])
+	}
+	return b
+}
