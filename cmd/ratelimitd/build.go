@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/ratelimitd/ratelimitd/config"
+	"github.com/ratelimitd/ratelimitd/internal/tlsconfig"
 	"github.com/ratelimitd/ratelimitd/server"
 )
 
@@ -35,10 +36,11 @@ type built struct {
 	http    *http.Server
 	httpTLS bool
 	debug   *http.Server // with --debug-addr
+	admin   *http.Server // with --admin-addr
 
-	grpcLis, httpLis, debugLis net.Listener
-	started                    []any // the attributes of the start's log line
-	closers                    []func()
+	grpcLis, httpLis, debugLis, adminLis net.Listener
+	started                              []any // the attributes of the start's log line
+	closers                              []func()
 }
 
 // build wires the daemon from f. On an error, already logged or naming
@@ -147,11 +149,7 @@ func (b *built) servers(ctx context.Context, rules *config.Rules, reg *prometheu
 	}
 	b.grpc = grpc.NewServer(grpcOpts...)
 	b.srv.Register(b.grpc)
-	b.http = httpServer(b.srv.Handler(), f.httpConn)
-	if httpTLS != nil {
-		b.http.TLSConfig = httpTLS.Config()
-		b.httpTLS = true
-	}
+	b.httpServers(httpTLS)
 	if f.debugAddr != "" {
 		var rlconfig http.Handler // the reference serves it on its debug port
 		if f.compat == compatEnvoyproxy {
@@ -162,6 +160,27 @@ func (b *built) servers(ctx context.Context, rules *config.Rules, reg *prometheu
 	b.started = append(b.started, "version", version(), "grpc_tls", tlsMode(grpcTLS != nil, f.tls.grpcClientCA != ""), "http_tls", httpTLS != nil,
 		"backend", redactBackend(f.backend), "failure_mode", f.failureMode.String(), "default_algorithm", f.defaultAlgorithm.String())
 	return nil
+}
+
+// httpServers builds the HTTP server, and with --admin-addr the admin
+// server, which takes the operators' endpoints (server.OperatorPaths) off
+// the HTTP one and serves them with the same TLS, if any.
+func (b *built) httpServers(httpTLS *tlsconfig.Reloader) {
+	public := b.srv.Handler()
+	if b.f.adminAddr != "" {
+		var admin http.Handler
+		public, admin = b.srv.Handlers()
+		b.admin = httpServer(admin, b.f.httpConn)
+	}
+	b.http = httpServer(public, b.f.httpConn)
+	if httpTLS != nil {
+		b.httpTLS = true
+		for _, hs := range []*http.Server{b.http, b.admin} {
+			if hs != nil {
+				hs.TLSConfig = httpTLS.Config()
+			}
+		}
+	}
 }
 
 // rulesSource builds the source of the rules after initial: the files of
@@ -200,6 +219,12 @@ func (b *built) listen() error {
 		return err
 	}
 	b.started = append(b.started, "grpc", b.grpcLis.Addr().String(), "http", b.httpLis.Addr().String())
+	if b.f.adminAddr != "" {
+		if b.adminLis, err = lis.listen("admin", b.f.adminAddr); err != nil {
+			return err
+		}
+		b.started = append(b.started, "admin", b.adminLis.Addr().String())
+	}
 	if b.f.debugAddr != "" {
 		if b.debugLis, err = lis.listen("debug", b.f.debugAddr); err != nil {
 			return err
