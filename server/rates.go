@@ -222,6 +222,9 @@ type rateView struct {
 	// their length: the values are those of seconds End-Seconds+1 to End.
 	End     int64 `json:"end"`
 	Seconds int   `json:"seconds"`
+	// Span is how many seconds the server keeps, RateSeconds: a chart
+	// spans them, Seconds of them filled.
+	Span int `json:"span"`
 	// Rules are the rules with traffic over those seconds, the busiest
 	// first, at most the limit asked for.
 	Rules []ruleRates `json:"rules"`
@@ -245,7 +248,7 @@ type ruleRates struct {
 func (r *rates) view(limit int) rateView {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	v := rateView{End: r.end, Seconds: r.held, Rules: []ruleRates{}, Uncharted: r.uncharted}
+	v := rateView{End: r.end, Seconds: r.held, Span: RateSeconds, Rules: []ruleRates{}, Uncharted: r.uncharted}
 	keys := make([]rateKey, 0, len(r.series))
 	for k := range r.series {
 		keys = append(keys, k)

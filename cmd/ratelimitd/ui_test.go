@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
@@ -289,6 +288,6 @@ func saveArtifact(t *testing.T, name string, data []byte) {
 		if err := os.WriteFile(p, data, 0o644); err != nil {
 			t.Fatalf("writing %s: %v", p, err)
 		}
-		t.Log(fmt.Sprintf("screenshot: %s", p))
+		t.Logf("screenshot: %s", p)
 	}
 }

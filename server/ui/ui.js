@@ -127,11 +127,12 @@
   // ---- rates -----------------------------------------------------------
 
   // area returns the path data of the area between the series lo and hi
-  // (arrays of equal length), scaled to w×h with top as the largest value.
-  function area(lo, hi, w, h, top) {
+  // (arrays of equal length, the last value at now), scaled to w×h: span
+  // seconds across, the largest value top high.
+  function area(lo, hi, w, h, span, top) {
     const n = hi.length;
     if (n === 0) return "";
-    const x = (i) => (n === 1 ? w : (i * w) / (n - 1)).toFixed(1);
+    const x = (i) => (w - ((n - 1 - i) * w) / (span - 1)).toFixed(1);
     const y = (v) => (h - (v / top) * h).toFixed(1);
     let d = "M" + x(0) + "," + y(hi[0]);
     for (let i = 1; i < n; i++) d += "L" + x(i) + "," + y(hi[i]);
@@ -139,14 +140,15 @@
     return d + "Z";
   }
 
-  function chart(r, seconds) {
+  // chart returns the chart of one rule's rates, span seconds wide.
+  function chart(r, span) {
     const W = 300, H = 70;
     const total = r.admitted.map((a, i) => a + r.refused[i]);
     const top = Math.max(1, ...total);
     const zero = total.map(() => 0);
     const s = svg("svg", { viewBox: "0 0 " + W + " " + H, preserveAspectRatio: "none", role: "img" });
-    s.appendChild(svg("path", { class: "admitted", d: area(zero, r.admitted, W, H, top) }));
-    s.appendChild(svg("path", { class: "refused", d: area(r.admitted, total, W, H, top) }));
+    s.appendChild(svg("path", { class: "admitted", d: area(zero, r.admitted, W, H, span, top) }));
+    s.appendChild(svg("path", { class: "refused", d: area(r.admitted, total, W, H, span, top) }));
     const title = svg("title");
     title.textContent = r.domain + " " + r.rule;
     s.appendChild(title);
@@ -157,16 +159,16 @@
     const box = el("div", "chart",
       el("div", "title", el("code", null, r.domain), " ", el("code", "match", r.rule)),
       el("div", "now", now), s,
-      el("div", "axis", el("span", null, "-" + Math.round(seconds / 60 * 10) / 10 + " min"), el("span", null, "now")));
+      el("div", "axis", el("span", null, "-" + Math.round(span / 60) + " min"), el("span", null, "now")));
     box.dataset.rule = r.rule;
     return box;
   }
 
   function renderRates(v) {
     if (!v.rules.length) {
-      fill("rates", el("p", "muted", "No traffic on any rule in the last " + Math.max(1, Math.round(v.seconds / 60)) + " min."));
+      fill("rates", el("p", "muted", "No traffic on any rule in the last " + Math.round((v.span || 300) / 60) + " min."));
     } else {
-      fill("rates", ...v.rules.map((r) => chart(r, v.seconds)));
+      fill("rates", ...v.rules.map((r) => chart(r, v.span || 300)));
     }
     const more = [];
     if (v.more) more.push(v.more + " quieter rules not shown.");
