@@ -84,7 +84,7 @@ func (s *Server) sampleRates(now time.Time) {
 	collectCounter(m.ruleShadow, func(k rateKey, v uint64) {
 		c := current[k]
 		c.admitted += v
-		c.refused = sub(c.refused, v)
+		c.refused = growth(c.refused, v)
 		current[k] = c
 	})
 	s.rates.sample(now.Unix(), current, s.rules.Load())
@@ -134,7 +134,7 @@ func (r *rates) sample(now int64, current map[rateKey]rateCounts, rules *config.
 			continue
 		}
 		was := r.last[k]
-		d := rateCounts{admitted: sub(c.admitted, was.admitted), refused: sub(c.refused, was.refused)}
+		d := rateCounts{admitted: growth(c.admitted, was.admitted), refused: growth(c.refused, was.refused)}
 		ser := r.series[k]
 		if ser == nil {
 			if d == (rateCounts{}) {
@@ -148,8 +148,8 @@ func (r *rates) sample(now int64, current map[rateKey]rateCounts, rules *config.
 			r.series[k] = ser
 		}
 		slot := r.end % RateSeconds
-		ser.admitted[slot] = addSat(ser.admitted[slot], d.admitted)
-		ser.refused[slot] = addSat(ser.refused[slot], d.refused)
+		ser.admitted[slot] = addClamped(ser.admitted[slot], d.admitted)
+		ser.refused[slot] = addClamped(ser.refused[slot], d.refused)
 		ser.sum += d.admitted + d.refused
 	}
 	for k, ser := range r.series {
@@ -202,17 +202,17 @@ func (r *rates) rulesInForce(rules *config.Rules) map[rateKey]bool {
 	return in
 }
 
-// sub returns a-b, or 0 if b > a (a counter cannot go back; a series
+// growth returns a-b, or 0 if b > a (a counter cannot go back; a series
 // deleted and made again can).
-func sub(a, b uint64) uint64 {
+func growth(a, b uint64) uint64 {
 	if b > a {
 		return 0
 	}
 	return a - b
 }
 
-// addSat returns a+d, at most math.MaxUint32.
-func addSat(a uint32, d uint64) uint32 {
+// addClamped returns a+d, at most math.MaxUint32.
+func addClamped(a uint32, d uint64) uint32 {
 	return uint32(min(uint64(a)+d, math.MaxUint32))
 }
 
