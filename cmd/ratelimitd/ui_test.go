@@ -184,14 +184,19 @@ func TestUIInBrowser(t *testing.T) {
 	if !strings.Contains(rates, "refused") || !strings.Contains(rates, "admitted") {
 		t.Errorf("the rates pane %q shows no rates", rates)
 	}
-	// The hostile value is text: no element came of it.
+	checkHotkeys(t, ctx, d.adminAddr)
+	checkExplain(t, ctx, d.adminAddr, run)
+	// The hostile value, in the rules and in the explanation, is text: no
+	// element came of it.
 	if n, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll('img').length`)); err != nil || n != 0 {
 		t.Errorf("the page has %d img elements (%v), want none: a value became markup", n, err)
 	}
 
-	checkHotkeys(t, ctx, d.adminAddr)
-	checkExplain(t, ctx, d.adminAddr, run)
-
+	// A field the page expects and the server does not send shows as
+	// undefined, a number it cannot read as NaN.
+	if body := text(t, ctx, "body"); strings.Contains(body, "undefined") || strings.Contains(body, "NaN") {
+		t.Errorf("the page shows undefined or NaN: %q", body)
+	}
 	shot, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
 	if err != nil {
 		t.Fatalf("screenshot: %v", err)
@@ -221,9 +226,10 @@ func checkHotkeys(t *testing.T, ctx context.Context, admin string) {
 	}
 }
 
-// checkExplain fills the explain form by clicking a rule, submits it and
-// checks the answer: the rule and a decision, or, when the daemon answers
-// POST /explain with 404, "not available".
+// checkExplain fills the explain form by clicking the rule whose value is
+// hostile, submits it and checks the answer: the request's entries, as
+// text, the rule and a decision; or, when the daemon answers POST
+// /explain with 404 (a build without it), "not available".
 func checkExplain(t *testing.T, ctx context.Context, admin string, run func(string, chromedp.Action[chromedp.Void])) {
 	t.Helper()
 	resp, err := http.Post("http://"+admin+"/explain", "application/json", strings.NewReader(`{"domain": "edge"}`))
@@ -232,8 +238,8 @@ func checkExplain(t *testing.T, ctx context.Context, admin string, run func(stri
 	}
 	resp.Body.Close()
 	run("explaining", chromedp.Steps(
-		chromedp.Click(`#rules .rule[title="tenant=acme.path"]`),
-		pollTrue(`document.querySelector('#explain-body').value.includes('"path"')`),
+		chromedp.Click(`#rules .rule[title="user=`+hostile+`"]`),
+		pollTrue(`document.querySelector('#explain-body').value.includes('onerror')`),
 		chromedp.Click(`#explain-submit`),
 		pollTrue(`document.querySelector('#explain').textContent !== '' && !document.querySelector('#explain').textContent.includes('asking')`),
 	))
@@ -244,7 +250,7 @@ func checkExplain(t *testing.T, ctx context.Context, admin string, run func(stri
 		}
 		return
 	}
-	for _, want := range []string{"tenant=acme.path", "token_bucket"} {
+	for _, want := range []string{"user=" + hostile, "sliding_window"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("the explain pane %q does not show %q", got, want)
 		}

@@ -227,6 +227,15 @@
     document.getElementById("explain-body").value = JSON.stringify(body, null, 2);
   }
 
+  // wouldAdmit says whether the limit l would admit the request, and when
+  // it would if not.
+  function wouldAdmit(l) {
+    if (!l) return "";
+    if (l.replaced) return "replaced by another limit";
+    if (l.would_admit) return "yes";
+    return l.retry_after ? "no, retry after " + l.retry_after : "no";
+  }
+
   function explainTable(x) {
     const head = el("tr", null, el("th", null, "descriptor"), el("th", null, "rule"), el("th", null, "decision"),
       el("th", null, "limit"), el("th", null, "counter"), el("th", "num", "remaining"), el("th", "num", "reset"),
@@ -241,11 +250,12 @@
           el("td", null, i === 0 ? el("code", "value", descriptorText(d.entries)) : null),
           el("td", null, i === 0 ? rule : null),
           el("td", d.decision === "OVER_LIMIT" ? "bad" : "good", i === 0 ? d.decision + (modes ? " (" + modes + ")" : "") : null),
-          el("td", null, l ? fmtNum(l.requests_per_unit) + " / " + l.window + " " + l.algorithm + (l.name ? " (" + l.name + ")" : "") : ""),
+          el("td", null, l ? fmtNum(l.requests_per_unit) + " / " + l.window + " " + l.algorithm +
+            (l.burst ? " burst " + fmtNum(l.burst) : "") + (l.name ? " (" + l.name + ")" : "") : ""),
           el("td", null, l ? el("code", null, l.counter) : null),
           el("td", "num", l ? fmtNum(l.remaining) : ""),
           el("td", "num", l ? l.reset : ""),
-          el("td", null, l ? (l.would_admit ? "yes" : "no, retry after " + l.retry_after) : "")));
+          el("td", null, wouldAdmit(l))));
       });
     }
     return el("div", null,
