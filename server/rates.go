@@ -73,55 +73,38 @@ func (s *Server) SampleRates(ctx context.Context) error {
 }
 
 // sampleRates records the rule counters' growth since the last sample as
-// the hits of the second now falls in.
+// the hits of the second now falls in. It reads the counters of the rules
+// hit since the rules were loaded, which the metrics hold by rule (see
+// metrics.counters): not the series of rules whose metrics carry request
+// values (detailed_metric, value_to_metric), whose number has no bound.
 func (s *Server) sampleRates(now time.Time) {
 	current := map[rateKey]rateCounts{}
-	m := s.metrics
-	// admitted = within + shadow (over the limit, let through); refused =
-	// over - shadow.
-	collectCounter(m.ruleWithin, func(k rateKey, v uint64) { c := current[k]; c.admitted += v; current[k] = c })
-	collectCounter(m.ruleOver, func(k rateKey, v uint64) { c := current[k]; c.refused += v; current[k] = c })
-	collectCounter(m.ruleShadow, func(k rateKey, v uint64) {
-		c := current[k]
-		c.admitted += v
-		c.refused = growth(c.refused, v)
-		current[k] = c
+	s.metrics.rules.Load().Range(func(k, v any) bool {
+		rule, c := k.(*config.Rule), v.(*ruleCounters)
+		shadow := counterValue(c.shadow)
+		// admitted: within the limit, or over it and let through by
+		// shadow mode; refused: over it otherwise.
+		current[rateKey{c.domain, rule.Path}] = rateCounts{
+			admitted: counterValue(c.within) + shadow,
+			refused:  growth(counterValue(c.over), shadow),
+		}
+		return true
 	})
 	s.rates.sample(now.Unix(), current, s.rules.Load())
 }
 
-// collectCounter calls fn with the rule and value of every series of vec,
-// labelled domain and rule.
-func collectCounter(vec *prometheus.CounterVec, fn func(rateKey, uint64)) {
-	ch := make(chan prometheus.Metric, 64)
-	go func() {
-		vec.Collect(ch)
-		close(ch)
-	}()
+// counterValue returns the value of c.
+func counterValue(c prometheus.Counter) uint64 {
 	var d dto.Metric
-	for metric := range ch {
-		d.Reset()
-		if metric.Write(&d) != nil {
-			continue
-		}
-		var k rateKey
-		for _, l := range d.GetLabel() {
-			switch l.GetName() {
-			case "domain":
-				k.domain = l.GetValue()
-			case "rule":
-				k.rule = l.GetValue()
-			}
-		}
-		fn(k, uint64(d.GetCounter().GetValue()))
+	if c.Write(&d) != nil {
+		return 0
 	}
+	return uint64(d.GetCounter().GetValue())
 }
 
-// sample records current, the cumulative counts of each rule, as the
-// hits of second now: their growth since the last sample. Only the rules
-// in force are kept; the series of rules whose metrics carry request
-// values (detailed_metric, value_to_metric) are not theirs, and are left
-// out. The first sample only sets the base.
+// sample records current, the cumulative counts of rules, as the hits of
+// second now: their growth since the last sample that had them. Only the
+// rules in force are kept. The first sample only sets the base.
 func (r *rates) sample(now int64, current map[rateKey]rateCounts, rules *config.Rules) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -157,7 +140,18 @@ func (r *rates) sample(now int64, current map[rateKey]rateCounts, rules *config.
 			delete(r.series, k)
 		}
 	}
-	r.last = current
+	// A rule not hit since a reload is not in current: its last counts
+	// stay, so that its next ones are measured from them.
+	for k, c := range current {
+		if inForce[k] {
+			r.last[k] = c
+		}
+	}
+	for k := range r.last {
+		if !inForce[k] {
+			delete(r.last, k)
+		}
+	}
 }
 
 // advance moves the newest slot to second now, emptying the slots of
@@ -165,7 +159,7 @@ func (r *rates) sample(now int64, current map[rateKey]rateCounts, rules *config.
 // in one second, the clock set back) adds to the newest slot.
 func (r *rates) advance(now int64) {
 	if r.series == nil {
-		r.series = map[rateKey]*rateSeries{}
+		r.series, r.last = map[rateKey]*rateSeries{}, map[rateKey]rateCounts{}
 	}
 	if r.end == 0 {
 		r.end, r.held = now, 1

@@ -239,3 +239,50 @@ func TestUIStatus(t *testing.T) {
 		t.Errorf("status %+v, want ready, store ok, failure mode deny, rules loaded", st)
 	}
 }
+
+// TestUIRatesReload: a reload keeps the rates going, measured from the
+// counts before it; a rule whose metrics carry request values has none.
+func TestUIRatesReload(t *testing.T) {
+	const yaml = `
+domain: edge
+descriptors:
+  - key: ip
+    rate_limit: {unit: minute, requests_per_unit: 100}
+  - key: user
+    detailed_metric: true
+    rate_limit: {unit: minute, requests_per_unit: 100}
+`
+	h := newHarness(t, parseRules(t, yaml), server.Options{})
+	ts := httpServer(t, h)
+	base := time.Unix(1_800_000_000, 0)
+	h.srv.SampleRatesAt(base)
+	ip, user := request("edge", desc("ip", "10.0.0.1")), request("edge", desc("user", "alice"))
+	for range 3 {
+		h.should(t, ip)
+		h.should(t, user)
+	}
+	h.srv.SampleRatesAt(base.Add(time.Second))
+	h.srv.SetRules(parseRules(t, yaml)) // the same rules, loaded again
+	h.srv.SampleRatesAt(base.Add(2 * time.Second))
+	for range 2 {
+		h.should(t, ip)
+	}
+	h.srv.SampleRatesAt(base.Add(3 * time.Second))
+
+	code, body, _ := do(t, ts, "GET", "/ui/api/rates", "")
+	var r struct {
+		Rules []struct {
+			Rule     string
+			Admitted []uint32
+		}
+	}
+	if err := json.Unmarshal([]byte(body), &r); code != http.StatusOK || err != nil {
+		t.Fatalf("GET /ui/api/rates = %d %q (%v)", code, body, err)
+	}
+	if len(r.Rules) != 1 || r.Rules[0].Rule != "ip" {
+		t.Fatalf("rates of %+v, want ip's only", r.Rules)
+	}
+	if diff := cmp.Diff([]uint32{0, 3, 0, 2}, r.Rules[0].Admitted); diff != "" {
+		t.Errorf("ip admitted (-want +got):\n%s", diff)
+	}
+}
