@@ -43,21 +43,22 @@ func (s *Server) Handler() http.Handler {
 
 // Handlers returns the server's HTTP endpoints split in two: public has
 // those that callers and probes use (/healthz, /readyz, /json,
-// /healthcheck), admin those of OperatorPaths, which show the rules,
-// the counters and the traffic, for a listener that only operators
-// reach.
+// /healthcheck); admin the operators' (/config, /metrics, /rlqs, /ui/,
+// /hotkeys, /explain, /rlconfig: see operatorPaths), which show the
+// rules, the counters and the traffic, for a listener that only
+// operators reach.
 func (s *Server) Handlers() (public, admin http.Handler) {
 	mux := s.routes(true)
 	return mux.public, mux.admin
 }
 
-// OperatorPaths are the paths that Handlers serves on its admin handler
+// operatorPaths are the paths that Handlers serves on its admin handler
 // rather than the public one: a path ending in "/" stands for every path
 // under it. An endpoint added to routes is public unless its path is
 // listed here.
-var OperatorPaths = []string{"/config", "/metrics", "/rlqs", "/ui/", "/hotkeys", "/explain", "/rlconfig"}
+var operatorPaths = []string{"/config", "/metrics", "/rlqs", "/ui/", "/hotkeys", "/explain", "/rlconfig"}
 
-// routes registers every endpoint on a routeMux, split by OperatorPaths
+// routes registers every endpoint on a routeMux, split by operatorPaths
 // if split.
 func (s *Server) routes(split bool) *routeMux {
 	mux := newRouteMux(split)
@@ -92,7 +93,7 @@ func (s *Server) routes(split bool) *routeMux {
 }
 
 // routeMux registers each route on public, or with split on admin when
-// its path is one of OperatorPaths. Without split, admin is nil.
+// its path is one of operatorPaths. Without split, admin is nil.
 type routeMux struct {
 	public, admin *http.ServeMux
 }
@@ -122,13 +123,13 @@ func (m *routeMux) HandleFunc(pattern string, h func(http.ResponseWriter, *http.
 }
 
 // isOperatorPath reports whether the path of pattern ("METHOD /path" or
-// "/path") is one of OperatorPaths or under one of them.
+// "/path") is one of operatorPaths or under one of them.
 func isOperatorPath(pattern string) bool {
 	path := pattern
 	if i := strings.IndexByte(pattern, ' '); i >= 0 {
 		path = strings.TrimSpace(pattern[i+1:])
 	}
-	for _, p := range OperatorPaths {
+	for _, p := range operatorPaths {
 		if path == p || (strings.HasSuffix(p, "/") && strings.HasPrefix(path, p)) {
 			return true
 		}

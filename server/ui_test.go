@@ -15,8 +15,8 @@ import (
 )
 
 // TestOperatorRoutes: Handler serves every endpoint; Handlers serves the
-// operators' (server.OperatorPaths) on admin only, and the callers' and
-// probes' on public only.
+// operators' (/config, /metrics, /rlqs, /rlconfig, /ui/) on admin only,
+// and the callers' and probes' on public only.
 func TestOperatorRoutes(t *testing.T) {
 	rules := loadRules(t, "gateway.yaml")
 	opts := func() server.Options {

@@ -163,7 +163,7 @@ func (b *built) servers(ctx context.Context, rules *config.Rules, reg *prometheu
 }
 
 // httpServers builds the HTTP server, and with --admin-addr the admin
-// server, which takes the operators' endpoints (server.OperatorPaths) off
+// server, which takes the operators' endpoints (see server.Handlers) off
 // the HTTP one and serves them with the same TLS, if any.
 func (b *built) httpServers(httpTLS *tlsconfig.Reloader) {
 	public := b.srv.Handler()
