@@ -25,13 +25,14 @@ run: build ## start ratelimitd on the memory store with examples/config.yaml
 	$(BIN) --config $(CONFIG)
 
 .PHONY: deps
-deps: ## install Redis, and Python, protoc and Node for the Python and Node packages, when missing (apt)
+deps: ## install Redis, Chromium (the page's browser test), and Python, protoc and Node for the Python and Node packages, when missing (apt)
 	bash .ci/install-redis
+	bash .ci/install-chromium
 	bash .ci/install-polyglot
 
 .PHONY: test
-test: deps build ## every test: Go with the race detector, the Go client under Go 1.25 too, the Python and Node packages
-	$(GO) test -race -shuffle=on -count=1 ./...
+test: deps build ## every test: Go with the race detector (the page's screenshot in bin/test-artifacts), the Go client under Go 1.25 too, the Python and Node packages
+	TEST_ARTIFACTS=$(CURDIR)/bin/test-artifacts $(GO) test -race -shuffle=on -count=1 ./...
 	bash .ci/test-go-client
 	RATELIMITD_BIN=$(CURDIR)/$(BIN) bash .ci/test-python
 	RATELIMITD_BIN=$(CURDIR)/$(BIN) bash .ci/test-node

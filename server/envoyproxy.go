@@ -20,7 +20,7 @@ import (
 //
 //	GET /healthcheck  200 "OK" while ready (as /readyz), 500 otherwise
 //	GET /rlconfig     the rules in force, one line per rule (see RLConfig)
-func (s *Server) envoyproxyRoutes(mux *http.ServeMux) {
+func (s *Server) envoyproxyRoutes(mux *routeMux) {
 	if !s.opts.EnvoyproxyEndpoints {
 		return
 	}

@@ -16,7 +16,8 @@ import (
 	"github.com/ratelimitd/ratelimitd/config"
 )
 
-// Handler returns the server's HTTP endpoints:
+// Handler returns the server's HTTP endpoints, operators' and callers'
+// on one handler:
 //
 //	GET  /healthz  200 while the process runs
 //	GET  /readyz   200 once rules are loaded, 503 before and during shutdown,
@@ -34,11 +35,36 @@ import (
 //	               decide, without consuming anything (see explain.go)
 //	GET  /rlqs     with Options.RLQS, the RLQS buckets held and their
 //	               assignments, as JSON (rlqs.View)
+//	GET  /ui/      the operator's page, and its JSON under /ui/api/ (see
+//	               ui.go)
 //
 // and with Options.EnvoyproxyEndpoints, envoyproxy/ratelimit's
 // /healthcheck and /rlconfig (see envoyproxy.go).
 func (s *Server) Handler() http.Handler {
-	mux := http.NewServeMux()
+	return s.routes(false).public
+}
+
+// Handlers returns the server's HTTP endpoints split in two: public has
+// those that callers and probes use (/healthz, /readyz, /json,
+// /healthcheck); admin the operators' (/config, /metrics, /rlqs, /ui/,
+// /hotkeys, /explain, /rlconfig: see operatorPaths), which show the
+// rules, the counters and the traffic, for a listener that only
+// operators reach.
+func (s *Server) Handlers() (public, admin http.Handler) {
+	mux := s.routes(true)
+	return mux.public, mux.admin
+}
+
+// operatorPaths are the paths that Handlers serves on its admin handler
+// rather than the public one: a path ending in "/" stands for every path
+// under it. An endpoint added to routes is public unless its path is
+// listed here.
+var operatorPaths = []string{"/config", "/metrics", "/rlqs", "/ui/", "/hotkeys", "/explain", "/rlconfig"}
+
+// routes registers every endpoint on a routeMux, split by operatorPaths
+// if split.
+func (s *Server) routes(split bool) *routeMux {
+	mux := newRouteMux(split)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		io.WriteString(w, "ok\n")
 	})
@@ -66,7 +92,53 @@ func (s *Server) Handler() http.Handler {
 		mux.Handle("GET /rlqs", s.rlqs)
 	}
 	s.envoyproxyRoutes(mux)
+	s.uiRoutes(mux)
 	return mux
+}
+
+// routeMux registers each route on public, or with split on admin when
+// its path is one of operatorPaths. Without split, admin is nil.
+type routeMux struct {
+	public, admin *http.ServeMux
+}
+
+// newRouteMux returns an empty routeMux, split or not.
+func newRouteMux(split bool) *routeMux {
+	m := &routeMux{public: http.NewServeMux()}
+	if split {
+		m.admin = http.NewServeMux()
+	}
+	return m
+}
+
+// Handle registers h for pattern ("METHOD /path", as http.ServeMux's) on
+// the mux that pattern's path belongs to.
+func (m *routeMux) Handle(pattern string, h http.Handler) {
+	if m.admin != nil && isOperatorPath(pattern) {
+		m.admin.Handle(pattern, h)
+		return
+	}
+	m.public.Handle(pattern, h)
+}
+
+// HandleFunc is Handle for a function.
+func (m *routeMux) HandleFunc(pattern string, h func(http.ResponseWriter, *http.Request)) {
+	m.Handle(pattern, http.HandlerFunc(h))
+}
+
+// isOperatorPath reports whether the path of pattern ("METHOD /path" or
+// "/path") is one of operatorPaths or under one of them.
+func isOperatorPath(pattern string) bool {
+	path := pattern
+	if i := strings.IndexByte(pattern, ' '); i >= 0 {
+		path = strings.TrimSpace(pattern[i+1:])
+	}
+	for _, p := range operatorPaths {
+		if path == p || (strings.HasSuffix(p, "/") && strings.HasPrefix(path, p)) {
+			return true
+		}
+	}
+	return false
 }
 
 // serveConfig writes the rules in force as YAML, preceded by a comment

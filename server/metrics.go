@@ -57,9 +57,11 @@ type metrics struct {
 	rules atomic.Pointer[sync.Map]
 }
 
-// ruleCounters are one rule's counters, resolved once.
+// ruleCounters are one rule's counters, resolved once, and the domain
+// they are labelled with.
 type ruleCounters struct {
 	hits, over, near, within, shadow prometheus.Counter
+	domain                           string
 }
 
 // Buckets of the decision latency histograms, in seconds: from the memory
@@ -191,6 +193,7 @@ func (m *metrics) counters(domain string, ds *desc) *ruleCounters {
 
 func (m *metrics) resolve(domain, rule string) *ruleCounters {
 	return &ruleCounters{
+		domain: domain,
 		hits:   m.ruleHits.WithLabelValues(domain, rule),
 		over:   m.ruleOver.WithLabelValues(domain, rule),
 		near:   m.ruleNear.WithLabelValues(domain, rule),

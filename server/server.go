@@ -192,6 +192,7 @@ type Server struct {
 	failures  atomic.Uint64  // requests answered by the failure mode
 	now       func() time.Time
 	rlqs      *rlqs.Service // nil unless Options.RLQS
+	rates     rates         // per-rule rates for /ui/, filled by SampleRates
 	// healthNames are the service names grpc.health.v1 answers for:
 	// healthServices, and RLQS's when served.
 	healthNames []string

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/ratelimitd/ratelimitd/config"
+	"github.com/ratelimitd/ratelimitd/internal/tlsconfig"
 	"github.com/ratelimitd/ratelimitd/server"
 	"github.com/ratelimitd/ratelimitd/server/requestlog"
 )
@@ -37,10 +38,11 @@ type built struct {
 	http    *http.Server
 	httpTLS bool
 	debug   *http.Server // with --debug-addr
+	admin   *http.Server // with --admin-addr
 
-	grpcLis, httpLis, debugLis net.Listener
-	started                    []any // the attributes of the start's log line
-	closers                    []func()
+	grpcLis, httpLis, debugLis, adminLis net.Listener
+	started                              []any // the attributes of the start's log line
+	closers                              []func()
 }
 
 // build wires the daemon from f. On an error, already logged or naming
@@ -158,11 +160,7 @@ func (b *built) servers(ctx context.Context, rules *config.Rules, reg *prometheu
 	}
 	b.grpc = grpc.NewServer(grpcOpts...)
 	b.srv.Register(b.grpc)
-	b.http = httpServer(b.srv.Handler(), f.httpConn)
-	if httpTLS != nil {
-		b.http.TLSConfig = httpTLS.Config()
-		b.httpTLS = true
-	}
+	b.httpServers(httpTLS)
 	if f.debugAddr != "" {
 		var rlconfig http.Handler // the reference serves it on its debug port
 		if f.compat == compatEnvoyproxy {
@@ -217,6 +215,27 @@ func (r *requestLog) close() {
 	}
 }
 
+// httpServers builds the HTTP server, and with --admin-addr the admin
+// server, which takes the operators' endpoints (see server.Handlers) off
+// the HTTP one and serves them with the same TLS, if any.
+func (b *built) httpServers(httpTLS *tlsconfig.Reloader) {
+	public := b.srv.Handler()
+	if b.f.adminAddr != "" {
+		var admin http.Handler
+		public, admin = b.srv.Handlers()
+		b.admin = httpServer(admin, b.f.httpConn)
+	}
+	b.http = httpServer(public, b.f.httpConn)
+	if httpTLS != nil {
+		b.httpTLS = true
+		for _, hs := range []*http.Server{b.http, b.admin} {
+			if hs != nil {
+				hs.TLSConfig = httpTLS.Config()
+			}
+		}
+	}
+}
+
 // rulesSource builds the source of the rules after initial: the files of
 // --config, or --xds-server.
 func (b *built) rulesSource(initial *config.Rules, opts []config.Option) error {
@@ -253,6 +272,12 @@ func (b *built) listen() error {
 		return err
 	}
 	b.started = append(b.started, "grpc", b.grpcLis.Addr().String(), "http", b.httpLis.Addr().String())
+	if b.f.adminAddr != "" {
+		if b.adminLis, err = lis.listen("admin", b.f.adminAddr); err != nil {
+			return err
+		}
+		b.started = append(b.started, "admin", b.adminLis.Addr().String())
+	}
 	if b.f.debugAddr != "" {
 		if b.debugLis, err = lis.listen("debug", b.f.debugAddr); err != nil {
 			return err

@@ -18,11 +18,20 @@ func (b *built) drain(ctx context.Context) {
 	if b.debug != nil {
 		_ = b.debug.Close() // a profile being taken is not worth waiting for
 	}
-	// gRPC and HTTP (/json, a scrape) drain together.
+	// gRPC, HTTP (/json, a probe) and admin (a scrape, the page) drain
+	// together.
 	dctx, cancel := context.WithTimeout(ctx, f.shutdownTimeout)
 	defer cancel()
 	httpDrained := make(chan error, 1)
 	go func() { httpDrained <- b.http.Shutdown(dctx) }()
+	adminDrained := make(chan error, 1)
+	go func() {
+		if b.admin == nil {
+			adminDrained <- nil
+			return
+		}
+		adminDrained <- b.admin.Shutdown(dctx)
+	}()
 	stopped := make(chan struct{})
 	go func() { b.grpc.GracefulStop(); close(stopped) }()
 	select {
@@ -34,5 +43,8 @@ func (b *built) drain(ctx context.Context) {
 	}
 	if err := <-httpDrained; err != nil {
 		_ = b.http.Close()
+	}
+	if err := <-adminDrained; err != nil {
+		_ = b.admin.Close()
 	}
 }

@@ -58,6 +58,7 @@ type flags struct {
 	shutdownDelay     time.Duration
 	nearLimitRatio    float64
 	debugAddr         string
+	adminAddr         string
 	httpJSON          bool
 	rlqs              bool
 	rlqsReplica       string
@@ -183,7 +184,7 @@ func defineFlags(fs *flag.FlagSet, f *flags) {
 	xdsFlagsOn(fs, &f.xds)
 	fs.StringVar(&f.compat, "compat", "", "read the environment of another rate limit service: envoyproxy (envoyproxy/ratelimit's variables, under the flags and "+envPrefix+"* ones)")
 	fs.StringVar(&f.grpcAddr, "grpc-addr", defaultGRPCAddr, "gRPC listen `address` (Envoy RLS v3, ratelimit.v1, health, reflection)")
-	fs.StringVar(&f.httpAddr, "http-addr", defaultHTTPAddr, "HTTP listen `address` (/healthz, /readyz, /metrics, /config, POST /json)")
+	fs.StringVar(&f.httpAddr, "http-addr", defaultHTTPAddr, "HTTP listen `address` (/healthz, /readyz, POST /json; and without --admin-addr /metrics, /config, /ui/)")
 	fs.StringVar(&f.backend, "backend", "memory", "counter store: memory, or a Redis `URL`: redis://[user:pass@]host:port[/db], rediss://... (TLS),\n"+
 		"redis-cluster://h1:p1?addr=h2:p2&addr=h3:p3, redis-sentinel://s1:26379?addr=s2:26379&master_name=NAME,\n"+
 		"unix:///path/to/redis.sock[?db=N]")
@@ -241,6 +242,8 @@ func defineFlags(fs *flag.FlagSet, f *flags) {
 	fs.StringVar(&f.rlqsReplica, "rlqs-replica", "", "this replica's `name` among those sharing RLQS limits through the store; unique per process (default: the host name, the gRPC listener's address and a random part)")
 	fs.DurationVar(&f.rlqsSyncInterval, "rlqs-sync-interval", fairshare.DefaultSyncInterval, "how often each replica exchanges its RLQS buckets' demands and grants with the store: one store operation per bucket per replica each time")
 	fs.BoolVar(&f.httpJSON, "http-json", true, "serve POST /json on --http-addr (decisions over HTTP, without the gRPC listener's mutual TLS)")
+	fs.StringVar(&f.adminAddr, "admin-addr", "", "listen `address` of the operators' endpoints (/ui/, /config, /metrics, /rlqs, /hotkeys, /explain), which then leave --http-addr;\n"+
+		"empty: they stay on --http-addr. Keep it private")
 	fs.StringVar(&f.debugAddr, "debug-addr", "", "listen `address` for /debug/pprof (off when empty; keep it private)")
 	fs.StringVar(&f.tracing.endpoint, "otlp-endpoint", "", "OpenTelemetry collector `host:port` (OTLP/gRPC) to send traces of ShouldRateLimit and store calls to; off when empty.\n"+
 		"The exporter's OTEL_EXPORTER_OTLP_* variables (headers, certificates) apply too")

@@ -246,6 +246,7 @@ func (s *syncBuffer) String() string {
 type daemon struct {
 	grpcAddr, httpAddr string
 	debugAddr          string // with --debug-addr
+	adminAddr          string // with --admin-addr
 	logs               *syncBuffer
 	conn               *grpc.ClientConn
 }
@@ -279,9 +280,9 @@ func startDaemon(t *testing.T, args ...string) *daemon {
 		case <-time.After(10 * time.Millisecond):
 		}
 		for line := range strings.Lines(d.logs.String()) {
-			var rec struct{ Msg, GRPC, HTTP, Debug string }
+			var rec struct{ Msg, GRPC, HTTP, Debug, Admin string }
 			if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == "ratelimitd started" {
-				d.grpcAddr, d.httpAddr, d.debugAddr = rec.GRPC, rec.HTTP, rec.Debug
+				d.grpcAddr, d.httpAddr, d.debugAddr, d.adminAddr = rec.GRPC, rec.HTTP, rec.Debug, rec.Admin
 			}
 		}
 	}

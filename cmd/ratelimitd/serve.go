@@ -35,10 +35,14 @@ func (b *built) serve(ctx context.Context) error {
 	group.Go(func() error {
 		return serveHTTP(b.http, b.httpLis, b.httpTLS)
 	})
+	if b.admin != nil {
+		group.Go(func() error { return serveHTTP(b.admin, b.adminLis, b.httpTLS) })
+	}
 	if b.debug != nil {
 		group.Go(func() error { return serveHTTP(b.debug, b.debugLis, false) })
 	}
 	group.Go(func() error { return b.rules.run(gctx) })
+	group.Go(func() error { return b.srv.SampleRates(gctx) })
 	group.Go(func() error {
 		<-gctx.Done()
 		b.drain(context.WithoutCancel(gctx))

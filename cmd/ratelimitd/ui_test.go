@@ -1,0 +1,299 @@
+package main
+
+import (
+	"context"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/page"
+	"github.com/chromedp/chromedp"
+)
+
+// hostile is a request value that markup would turn into an element
+// running a script: the page must show it as text.
+const hostile = `<img src=x onerror=alert(1)>`
+
+// uiRules are the rules of the browser test; one rule's value is hostile.
+const uiRules = `domain: edge
+descriptors:
+  - key: remote_address
+    rate_limit: {unit: second, requests_per_unit: 5, algorithm: fixed_window}
+  - key: tenant
+    value: acme
+    rate_limit: {unit: minute, requests_per_unit: 600}
+    descriptors:
+      - key: path
+        shadow_mode: true
+        rate_limit: {unit: second, requests_per_unit: 2, algorithm: token_bucket, burst: 4}
+  - key: user
+    value: "` + hostile + `"
+    rate_limit: {unit: minute, requests_per_unit: 3}
+`
+
+// browserPath returns the Chromium to drive: Debian's chromium, or
+// another on PATH. Without one the test skips, and fails under CI=true,
+// where .ci/install-chromium should have installed it.
+func browserPath(t *testing.T) string {
+	t.Helper()
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatal("no chromium on PATH: bash .ci/install-chromium installs it")
+	}
+	t.Skip("no chromium on PATH (bash .ci/install-chromium installs it)")
+	return ""
+}
+
+// traffic sends /json decisions to addr until ctx is done, at most n:
+// within and over the limits of uiRules, the hostile value among them.
+func traffic(ctx context.Context, addr string, n int) {
+	bodies := []string{
+		`{"domain": "edge", "descriptors": [{"entries": [{"key": "remote_address", "value": "10.0.0.1"}]}]}`,
+		`{"domain": "edge", "descriptors": [{"entries": [{"key": "remote_address", "value": "10.0.0.2"}]}]}`,
+		`{"domain": "edge", "descriptors": [{"entries": [{"key": "tenant", "value": "acme"}, {"key": "path", "value": "/v1/search"}]}]}`,
+		`{"domain": "edge", "descriptors": [{"entries": [{"key": "user", "value": "` + strings.ReplaceAll(hostile, `"`, `\"`) + `"}]}]}`,
+	}
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for i := range n {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		req, err := http.NewRequestWithContext(ctx, "POST", "http://"+addr+"/json", strings.NewReader(bodies[i%len(bodies)]))
+		if err != nil {
+			return
+		}
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}
+}
+
+// pageErrors collects what the page reports as wrong: uncaught
+// exceptions, console errors (not the browser's note of an answer 404,
+// which the page handles), and dialogs, which only a script injected
+// through a value would open.
+type pageErrors struct {
+	mu   sync.Mutex
+	errs []string
+}
+
+func (p *pageErrors) add(s string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.errs = append(p.errs, s)
+}
+
+func (p *pageErrors) list() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]string(nil), p.errs...)
+}
+
+// watch collects the page errors of the chromedp context ctx until it is
+// done; wait waits for the collecting goroutine to end.
+func (p *pageErrors) watch(t *testing.T, ctx context.Context) (wait func()) {
+	t.Helper()
+	messages := chromedp.Console(ctx)
+	if err := chromedp.Listen(ctx, func(ev any) {
+		if d, ok := ev.(*page.EventJavascriptDialogOpening); ok {
+			p.add("dialog: " + d.Message)
+		}
+	}); err != nil {
+		t.Fatalf("listening to the page: %v", err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for m, err := range messages {
+			if err != nil {
+				return
+			}
+			network404 := m.Source == "network" && strings.Contains(m.Text, "404")
+			if (m.IsException() || m.Type == chromedp.ConsoleError) && !network404 {
+				p.add(m.String())
+			}
+		}
+	}()
+	return func() { <-done }
+}
+
+// TestUIInBrowser drives headless Chromium over the page at /ui/ of a
+// daemon under traffic: it loads without a JavaScript error, shows the
+// rules and their rates, shows a hostile value as text, shows the hot
+// keys and answers the explain form (or says they are not available),
+// and leaves a screenshot in the test's artifacts.
+func TestUIInBrowser(t *testing.T) {
+	browser := browserPath(t)
+	path := filepath.Join(t.TempDir(), "rules.yaml")
+	writeFile(t, path, uiRules)
+	d := startDaemon(t, "--config", path, "--admin-addr", "127.0.0.1:0")
+
+	tctx, stopTraffic := context.WithCancel(context.Background())
+	trafficDone := make(chan struct{})
+	go func() { defer close(trafficDone); traffic(tctx, d.httpAddr, 20_000) }()
+	t.Cleanup(func() { stopTraffic(); <-trafficDone })
+
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(browser), chromedp.WindowSize(1400, 1000))
+	if os.Geteuid() == 0 {
+		opts = append(opts, chromedp.NoSandbox) // Chromium's sandbox refuses to run as root
+	}
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	defer cancelAlloc()
+	ctx, cancel := chromedp.NewContext(actx)
+	defer cancel()
+	ctx, cancelTimeout := context.WithTimeout(ctx, 90*time.Second)
+	defer cancelTimeout()
+	var errs pageErrors
+	wait := errs.watch(t, ctx)
+	defer wait()
+	defer cancel() // before wait: ends the watch
+
+	ui := "http://" + d.adminAddr + "/ui/"
+	run := func(what string, a chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		if err := chromedp.Do(ctx, a); err != nil {
+			t.Fatalf("%s: %v; page errors: %q", what, err, errs.list())
+		}
+	}
+	run("loading the page", chromedp.Navigate(ui))
+	// The rules, and rates for the rules the traffic hits: refusals too.
+	run("waiting for the rules", chromedp.WaitVisible(`#rules .rule`))
+	run("waiting for the rates", chromedp.Steps(
+		chromedp.WaitVisible(`#rates .chart[data-rule="remote_address"] path.refused`),
+		pollTrue(`document.querySelector('#rates .chart[data-rule="tenant=acme.path"]') !== null`),
+	))
+	rules := text(t, ctx, "#rules")
+	for _, want := range []string{"remote_address", "5 / second fixed_window", "tenant=acme", "burst 4", "shadow", "user=" + hostile} {
+		if !strings.Contains(rules, want) {
+			t.Errorf("the rules pane %q does not show %q", rules, want)
+		}
+	}
+	rates := text(t, ctx, "#rates")
+	if !strings.Contains(rates, "refused") || !strings.Contains(rates, "admitted") {
+		t.Errorf("the rates pane %q shows no rates", rates)
+	}
+	checkHotkeys(t, ctx, d.adminAddr)
+	checkExplain(t, ctx, d.adminAddr, run)
+	// The hostile value, in the rules and in the explanation, is text: no
+	// element came of it.
+	if n, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll('img').length`)); err != nil || n != 0 {
+		t.Errorf("the page has %d img elements (%v), want none: a value became markup", n, err)
+	}
+
+	// A field the page expects and the server does not send shows as
+	// undefined, a number it cannot read as NaN.
+	if body := text(t, ctx, "body"); strings.Contains(body, "undefined") || strings.Contains(body, "NaN") {
+		t.Errorf("the page shows undefined or NaN: %q", body)
+	}
+	shot, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatalf("screenshot: %v", err)
+	}
+	saveArtifact(t, "ui.png", shot)
+	if e := errs.list(); len(e) > 0 {
+		t.Errorf("the page reported errors: %q", e)
+	}
+}
+
+// checkHotkeys checks the hot keys pane: the hottest key the traffic made
+// when the daemon serves GET /hotkeys, "not available" while it answers
+// 404.
+func checkHotkeys(t *testing.T, ctx context.Context, admin string) {
+	t.Helper()
+	code, _ := get(t, nil, "http://"+admin+"/hotkeys")
+	if code == http.StatusNotFound {
+		if err := chromedp.Do(ctx, pollTrue(`document.querySelector('#hotkeys').textContent.includes('not available')`)); err != nil {
+			t.Errorf("with /hotkeys 404, the pane does not say not available: %v", err)
+		}
+		return
+	}
+	// 10.0.0.1 and 10.0.0.2 go over 5 a second: remote_address is the most refused rule.
+	if err := chromedp.Do(ctx, pollTrue(`document.querySelector('#hotkeys table code') !== null &&
+		document.querySelector('#hotkeys').textContent.includes('remote_address')`)); err != nil {
+		t.Errorf("GET /hotkeys = %d, and the pane shows no hot key of remote_address: %v (pane: %q)", code, err, text(t, ctx, "#hotkeys"))
+	}
+}
+
+// checkExplain fills the explain form by clicking the rule whose value is
+// hostile, submits it and checks the answer: the request's entries, as
+// text, the rule and a decision; or, when the daemon answers POST
+// /explain with 404 (a build without it), "not available".
+func checkExplain(t *testing.T, ctx context.Context, admin string, run func(string, chromedp.Action[chromedp.Void])) {
+	t.Helper()
+	resp, err := http.Post("http://"+admin+"/explain", "application/json", strings.NewReader(`{"domain": "edge"}`))
+	if err != nil {
+		t.Fatalf("POST /explain: %v", err)
+	}
+	resp.Body.Close()
+	run("explaining", chromedp.Steps(
+		chromedp.Click(`#rules .rule[title="user=`+hostile+`"]`),
+		pollTrue(`document.querySelector('#explain-body').value.includes('onerror')`),
+		chromedp.Click(`#explain-submit`),
+		pollTrue(`document.querySelector('#explain').textContent !== '' && !document.querySelector('#explain').textContent.includes('asking')`),
+	))
+	got := text(t, ctx, "#explain")
+	if resp.StatusCode == http.StatusNotFound {
+		if !strings.Contains(got, "not available") {
+			t.Errorf("with /explain 404, the pane says %q, want not available", got)
+		}
+		return
+	}
+	for _, want := range []string{"user=" + hostile, "sliding_window"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("the explain pane %q does not show %q", got, want)
+		}
+	}
+	if !strings.Contains(got, "OK") && !strings.Contains(got, "OVER_LIMIT") {
+		t.Errorf("the explain pane %q shows no decision", got)
+	}
+}
+
+// pollTrue waits until the JavaScript expression is true.
+func pollTrue(expr string) chromedp.Action[chromedp.Void] {
+	return chromedp.Func(func(ctx context.Context, _ *chromedp.Target) error {
+		_, err := chromedp.Run(ctx, chromedp.Poll[bool](expr, chromedp.WithPollingInterval(100*time.Millisecond)))
+		return err
+	})
+}
+
+// text returns the text of the element sel.
+func text(t *testing.T, ctx context.Context, sel string) string {
+	t.Helper()
+	s, err := chromedp.Run(ctx, chromedp.TextContent(sel))
+	if err != nil {
+		t.Fatalf("reading %s: %v", sel, err)
+	}
+	return s
+}
+
+// saveArtifact writes data as name in the test's artifact directory
+// (kept with go test -artifacts), and in $TEST_ARTIFACTS when set.
+func saveArtifact(t *testing.T, name string, data []byte) {
+	t.Helper()
+	dirs := []string{t.ArtifactDir()}
+	if d := os.Getenv("TEST_ARTIFACTS"); d != "" {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatalf("TEST_ARTIFACTS: %v", err)
+		}
+		dirs = append(dirs, d)
+	}
+	for _, d := range dirs {
+		p := filepath.Join(d, name)
+		if err := os.WriteFile(p, data, 0o644); err != nil {
+			t.Fatalf("writing %s: %v", p, err)
+		}
+		t.Logf("screenshot: %s", p)
+	}
+}
