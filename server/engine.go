@@ -433,6 +433,7 @@ func (s *Server) verdicts(sc *scratch, refused bool) {
 			}
 			v = s.limitVerdict(ds, sc.reqs[pick].Limit, sc.res[pick])
 		}
+		s.observeHot(sc, ds, &v)
 		s.countRule(sc.req.domain, ds, v, dec.over)
 		dec.statuses = append(dec.statuses, v)
 	}

@@ -31,6 +31,8 @@ import (
 //	               counters are unavailable
 //	GET  /rlqs     with Options.RLQS, the RLQS buckets held and their
 //	               assignments, as JSON (rlqs.View)
+//	GET  /hotkeys  with Options.HotKeys, per domain the counters most
+//	               refused and nearest their limits, as JSON (404 when off)
 //
 // and with Options.EnvoyproxyEndpoints, envoyproxy/ratelimit's
 // /healthcheck and /rlconfig (see envoyproxy.go).
@@ -61,6 +63,7 @@ func (s *Server) Handler() http.Handler {
 	if s.rlqs != nil {
 		mux.Handle("GET /rlqs", s.rlqs)
 	}
+	mux.HandleFunc("GET /hotkeys", s.serveHotKeys)
 	s.envoyproxyRoutes(mux)
 	return mux
 }

@@ -33,6 +33,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/backend"
 	"github.com/ratelimitd/ratelimitd/config"
 	ratelimitv1 "github.com/ratelimitd/ratelimitd/gen/ratelimit/v1"
+	"github.com/ratelimitd/ratelimitd/internal/hotkeys"
 	"github.com/ratelimitd/ratelimitd/server/rlqs"
 )
 
@@ -99,8 +100,12 @@ type Options struct {
 	// reference's way (see RLConfig).
 	EnvoyproxyEndpoints bool
 	// Now is the clock of the decisions the server makes without its
-	// store (bans); nil means time.Now.
+	// store (bans), and of the hot keys; nil means time.Now.
 	Now func() time.Time
+	// HotKeys tracks, per domain, the counters most refused and those
+	// nearest their limits, served at GET /hotkeys; the zero value turns
+	// them off.
+	HotKeys HotKeysOptions
 }
 
 // FailureMode says how the server answers when its store fails
@@ -187,7 +192,8 @@ type Server struct {
 	warnings  rate.Sometimes // throttles store failure warnings
 	failures  atomic.Uint64  // requests answered by the failure mode
 	now       func() time.Time
-	rlqs      *rlqs.Service // nil unless Options.RLQS
+	rlqs      *rlqs.Service    // nil unless Options.RLQS
+	hot       *hotkeys.Tracker // nil unless Options.HotKeys.Enabled
 	// healthNames are the service names grpc.health.v1 answers for:
 	// healthServices, and RLQS's when served.
 	healthNames []string
@@ -224,6 +230,7 @@ func New(store backend.Store, rules *config.Rules, opts Options) *Server {
 		s.now = time.Now
 	}
 	s.scratches.New = func() any { return new(scratch) }
+	s.hot = newHotKeys(opts.HotKeys, opts.Now)
 	s.healthNames = healthServices
 	if opts.RLQS {
 		ro := rlqs.Options{
