@@ -116,6 +116,9 @@ func TestBadFlags(t *testing.T) {
 		{"bad backend", []string{"--config", "x", "--backend", "memcached://x"}, nil, "--backend"},
 		{"bad failure mode", []string{"--config", "x", "--failure-mode", "open"}, nil, "unknown failure mode"},
 		{"bad redis timeout", []string{"--config", "x", "--redis-timeout", "0s"}, nil, "must be positive"},
+		{"bad hotkeys values", []string{"--config", "x", "--hotkeys-values", "hide"}, nil, "--hotkeys-values"},
+		{"bad hotkeys k", []string{"--config", "x", "--hotkeys-k", "0"}, nil, "--hotkeys-k"},
+		{"bad hotkeys window", []string{"--config", "x", "--hotkeys-window", "10ms"}, nil, "--hotkeys-window"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
