@@ -46,10 +46,17 @@ type last struct {
 // backward-shift deletion) and a min-heap of the slots by score, whose
 // root is the counter a newcomer replaces when the table is full.
 type table struct {
-	slots []slot  // len ≤ cap = k
-	heap  []int32 // slot numbers, a min-heap by score
-	pos   []int32 // pos[s] is slot s's place in heap
-	index []int32 // slot numbers, -1 when empty; its length is a power of two ≥ 4k
+	slots []slot     // len ≤ cap = k
+	heap  []heapItem // a min-heap of the slots by score
+	pos   []int32    // pos[s] is slot s's place in heap
+	index []int32    // slot numbers, -1 when empty; its length is a power of two ≥ 4k
+}
+
+// A heapItem is a slot in the heap, with a copy of its score: the heap's
+// comparisons then read one small array, not slots far apart.
+type heapItem struct {
+	score uint64
+	slot  int32
 }
 
 // newTable returns an empty table of k slots.
@@ -60,7 +67,7 @@ func newTable(k int) *table {
 	}
 	t := &table{
 		slots: make([]slot, 0, k),
-		heap:  make([]int32, 0, k),
+		heap:  make([]heapItem, 0, k),
 		pos:   make([]int32, k),
 		index: make([]int32, n),
 	}
@@ -86,7 +93,7 @@ func (t *table) min() uint64 {
 	if len(t.heap) == 0 {
 		return 0
 	}
-	return t.slots[t.heap[0]].score
+	return t.heap[0].score
 }
 
 // find returns the slot of key, whose hash is h, or -1.
@@ -125,13 +132,13 @@ func (t *table) add(h uint64, key []byte, score uint64) int32 {
 		s = int32(len(t.slots))
 		t.slots = t.slots[:s+1]
 		t.pos[s] = int32(len(t.heap))
-		t.heap = append(t.heap, s)
+		t.heap = append(t.heap, heapItem{slot: s})
 	} else {
-		s = t.heap[0]
+		s = t.heap[0].slot
 		t.unindex(s)
 	}
 	sl := &t.slots[s]
-	*sl = slot{hash: h, keyLen: len(key), score: score}
+	sl.hash, sl.keyLen, sl.err, sl.hits, sl.at, sl.last = h, len(key), 0, 0, 0, last{} // key is overwritten, not cleared
 	copy(sl.key[:], key)
 	mask := uint64(len(t.index) - 1)
 	i := h & mask
@@ -139,8 +146,7 @@ func (t *table) add(h uint64, key []byte, score uint64) int32 {
 		i = (i + 1) & mask
 	}
 	t.index[i] = s
-	t.up(t.pos[s])
-	t.down(t.pos[s])
+	t.setScore(s, score)
 	return s
 }
 
@@ -162,15 +168,21 @@ func (t *table) unindex(s int32) {
 	t.index[i] = -1
 }
 
-// fix restores the heap after slot s's score rose.
-func (t *table) fix(s int32) { t.down(t.pos[s]) }
+// setScore sets slot s's score to v, and moves it in the heap.
+func (t *table) setScore(s int32, v uint64) {
+	t.slots[s].score = v
+	i := t.pos[s]
+	t.heap[i].score = v
+	t.down(i)
+	t.up(t.pos[s])
+}
 
-func (t *table) less(a, b int32) bool { return t.slots[t.heap[a]].score < t.slots[t.heap[b]].score }
+func (t *table) less(a, b int32) bool { return t.heap[a].score < t.heap[b].score }
 
 func (t *table) swap(a, b int32) {
 	t.heap[a], t.heap[b] = t.heap[b], t.heap[a]
-	t.pos[t.heap[a]] = a
-	t.pos[t.heap[b]] = b
+	t.pos[t.heap[a].slot] = a
+	t.pos[t.heap[b].slot] = b
 }
 
 func (t *table) up(i int32) {
@@ -229,7 +241,7 @@ func (t *table) retain(keep func(*slot) bool) {
 		}
 		t.index[i] = int32(s)
 		t.pos[s] = int32(len(t.heap))
-		t.heap = append(t.heap, int32(s))
+		t.heap = append(t.heap, heapItem{score: t.slots[s].score, slot: int32(s)})
 		t.up(t.pos[s])
 	}
 }

@@ -299,8 +299,7 @@ func (sh *shard) observe(t *Tracker, now int64, h uint64, key []byte, o *Observa
 			r.slots[s].err = inherit
 			sh.hold(h)
 		}
-		r.slots[s].score += o.Hits
-		r.fix(s)
+		r.setScore(s, r.slots[s].score+o.Hits)
 	case s < 0:
 		sh.observeNearest(t, now, h, key, o, score)
 		return
@@ -320,10 +319,9 @@ func (sh *shard) observeNearest(t *Tracker, now int64, h uint64, key []byte, o *
 	s := n.find(h, key)
 	switch {
 	case s >= 0:
-		if sl := &n.slots[s]; score >= sl.score || now-sl.at > t.window {
-			sl.score, sl.at = score, now
-			n.fix(s)
-			n.up(n.pos[s]) // a peak gone from the window may leave a lower score
+		if sl := &n.slots[s]; score >= sl.score || now-sl.at > t.window { // a peak gone from the window may leave a lower score
+			sl.at = now
+			n.setScore(s, score)
 		}
 	case score == 0 || (n.full() && score <= n.min()):
 		return
