@@ -157,8 +157,14 @@ func (sh *shard) publish() {
 	if sh.nearest.full() {
 		th = sh.nearest.min()
 	}
-	sh.threshold.Store(th)
-	sh.due.Store(min(sh.windowEnd, sh.nextPurge))
+	// Loads first: an atomic store costs a locked instruction, and these
+	// seldom change.
+	if sh.threshold.Load() != th {
+		sh.threshold.Store(th)
+	}
+	if due := min(sh.windowEnd, sh.nextPurge); sh.due.Load() != due {
+		sh.due.Store(due)
+	}
 }
 
 // New returns a Tracker with options o.
