@@ -36,12 +36,17 @@ type HotKeysOptions struct {
 	Replica string
 }
 
-// newHotKeys returns the hot keys tracker of o, nil when off.
-func newHotKeys(o HotKeysOptions, now func() time.Time) *hotkeys.Tracker {
+// newHotKeys returns the hot keys tracker of s's options, nil when off.
+// A domain that leaves the rules leaves the hot keys.
+func (s *Server) newHotKeys() *hotkeys.Tracker {
+	o := s.opts.HotKeys
 	if !o.Enabled {
 		return nil
 	}
-	return hotkeys.New(hotkeys.Options{K: o.K, Window: o.Window, Now: now})
+	return hotkeys.New(hotkeys.Options{
+		K: o.K, Window: o.Window, Now: s.opts.Now,
+		Live: func(domain string) bool { return s.rules.Load().Domain(domain) != nil },
+	})
 }
 
 // observeHot records the verdict v on ds in the hot keys, if tracked. It

@@ -230,7 +230,7 @@ func New(store backend.Store, rules *config.Rules, opts Options) *Server {
 		s.now = time.Now
 	}
 	s.scratches.New = func() any { return new(scratch) }
-	s.hot = newHotKeys(opts.HotKeys, opts.Now)
+	s.hot = s.newHotKeys()
 	s.healthNames = healthServices
 	if opts.RLQS {
 		ro := rlqs.Options{

@@ -42,6 +42,10 @@ type Options struct {
 	MaxDomains int
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// Live, when set, reports whether a domain is still in the rules:
+	// the others are dropped when MaxDomains is reached and a new one
+	// comes, and left out of View.
+	Live func(domain string) bool
 }
 
 // An Observation is one decision on a counter, as Observe takes it.
@@ -81,6 +85,7 @@ type Tracker struct {
 	seed          maphash.Seed
 	base          time.Time
 	elapsed       func() int64 // clock nanoseconds since base
+	live          func(string) bool
 
 	domains atomic.Pointer[map[string]*domain]
 	last    atomic.Pointer[domain] // the domain last looked up in domains
@@ -175,6 +180,10 @@ func New(o Options) *Tracker {
 		window:     int64(o.Window),
 		seed:       maphash.MakeSeed(),
 		base:       time.Now(),
+		live:       o.Live,
+	}
+	if t.live == nil {
+		t.live = func(string) bool { return true }
 	}
 	if t.k == 0 {
 		t.k = DefaultK
@@ -248,7 +257,13 @@ func (t *Tracker) addDomain(name string) *domain {
 	if d := old[name]; d != nil {
 		return d
 	}
-	if len(old) >= t.maxDomains {
+	m := make(map[string]*domain, len(old)+1)
+	for n, dd := range old {
+		if len(old) < t.maxDomains || t.live(n) {
+			m[n] = dd
+		}
+	}
+	if len(m) >= t.maxDomains {
 		return nil
 	}
 	d := &domain{name: name}
@@ -259,12 +274,9 @@ func (t *Tracker) addDomain(name string) *domain {
 		sh.windowEnd = now + t.window
 		sh.publish()
 	}
-	m := make(map[string]*domain, len(old)+1)
-	for n, dd := range old {
-		m[n] = dd
-	}
 	m[name] = d
 	t.domains.Store(&m)
+	t.last.Store(nil) // it may be a domain just dropped
 	return d
 }
 

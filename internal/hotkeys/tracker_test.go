@@ -198,6 +198,32 @@ func TestMaxDomains(t *testing.T) {
 	}
 }
 
+// TestDomainsLeaveTheRules: a domain no longer live is left out of View,
+// and its place goes to a new domain once MaxDomains is reached.
+func TestDomainsLeaveTheRules(t *testing.T) {
+	live := map[string]bool{"a": true, "b": true, "c": true}
+	tr := New(Options{MaxDomains: 2, Now: newClock().now, Live: func(d string) bool { return live[d] }})
+	observe := func(dom string) {
+		tr.Observe(dom, counterKey(dom, "k", "v"), &Observation{Hits: 1, Refused: true, Limit: minuteLimit})
+	}
+	names := func() (out []string) {
+		for _, d := range tr.View() {
+			out = append(out, d.Name)
+		}
+		return out
+	}
+	observe("a")
+	observe("b")
+	live["a"] = false // a reload removed it
+	if got := names(); !slices.Equal(got, []string{"b"}) {
+		t.Errorf("domains %v, want b", got)
+	}
+	observe("c")
+	if got := names(); !slices.Equal(got, []string{"b", "c"}) {
+		t.Errorf("domains %v after c came, want b, c", got)
+	}
+}
+
 // TestLongKeys: a key over KeyBytes is held truncated, told apart from
 // another with the same start, and decodes to its whole entries.
 func TestLongKeys(t *testing.T) {

@@ -43,12 +43,15 @@ type Entry struct {
 	Seen      time.Time
 }
 
-// View returns a copy of every tracked domain's lists, sorted by name.
+// View returns a copy of the lists of every tracked domain that is
+// live, sorted by name.
 func (t *Tracker) View() []Domain {
 	doms := *t.domains.Load()
 	out := make([]Domain, 0, len(doms))
 	for _, d := range doms {
-		out = append(out, t.viewDomain(d))
+		if t.live(d.name) {
+			out = append(out, t.viewDomain(d))
+		}
 	}
 	slices.SortFunc(out, func(a, b Domain) int { return cmp.Compare(a.Name, b.Name) })
 	return out
