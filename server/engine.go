@@ -423,8 +423,10 @@ func (s *Server) verdicts(sc *scratch, refused bool) {
 	dec := &sc.dec
 	dec.over = !s.opts.ShadowMode && refused
 	for i := range sc.descs {
+		ds := &sc.descs[i]
 		v := s.descVerdict(sc, i)
-		s.countRule(sc.req.domain, &sc.descs[i], v, dec.over)
+		s.observeHot(sc, ds, &v)
+		s.countRule(sc.req.domain, ds, v, dec.over)
 		dec.statuses = append(dec.statuses, v)
 	}
 }

@@ -37,6 +37,8 @@ import (
 //	               assignments, as JSON (rlqs.View)
 //	GET  /ui/      the operator's page, and its JSON under /ui/api/ (see
 //	               ui.go)
+//	GET  /hotkeys  with Options.HotKeys, per domain the counters most
+//	               refused and nearest their limits, as JSON (404 when off)
 //
 // and with Options.EnvoyproxyEndpoints, envoyproxy/ratelimit's
 // /healthcheck and /rlconfig (see envoyproxy.go).
@@ -91,6 +93,7 @@ func (s *Server) routes(split bool) *routeMux {
 	if s.rlqs != nil {
 		mux.Handle("GET /rlqs", s.rlqs)
 	}
+	mux.HandleFunc("GET /hotkeys", s.serveHotKeys)
 	s.envoyproxyRoutes(mux)
 	s.uiRoutes(mux)
 	return mux

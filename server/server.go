@@ -33,6 +33,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/backend"
 	"github.com/ratelimitd/ratelimitd/config"
 	ratelimitv1 "github.com/ratelimitd/ratelimitd/gen/ratelimit/v1"
+	"github.com/ratelimitd/ratelimitd/internal/hotkeys"
 	"github.com/ratelimitd/ratelimitd/server/requestlog"
 	"github.com/ratelimitd/ratelimitd/server/rlqs"
 )
@@ -100,11 +101,15 @@ type Options struct {
 	// reference's way (see RLConfig).
 	EnvoyproxyEndpoints bool
 	// Now is the clock of the decisions the server makes without its
-	// store (bans); nil means time.Now.
+	// store (bans), and of the hot keys; nil means time.Now.
 	Now func() time.Time
 	// RequestLog, when set, receives a sample of the requests every face
 	// decodes (see package requestlog), stamped with Now.
 	RequestLog *requestlog.Log
+	// HotKeys tracks, per domain, the counters most refused and those
+	// nearest their limits, served at GET /hotkeys; the zero value turns
+	// them off.
+	HotKeys HotKeysOptions
 }
 
 // FailureMode says how the server answers when its store fails
@@ -191,8 +196,9 @@ type Server struct {
 	warnings  rate.Sometimes // throttles store failure warnings
 	failures  atomic.Uint64  // requests answered by the failure mode
 	now       func() time.Time
-	rlqs      *rlqs.Service // nil unless Options.RLQS
-	rates     rates         // per-rule rates for /ui/, filled by SampleRates
+	rlqs      *rlqs.Service    // nil unless Options.RLQS
+	rates     rates            // per-rule rates for /ui/, filled by SampleRates
+	hot       *hotkeys.Tracker // nil unless Options.HotKeys.Enabled
 	// healthNames are the service names grpc.health.v1 answers for:
 	// healthServices, and RLQS's when served.
 	healthNames []string
@@ -229,6 +235,7 @@ func New(store backend.Store, rules *config.Rules, opts Options) *Server {
 		s.now = time.Now
 	}
 	s.scratches.New = func() any { return new(scratch) }
+	s.hot = s.newHotKeys()
 	s.healthNames = healthServices
 	if opts.RLQS {
 		ro := rlqs.Options{

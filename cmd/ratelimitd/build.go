@@ -133,6 +133,7 @@ func (b *built) servers(ctx context.Context, rules *config.Rules, reg *prometheu
 	if reqLog != nil {
 		b.closers = append(b.closers, reqLog.close)
 	}
+	replica := cmp.Or(f.rlqsReplica, defaultReplica(b.grpcLis.Addr().String()))
 	b.srv = server.New(store, rules, server.Options{
 		RequestLog:        reqLog.get(),
 		Headers:           f.headers,
@@ -146,8 +147,12 @@ func (b *built) servers(ctx context.Context, rules *config.Rules, reg *prometheu
 		TracerProvider:    tp,
 		DisableJSON:       !f.httpJSON,
 		RLQS:              f.rlqs,
-		RLQSReplica:       cmp.Or(f.rlqsReplica, defaultReplica(b.grpcLis.Addr().String())),
+		RLQSReplica:       replica,
 		RLQSSyncInterval:  f.rlqsSyncInterval,
+		HotKeys: server.HotKeysOptions{
+			Enabled: f.hotKeys.enabled, K: f.hotKeys.k, Window: f.hotKeys.window,
+			ShowValues: f.hotKeys.values == "show", Replica: replica,
+		},
 		// The reference's probes and tools call /healthcheck and /rlconfig.
 		EnvoyproxyEndpoints: f.compat == compatEnvoyproxy,
 	})

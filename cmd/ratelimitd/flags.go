@@ -16,6 +16,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/config"
 	"github.com/ratelimitd/ratelimitd/internal/compat"
 	"github.com/ratelimitd/ratelimitd/internal/fairshare"
+	"github.com/ratelimitd/ratelimitd/internal/hotkeys"
 	"github.com/ratelimitd/ratelimitd/internal/tlsconfig"
 	"github.com/ratelimitd/ratelimitd/server"
 )
@@ -63,6 +64,7 @@ type flags struct {
 	rlqs              bool
 	rlqsReplica       string
 	rlqsSyncInterval  time.Duration
+	hotKeys           hotKeysFlags
 	tracing           tracingFlags
 	tls               tlsFlags
 	httpConn          httpConnFlags
@@ -107,6 +109,14 @@ type tlsFlags struct {
 	grpcCert, grpcKey, grpcClientCA string
 	grpcAllowedSANs                 []string
 	httpCert, httpKey               string
+}
+
+// hotKeysFlags are the settings of GET /hotkeys.
+type hotKeysFlags struct {
+	enabled bool
+	k       int
+	window  time.Duration
+	values  string // "digest" or "show"
 }
 
 // tracingFlags are the OpenTelemetry tracing settings.
@@ -241,6 +251,10 @@ func defineFlags(fs *flag.FlagSet, f *flags) {
 	fs.BoolVar(&f.rlqs, "rlqs", true, "serve Envoy's Rate Limit Quota Service on the gRPC port; each bucket's limit is shared, through the store, among the clients of every replica on it")
 	fs.StringVar(&f.rlqsReplica, "rlqs-replica", "", "this replica's `name` among those sharing RLQS limits through the store; unique per process (default: the host name, the gRPC listener's address and a random part)")
 	fs.DurationVar(&f.rlqsSyncInterval, "rlqs-sync-interval", fairshare.DefaultSyncInterval, "how often each replica exchanges its RLQS buckets' demands and grants with the store: one store operation per bucket per replica each time")
+	fs.BoolVar(&f.hotKeys.enabled, "hotkeys", true, "track, per domain, the counters most refused and those nearest their limits, served at GET /hotkeys")
+	fs.IntVar(&f.hotKeys.k, "hotkeys-k", hotkeys.DefaultK, "how many counters each hot keys list of a domain holds")
+	fs.DurationVar(&f.hotKeys.window, "hotkeys-window", hotkeys.DefaultWindow, "how far back the hot keys look: refusals over the last one to two windows, the highest share of a limit used within one")
+	fs.StringVar(&f.hotKeys.values, "hotkeys-values", "digest", "request values in GET /hotkeys: digest (sha256: and 16 hex digits; values may be personal data) or show")
 	fs.BoolVar(&f.httpJSON, "http-json", true, "serve POST /json on --http-addr (decisions over HTTP, without the gRPC listener's mutual TLS)")
 	fs.StringVar(&f.adminAddr, "admin-addr", "", "listen `address` of the operators' endpoints (/ui/, /config, /metrics, /rlqs, /hotkeys, /explain), which then leave --http-addr;\n"+
 		"empty: they stay on --http-addr. Keep it private")
@@ -286,6 +300,12 @@ func (f *flags) check() error {
 		return errors.New("--shutdown-delay and --shutdown-timeout must not be negative")
 	case f.redis.breakerFailures <= 0 || f.redis.breakerOpen <= 0:
 		return errors.New("--redis-breaker-failures and --redis-breaker-open must be positive")
+	case f.hotKeys.k < 1 || f.hotKeys.k > hotkeys.MaxK:
+		return fmt.Errorf("--hotkeys-k %d: want 1 to %d", f.hotKeys.k, hotkeys.MaxK)
+	case f.hotKeys.window < time.Second:
+		return fmt.Errorf("--hotkeys-window %v: want at least 1s", f.hotKeys.window)
+	case f.hotKeys.values != "digest" && f.hotKeys.values != "show":
+		return fmt.Errorf("--hotkeys-values %q: want digest or show", f.hotKeys.values)
 	}
 	return errors.Join(f.tls.check(), f.httpConn.check(), f.grpcConn.check())
 }

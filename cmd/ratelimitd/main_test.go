@@ -117,6 +117,9 @@ func TestBadFlags(t *testing.T) {
 		{"bad failure mode", []string{"--config", "x", "--failure-mode", "open"}, nil, "unknown failure mode"},
 		{"bad redis timeout", []string{"--config", "x", "--redis-timeout", "0s"}, nil, "must be positive"},
 		{"bad request log sample", []string{"--config", "x", "--request-log", "r.log", "--request-log-sample", "2"}, nil, "--request-log-sample"},
+		{"bad hotkeys values", []string{"--config", "x", "--hotkeys-values", "hide"}, nil, "--hotkeys-values"},
+		{"bad hotkeys k", []string{"--config", "x", "--hotkeys-k", "0"}, nil, "--hotkeys-k"},
+		{"bad hotkeys window", []string{"--config", "x", "--hotkeys-window", "10ms"}, nil, "--hotkeys-window"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
