@@ -167,7 +167,7 @@ func (p *Pool) Exchange(ctx context.Context, needs []Need) error {
 			p.reapply(n.Bucket, e)
 		}
 	}
-	p.ensureLoop()
+	p.ensureLoop() //nolint:contextcheck // the loop outlives the call that starts it: Close ends it
 	p.mu.Unlock()
 	if len(buckets) == 0 {
 		return nil
