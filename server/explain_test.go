@@ -170,7 +170,10 @@ func TestExplainStores(t *testing.T) {
 	for name, open := range stores {
 		t.Run(name, func(t *testing.T) {
 			clock := backendtest.NewClock(t0)
-			ts := explainServer(t, open(t, clock), clock, server.Options{}, "algorithms.yaml")
+			// FailError: a decision the store could not make (a Cluster
+			// node slow on a loaded machine) fails the test instead of
+			// passing as admitted by the failure mode.
+			ts := explainServer(t, open(t, clock), clock, server.Options{FailureMode: server.FailError}, "algorithms.yaml")
 			for _, c := range cases {
 				t.Run(c.key, func(t *testing.T) {
 					for range 3 {
@@ -436,4 +439,14 @@ func TestExplainStoreDown(t *testing.T) {
 	if code != http.StatusServiceUnavailable {
 		t.Errorf("POST /explain on a closed store: %d %q, want 503", code, out)
 	}
+}
+
+// TestExplainRPCWithAdmin: with the operators' endpoints on a listener of
+// their own, the native Explain RPC, on the callers' gRPC port, answers
+// PermissionDenied.
+func TestExplainRPCWithAdmin(t *testing.T) {
+	h := newHarness(t, loadRules(t, "algorithms.yaml"), server.Options{OperatorsOnAdmin: true})
+	_, err := h.native.Explain(t.Context(), &ratelimitv1.ExplainRequest{Request: &ratelimitv1.ShouldRateLimitRequest{
+		Domain: "algorithms", Descriptors: []*ratelimitv1.Descriptor{ndesc("fixed", "k")}}})
+	wantCode(t, "Explain with OperatorsOnAdmin", err, codes.PermissionDenied, "admin listener")
 }

@@ -6,6 +6,8 @@ import (
 	"math"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/ratelimitd/ratelimitd/backend"
@@ -163,8 +165,15 @@ func nativeAlgorithm(a backend.Algorithm) ratelimitv1.Algorithm {
 
 // Explain implements ratelimitv1.RateLimitServiceServer: ShouldRateLimit's
 // request explained as POST /explain explains /json's (see explain).
+//
+// With Options.OperatorsOnAdmin it answers PermissionDenied: the gRPC port
+// is the callers', and an explanation shows any counter's state; operators
+// then use POST /explain on the admin listener.
 func (n nativeService) Explain(ctx context.Context, req *ratelimitv1.ExplainRequest) (*ratelimitv1.ExplainResponse, error) {
 	s := n.s
+	if s.opts.OperatorsOnAdmin {
+		return nil, status.Error(codes.PermissionDenied, "Explain is served only as POST /explain on the admin listener (--admin-addr)")
+	}
 	sc := s.getScratch()
 	defer s.putScratch(sc)
 	if err := nativeRequest(sc, req.GetRequest()); err != nil {

@@ -74,6 +74,11 @@ type Options struct {
 	// DisableJSON leaves POST /json out of Handler, for deployments where
 	// only gRPC callers, authenticated by mutual TLS, may spend quota.
 	DisableJSON bool
+	// OperatorsOnAdmin says that the operators' endpoints are served on a
+	// listener of their own (Handlers' admin handler, --admin-addr), away
+	// from callers: the native Explain RPC, on the callers' gRPC port, then
+	// answers PermissionDenied.
+	OperatorsOnAdmin bool
 	// RLQS serves Envoy's Rate Limit Quota Service (package rlqs) beside
 	// the RLS APIs. When the store is a backend.ShareStore (memory and
 	// Redis are), each bucket's limit is shared through it among the

@@ -147,6 +147,7 @@ func (b *built) servers(ctx context.Context, rules *config.Rules, reg *prometheu
 		TracerProvider:    tp,
 		DisableJSON:       !f.httpJSON,
 		RLQS:              f.rlqs,
+		OperatorsOnAdmin:  f.adminAddr != "",
 		RLQSReplica:       replica,
 		RLQSSyncInterval:  f.rlqsSyncInterval,
 		HotKeys: server.HotKeysOptions{

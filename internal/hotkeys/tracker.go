@@ -16,8 +16,9 @@ const (
 	DefaultK          = 100
 	DefaultWindow     = time.Minute
 	DefaultMaxDomains = 64
-	// MaxK bounds Options.K, and so the memory of a domain.
-	MaxK = 10000
+	// MaxK bounds Options.K, and so the memory of a domain: about 3.9 KB
+	// per unit of K (4 MB at MaxK), for at most 64 domains.
+	MaxK = 1000
 )
 
 // shards is how many parts each domain's counters are split into by key
