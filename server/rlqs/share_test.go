@@ -3,6 +3,7 @@ package rlqs
 import (
 	"fmt"
 	"runtime"
+	"slices"
 
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	"testing"
@@ -62,17 +63,21 @@ func TestRefusedClientGetsNoShare(t *testing.T) {
 // assignment living 120 s, and the tracker counts its share that long,
 // past its own 30 s TTL: the other client's share does not grow into it.
 func TestSlowReporterStaysCounted(t *testing.T) {
-	_, conn, clk := serve(t, rulesOf(t, oneRule))
+	s, conn, clk := serve(t, rulesOf(t, oneRule))
 	id := map[string]string{"path": "/api"}
 	slow, fast := newClient(t, conn, clk, "web"), newClient(t, conn, clk, "web")
-	// The slow client names its interval from the first report, so that
-	// its bucket lives past the minute below even when a stream's loop
-	// takes up a wake-up from these first reports only after the clock
-	// has moved.
-	slow.report(usage{id: id, allowed: 1, elapsed: time.Minute})
+	slow.report(usage{id: id, allowed: 1})
 	fast.report(usage{id: id, allowed: 1})
 	clk.Advance(time.Minute)
 	slow.report(usage{id: id, allowed: 6000, elapsed: time.Minute}) // 100 per second
+	// report returns at the first message naming the bucket, which may be
+	// a push sent before the report was read: wait until the service has
+	// taken the report up (its answer lives 120 s) before the clock moves.
+	for !slices.ContainsFunc(s.View().Buckets, func(b BucketView) bool {
+		return slices.ContainsFunc(b.Clients, func(c ClientView) bool { return c.ExpiresIn == "2m0s" })
+	}) {
+		time.Sleep(time.Millisecond)
+	}
 	fast.report(usage{id: id, allowed: 6000, elapsed: time.Minute})
 	// The slow client's answer lives two of its intervals, 120 s, and it
 	// holds 50: the fast client's share, read at each of its reports (its
