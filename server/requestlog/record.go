@@ -78,6 +78,20 @@ type Limit struct {
 	Window   time.Duration
 }
 
+// Size returns about how many bytes r holds: its strings, and its
+// descriptors and entries. The request log bounds the bytes waiting for
+// its writer by it.
+func (r *Record) Size() int {
+	const descriptorSize, entrySize = 64, 40 // the structs' sizes on 64-bit
+	n := len(r.Domain) + len(r.Descriptors)*descriptorSize
+	for i := range r.Descriptors {
+		for _, e := range r.Descriptors[i].Entries {
+			n += entrySize + len(e.Key) + len(e.Value)
+		}
+	}
+	return n
+}
+
 // timeFormat is RFC 3339 in UTC with all nine digits of the nanoseconds,
 // so that the lines of a log sort by time as text.
 const timeFormat = "2006-01-02T15:04:05.000000000Z07:00"
