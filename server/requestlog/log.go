@@ -3,8 +3,10 @@ package requestlog
 import (
 	"bytes"
 	"cmp"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"math/rand/v2"
 	"os"
@@ -128,12 +130,18 @@ func open(path string, opts Options, wrap func(io.Writer) io.Writer) (*Log, erro
 // a torn line: it is not empty, and its last byte is no newline.
 func openFile(path string) (*os.File, bool, error) {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_APPEND|os.O_CREATE, 0o600)
+	if errors.Is(err, fs.ErrPermission) { // writable, not readable: appended to unchecked
+		f, err = os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+		if err == nil {
+			return f, false, nil
+		}
+	}
 	if err != nil {
 		return nil, false, fmt.Errorf("request log: %w", err)
 	}
 	fi, err := f.Stat()
 	if err != nil || fi.Size() == 0 {
-		return f, false, nil // a file that cannot be read gets no newline: the next line is whole either way
+		return f, false, nil // empty, or its size unknown: appended to unchecked
 	}
 	last := make([]byte, 1)
 	if _, err := f.ReadAt(last, fi.Size()-1); err != nil {
