@@ -7,11 +7,11 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/ratelimitd/ratelimitd/backend"
+	"github.com/ratelimitd/ratelimitd/server/requestlog"
 )
 
 // envoyService is envoy.service.ratelimit.v3.RateLimitService.
@@ -59,22 +59,10 @@ func envoyFromProto(sc *scratch, req *rlsv3.RateLimitRequest) error {
 	return envoyRequest(sc, uint64(req.GetHitsAddend()))
 }
 
-var envoyUnits = [...]time.Duration{
-	typev3.RateLimitUnit_SECOND: time.Second,
-	typev3.RateLimitUnit_MINUTE: time.Minute,
-	typev3.RateLimitUnit_HOUR:   time.Hour,
-	typev3.RateLimitUnit_DAY:    24 * time.Hour,
-	typev3.RateLimitUnit_MONTH:  30 * 24 * time.Hour,
-	typev3.RateLimitUnit_YEAR:   365 * 24 * time.Hour,
-}
-
-// envoyWindow returns the length of Envoy unit u (a typev3.RateLimitUnit).
-func envoyWindow(u int32) (time.Duration, bool) {
-	if u <= 0 || int(u) >= len(envoyUnits) || envoyUnits[u] == 0 {
-		return 0, false
-	}
-	return envoyUnits[u], true
-}
+// envoyWindow returns the length of Envoy unit u (a RateLimitUnit of
+// envoy.type.v3), as package requestlog, which reads logged overrides,
+// takes it too.
+func envoyWindow(u int32) (time.Duration, bool) { return requestlog.EnvoyWindow(u) }
 
 // multiply returns w times m, false past backend.MaxWindow.
 func multiply(w time.Duration, m uint32) (time.Duration, bool) {

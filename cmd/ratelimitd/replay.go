@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
+	"strings"
 
 	"github.com/ratelimitd/ratelimitd/backend"
 	"github.com/ratelimitd/ratelimitd/backend/memory"
@@ -26,7 +28,7 @@ func replayCommand(ctx context.Context, args []string, lookup lookupEnv, stdin i
 		limits           config.Limits
 		algorithm        backend.Algorithm
 		oldPath, newPath string
-		asJSON           bool
+		asJSON, strict   bool
 		maxKeys          int
 	)
 	configLimitFlags(fs, &limits)
@@ -34,9 +36,10 @@ func replayCommand(ctx context.Context, args []string, lookup lookupEnv, stdin i
 	fs.StringVar(&oldPath, "old", "", "the rules in force: a YAML `file` or a directory, as --config")
 	fs.StringVar(&newPath, "new", "", "the rules to compare with them: a YAML `file` or a directory")
 	fs.BoolVar(&asJSON, "json", false, "write the report as JSON")
+	fs.BoolVar(&strict, "strict", false, "stop at the first line that cannot be decoded (by default such lines are skipped and counted, as is a last line without a newline)")
 	fs.IntVar(&maxKeys, "memory-max-keys", memory.DefaultMaxKeys, "most counters each rule set's memory store keeps")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: ratelimitd replay --old RULES --new RULES [--json] [--default-algorithm A] [--config-max-* flags] LOG")
+		fmt.Fprintln(stderr, "usage: ratelimitd replay --old RULES --new RULES [--json] [--strict] [--default-algorithm A] [--config-max-* flags] LOG")
 		fmt.Fprintln(stderr, "Replays a --request-log file (\"-\": standard input) against both rule sets, and reports the requests decided differently.")
 		fs.PrintDefaults()
 	}
@@ -75,7 +78,7 @@ func replayCommand(ctx context.Context, args []string, lookup lookupEnv, stdin i
 		defer f.Close()
 		in = f
 	}
-	rep, err := replay.Run(ctx, in, replay.Options{Old: old, New: neu, MaxKeys: maxKeys, Name: name})
+	rep, err := replay.Run(ctx, in, replay.Options{Old: old, New: neu, MaxKeys: maxKeys, Name: name, Strict: strict})
 	if err != nil {
 		fmt.Fprintln(stderr, "ratelimitd replay:", err)
 		return exitError{1}
@@ -106,6 +109,7 @@ func writeReport(w io.Writer, rep *replay.Report) error {
 	if rep.OldErrors > 0 || rep.NewErrors > 0 {
 		fmt.Fprintf(w, "Invalid requests: %d under --old, %d under --new.\n", rep.OldErrors, rep.NewErrors)
 	}
+	writeSkipped(w, rep)
 	last := ""
 	for _, r := range rep.Rules {
 		if r.Direction != last {
@@ -126,4 +130,23 @@ func writeReport(w io.Writer, rep *replay.Report) error {
 		}
 	}
 	return nil
+}
+
+// writeSkipped writes the lines of the log rep skipped, if any.
+func writeSkipped(w io.Writer, rep *replay.Report) {
+	if rep.BadLines > 0 {
+		lines := make([]string, len(rep.FirstBadLines))
+		for i, n := range rep.FirstBadLines {
+			lines[i] = strconv.Itoa(n)
+		}
+		more := ""
+		if rep.BadLines > len(rep.FirstBadLines) {
+			more = ", ..."
+		}
+		fmt.Fprintf(w, "Skipped %d lines that could not be decoded (lines %s%s); the first: %s\n",
+			rep.BadLines, strings.Join(lines, ", "), more, rep.FirstBadError)
+	}
+	if rep.PartialLine > 0 {
+		fmt.Fprintf(w, "Skipped line %d, the last, which has no newline (the log was being written).\n", rep.PartialLine)
+	}
 }

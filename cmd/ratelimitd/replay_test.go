@@ -70,7 +70,8 @@ func TestRequestLogThenReplay(t *testing.T) {
 }
 
 // TestReplayBadInput: bad rules are named by file and line, a bad log
-// line by the log's name and line number, and bad usage exits 2.
+// line under --strict by the log's name and line number, and bad usage
+// exits 2.
 func TestReplayBadInput(t *testing.T) {
 	dir := t.TempDir()
 	good, bad, logPath := filepath.Join(dir, "good.yaml"), filepath.Join(dir, "bad.yaml"), filepath.Join(dir, "requests.log")
@@ -85,7 +86,7 @@ func TestReplayBadInput(t *testing.T) {
 	}{
 		{[]string{"--old", bad, "--new", good, logPath}, 1, "--old: " + bad + ":4:"},
 		{[]string{"--old", good, "--new", bad, logPath}, 1, "--new: " + bad + ":4:"},
-		{[]string{"--old", good, "--new", good, logPath}, 1, logPath + ":2: "},
+		{[]string{"--strict", "--old", good, "--new", good, logPath}, 1, logPath + ":2: "},
 		{[]string{"--old", good, "--new", good, filepath.Join(dir, "missing.log")}, 1, "missing.log"},
 		{[]string{"--old", good, logPath}, 2, "usage: ratelimitd replay"},
 		{[]string{"--old", good, "--new", good}, 2, "usage: ratelimitd replay"},
@@ -156,5 +157,36 @@ func TestRequestLogRotation(t *testing.T) {
 			t.Fatalf("%d and %d lines in %s and .1, want %d in all", lines(logPath), lines(logPath+".1"), logPath, sent)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestReplaySkipsBadLines: without --strict, a line that cannot be decoded
+// and a last line without a newline are skipped, and the report says
+// which, in text and JSON.
+func TestReplaySkipsBadLines(t *testing.T) {
+	dir := t.TempDir()
+	rules, logPath := filepath.Join(dir, "rules.yaml"), filepath.Join(dir, "requests.log")
+	writeFile(t, rules, goodRules)
+	line := `{"time":"2026-01-02T03:04:05Z","request":{"domain":"d","descriptors":[{"entries":[{"key":"k","value":"v"}]}]}}` + "\n"
+	writeFile(t, logPath, line+line[:20]+line+line+line[:len(line)-1])
+	code, out, errOut := runExit(t, "replay", "--old", rules, "--new", rules, logPath)
+	for _, want := range []string{"Replayed 2 requests", "Skipped 1 lines that could not be decoded (lines 2); the first: " + logPath + ":2: ",
+		"Skipped line 4, the last, which has no newline"} {
+		if code != 0 || !strings.Contains(out, want) {
+			t.Errorf("replay: exit status %d, printed:\n%s%s\nwant 0 and %q", code, out, errOut, want)
+		}
+	}
+	code, out, errOut = runExit(t, "replay", "--json", "--old", rules, "--new", rules, logPath)
+	var rep struct {
+		Requests      int   `json:"requests"`
+		BadLines      int   `json:"bad_lines"`
+		FirstBadLines []int `json:"first_bad_lines"`
+		PartialLine   int   `json:"partial_line"`
+	}
+	if err := json.Unmarshal([]byte(out), &rep); code != 0 || err != nil {
+		t.Fatalf("replay --json: exit status %d, %v: %s%s", code, err, out, errOut)
+	}
+	if rep.Requests != 2 || rep.BadLines != 1 || len(rep.FirstBadLines) != 1 || rep.FirstBadLines[0] != 2 || rep.PartialLine != 4 {
+		t.Errorf("replay --json = %+v, want 2 requests, bad line 2, partial line 4", rep)
 	}
 }

@@ -5,6 +5,7 @@ package replay
 
 import (
 	"bufio"
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -46,7 +47,15 @@ type Options struct {
 	MaxKeys int
 	// Name names the log in errors, such as its path.
 	Name string
+	// Strict stops the replay at the first line that cannot be decoded,
+	// and decodes a last line that does not end in a newline; otherwise
+	// such lines are skipped and counted (Report.BadLines,
+	// Report.PartialLine).
+	Strict bool
 }
+
+// maxBadLines is how many bad lines a Report names.
+const maxBadLines = 10
 
 // A Report is what Run found.
 type Report struct {
@@ -69,6 +78,17 @@ type Report struct {
 	// the most first. A request counts under every rule whose descriptor
 	// changed its code, so that these may add up to more than Differ.
 	Rules []RuleDiff `json:"rules"`
+	// BadLines is how many lines could not be decoded and were skipped
+	// (a line torn when the daemon stopped or its disk was full, or
+	// glued to such a line); FirstBadLines are the numbers of the first
+	// few, and FirstBadError why the first could not be decoded.
+	BadLines      int    `json:"bad_lines"`
+	FirstBadLines []int  `json:"first_bad_lines,omitempty"`
+	FirstBadError string `json:"first_bad_error,omitempty"`
+	// PartialLine is the number of the last line when it does not end in
+	// a newline (the log was still being written) and was skipped; 0 when
+	// none was.
+	PartialLine int `json:"partial_line,omitempty"`
 }
 
 // A RuleDiff counts the requests one rule decides differently in one
@@ -119,7 +139,9 @@ type groupKey struct {
 }
 
 // Run replays the log read from r. Lines are read and decoded in
-// batches by a goroutine per CPU, and decided in order.
+// batches by a goroutine per CPU, and decided in order. Run returns soon
+// after ctx ends, but a Read on r that blocks (a pipe no one writes to)
+// holds the goroutine reading r until it returns: close r to end it.
 func Run(ctx context.Context, r io.Reader, opts Options) (*Report, error) {
 	if opts.Old == nil || opts.New == nil {
 		return nil, errors.New("replay: both rule sets are needed")
@@ -130,7 +152,7 @@ func Run(ctx context.Context, r io.Reader, opts Options) (*Report, error) {
 	defer neu.store.Close()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	batches := decodeAll(ctx, r, name)
+	batches := decodeAll(ctx, r, name, opts.Strict)
 	rep := &Report{}
 	groups := map[groupKey]int{}
 	for b := range batches {
@@ -138,6 +160,7 @@ func Run(ctx context.Context, r io.Reader, opts Options) (*Report, error) {
 		if b.err != nil {
 			return nil, b.err
 		}
+		rep.addBad(b)
 		for i := range b.recs {
 			rec := &b.recs[i]
 			if rep.Requests == 0 {
@@ -148,7 +171,7 @@ func Run(ctx context.Context, r io.Reader, opts Options) (*Report, error) {
 			old.decide(ctx, rec)
 			neu.decide(ctx, rec)
 			if err := cmp.Or(ctx.Err(), storeError(old.err), storeError(neu.err)); err != nil {
-				return nil, fmt.Errorf("%s:%d: %w", name, b.lines[i], err)
+				return nil, fmt.Errorf("%s:%d: %w", name, b.recLines[i], err)
 			}
 			rep.compare(old, neu, groups)
 		}
@@ -160,25 +183,49 @@ func Run(ctx context.Context, r io.Reader, opts Options) (*Report, error) {
 	return rep, nil
 }
 
+// addBad counts the lines of b skipped.
+func (rep *Report) addBad(b *batch) {
+	rep.BadLines += len(b.bad)
+	if rep.FirstBadError == "" && b.badErr != nil {
+		rep.FirstBadError = b.badErr.Error()
+	}
+	for _, n := range b.bad {
+		if len(rep.FirstBadLines) == maxBadLines {
+			break
+		}
+		rep.FirstBadLines = append(rep.FirstBadLines, n)
+	}
+	if b.partial > 0 {
+		rep.PartialLine = b.partial
+	}
+}
+
 // batchSize is how many lines a batch holds.
 const batchSize = 256
 
 // A batch is consecutive lines of the log, decoded.
 type batch struct {
-	data  []byte              // the lines' bytes, back to back
-	ends  []int               // where each line ends in data
-	lines []int               // each record's line number
-	recs  []requestlog.Record // the decoded records
-	err   error               // the first line that could not be read, naming it
-	done  chan struct{}       // closed once decoded
+	data     []byte              // the lines' bytes, back to back
+	ends     []int               // where each line ends in data
+	lines    []int               // each line's number
+	strict   bool                // a line that cannot be decoded is an error, not skipped
+	recs     []requestlog.Record // the decoded records
+	recLines []int               // each record's line number
+	bad      []int               // the numbers of the lines skipped
+	badErr   error               // why the first of them could not be decoded
+	partial  int                 // the number of the last line, skipped: it has no newline
+	err      error               // the first line that could not be read, naming it
+	done     chan struct{}       // closed once decoded
 }
 
 // decodeAll reads r's lines in batches, and decodes them on a goroutine
 // per CPU. It returns the batches in order, each to be waited for (done);
 // the channel closes after the last, or after the first batch that failed
-// to read or decode. The goroutines end once r is read and every batch is
-// decoded, or soon after ctx ends.
-func decodeAll(ctx context.Context, r io.Reader, name string) <-chan *batch {
+// to read or (when strict) decode. Unless strict, a last line without a
+// newline is skipped. The goroutines end once r is read and every batch
+// is decoded, or once ctx ends and the Read on r under way, if any,
+// returns: a Read that blocks is not interrupted.
+func decodeAll(ctx context.Context, r io.Reader, name string, strict bool) <-chan *batch {
 	ordered := make(chan *batch, 4*runtime.GOMAXPROCS(0))
 	work := make(chan *batch, 4*runtime.GOMAXPROCS(0))
 	for range runtime.GOMAXPROCS(0) {
@@ -195,7 +242,17 @@ func decodeAll(ctx context.Context, r io.Reader, name string) <-chan *batch {
 		defer close(work)
 		sc := bufio.NewScanner(r)
 		sc.Buffer(make([]byte, 64<<10), maxLine)
-		b := newBatch()
+		partial := false
+		if !strict {
+			sc.Split(func(data []byte, atEOF bool) (int, []byte, error) {
+				if atEOF && len(data) > 0 && bytes.IndexByte(data, '\n') < 0 {
+					partial = true
+					return len(data), nil, nil // skipped: no token
+				}
+				return bufio.ScanLines(data, atEOF)
+			})
+		}
+		b := newBatch(strict)
 		send := func() bool {
 			select {
 			case work <- b:
@@ -207,10 +264,11 @@ func decodeAll(ctx context.Context, r io.Reader, name string) <-chan *batch {
 			case <-ctx.Done():
 				return false
 			}
-			b = newBatch()
+			b = newBatch(strict)
 			return true
 		}
-		for n := 1; sc.Scan(); n++ {
+		n := 1
+		for ; sc.Scan(); n++ {
 			if len(sc.Bytes()) == 0 {
 				continue
 			}
@@ -222,9 +280,11 @@ func decodeAll(ctx context.Context, r io.Reader, name string) <-chan *batch {
 			}
 		}
 		if err := sc.Err(); err != nil {
-			b.err = fmt.Errorf("%s: %w", name, err)
+			b.err = fmt.Errorf("%s:%d: %w", name, n, err)
+		} else if partial {
+			b.partial = n
 		}
-		if len(b.ends) > 0 || b.err != nil {
+		if len(b.ends) > 0 || b.err != nil || b.partial > 0 {
 			send()
 		}
 	}()
@@ -232,23 +292,38 @@ func decodeAll(ctx context.Context, r io.Reader, name string) <-chan *batch {
 }
 
 // newBatch returns an empty batch.
-func newBatch() *batch { return &batch{done: make(chan struct{})} }
+func newBatch(strict bool) *batch { return &batch{strict: strict, done: make(chan struct{})} }
 
-// decode decodes b's lines, stopping at the first that fails.
+// decode decodes b's lines, skipping those that fail, or when strict
+// stopping at the first.
 func (b *batch) decode(dec *requestlog.Decoder, name string) {
 	if b.err != nil && len(b.ends) == 0 {
 		return
 	}
 	b.recs = make([]requestlog.Record, len(b.ends))
+	b.recLines = b.recLines[:0]
 	from := 0
 	for i, end := range b.ends {
-		if err := dec.Decode(b.data[from:end], &b.recs[i]); err != nil {
-			b.recs = b.recs[:i]
-			b.err = fmt.Errorf("%s:%d: %w", name, b.lines[i], err)
-			return
-		}
+		line := b.data[from:end]
 		from = end
+		k := len(b.recLines)
+		if err := dec.Decode(line, &b.recs[k]); err != nil {
+			err = fmt.Errorf("%s:%d: %w", name, b.lines[i], err)
+			if b.strict {
+				b.recs = b.recs[:k]
+				b.err = err
+				return
+			}
+			b.recs[k] = requestlog.Record{}
+			if b.badErr == nil {
+				b.badErr = err
+			}
+			b.bad = append(b.bad, b.lines[i])
+			continue
+		}
+		b.recLines = append(b.recLines, b.lines[i])
 	}
+	b.recs = b.recs[:len(b.recLines)]
 }
 
 // storeError returns err when it is no invalid request, which the memory

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -130,7 +131,8 @@ func TestRunSameRules(t *testing.T) {
 	}
 }
 
-// TestRunBadLine names the line that cannot be read.
+// TestRunBadLine: with Strict, the line that cannot be read stops the
+// replay, named.
 func TestRunBadLine(t *testing.T) {
 	log, _ := generate(1)
 	lines := bytes.SplitAfter(log, []byte("\n"))
@@ -145,11 +147,46 @@ func TestRunBadLine(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			in := bytes.Join([][]byte{lines[0], lines[1], []byte(tc.line), lines[2]}, nil)
-			_, err := replay.Run(t.Context(), bytes.NewReader(in), replay.Options{Old: rules, New: rules, Name: "gen.log"})
+			_, err := replay.Run(t.Context(), bytes.NewReader(in), replay.Options{Old: rules, New: rules, Name: "gen.log", Strict: true})
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("Run = %v; want an error containing %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// TestRunSkipsBadLines: without Strict, lines that cannot be decoded are
+// skipped and counted, the first few named, and a last line without a
+// newline (a log being written) is skipped; the other lines are replayed
+// as if the bad ones were not there.
+func TestRunSkipsBadLines(t *testing.T) {
+	log, n := generate(2)
+	rules := loadRules(t, "rules.yaml", oldRules)
+	want, err := replay.Run(t.Context(), bytes.NewReader(log), replay.Options{Old: rules, New: rules})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := bytes.SplitAfter(log, []byte("\n"))
+	var in []byte
+	var bad []int
+	for i, l := range lines[:n] {
+		in = append(in, l...)
+		if i%20 == 0 { // a torn line, and one glued to it
+			in = append(in, l[:len(l)/2]...)
+			in = append(in, l...)
+			bad = append(bad, len(bad)+i+2)
+		}
+	}
+	in = append(in, lines[0][:len(lines[0])-1]...) // no newline
+	got, err := replay.Run(t.Context(), bytes.NewReader(in), replay.Options{Old: rules, New: rules, Name: "gen.log"})
+	if err != nil {
+		t.Fatalf("Run = %v, want bad lines skipped", err)
+	}
+	wantLines := len(bad) + n + 1
+	if got.Requests != want.Requests || got.BadLines != len(bad) || !slices.Equal(got.FirstBadLines, bad[:10]) ||
+		got.PartialLine != wantLines || !strings.HasPrefix(got.FirstBadError, fmt.Sprintf("gen.log:%d: ", bad[0])) {
+		t.Errorf("Run = %d requests, %d bad lines %v (%q), partial line %d; want %d, %d %v, %d",
+			got.Requests, got.BadLines, got.FirstBadLines, got.FirstBadError, got.PartialLine, want.Requests, len(bad), bad[:10], wantLines)
 	}
 }
 

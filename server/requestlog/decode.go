@@ -8,7 +8,6 @@ import (
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/protobuf/encoding/protojson"
 )
 
@@ -95,16 +94,6 @@ func (d *Decoder) decodeGeneral(b []byte, r *Record) error {
 	return nil
 }
 
-// units are the lengths of Envoy's units, as the server takes them.
-var units = [...]time.Duration{
-	typev3.RateLimitUnit_SECOND: time.Second,
-	typev3.RateLimitUnit_MINUTE: time.Minute,
-	typev3.RateLimitUnit_HOUR:   time.Hour,
-	typev3.RateLimitUnit_DAY:    24 * time.Hour,
-	typev3.RateLimitUnit_MONTH:  30 * 24 * time.Hour,
-	typev3.RateLimitUnit_YEAR:   365 * 24 * time.Hour,
-}
-
 // fromEnvoy fills r from an Envoy request, resolving each descriptor's
 // hits and limit override as the server does.
 func fromEnvoy(r *Record, req *rlsv3.RateLimitRequest) error {
@@ -132,11 +121,10 @@ func fromEnvoy(r *Record, req *rlsv3.RateLimitRequest) error {
 			d.Hits = h.GetValue()
 		}
 		if lo := rd.GetLimit(); lo != nil {
-			u := int(lo.GetUnit())
-			if u <= 0 || u >= len(units) {
+			w, ok := EnvoyWindow(int32(lo.GetUnit()))
+			if !ok {
 				return fmt.Errorf("descriptor %d: limit override has unit %v", i, lo.GetUnit())
 			}
-			w := units[u]
 			if m := lo.GetUnitMultiplier(); m != nil {
 				if m.GetValue() == 0 {
 					return fmt.Errorf("descriptor %d: limit override unit_multiplier is 0", i)

@@ -1,20 +1,32 @@
 package requestlog
 
 import (
-	"bufio"
+	"bytes"
 	"cmp"
+	"errors"
 	"fmt"
+	"io"
+	"io/fs"
 	"log/slog"
 	"math/rand/v2"
 	"os"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/time/rate"
 )
 
 // DefaultBuffer is Options.Buffer when zero.
 const DefaultBuffer = 8192
+
+// DefaultMaxBytes is Options.MaxBytes when zero.
+const DefaultMaxBytes = 64 << 20
+
+// flushSize is how many bytes of whole lines the writer gathers before it
+// writes them, when records keep coming.
+const flushSize = 64 << 10
 
 // Options configures a Log. The zero value means the defaults.
 type Options struct {
@@ -23,6 +35,10 @@ type Options struct {
 	// Buffer is how many records may wait for the writer; past it, the
 	// records are dropped and counted. Zero means DefaultBuffer.
 	Buffer int
+	// MaxBytes bounds the bytes of the records waiting for the writer (see
+	// Record.Size): a record that would pass it is dropped and counted.
+	// Zero means DefaultMaxBytes.
+	MaxBytes int
 	// Reopen, when set, makes the writer close and reopen the file at
 	// each value received, so that a rotated log is let go (SIGHUP).
 	Reopen <-chan os.Signal
@@ -48,39 +64,61 @@ type Log struct {
 	closed  atomic.Bool
 	once    sync.Once
 	log     *slog.Logger
+	warn    rate.Sometimes // throttles the logging of write errors
 
-	file *os.File // the writer's
-	w    *bufio.Writer
+	maxBytes int64
+	queued   atomic.Int64 // bytes of the records in the channel
+
+	file    *os.File  // the writer's
+	out     io.Writer // where lines are written: file, or a test's wrapper of it
+	wrap    func(io.Writer) io.Writer
+	pending []byte // whole lines waiting to be written
+	lines   int    // how many records pending holds
+	err     error  // the last flush's error, for Close
 
 	written, dropped, errors atomic.Uint64
 }
 
 // Open opens the file at path for appending (creating it, readable by
 // its owner only: values may be personal data) and starts the writer.
+//
+// A file that does not end in a newline (the daemon stopped in the middle
+// of a line) gets one before the first record, so that the torn line
+// stays alone on its line.
 func Open(path string, opts Options) (*Log, error) {
+	return open(path, opts, nil)
+}
+
+// open is Open, writing through wrap(file) when wrap is set (tests).
+func open(path string, opts Options, wrap func(io.Writer) io.Writer) (*Log, error) {
 	if !(opts.Sample >= 0 && opts.Sample <= 1) {
 		return nil, fmt.Errorf("request log sample %v: want 0 to 1", opts.Sample)
 	}
-	f, err := openFile(path)
+	if opts.Buffer < 0 || opts.MaxBytes < 0 {
+		return nil, fmt.Errorf("request log buffer %d, max bytes %d: want 0 (the default) or more", opts.Buffer, opts.MaxBytes)
+	}
+	f, torn, err := openFile(path)
 	if err != nil {
 		return nil, err
 	}
 	l := &Log{
-		path:    path,
-		sample:  opts.Sample,
-		records: make(chan *Record, cmp.Or(opts.Buffer, DefaultBuffer)),
-		reopen:  opts.Reopen,
-		reopens: make(chan chan error),
-		quit:    make(chan struct{}),
-		done:    make(chan struct{}),
-		log:     cmp.Or(opts.Logger, slog.New(slog.DiscardHandler)),
-		file:    f,
-		w:       bufio.NewWriterSize(f, 64<<10),
+		path:     path,
+		sample:   opts.Sample,
+		records:  make(chan *Record, cmp.Or(opts.Buffer, DefaultBuffer)),
+		reopen:   opts.Reopen,
+		reopens:  make(chan chan error),
+		quit:     make(chan struct{}),
+		done:     make(chan struct{}),
+		log:      cmp.Or(opts.Logger, slog.New(slog.DiscardHandler)),
+		warn:     rate.Sometimes{First: 1, Interval: 10 * time.Second},
+		maxBytes: int64(cmp.Or(opts.MaxBytes, DefaultMaxBytes)),
+		wrap:     wrap,
 	}
+	l.use(f, torn)
 	if opts.Registry != nil {
 		opts.Registry.MustRegister(
 			counterFunc("ratelimitd_request_log_written_total", "Requests written to the request log (--request-log).", &l.written),
-			counterFunc("ratelimitd_request_log_dropped_total", "Sampled requests left out of the request log because its writer was behind.", &l.dropped),
+			counterFunc("ratelimitd_request_log_dropped_total", "Sampled requests left out of the request log because its writer was behind (queue full in records or bytes).", &l.dropped),
 			counterFunc("ratelimitd_request_log_errors_total", "Failed writes and reopenings of the request log.", &l.errors),
 		)
 	}
@@ -88,13 +126,41 @@ func Open(path string, opts Options) (*Log, error) {
 	return l, nil
 }
 
-// openFile opens path for appending.
-func openFile(path string) (*os.File, error) {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("request log: %w", err)
+// openFile opens path for appending, and reports whether the file ends in
+// a torn line: it is not empty, and its last byte is no newline.
+func openFile(path string) (*os.File, bool, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_APPEND|os.O_CREATE, 0o600)
+	if errors.Is(err, fs.ErrPermission) { // writable, not readable: appended to unchecked
+		f, err = os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+		if err == nil {
+			return f, false, nil
+		}
 	}
-	return f, nil
+	if err != nil {
+		return nil, false, fmt.Errorf("request log: %w", err)
+	}
+	fi, err := f.Stat()
+	if err != nil || fi.Size() == 0 {
+		return f, false, nil // empty, or its size unknown: appended to unchecked
+	}
+	last := make([]byte, 1)
+	if _, err := f.ReadAt(last, fi.Size()-1); err != nil {
+		f.Close() //nolint:errcheck // nothing written
+		return nil, false, fmt.Errorf("request log %s: reading its last byte: %w", path, err)
+	}
+	return f, last[0] != '\n', nil
+}
+
+// use makes f the file written, ending its torn line first when torn.
+func (l *Log) use(f *os.File, torn bool) {
+	l.file, l.out = f, f
+	if l.wrap != nil {
+		l.out = l.wrap(f)
+	}
+	l.pending, l.lines = l.pending[:0], 0
+	if torn {
+		l.pending = append(l.pending, '\n')
+	}
 }
 
 // Sample reports whether to log the next request: true for the share of
@@ -113,15 +179,23 @@ func (l *Log) Sample() bool {
 }
 
 // Log hands r to the writer, which owns it from then on, or drops it when
-// the writer is behind (or closed). It never waits.
+// the writer is behind (the queue holds Options.Buffer records, or
+// Options.MaxBytes bytes with r) or closed. It never waits.
 func (l *Log) Log(r *Record) {
 	if l.closed.Load() {
+		l.dropped.Add(1)
+		return
+	}
+	n := int64(r.Size())
+	if l.queued.Add(n) > l.maxBytes {
+		l.queued.Add(-n)
 		l.dropped.Add(1)
 		return
 	}
 	select {
 	case l.records <- r:
 	default:
+		l.queued.Add(-n)
 		l.dropped.Add(1)
 	}
 }
@@ -146,7 +220,7 @@ func (l *Log) Close() error {
 		l.closed.Store(true)
 		close(l.quit)
 		<-l.done
-		err = l.w.Flush()
+		err = l.err
 		if cerr := l.file.Close(); err == nil {
 			err = cerr
 		}
@@ -161,81 +235,98 @@ func (l *Log) Close() error {
 // none is waiting.
 func (l *Log) run() {
 	defer close(l.done)
-	var buf []byte
 	for {
 		select {
 		case r := <-l.records:
-			buf = l.write(buf, r)
+			l.write(r)
 			if len(l.records) == 0 {
 				l.flush()
 			}
 		case answer := <-l.reopens:
-			var err error
-			buf, err = l.doReopen(buf)
-			answer <- err
+			answer <- l.doReopen()
 		case <-l.reopen:
-			var err error
-			if buf, err = l.doReopen(buf); err != nil {
+			if err := l.doReopen(); err != nil {
 				l.log.Error("reopening the request log", "err", err)
 			}
 		case <-l.quit:
-			l.drain(buf)
-			return // Close flushes
+			l.drain()
+			l.flush()
+			return // Close closes the file
 		}
 	}
 }
 
-// write encodes r into buf and writes it.
-func (l *Log) write(buf []byte, r *Record) []byte {
-	buf = AppendLine(buf[:0], r)
-	if _, err := l.w.Write(buf); err != nil {
-		l.fail(err)
-		return buf
+// write encodes r into the pending lines, and writes them once they are
+// many.
+func (l *Log) write(r *Record) {
+	l.queued.Add(-int64(r.Size()))
+	l.pending = AppendLine(l.pending, r)
+	l.lines++
+	if len(l.pending) >= flushSize {
+		l.flush()
 	}
-	l.written.Add(1)
-	return buf
 }
 
-// flush writes what is buffered to the file.
+// flush writes the pending lines to the file, in one Write so that a
+// failure leaves at most one torn line, and the next record after it on a
+// line of its own.
 func (l *Log) flush() {
-	if err := l.w.Flush(); err != nil {
+	l.err = nil
+	if len(l.pending) == 0 {
+		return
+	}
+	n, err := l.out.Write(l.pending)
+	l.err = err
+	if err == nil {
+		l.written.Add(uint64(l.lines))
+	} else {
+		l.written.Add(uint64(bytes.Count(l.pending[:n], []byte{'\n'})))
 		l.fail(err)
+	}
+	torn := n > 0 && n < len(l.pending) && l.pending[n-1] != '\n'
+	if cap(l.pending) > 4*flushSize {
+		l.pending = nil // after a huge record, not kept
+	}
+	l.pending, l.lines = l.pending[:0], 0
+	if torn {
+		l.pending = append(l.pending, '\n')
 	}
 }
 
-// fail counts and logs a write error; the buffer drops what it held, so
-// that the next writes may succeed.
+// fail counts a write error, and logs it unless one was logged in the
+// last few seconds (a full disk fails every flush).
 func (l *Log) fail(err error) {
-	l.errors.Add(1)
-	l.log.Error("writing the request log", "path", l.path, "err", err)
-	l.w.Reset(l.file)
+	total := l.errors.Add(1)
+	l.warn.Do(func() {
+		l.log.Error("writing the request log", "path", l.path, "err", err, "errors_total", total)
+	})
 }
 
-// doReopen opens the file at the log's path anew and, once it is open,
-// writes the records waiting to the old one, and closes it. When the path
+// doReopen writes the records waiting to the file, opens the file at the
+// log's path anew and, once it is open, closes the old one. When the path
 // cannot be opened, the log goes on writing to the old file.
-func (l *Log) doReopen(buf []byte) ([]byte, error) {
-	f, err := openFile(l.path)
+func (l *Log) doReopen() error {
+	l.drain()
+	l.flush()
+	l.flush() // the newline after a line torn by the first, if any
+	f, torn, err := openFile(l.path)
 	if err != nil {
 		l.errors.Add(1)
-		return buf, err
+		return err
 	}
-	buf = l.drain(buf)
-	l.flush()
 	l.file.Close() //nolint:errcheck // written and flushed: nothing left to lose
-	l.file = f
-	l.w.Reset(f)
-	return buf, nil
+	l.use(f, torn)
+	return nil
 }
 
 // drain writes the records waiting, without flushing.
-func (l *Log) drain(buf []byte) []byte {
+func (l *Log) drain() {
 	for {
 		select {
 		case r := <-l.records:
-			buf = l.write(buf, r)
+			l.write(r)
 		default:
-			return buf
+			return
 		}
 	}
 }

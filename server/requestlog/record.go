@@ -78,30 +78,31 @@ type Limit struct {
 	Window   time.Duration
 }
 
+// Size returns about how many bytes r holds: its strings, and its
+// descriptors and entries. The request log bounds the bytes waiting for
+// its writer by it.
+func (r *Record) Size() int {
+	const descriptorSize, entrySize = 64, 40 // the structs' sizes on 64-bit
+	n := len(r.Domain) + len(r.Descriptors)*descriptorSize
+	for i := range r.Descriptors {
+		for _, e := range r.Descriptors[i].Entries {
+			n += entrySize + len(e.Key) + len(e.Value)
+		}
+	}
+	return n
+}
+
 // timeFormat is RFC 3339 in UTC with all nine digits of the nanoseconds,
 // so that the lines of a log sort by time as text.
 const timeFormat = "2006-01-02T15:04:05.000000000Z07:00"
 
-// envoyUnits are the units of Envoy's RateLimitOverride, longest first,
-// with their protojson names.
-var envoyUnits = [...]struct {
-	name string
-	d    time.Duration
-}{
-	{"YEAR", 365 * 24 * time.Hour},
-	{"MONTH", 30 * 24 * time.Hour},
-	{"DAY", 24 * time.Hour},
-	{"HOUR", time.Hour},
-	{"MINUTE", time.Minute},
-	{"SECOND", time.Second},
-}
-
 // envoyUnit returns the longest Envoy unit that divides w, and the
 // multiplier; false when w is no whole number of seconds.
 func envoyUnit(w time.Duration) (string, uint64, bool) {
-	for _, u := range envoyUnits {
-		if w >= u.d && w%u.d == 0 && uint64(w/u.d) <= math.MaxUint32 {
-			return u.name, uint64(w / u.d), true
+	for _, u := range envoyUnitsLongestFirst {
+		d := envoyWindows[u]
+		if w >= d && w%d == 0 && uint64(w/d) <= math.MaxUint32 {
+			return u.String(), uint64(w / d), true
 		}
 	}
 	return "", 0, false
