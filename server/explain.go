@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"net/http"
 	"slices"
@@ -108,14 +107,7 @@ func (s *Server) serveExplain(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), httpCode(err))
 		return
 	}
-	out, err := json.MarshalIndent(ex, "", "  ")
-	if err != nil {
-		http.Error(w, "encoding explanation: "+err.Error(), http.StatusInternalServerError)
-		return
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.Write(append(out, '\n'))
+	writeJSON(w, ex, true)
 }
 
 // explain explains sc.req: it matches it and builds its store requests

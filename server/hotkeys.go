@@ -3,7 +3,6 @@ package server
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"math"
 	"net/http"
@@ -140,15 +139,7 @@ func (s *Server) serveHotKeys(w http.ResponseWriter, _ *http.Request) {
 		}
 		v.Domains = append(v.Domains, hd)
 	}
-	out, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		http.Error(w, "encoding hot keys: "+err.Error(), http.StatusInternalServerError)
-		return
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.Write(append(out, '\n'))
+	writeJSON(w, v, true)
 }
 
 // hotReplica returns the name /hotkeys labels this replica's view with.

@@ -6,7 +6,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
+	"net/netip"
+	"strconv"
 	"strings"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -51,7 +54,8 @@ func (s *Server) Handler() http.Handler {
 // /healthcheck); admin the operators' (/config, /metrics, /rlqs, /ui/,
 // /hotkeys, /explain, /rlconfig: see operatorPaths), which show the
 // rules, the counters and the traffic, for a listener that only
-// operators reach.
+// operators reach. Either way, OperatorHosts guards the operators'
+// endpoints against DNS rebinding.
 func (s *Server) Handlers() (public, admin http.Handler) {
 	mux := s.routes(true)
 	return mux.public, mux.admin
@@ -142,6 +146,56 @@ func isOperatorPath(pattern string) bool {
 		}
 	}
 	return false
+}
+
+// OperatorHosts wraps h, a handler of Handler or Handlers, so that its
+// operators' endpoints (operatorPaths) answer only requests whose Host
+// names this server: an IP address, localhost, or one of names (compared
+// without case, port or trailing dot). Other requests to them get 421
+// Misdirected Request; the other paths pass through unchecked, for callers
+// reach /json by whatever name they like.
+//
+// This stops DNS rebinding: a web page whose name its attacker points at
+// the operators' listener loads it under the attacker's name, which is
+// none of these, so the browser of an operator with a tunnel to the
+// listener cannot be used to read the rules, the counters or the traffic.
+// A request with no Host at all (HTTP/1.0) comes from no browser and is
+// answered.
+func OperatorHosts(h http.Handler, names ...string) http.Handler {
+	allowed := make(map[string]bool, len(names)+1)
+	allowed["localhost"] = true
+	for _, n := range names {
+		if n = normalHost(n); n != "" {
+			allowed[n] = true
+		}
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if host := normalHost(r.Host); !knownHost(host, allowed) && isOperatorPath(r.URL.Path) {
+			http.Error(w, "host "+strconv.Quote(host)+" is not a name of this server's operators' endpoints", http.StatusMisdirectedRequest)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// knownHost reports whether host, as normalHost returns it, is empty, an
+// IP address or one of allowed.
+func knownHost(host string, allowed map[string]bool) bool {
+	if host == "" || allowed[host] {
+		return true
+	}
+	_, err := netip.ParseAddr(host)
+	return err == nil
+}
+
+// normalHost returns the host of hostport ("host", "host:port",
+// "[v6]:port"), in lower case and without a trailing dot.
+func normalHost(hostport string) string {
+	host, _, err := net.SplitHostPort(hostport)
+	if err != nil {
+		host = strings.TrimSuffix(strings.TrimPrefix(hostport, "["), "]")
+	}
+	return strings.TrimSuffix(strings.ToLower(host), ".")
 }
 
 // serveConfig writes the rules in force as YAML, preceded by a comment

@@ -56,9 +56,18 @@ func (s *Server) uiRoutes(mux *routeMux) {
 	mux.HandleFunc("GET /ui/api/status", s.serveUIStatus)
 }
 
-// writeJSON writes v as JSON with status 200.
-func writeJSON(w http.ResponseWriter, v any) {
-	out, err := json.Marshal(v)
+// writeJSON writes v as JSON with status 200, and a newline: indented
+// for answers people read from curl (/hotkeys, /explain), compact for
+// those the page polls (/ui/api/). The answer is not to be cached, since
+// it is the state of the moment, nor sniffed as anything else.
+func writeJSON(w http.ResponseWriter, v any, indent bool) {
+	var out []byte
+	var err error
+	if indent {
+		out, err = json.MarshalIndent(v, "", "  ")
+	} else {
+		out, err = json.Marshal(v)
+	}
 	if err != nil {
 		http.Error(w, "encoding JSON: "+err.Error(), http.StatusInternalServerError)
 		return
@@ -66,7 +75,7 @@ func writeJSON(w http.ResponseWriter, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.Header().Set("Cache-Control", "no-store")
-	w.Write(out)
+	w.Write(append(out, '\n'))
 }
 
 // uiRules is the JSON of GET /ui/api/rules.
@@ -116,7 +125,7 @@ func (s *Server) serveUIRules(w http.ResponseWriter, _ *http.Request) {
 		http.Error(w, "no rules loaded", http.StatusServiceUnavailable)
 		return
 	}
-	writeJSON(w, ruleTree(rules))
+	writeJSON(w, ruleTree(rules), false)
 }
 
 // ruleTree returns rules as uiRules.
@@ -168,7 +177,7 @@ func (s *Server) serveUIRates(w http.ResponseWriter, r *http.Request) {
 		}
 		limit = min(n, maxRateRules)
 	}
-	writeJSON(w, s.rates.view(limit))
+	writeJSON(w, s.rates.view(limit), false)
 }
 
 // A BreakerReporter is a store that reports the circuit breaker of each
@@ -217,5 +226,5 @@ func (s *Server) serveUIStatus(w http.ResponseWriter, _ *http.Request) {
 		b.Breakers(func(node, state string) { st.Breakers = append(st.Breakers, uiBreaker{node, state}) })
 		slices.SortFunc(st.Breakers, func(a, b uiBreaker) int { return strings.Compare(a.Node, b.Node) })
 	}
-	writeJSON(w, st)
+	writeJSON(w, st, false)
 }

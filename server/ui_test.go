@@ -15,15 +15,21 @@ import (
 )
 
 // TestOperatorRoutes: Handler serves every endpoint; Handlers serves the
-// operators' (/config, /metrics, /rlqs, /rlconfig, /ui/) on admin only,
-// and the callers' and probes' on public only.
+// operators' (/config, /metrics, /rlqs, /rlconfig, /ui/, /hotkeys,
+// /explain) on admin only, and the callers' and probes' on public only.
 func TestOperatorRoutes(t *testing.T) {
 	rules := loadRules(t, "gateway.yaml")
 	opts := func() server.Options {
-		return server.Options{RLQS: true, EnvoyproxyEndpoints: true, Registry: prometheus.NewRegistry()}
+		return server.Options{
+			RLQS: true, EnvoyproxyEndpoints: true, Registry: prometheus.NewRegistry(),
+			HotKeys: server.HotKeysOptions{Enabled: true},
+		}
 	}
-	operator := []string{"/config", "/metrics", "/rlqs", "/rlconfig", "/ui/", "/ui/ui.js", "/ui/api/rules", "/ui/api/rates", "/ui/api/status"}
+	operator := []string{"/config", "/metrics", "/rlqs", "/rlconfig", "/ui/", "/ui/ui.js", "/ui/api/rules", "/ui/api/rates", "/ui/api/status", "/hotkeys"}
 	public := []string{"/healthz", "/readyz", "/healthcheck"}
+	jsonBody := `{"domain": "gateway", "descriptors": [{"entries": [{"key": "remote_address", "value": "10.0.0.1"}]}]}`
+	operatorPost := []string{"/explain"}
+	publicPost := []string{"/json"}
 
 	all := httpServer(t, newHarness(t, rules, opts()))
 	for _, p := range append(operator, public...) {
@@ -31,35 +37,104 @@ func TestOperatorRoutes(t *testing.T) {
 			t.Errorf("Handler: GET %s = %d %q, want 200", p, code, body)
 		}
 	}
-	jsonBody := `{"domain": "gateway", "descriptors": [{"entries": [{"key": "remote_address", "value": "10.0.0.1"}]}]}`
+	for _, p := range append(operatorPost, publicPost...) {
+		if code, body, _ := do(t, all, "POST", p, jsonBody); code != http.StatusOK {
+			t.Errorf("Handler: POST %s = %d %q, want 200", p, code, body)
+		}
+	}
 
 	h := newHarness(t, rules, opts())
 	pub, adm := h.srv.Handlers()
 	pubTS, admTS := httptest.NewServer(pub), httptest.NewServer(adm)
 	t.Cleanup(pubTS.Close)
 	t.Cleanup(admTS.Close)
-	for _, p := range operator {
-		if code, body, _ := do(t, admTS, "GET", p, ""); code != http.StatusOK {
-			t.Errorf("admin: GET %s = %d %q, want 200", p, code, body)
-		}
-		if code, _, _ := do(t, pubTS, "GET", p, ""); code != http.StatusNotFound {
-			t.Errorf("public: GET %s = %d, want 404", p, code)
-		}
-	}
-	for _, p := range public {
-		if code, body, _ := do(t, pubTS, "GET", p, ""); code != http.StatusOK {
-			t.Errorf("public: GET %s = %d %q, want 200", p, code, body)
-		}
-		if code, _, _ := do(t, admTS, "GET", p, ""); code != http.StatusNotFound {
-			t.Errorf("admin: GET %s = %d, want 404", p, code)
+	split := func(method string, paths []string, body string, served, notServed *httptest.Server, servedName, otherName string) {
+		t.Helper()
+		for _, p := range paths {
+			if code, got, _ := do(t, served, method, p, body); code != http.StatusOK {
+				t.Errorf("%s: %s %s = %d %q, want 200", servedName, method, p, code, got)
+			}
+			if code, _, _ := do(t, notServed, method, p, body); code != http.StatusNotFound {
+				t.Errorf("%s: %s %s = %d, want 404", otherName, method, p, code)
+			}
 		}
 	}
-	if code, body, _ := do(t, pubTS, "POST", "/json", jsonBody); code != http.StatusOK {
-		t.Errorf("public: POST /json = %d %q, want 200", code, body)
+	split("GET", operator, "", admTS, pubTS, "admin", "public")
+	split("POST", operatorPost, jsonBody, admTS, pubTS, "admin", "public")
+	split("GET", public, "", pubTS, admTS, "public", "admin")
+	split("POST", publicPost, jsonBody, pubTS, admTS, "public", "admin")
+}
+
+// TestOperatorHosts: OperatorHosts answers the operators' endpoints only
+// to a Host that is an IP address, localhost or a name given, and 421 to
+// any other, as on the admin handler so on the one handler that serves
+// everything; the callers' endpoints answer whatever the Host.
+func TestOperatorHosts(t *testing.T) {
+	rules := loadRules(t, "gateway.yaml")
+	opts := server.Options{Registry: prometheus.NewRegistry(), HotKeys: server.HotKeysOptions{Enabled: true}}
+	all := httptest.NewServer(server.OperatorHosts(newHarness(t, rules, opts).srv.Handler(), "admin.internal", "Ops.Example.:9090"))
+	t.Cleanup(all.Close)
+	_, adm := newHarness(t, rules, server.Options{HotKeys: server.HotKeysOptions{Enabled: true}}).srv.Handlers()
+	admin := httptest.NewServer(server.OperatorHosts(adm, "admin.internal"))
+	t.Cleanup(admin.Close)
+	jsonBody := `{"domain": "gateway", "descriptors": [{"entries": [{"key": "remote_address", "value": "10.0.0.1"}]}]}`
+
+	good := []string{"", "127.0.0.1", "127.0.0.1:8080", "10.1.2.3:9090", "[::1]:9090", "[fe80::1%25eth0]:80", "localhost", "localhost:9090",
+		"LOCALHOST.:9090", "admin.internal", "Admin.Internal.:443"}
+	bad := []string{"evil.example", "evil.example:9090", "localhost.evil.example", "127.0.0.1.evil.example:80", "admin.internal.evil.example", "internal"}
+	for _, ts := range []*httptest.Server{all, admin} {
+		for _, host := range good {
+			for _, p := range []string{"/config", "/ui/", "/ui/api/status", "/hotkeys"} {
+				if code, body := doHost(t, ts, "GET", p, host, ""); code != http.StatusOK {
+					t.Errorf("GET %s with Host %q = %d %q, want 200", p, host, code, body)
+				}
+			}
+			if code, body := doHost(t, ts, "POST", "/explain", host, jsonBody); code != http.StatusOK {
+				t.Errorf("POST /explain with Host %q = %d %q, want 200", host, code, body)
+			}
+		}
+		for _, host := range bad {
+			for _, p := range []string{"/config", "/ui/", "/ui/api/status", "/hotkeys"} {
+				if code, _ := doHost(t, ts, "GET", p, host, ""); code != http.StatusMisdirectedRequest {
+					t.Errorf("GET %s with Host %q = %d, want 421", p, host, code)
+				}
+			}
+			if code, _ := doHost(t, ts, "POST", "/explain", host, jsonBody); code != http.StatusMisdirectedRequest {
+				t.Errorf("POST /explain with Host %q = %d, want 421", host, code)
+			}
+		}
 	}
-	if code, _, _ := do(t, admTS, "POST", "/json", jsonBody); code != http.StatusNotFound {
-		t.Errorf("admin: POST /json = %d, want 404", code)
+	for _, host := range []string{"ops.example", "ops.example:9090"} {
+		if code, body := doHost(t, all, "GET", "/metrics", host, ""); code != http.StatusOK {
+			t.Errorf("GET /metrics with Host %q, a name given with a port and a dot = %d %q, want 200", host, code, body)
+		}
 	}
+	if code, _ := doHost(t, all, "GET", "/metrics", "evil.example", ""); code != http.StatusMisdirectedRequest {
+		t.Errorf("GET /metrics with Host evil.example = %d, want 421", code)
+	}
+	// The callers' endpoints answer any name.
+	for _, host := range bad {
+		if code, body := doHost(t, all, "GET", "/readyz", host, ""); code != http.StatusOK {
+			t.Errorf("GET /readyz with Host %q = %d %q, want 200", host, code, body)
+		}
+		if code, body := doHost(t, all, "POST", "/json", host, jsonBody); code != http.StatusOK && code != http.StatusTooManyRequests {
+			t.Errorf("POST /json with Host %q = %d %q, want a decision (200 or 429)", host, code, body)
+		}
+	}
+}
+
+// doHost sends one HTTP request to ts with the Host header host (none
+// when empty, as HTTP/1.0 may) and returns the status code and body.
+func doHost(t *testing.T, ts *httptest.Server, method, path, host, body string) (int, string) {
+	t.Helper()
+	req := httptest.NewRequestWithContext(t.Context(), method, path, strings.NewReader(body))
+	req.Host = host
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	rec := httptest.NewRecorder()
+	ts.Config.Handler.ServeHTTP(rec, req)
+	return rec.Code, rec.Body.String()
 }
 
 // TestUIPage: /ui/ serves the embedded page with a policy that allows

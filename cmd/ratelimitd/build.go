@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"slices"
 	"syscall"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -223,13 +224,17 @@ func (r *requestLog) close() {
 
 // httpServers builds the HTTP server, and with --admin-addr the admin
 // server, which takes the operators' endpoints (see server.Handlers) off
-// the HTTP one and serves them with the same TLS, if any.
+// the HTTP one and serves them with the same TLS, if any. Whichever
+// serves the operators' endpoints answers them only to the Host names of
+// operatorHosts.
 func (b *built) httpServers(httpTLS *tlsconfig.Reloader) {
-	public := b.srv.Handler()
+	var public http.Handler
 	if b.f.adminAddr != "" {
 		var admin http.Handler
 		public, admin = b.srv.Handlers()
-		b.admin = httpServer(admin, b.f.httpConn)
+		b.admin = httpServer(server.OperatorHosts(admin, b.operatorHosts(b.f.adminAddr)...), b.f.httpConn)
+	} else {
+		public = server.OperatorHosts(b.srv.Handler(), b.operatorHosts(b.f.httpAddr)...)
 	}
 	b.http = httpServer(public, b.f.httpConn)
 	if httpTLS != nil {
@@ -240,6 +245,17 @@ func (b *built) httpServers(httpTLS *tlsconfig.Reloader) {
 			}
 		}
 	}
+}
+
+// operatorHosts returns the Host names, besides IP addresses and
+// localhost, that the operators' endpoints answer to when served on the
+// listen address addr: its host, if a name, and --admin-hosts.
+func (b *built) operatorHosts(addr string) []string {
+	names := slices.Clone(b.f.adminHosts)
+	if host, _, err := net.SplitHostPort(addr); err == nil && host != "" {
+		names = append(names, host)
+	}
+	return names
 }
 
 // rulesSource builds the source of the rules after initial: the files of

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"net/http"
 	"time"
 )
 
@@ -22,16 +23,17 @@ func (b *built) drain(ctx context.Context) {
 	// together.
 	dctx, cancel := context.WithTimeout(ctx, f.shutdownTimeout)
 	defer cancel()
-	httpDrained := make(chan error, 1)
-	go func() { httpDrained <- b.http.Shutdown(dctx) }()
-	adminDrained := make(chan error, 1)
-	go func() {
-		if b.admin == nil {
-			adminDrained <- nil
-			return
+	var servers []*http.Server
+	for _, hs := range []*http.Server{b.http, b.admin} {
+		if hs != nil {
+			servers = append(servers, hs)
 		}
-		adminDrained <- b.admin.Shutdown(dctx)
-	}()
+	}
+	drained := make([]chan error, len(servers))
+	for i, hs := range servers {
+		drained[i] = make(chan error, 1)
+		go func() { drained[i] <- hs.Shutdown(dctx) }()
+	}
 	stopped := make(chan struct{})
 	go func() { b.grpc.GracefulStop(); close(stopped) }()
 	select {
@@ -41,10 +43,9 @@ func (b *built) drain(ctx context.Context) {
 		b.grpc.Stop()
 		<-stopped
 	}
-	if err := <-httpDrained; err != nil {
-		_ = b.http.Close()
-	}
-	if err := <-adminDrained; err != nil {
-		_ = b.admin.Close()
+	for i, hs := range servers {
+		if err := <-drained[i]; err != nil {
+			_ = hs.Close()
+		}
 	}
 }

@@ -60,6 +60,7 @@ type flags struct {
 	nearLimitRatio    float64
 	debugAddr         string
 	adminAddr         string
+	adminHosts        []string
 	httpJSON          bool
 	rlqs              bool
 	rlqsReplica       string
@@ -258,6 +259,11 @@ func defineFlags(fs *flag.FlagSet, f *flags) {
 	fs.BoolVar(&f.httpJSON, "http-json", true, "serve POST /json on --http-addr (decisions over HTTP, without the gRPC listener's mutual TLS)")
 	fs.StringVar(&f.adminAddr, "admin-addr", "", "listen `address` of the operators' endpoints (/ui/, /config, /metrics, /rlqs, /hotkeys, /explain), which then leave --http-addr;\n"+
 		"empty: they stay on --http-addr. Keep it private")
+	fs.Func("admin-hosts", "comma-separated host `names` the operators' endpoints answer to besides IP addresses, localhost and the host of their listen address\n"+
+		"(any other Host gets 421, against DNS rebinding): the names an ingress or a scrape uses", func(v string) (err error) {
+		f.adminHosts, err = parseHostNames(v)
+		return err
+	})
 	fs.StringVar(&f.debugAddr, "debug-addr", "", "listen `address` for /debug/pprof (off when empty; keep it private)")
 	fs.StringVar(&f.tracing.endpoint, "otlp-endpoint", "", "OpenTelemetry collector `host:port` (OTLP/gRPC) to send traces of ShouldRateLimit and store calls to; off when empty.\n"+
 		"The exporter's OTEL_EXPORTER_OTLP_* variables (headers, certificates) apply too")
@@ -378,4 +384,21 @@ func configLimitFlags(fs *flag.FlagSet, l *config.Limits) {
 	fs.Int64Var(&l.MaxExpandedBytes, "config-max-expanded-bytes", config.DefaultMaxExpandedBytes, "most bytes of the rule files with YAML aliases expanded (each node its text plus one byte), all files together")
 	fs.IntVar(&l.MaxRules, "config-max-rules", config.DefaultMaxRules, "most rules (descriptors, every level) of one domain")
 	fs.IntVar(&l.MaxFiles, "config-max-files", config.DefaultMaxFiles, "most rule files (*.yaml, *.yml) in a --config directory")
+}
+
+// parseHostNames parses --admin-hosts: host names, comma-separated, each
+// without scheme, path or space (a port is allowed and ignored).
+func parseHostNames(v string) ([]string, error) {
+	var names []string
+	for n := range strings.SplitSeq(v, ",") {
+		n = strings.TrimSpace(n)
+		switch {
+		case n == "":
+			continue
+		case strings.ContainsAny(n, "/ \t@?#"):
+			return nil, fmt.Errorf("--admin-hosts: %q is not a host name", n)
+		}
+		names = append(names, n)
+	}
+	return names, nil
 }

@@ -2,10 +2,13 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -81,9 +84,8 @@ func traffic(ctx context.Context, addr string, n int) {
 }
 
 // pageErrors collects what the page reports as wrong: uncaught
-// exceptions, console errors (not the browser's note of an answer 404,
-// which the page handles), and dialogs, which only a script injected
-// through a value would open.
+// exceptions, console errors (a failed request of the page among them),
+// and dialogs, which only a script injected through a value would open.
 type pageErrors struct {
 	mu   sync.Mutex
 	errs []string
@@ -120,9 +122,10 @@ func (p *pageErrors) watch(t *testing.T, ctx context.Context) (wait func()) {
 			if err != nil {
 				return
 			}
-			network404 := m.Source == "network" && strings.Contains(m.Text, "404")
-			if (m.IsException() || m.Type == chromedp.ConsoleError) && !network404 {
-				p.add(m.String())
+			// The browser asks /favicon.ico on its own, not the page.
+			favicon := m.Source == "network" && strings.HasSuffix(m.URL, "/favicon.ico")
+			if (m.IsException() || m.Type == chromedp.ConsoleError) && !favicon {
+				p.add(m.String() + " (" + m.URL + ")")
 			}
 		}
 	}()
@@ -130,10 +133,11 @@ func (p *pageErrors) watch(t *testing.T, ctx context.Context) (wait func()) {
 }
 
 // TestUIInBrowser drives headless Chromium over the page at /ui/ of a
-// daemon under traffic: it loads without a JavaScript error, shows the
-// rules and their rates, shows a hostile value as text, shows the hot
-// keys and answers the explain form (or says they are not available),
-// and leaves a screenshot in the test's artifacts.
+// daemon under traffic: it loads without a JavaScript error or a failed
+// poll, says the server is ready, shows the rules and their rates, shows
+// a hostile value as text, shows the hot key the traffic made (as its
+// digest) and answers the explain form, and leaves a screenshot in the
+// test's artifacts.
 func TestUIInBrowser(t *testing.T) {
 	browser := browserPath(t)
 	path := filepath.Join(t.TempDir(), "rules.yaml")
@@ -168,6 +172,11 @@ func TestUIInBrowser(t *testing.T) {
 		}
 	}
 	run("loading the page", chromedp.Navigate(ui))
+	run("watching the polls", watchPollErrors())
+	run("waiting for the status", pollTrue(`document.querySelector('#status > span') !== null`))
+	if st := text(t, ctx, "#status > span"); st != "ready" {
+		t.Errorf("the status says %q, want ready (all of it: %q)", st, text(t, ctx, "#status"))
+	}
 	// The rules, and rates for the rules the traffic hits: refusals too.
 	run("waiting for the rules", chromedp.WaitVisible(`#rules .rule`))
 	run("waiting for the rates", chromedp.Steps(
@@ -186,6 +195,7 @@ func TestUIInBrowser(t *testing.T) {
 	}
 	checkHotkeys(t, ctx, d.adminAddr)
 	checkExplain(t, ctx, d.adminAddr, run)
+	checkPolls(t, ctx)
 	// The hostile value, in the rules and in the explanation, is text: no
 	// element came of it.
 	if n, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll('img').length`)); err != nil || n != 0 {
@@ -207,36 +217,41 @@ func TestUIInBrowser(t *testing.T) {
 	}
 }
 
-// checkHotkeys checks the hot keys pane: the hottest key the traffic made
-// when the daemon serves GET /hotkeys, "not available" while it answers
-// 404.
+// checkHotkeys checks that the daemon serves GET /hotkeys and that the
+// pane's "Most refused" table shows the remote_address values that the
+// traffic sends over their limit, as /hotkeys digests them by default:
+// sha256: and the first 16 hex digits of the value's SHA-256.
 func checkHotkeys(t *testing.T, ctx context.Context, admin string) {
 	t.Helper()
-	code, _ := get(t, nil, "http://"+admin+"/hotkeys")
-	if code == http.StatusNotFound {
-		if err := chromedp.Do(ctx, pollTrue(`document.querySelector('#hotkeys').textContent.includes('not available')`)); err != nil {
-			t.Errorf("with /hotkeys 404, the pane does not say not available: %v", err)
-		}
-		return
+	if code, body := get(t, nil, "http://"+admin+"/hotkeys"); code != http.StatusOK {
+		t.Fatalf("GET /hotkeys = %d %.200q, want 200", code, body)
 	}
-	// 10.0.0.1 and 10.0.0.2 go over 5 a second: remote_address is the most refused rule.
-	if err := chromedp.Do(ctx, pollTrue(`document.querySelector('#hotkeys table code') !== null &&
-		document.querySelector('#hotkeys').textContent.includes('remote_address')`)); err != nil {
-		t.Errorf("GET /hotkeys = %d, and the pane shows no hot key of remote_address: %v (pane: %q)", code, err, text(t, ctx, "#hotkeys"))
+	for _, value := range []string{"10.0.0.1", "10.0.0.2"} { // over 5 a second each
+		sum := sha256.Sum256([]byte(value))
+		digest := "sha256:" + hex.EncodeToString(sum[:])[:16]
+		mostRefused := `[...document.querySelectorAll('#hotkeys h3')].some((h) => h.textContent === 'Most refused' &&
+			h.parentElement.textContent.includes(` + strconv.Quote("remote_address="+digest) + `))`
+		if err := chromedp.Do(ctx, pollTrue(mostRefused)); err != nil {
+			t.Errorf("the hot keys pane shows no remote_address=%s (%s) among the most refused: %v (pane: %q)", digest, value, err, text(t, ctx, "#hotkeys"))
+		}
 	}
 }
 
-// checkExplain fills the explain form by clicking the rule whose value is
-// hostile, submits it and checks the answer: the request's entries, as
-// text, the rule and a decision; or, when the daemon answers POST
-// /explain with 404 (a build without it), "not available".
+// checkExplain checks that the daemon serves POST /explain, then fills
+// the explain form by clicking the rule whose value is hostile, submits
+// it and checks the answer: the request's entries, as text, the rule and
+// a decision.
 func checkExplain(t *testing.T, ctx context.Context, admin string, run func(string, chromedp.Action[chromedp.Void])) {
 	t.Helper()
-	resp, err := http.Post("http://"+admin+"/explain", "application/json", strings.NewReader(`{"domain": "edge"}`))
+	resp, err := http.Post("http://"+admin+"/explain", "application/json",
+		strings.NewReader(`{"domain": "edge", "descriptors": [{"entries": [{"key": "remote_address", "value": "10.0.0.1"}]}]}`))
 	if err != nil {
 		t.Fatalf("POST /explain: %v", err)
 	}
 	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("POST /explain = %d, want 200", resp.StatusCode)
+	}
 	run("explaining", chromedp.Steps(
 		chromedp.Click(`#rules .rule[title="user=`+hostile+`"]`),
 		pollTrue(`document.querySelector('#explain-body').value.includes('onerror')`),
@@ -244,12 +259,6 @@ func checkExplain(t *testing.T, ctx context.Context, admin string, run func(stri
 		pollTrue(`document.querySelector('#explain').textContent !== '' && !document.querySelector('#explain').textContent.includes('asking')`),
 	))
 	got := text(t, ctx, "#explain")
-	if resp.StatusCode == http.StatusNotFound {
-		if !strings.Contains(got, "not available") {
-			t.Errorf("with /explain 404, the pane says %q, want not available", got)
-		}
-		return
-	}
 	for _, want := range []string{"user=" + hostile, "sliding_window"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("the explain pane %q does not show %q", got, want)
@@ -257,6 +266,40 @@ func checkExplain(t *testing.T, ctx context.Context, admin string, run func(stri
 	}
 	if !strings.Contains(got, "OK") && !strings.Contains(got, "OVER_LIMIT") {
 		t.Errorf("the explain pane %q shows no decision", got)
+	}
+}
+
+// watchPollErrors has the page keep, in window.pollErrors, every error
+// its polls print in #updated from now on, so that one a later poll
+// clears is still seen.
+func watchPollErrors() chromedp.Action[chromedp.Void] {
+	return chromedp.Func(func(ctx context.Context, _ *chromedp.Target) error {
+		_, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`(() => {
+			window.pollErrors = [];
+			const updated = document.querySelector('#updated');
+			const note = () => { const e = updated.querySelector('.error'); if (e) window.pollErrors.push(e.textContent); };
+			note();
+			new MutationObserver(note).observe(updated, { childList: true, subtree: true, characterData: true });
+			return true;
+		})()`))
+		return err
+	})
+}
+
+// checkPolls checks that the page has polled, and that no poll printed
+// an error in #updated since watchPollErrors.
+func checkPolls(t *testing.T, ctx context.Context) {
+	t.Helper()
+	if err := chromedp.Do(ctx, pollTrue(`document.querySelector('#updated').textContent.includes('updated')`)); err != nil {
+		t.Errorf("the page never says when it polled: %v", err)
+	}
+	errs, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`window.pollErrors.concat(
+		[...document.querySelectorAll('#updated .error')].map((e) => e.textContent))`))
+	if err != nil {
+		t.Fatalf("reading the poll errors: %v", err)
+	}
+	if len(errs) > 0 {
+		t.Errorf("the page's polls failed: %q", errs)
 	}
 }
 
