@@ -119,7 +119,7 @@ func TestFailedFlushNextRecordOwnLine(t *testing.T) {
 	}
 	l.Log(testRecord("lost"))
 	deadline := time.Now().Add(30 * time.Second) // a bound against hanging, not a timing assertion
-	for !fw.failed.Load() { // the writer flushes once the queue is empty
+	for !fw.failed.Load() {                      // the writer flushes once the queue is empty
 		if time.Now().After(deadline) {
 			t.Fatal("the writer never flushed into the failing file")
 		}
