@@ -141,19 +141,7 @@ func (s *Store) runParts(ctx context.Context, op byte, reqs []backend.Request, r
 		}
 		errs[p] = err
 	}
-	for name, tk := range tickets {
-		if tk.report == nil {
-			continue
-		}
-		var err error // the node's news: the first error of its parts
-		for p := range parts {
-			if nodes[p] == name && errs[p] != nil {
-				err = errs[p]
-				break
-			}
-		}
-		tk.done(err) //nolint:contextcheck // a probe that done may start runs on the store's context, never a call's
-	}
+	reportTickets(tickets, nodes, errs)
 	return errs
 }
 
@@ -299,6 +287,25 @@ func (s *Store) refundRetry(ctx context.Context, reqs []backend.Request, res []b
 			return errs
 		case <-t.C:
 		}
+	}
+}
+
+// reportTickets tells each node's breaker ticket how its part of a call
+// went: the first error of the parts sent to it (nodes[p] is part p's
+// node, errs[p] its error), or nil.
+func reportTickets(tickets map[string]ticket, nodes []string, errs []error) {
+	for name, tk := range tickets {
+		if tk.report == nil {
+			continue
+		}
+		var err error
+		for p, node := range nodes {
+			if node == name && errs[p] != nil {
+				err = errs[p]
+				break
+			}
+		}
+		tk.done(err) //nolint:contextcheck // a probe that done may start runs on the store's context, never a call's
 	}
 }
 

@@ -205,19 +205,7 @@ func (s *Store) runShares(ctx context.Context, runs []*shareRun, n int) ([]strin
 			replies[i] = got[k]
 		}
 	}
-	for name, tk := range tickets {
-		if tk.report == nil {
-			continue
-		}
-		var err error // the node's news: the first error of its runs
-		for p := range runs {
-			if nodes[p] == name && errs[p] != nil {
-				err = errs[p]
-				break
-			}
-		}
-		tk.done(err) //nolint:contextcheck // a probe that done may start runs on the store's context, never a call's
-	}
+	reportTickets(tickets, nodes, errs)
 	for _, err := range errs {
 		if err != nil {
 			return nil, err
