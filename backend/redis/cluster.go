@@ -141,7 +141,7 @@ func (s *Store) runParts(ctx context.Context, op byte, reqs []backend.Request, r
 		}
 		errs[p] = err
 	}
-	reportTickets(tickets, nodes, errs)
+	reportTickets(tickets, nodes, errs) //nolint:contextcheck // a probe that done may start runs on the store's context, never a call's
 	return errs
 }
 

@@ -205,7 +205,7 @@ func (s *Store) runShares(ctx context.Context, runs []*shareRun, n int) ([]strin
 			replies[i] = got[k]
 		}
 	}
-	reportTickets(tickets, nodes, errs)
+	reportTickets(tickets, nodes, errs) //nolint:contextcheck // a probe that done may start runs on the store's context, never a call's
 	for _, err := range errs {
 		if err != nil {
 			return nil, err
