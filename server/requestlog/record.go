@@ -200,24 +200,25 @@ func appendBytes(b []byte, r *Record) []byte {
 			b = append(b, `,"entry":`...)
 			b = strconv.AppendInt(b, int64(j), 10)
 			if !utf8.ValidString(e.Key) {
-				b = append(b, `,"key":"`...)
-				b = base64.StdEncoding.AppendEncode(b, []byte(e.Key))
-				b = append(b, '"')
+				b = appendBase64(b, "key", e.Key)
 			}
 			switch {
 			case e.Digest:
-				b = append(b, `,"value_sha256":"`...)
-				b = base64.StdEncoding.AppendEncode(b, []byte(e.Value))
-				b = append(b, '"')
+				b = appendBase64(b, "value_sha256", e.Value)
 			case !utf8.ValidString(e.Value):
-				b = append(b, `,"value":"`...)
-				b = base64.StdEncoding.AppendEncode(b, []byte(e.Value))
-				b = append(b, '"')
+				b = appendBase64(b, "value", e.Value)
 			}
 			b = append(b, '}')
 		}
 	}
 	return append(b, ']')
+}
+
+// appendBase64 appends the JSON member ,"name":"<v in base64>".
+func appendBase64(b []byte, name, v string) []byte {
+	b = append(append(append(b, `,"`...), name...), `":"`...)
+	b = base64.StdEncoding.AppendEncode(b, []byte(v))
+	return append(b, '"')
 }
 
 // appendWindows appends the "limits" field of r: the overrides that
