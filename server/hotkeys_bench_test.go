@@ -2,10 +2,8 @@ package server_test
 
 import (
 	"strconv"
-	"sync/atomic"
 	"testing"
 
-	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/ratelimitd/ratelimitd/backend/memory"
@@ -68,20 +66,6 @@ func BenchmarkHotKeys(b *testing.B) {
 		run("refused_keys", func(i int) (*rlsv3.RateLimitResponse, error) {
 			return over.ShouldRateLimit(ctx, addrs[i%len(addrs)])
 		})
-		b.Run(name+"/1desc_parallel_keys", func(b *testing.B) {
-			b.ReportAllocs()
-			var next atomic.Int64
-			b.RunParallel(func(pb *testing.PB) {
-				req := request("bench", &rlv3.RateLimitDescriptor{Entries: []*rlv3.RateLimitDescriptor_Entry{
-					{Key: "remote_address", Value: "10.0.0." + strconv.FormatInt(next.Add(1), 10)},
-				}})
-				for pb.Next() {
-					if _, err := envoy.ShouldRateLimit(ctx, req); err != nil {
-						b.Error(err)
-						return
-					}
-				}
-			})
-		})
+		b.Run(name+"/1desc_parallel_keys", func(b *testing.B) { benchParallelKeys(b, envoy) })
 	}
 }
