@@ -346,7 +346,6 @@ func (p *Pool) exchange(ctx context.Context, buckets []string) error {
 	defer func() { <-p.xsem }()
 	now := p.now()
 	reqs := make([]backend.ShareRequest, 0, len(buckets))
-	locals := make([]int, 0, len(buckets))
 	// Under p.mu, so that no Exchange finds live the entry of a bucket
 	// whose removal is decided here: the entry goes before the store
 	// hears of it, and a client reporting meanwhile gets a fresh entry,
@@ -367,7 +366,6 @@ func (p *Pool) exchange(ctx context.Context, buckets []string) error {
 			delete(p.entries, b)
 		}
 		reqs = append(reqs, r)
-		locals = append(locals, len(demands))
 	}
 	p.mu.Unlock()
 	if len(reqs) == 0 {
@@ -414,14 +412,14 @@ func (p *Pool) exchange(ctx context.Context, buckets []string) error {
 			e.granted, e.others = g, append(e.others[:0], o...)
 			p.Tracker.SetPool(r.Bucket, e.others, e.granted)
 			moved = append(moved, r.Bucket)
-		case locals[i] != e.local:
+		case len(r.Demands) != e.local:
 			// A client came or went: the others' shares moved.
 			moved = append(moved, r.Bucket)
 			p.reapply(r.Bucket, e)
 		default:
 			p.reapply(r.Bucket, e)
 		}
-		e.local = locals[i]
+		e.local = len(r.Demands)
 	}
 	p.mu.Unlock()
 	if p.opts.Changed != nil {
