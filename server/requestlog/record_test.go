@@ -53,6 +53,9 @@ var records = map[string]Record{
 		{Entries: entries("ok", "fine", "user", "u\xff"), Hits: 1},
 		{Entries: entries("k\xfe", "v"), Hits: 1},
 	}},
+	"long control bytes": {Time: at, Domain: "edge", Descriptors: []Descriptor{
+		{Entries: entries("header", strings.Repeat("\x01\x7f", 20), "quoted", strings.Repeat(`"\`, 8)+"x"), Hits: 1},
+	}},
 	"digest": {Time: at, Domain: "edge", Descriptors: []Descriptor{
 		{Entries: []Entry{{Key: "api_key", Value: strings.Repeat("\x9f", 32), Digest: true}}, Hits: 1},
 	}},
@@ -96,7 +99,7 @@ func TestRoundTrip(t *testing.T) {
 // TestFastPathTaken: the lines the log writes most are read without
 // protojson, and the others are not.
 func TestFastPathTaken(t *testing.T) {
-	for name, want := range map[string]bool{"plain": true, "hits": true, "overrides": true, "escapes": false, "not UTF-8": false, "digest": false, "sub-second window": false} {
+	for name, want := range map[string]bool{"plain": true, "hits": true, "overrides": true, "escapes": false, "long control bytes": false, "not UTF-8": false, "digest": false, "sub-second window": false} {
 		rec := records[name]
 		line := bytes.TrimSuffix(AppendLine(nil, &rec), []byte("\n"))
 		var got Record
@@ -151,5 +154,36 @@ func TestDecodeErrors(t *testing.T) {
 		if err := d.Decode([]byte(tc.line), &r); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("Decode(%s) = %v, want an error containing %q", tc.line, err, tc.want)
 		}
+	}
+}
+
+// TestShownForm: a string that is not plain text shows, in the request,
+// the hex of its first 16 bytes, "..." after them when it has more; its
+// bytes are in "bytes".
+func TestShownForm(t *testing.T) {
+	rec := records["long control bytes"]
+	var line struct {
+		Request struct {
+			Descriptors []struct {
+				Entries []struct{ Key, Value string }
+			}
+		}
+		Bytes []struct {
+			Descriptor, Entry int
+			Value             string
+		}
+	}
+	if err := json.Unmarshal(AppendLine(nil, &rec), &line); err != nil {
+		t.Fatal(err)
+	}
+	got := line.Request.Descriptors[0].Entries
+	if want := "hex:" + strings.Repeat("017f", 8) + "..."; got[0].Value != want {
+		t.Errorf("request shows %q, want %q", got[0].Value, want)
+	}
+	if want := "hex:" + strings.Repeat("225c", 8) + "..."; got[1].Value != want {
+		t.Errorf("request shows %q, want %q (16 quotes and backslashes escape to more than its base64)", got[1].Value, want)
+	}
+	if len(line.Bytes) != 2 {
+		t.Errorf("bytes = %+v, want both entries", line.Bytes)
 	}
 }
