@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,8 +26,25 @@ const DefaultBuffer = 8192
 const DefaultMaxBytes = 64 << 20
 
 // flushSize is how many bytes of whole lines the writer gathers before it
-// writes them, when records keep coming.
+// writes them, when records keep coming. No write is longer than it or
+// than one line.
 const flushSize = 64 << 10
+
+// MaxLine is the longest line of a request log, its newline included: the
+// most Options.MaxRecord may be, and the longest line replay reads. The
+// record of the largest request the daemon takes (1 MiB, whose line may
+// take 1.43 bytes per byte of it) fits in it: package server's
+// TestLargestRequestFitsLine checks it.
+const MaxLine = 2 << 20
+
+// DefaultMaxRecord is Options.MaxRecord when zero: far more than a
+// request of Envoy's (a few hundred bytes), far less than the largest a
+// client may send.
+const DefaultMaxRecord = 256 << 10
+
+// minMaxRecord is the least Options.MaxRecord may be: room for the
+// marker that replaces a longer record, and for ordinary records.
+const minMaxRecord = 1 << 10
 
 // Options configures a Log. The zero value means the defaults.
 type Options struct {
@@ -39,6 +57,11 @@ type Options struct {
 	// Record.Size): a record that would pass it is dropped and counted.
 	// Zero means DefaultMaxBytes.
 	MaxBytes int
+	// MaxRecord bounds the bytes of a record's line: a longer one is
+	// replaced by a marker that gives its time, length and number of
+	// descriptors (see OmittedError), and counted. Zero means
+	// DefaultMaxRecord; at most MaxLine.
+	MaxRecord int
 	// Reopen, when set, makes the writer close and reopen the file at
 	// each value received, so that a rotated log is let go (SIGHUP).
 	Reopen <-chan os.Signal
@@ -66,8 +89,9 @@ type Log struct {
 	log     *slog.Logger
 	warn    rate.Sometimes // throttles the logging of write errors
 
-	maxBytes int64
-	queued   atomic.Int64 // bytes of the records in the channel
+	maxBytes  int64
+	queued    atomic.Int64 // bytes of the records in the channel
+	maxRecord int
 
 	file    *os.File  // the writer's
 	out     io.Writer // where lines are written: file, or a test's wrapper of it
@@ -76,7 +100,7 @@ type Log struct {
 	lines   int    // how many records pending holds
 	err     error  // the last flush's error, for Close
 
-	written, dropped, errors atomic.Uint64
+	written, dropped, errors, omitted atomic.Uint64
 }
 
 // Open opens the file at path for appending (creating it, readable by
@@ -97,22 +121,26 @@ func open(path string, opts Options, wrap func(io.Writer) io.Writer) (*Log, erro
 	if opts.Buffer < 0 || opts.MaxBytes < 0 {
 		return nil, fmt.Errorf("request log buffer %d, max bytes %d: want 0 (the default) or more", opts.Buffer, opts.MaxBytes)
 	}
+	if opts.MaxRecord != 0 && (opts.MaxRecord < minMaxRecord || opts.MaxRecord > MaxLine) {
+		return nil, fmt.Errorf("request log max record %d bytes: want %d to %d (or 0, the default)", opts.MaxRecord, minMaxRecord, MaxLine)
+	}
 	f, torn, err := openFile(path)
 	if err != nil {
 		return nil, err
 	}
 	l := &Log{
-		path:     path,
-		sample:   opts.Sample,
-		records:  make(chan *Record, cmp.Or(opts.Buffer, DefaultBuffer)),
-		reopen:   opts.Reopen,
-		reopens:  make(chan chan error),
-		quit:     make(chan struct{}),
-		done:     make(chan struct{}),
-		log:      cmp.Or(opts.Logger, slog.New(slog.DiscardHandler)),
-		warn:     rate.Sometimes{First: 1, Interval: 10 * time.Second},
-		maxBytes: int64(cmp.Or(opts.MaxBytes, DefaultMaxBytes)),
-		wrap:     wrap,
+		path:      path,
+		sample:    opts.Sample,
+		records:   make(chan *Record, cmp.Or(opts.Buffer, DefaultBuffer)),
+		reopen:    opts.Reopen,
+		reopens:   make(chan chan error),
+		quit:      make(chan struct{}),
+		done:      make(chan struct{}),
+		log:       cmp.Or(opts.Logger, slog.New(slog.DiscardHandler)),
+		warn:      rate.Sometimes{First: 1, Interval: 10 * time.Second},
+		maxBytes:  int64(cmp.Or(opts.MaxBytes, DefaultMaxBytes)),
+		maxRecord: cmp.Or(opts.MaxRecord, DefaultMaxRecord),
+		wrap:      wrap,
 	}
 	l.use(f, torn)
 	if opts.Registry != nil {
@@ -120,6 +148,7 @@ func open(path string, opts Options, wrap func(io.Writer) io.Writer) (*Log, erro
 			counterFunc("ratelimitd_request_log_written_total", "Requests written to the request log (--request-log).", &l.written),
 			counterFunc("ratelimitd_request_log_dropped_total", "Sampled requests left out of the request log because its writer was behind (queue full in records or bytes).", &l.dropped),
 			counterFunc("ratelimitd_request_log_errors_total", "Failed writes and reopenings of the request log.", &l.errors),
+			counterFunc("ratelimitd_request_log_omitted_total", "Requests whose record was over --request-log-max-record bytes, written as a marker with its size instead.", &l.omitted),
 		)
 	}
 	go l.run()
@@ -256,41 +285,54 @@ func (l *Log) run() {
 	}
 }
 
-// write encodes r into the pending lines, and writes them once they are
-// many.
+// write encodes r into the pending lines (a marker in its place when its
+// line is over the bound), and writes them once they are many.
 func (l *Log) write(r *Record) {
 	l.queued.Add(-int64(r.Size()))
+	start := len(l.pending)
 	l.pending = AppendLine(l.pending, r)
+	if n := len(l.pending) - start; n > l.maxRecord {
+		l.pending = appendOmitted(l.pending[:start], r, n)
+		l.omitted.Add(1)
+	}
+	if start > 0 && len(l.pending) > flushSize {
+		l.flushFirst(start) // the lines before r's: no write is longer than flushSize or than one line
+	}
 	l.lines++
 	if len(l.pending) >= flushSize {
 		l.flush()
 	}
 }
 
-// flush writes the pending lines to the file, in one Write so that a
-// failure leaves at most one torn line, and the next record after it on a
-// line of its own.
-func (l *Log) flush() {
+// flush writes the pending lines to the file.
+func (l *Log) flush() { l.flushFirst(len(l.pending)) }
+
+// flushFirst writes the first n bytes of the pending lines, which hold
+// l.lines whole lines, in one Write so that a failure leaves at most one
+// torn line; the next line after it starts on a line of its own. The
+// bytes after n stay pending, as a line not yet counted.
+func (l *Log) flushFirst(n int) {
 	l.err = nil
-	if len(l.pending) == 0 {
+	if n == 0 {
 		return
 	}
-	n, err := l.out.Write(l.pending)
+	w, err := l.out.Write(l.pending[:n])
 	l.err = err
 	if err == nil {
 		l.written.Add(uint64(l.lines))
 	} else {
-		l.written.Add(uint64(bytes.Count(l.pending[:n], []byte{'\n'})))
+		l.written.Add(uint64(bytes.Count(l.pending[:w], []byte{'\n'})))
 		l.fail(err)
 	}
-	torn := n > 0 && n < len(l.pending) && l.pending[n-1] != '\n'
-	if cap(l.pending) > 4*flushSize {
-		l.pending = nil // after a huge record, not kept
+	k := 0
+	if w > 0 && w < n && l.pending[w-1] != '\n' { // torn: end it
+		l.pending[0], k = '\n', 1
 	}
-	l.pending, l.lines = l.pending[:0], 0
-	if torn {
-		l.pending = append(l.pending, '\n')
+	l.pending = l.pending[:k+copy(l.pending[k:], l.pending[n:])]
+	if cap(l.pending) > 4*flushSize && len(l.pending) < flushSize {
+		l.pending = append([]byte(nil), l.pending...) // after a huge record, not kept
 	}
+	l.lines = 0
 }
 
 // fail counts a write error, and logs it unless one was logged in the
@@ -329,6 +371,18 @@ func (l *Log) drain() {
 			return
 		}
 	}
+}
+
+// appendOmitted appends the marker that stands for r, whose line would
+// take n bytes.
+func appendOmitted(b []byte, r *Record, n int) []byte {
+	b = append(b, `{"time":"`...)
+	b = r.Time.UTC().AppendFormat(b, timeFormat)
+	b = append(b, `","omitted":{"bytes":`...)
+	b = strconv.AppendInt(b, int64(n), 10)
+	b = append(b, `,"descriptors":`...)
+	b = strconv.AppendInt(b, int64(len(r.Descriptors)), 10)
+	return append(b, "}}\n"...)
 }
 
 // Counts returns how many records were written and dropped.

@@ -2,9 +2,11 @@ package requestlog_test
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -184,5 +186,74 @@ func TestSample(t *testing.T) {
 	var none *requestlog.Log
 	if none.Sample() {
 		t.Error("a nil Log samples")
+	}
+}
+
+// valued returns a record whose one value is v.
+func valued(v string) *requestlog.Record {
+	r := record("edge")
+	r.Descriptors[0].Entries[0].Value = v
+	return r
+}
+
+// TestMaxRecord: a record whose line is exactly MaxRecord bytes is
+// written; one a byte longer is replaced by a marker that gives its time,
+// length and descriptors, and counted.
+func TestMaxRecord(t *testing.T) {
+	const limit = 4096
+	fixed := len(requestlog.AppendLine(nil, valued("")))
+	atBound, beyond := valued(strings.Repeat("a", limit-fixed)), valued(strings.Repeat("a", limit-fixed+1))
+	if n := len(requestlog.AppendLine(nil, atBound)); n != limit {
+		t.Fatalf("the record at the bound takes %d bytes, want %d", n, limit)
+	}
+	path := filepath.Join(t.TempDir(), "requests.log")
+	reg := prometheus.NewRegistry()
+	l, err := requestlog.Open(path, requestlog.Options{Sample: 1, MaxRecord: limit, Registry: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Log(atBound)
+	l.Log(beyond)
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSuffix(string(data), "\n"), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("log holds %d lines, want 2", len(lines))
+	}
+	var dec requestlog.Decoder
+	var got requestlog.Record
+	if err := dec.Decode([]byte(lines[0]), &got); err != nil || got.Descriptors[0].Entries[0].Value != atBound.Descriptors[0].Entries[0].Value {
+		t.Errorf("the record at the bound: Decode = %v, want it whole", err)
+	}
+	err = dec.Decode([]byte(lines[1]), &got)
+	omitted, ok := errors.AsType[*requestlog.OmittedError](err)
+	if !ok || omitted.Bytes != limit+1 || omitted.Descriptors != 1 || !omitted.Time.Equal(beyond.Time) {
+		t.Errorf("the record beyond the bound: Decode = %v, want an OmittedError of %d bytes, 1 descriptor, at %v", err, limit+1, beyond.Time)
+	}
+	if len(lines[1]) > 100 {
+		t.Errorf("the marker takes %d bytes: %s", len(lines[1]), lines[1])
+	}
+	if n := gathered(t, reg, "ratelimitd_request_log_omitted_total"); n != 1 {
+		t.Errorf("omitted_total = %v, want 1", n)
+	}
+	if n := gathered(t, reg, "ratelimitd_request_log_written_total"); n != 2 {
+		t.Errorf("written_total = %v, want 2 (the marker is written)", n)
+	}
+}
+
+// TestMaxRecordChecked: a bound the marker cannot fit in, or that replay
+// cannot read, is refused.
+func TestMaxRecordChecked(t *testing.T) {
+	for _, n := range []int{-1, 100, requestlog.MaxLine + 1} {
+		l, err := requestlog.Open(filepath.Join(t.TempDir(), "requests.log"), requestlog.Options{MaxRecord: n})
+		if err == nil {
+			l.Close()
+			t.Errorf("Open with MaxRecord %d: no error", n)
+		}
 	}
 }
