@@ -46,24 +46,27 @@ func checkLines(t *testing.T, path string) (domains []string, bad int) {
 }
 
 // TestOpenEndsTornLine: a log whose last line was cut short gets a
-// newline before the next record, which stays whole.
+// newline before the next record, which stays whole; with a size bound
+// too, where the rotator opens the file.
 func TestOpenEndsTornLine(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "requests.log")
-	whole := string(AppendLine(nil, testRecord("before")))
-	if err := os.WriteFile(path, []byte(whole+whole[:len(whole)/2]), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	l, err := Open(path, Options{Sample: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l.Log(testRecord("after"))
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
-	got, bad := checkLines(t, path)
-	if strings.Join(got, ",") != "before,after" || bad != 1 {
-		t.Errorf("log holds %v and %d bad lines, want [before after] and the torn line", got, bad)
+	for _, opts := range []Options{{Sample: 1}, {Sample: 1, MaxSize: 1, MaxBackups: 1}} {
+		path := filepath.Join(t.TempDir(), "requests.log")
+		whole := string(AppendLine(nil, testRecord("before")))
+		if err := os.WriteFile(path, []byte(whole+whole[:len(whole)/2]), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		l, err := Open(path, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.Log(testRecord("after"))
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+		got, bad := checkLines(t, path)
+		if strings.Join(got, ",") != "before,after" || bad != 1 {
+			t.Errorf("max size %d: log holds %v and %d bad lines, want [before after] and the torn line", opts.MaxSize, got, bad)
+		}
 	}
 }
 
