@@ -116,7 +116,7 @@ type Log struct {
 	backups   int
 
 	file    io.WriteCloser // the writer's: an *os.File, or a *rotator with MaxSize
-	out     io.Writer // where lines are written: file, or a test's wrapper of it
+	out     io.Writer      // where lines are written: file, or a test's wrapper of it
 	wrap    func(io.Writer) io.Writer
 	pending []byte // whole lines waiting to be written
 	lines   int    // how many records pending holds
