@@ -90,8 +90,7 @@ const maxBadLines = 10
 type Report struct {
 	// Requests is how many requests were replayed and compared.
 	Requests int `json:"requests"`
-	// First and Last are the times of the first and last requests
-	// compared.
+	// First is the time of the first request compared, Last the latest.
 	First time.Time `json:"first"`
 	Last  time.Time `json:"last"`
 	// WarmupRequests is how many requests of Options.Warmup were replayed
@@ -305,7 +304,7 @@ func (rp *replayer) replay(ctx context.Context, rec *requestlog.Record, n int, o
 		rep.First = rec.Time
 	}
 	rep.Requests++
-	rep.Last = rec.Time
+	rep.Last = rp.latest
 	if rp.rep.compare(old, neu, rp.groups) && rp.descs != nil {
 		rp.descs.add(rec, &old.dec, &neu.dec)
 	}
