@@ -3,6 +3,7 @@ package replay
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"io"
 	"testing"
 )
@@ -37,7 +38,7 @@ func FuzzLineReader(f *testing.F) {
 				t.Fatalf("line %d = %q, newline %v, long %v; want %q, newline %v, long %v", i+1, line, newline, long, w, !last, size > max)
 			}
 		}
-		if _, _, _, err := lr.next(); err != io.EOF {
+		if _, _, _, err := lr.next(); !errors.Is(err, io.EOF) {
 			t.Errorf("after the last line: %v, want io.EOF", err)
 		}
 	})

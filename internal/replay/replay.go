@@ -389,7 +389,7 @@ func decodeAll(ctx context.Context, r io.Reader, name string, strict bool) <-cha
 		n := 1
 		for ; ; n++ {
 			line, newline, long, err := lr.next()
-			if err == io.EOF {
+			if errors.Is(err, io.EOF) {
 				break
 			}
 			if err != nil {
@@ -445,7 +445,7 @@ func (lr *lineReader) next() (line []byte, newline, long bool, err error) {
 			}
 			return lr.buf[:len(lr.buf)-1], true, false, nil
 		case errors.Is(err, bufio.ErrBufferFull):
-		case err == io.EOF && (long || len(lr.buf) > 0):
+		case errors.Is(err, io.EOF) && (long || len(lr.buf) > 0):
 			return lr.buf, false, long, nil
 		default:
 			return nil, false, false, err

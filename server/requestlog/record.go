@@ -36,6 +36,12 @@
 //
 // Readers apply "bytes" and "limits" over "request"; a reader that ignores
 // them still gets a valid /json body.
+//
+// A record whose line would be longer than the log's bound
+// (Options.MaxRecord) is written as a marker instead, which says when the
+// request was decided and how large it was:
+//
+//	{"time": "...", "omitted": {"bytes": 1411402, "descriptors": 64}}
 package requestlog
 
 import (
