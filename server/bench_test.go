@@ -97,27 +97,29 @@ func BenchmarkShouldRateLimit(b *testing.B) {
 
 // BenchmarkRequestLog measures what --request-log costs a decision: Envoy's
 // ShouldRateLimit in-process on one descriptor, without a log, and with
-// one sampling every request or 1 in 100 (the writer goroutine encodes
-// and writes off the decision path; records it cannot take in time are
-// dropped and counted).
+// one sampling every request (also rotated at 1 MiB, every few thousand
+// records) or 1 in 100 (the writer goroutine encodes, writes and rotates
+// off the decision path; records it cannot take in time are dropped and
+// counted).
 func BenchmarkRequestLog(b *testing.B) {
 	for _, bm := range []struct {
-		name   string
-		sample float64 // <0: no log
-	}{{"off", -1}, {"sample_1", 1}, {"sample_0.01", 0.01}} {
+		name    string
+		sample  float64 // <0: no log
+		maxSize int     // MiB, 0: no rotation
+	}{{"off", -1, 0}, {"sample_1", 1, 0}, {"sample_1_rotating", 1, 1}, {"sample_0.01", 0.01, 0}} {
 		b.Run(bm.name, func(b *testing.B) {
 			store := memory.New(memory.Options{})
 			b.Cleanup(func() { store.Close() })
 			var opts server.Options
 			if bm.sample >= 0 {
-				l, err := requestlog.Open(filepath.Join(b.TempDir(), "requests.log"), requestlog.Options{Sample: bm.sample})
+				l, err := requestlog.Open(filepath.Join(b.TempDir(), "requests.log"), requestlog.Options{Sample: bm.sample, MaxSize: bm.maxSize, MaxBackups: 1})
 				if err != nil {
 					b.Fatal(err)
 				}
 				b.Cleanup(func() {
 					l.Close()
 					written, dropped := l.Counts()
-					b.Logf("written %d, dropped %d", written, dropped)
+					b.Logf("written %d, dropped %d, rotated %d times", written, dropped, l.Rotations())
 				})
 				opts.RequestLog = l
 			}

@@ -19,13 +19,14 @@ func BenchmarkLogRequest(b *testing.B) {
 		{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "remote_address", Value: "10.0.0.1"}}},
 	}}
 	for _, bm := range []struct {
-		name   string
-		sample float64 // <0: no log
-	}{{"off", -1}, {"sample_1", 1}, {"sample_0.01", 0.01}} {
+		name    string
+		sample  float64 // <0: no log
+		maxSize int     // MiB, 0: no rotation
+	}{{"off", -1, 0}, {"sample_1", 1, 0}, {"sample_1_rotating", 1, 1}, {"sample_0.01", 0.01, 0}} {
 		b.Run(bm.name, func(b *testing.B) {
 			var opts Options
 			if bm.sample >= 0 {
-				l, err := requestlog.Open(filepath.Join(b.TempDir(), "requests.log"), requestlog.Options{Sample: bm.sample})
+				l, err := requestlog.Open(filepath.Join(b.TempDir(), "requests.log"), requestlog.Options{Sample: bm.sample, MaxSize: bm.maxSize, MaxBackups: 1})
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -2,9 +2,12 @@ package server_test
 
 import (
 	"bufio"
+	"bytes"
 	"crypto/sha256"
+	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -119,6 +122,63 @@ func TestRequestLogSampleZero(t *testing.T) {
 		}
 		if got := len(readLog(t, path)); got != tc.want {
 			t.Errorf("sample %v: %d lines, want %d", tc.sample, got, tc.want)
+		}
+	}
+}
+
+// TestLargestRequestFitsLine: the record of the largest request the
+// server takes (MaxRecvMsgSize, in as many entries as it takes, every key
+// and value of control bytes, which go in base64) fits in
+// requestlog.MaxLine, the longest line replay reads; under the default
+// bound it is a marker.
+func TestLargestRequestFitsLine(t *testing.T) {
+	const descs, entries = 64, 15
+	per := (server.MaxRecvMsgSize-64*descs)/(descs*entries) - 9 // an entry's wire overhead
+	var ds [][]byte
+	for range descs {
+		var kv []string
+		for range entries {
+			kv = append(kv, "\x02", strings.Repeat("\x01", per))
+		}
+		ds = append(ds, wireDesc(kv...))
+	}
+	w := envoyWire("b", ds...)
+	if len(w) > server.MaxRecvMsgSize || len(w) < server.MaxRecvMsgSize-4096 {
+		t.Fatalf("request of %d bytes, want just under %d", len(w), server.MaxRecvMsgSize)
+	}
+	for _, tc := range []struct {
+		maxRecord int
+		omitted   bool
+	}{{requestlog.MaxLine, false}, {0, true}} {
+		path := filepath.Join(t.TempDir(), "requests.log")
+		l, err := requestlog.Open(path, requestlog.Options{Sample: 1, MaxRecord: tc.maxRecord})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := newHarness(t, parseRules(t, bytesRules), server.Options{RequestLog: l})
+		if _, err := h.sendWire(t.Context(), w); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(data) > requestlog.MaxLine || bytes.Count(data, []byte("\n")) != 1 {
+			t.Fatalf("max record %d: the log holds %d bytes in %d lines, want one line of at most %d", tc.maxRecord, len(data), bytes.Count(data, []byte("\n")), requestlog.MaxLine)
+		}
+		t.Logf("max record %d: a request of %d bytes took a line of %d (%.2f bytes per byte)", tc.maxRecord, len(w), len(data), float64(len(data))/float64(len(w)))
+		var dec requestlog.Decoder
+		var got requestlog.Record
+		err = dec.Decode(data[:len(data)-1], &got)
+		_, omitted := errors.AsType[*requestlog.OmittedError](err)
+		switch {
+		case tc.omitted && !omitted:
+			t.Errorf("default bound: Decode = %v, want an OmittedError", err)
+		case !tc.omitted && (err != nil || len(got.Descriptors) != descs || got.Descriptors[descs-1].Entries[entries-1].Value != strings.Repeat("\x01", per)):
+			t.Errorf("max record %d: Decode = %v, want the request whole", tc.maxRecord, err)
 		}
 	}
 }

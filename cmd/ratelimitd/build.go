@@ -189,15 +189,15 @@ type requestLog struct {
 
 // openRequestLog opens --request-log; nil without it.
 func openRequestLog(f *flags, log *slog.Logger, reg *prometheus.Registry) (*requestLog, error) {
-	if f.requestLog == "" {
+	if f.requestLog.path == "" {
 		return nil, nil
 	}
 	r := &requestLog{hup: make(chan os.Signal, 1), log: log}
 	signal.Notify(r.hup, syscall.SIGHUP)
 	var err error
-	r.l, err = requestlog.Open(f.requestLog, requestlog.Options{
-		Sample: f.requestLogSample, Reopen: r.hup, Registry: reg, Logger: log.With("component", "request-log"),
-	})
+	opts := f.requestLog.options()
+	opts.Reopen, opts.Registry, opts.Logger = r.hup, reg, log.With("component", "request-log")
+	r.l, err = requestlog.Open(f.requestLog.path, opts)
 	if err != nil {
 		signal.Stop(r.hup)
 		return nil, err

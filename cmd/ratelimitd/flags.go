@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/hotkeys"
 	"github.com/ratelimitd/ratelimitd/internal/tlsconfig"
 	"github.com/ratelimitd/ratelimitd/server"
+	"github.com/ratelimitd/ratelimitd/server/requestlog"
 )
 
 // mainVersion is set at build time: -ldflags "-X main.mainVersion=v1.2.3".
@@ -73,8 +75,21 @@ type flags struct {
 	logLevel          slog.Level
 	logFormat         string
 	version           bool
-	requestLog        string
-	requestLogSample  float64
+	requestLog        requestLogFlags
+}
+
+// requestLogFlags are the settings of --request-log.
+type requestLogFlags struct {
+	path       string
+	sample     float64
+	maxSize    int // MiB
+	maxBackups int
+	maxRecord  int // bytes
+}
+
+// options returns the request log's options of r.
+func (r *requestLogFlags) options() requestlog.Options {
+	return requestlog.Options{Sample: r.sample, MaxSize: r.maxSize, MaxBackups: r.maxBackups, MaxRecord: r.maxRecord}
 }
 
 // redisFlags are the settings of a Redis --backend.
@@ -272,9 +287,14 @@ func defineFlags(fs *flag.FlagSet, f *flags) {
 	fs.TextVar(&f.logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn or error")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
 	fs.BoolVar(&f.version, "version", false, "print the version and exit")
-	fs.StringVar(&f.requestLog, "request-log", "", "append a sample of the decided requests to this `file`, a JSON line each (their /json body and time) for `ratelimitd replay`;\n"+
-		"reopened on SIGHUP for log rotation; off when empty")
-	fs.Float64Var(&f.requestLogSample, "request-log-sample", 1, "share of requests --request-log writes, 0 to 1")
+	fs.StringVar(&f.requestLog.path, "request-log", "", "append a sample of the decided requests to this `file`, a JSON line each (their /json body and time) for `ratelimitd replay`;\n"+
+		"rotated at --request-log-max-size, and reopened on SIGHUP for rotation from outside; off when empty")
+	fs.Float64Var(&f.requestLog.sample, "request-log-sample", 1, "share of requests --request-log writes, 0 to 1")
+	fs.IntVar(&f.requestLog.maxSize, "request-log-max-size", requestlog.DefaultMaxSize, "`MiB` past which --request-log is renamed aside (NAME-TIME-size.log) and a new file opened;\n"+
+		"0: no bound, for rotation from outside (SIGHUP)")
+	fs.IntVar(&f.requestLog.maxBackups, "request-log-max-backups", requestlog.DefaultMaxBackups, "how many files rotated at --request-log-max-size are kept, the newest (at least 1)")
+	fs.IntVar(&f.requestLog.maxRecord, "request-log-max-record", requestlog.DefaultMaxRecord, "longest line of --request-log, in bytes (at most "+strconv.Itoa(requestlog.MaxLine)+", what replay reads):\n"+
+		"a longer record is written as a marker with its size, and counted")
 }
 
 // check returns what is wrong with f, nil if nothing.
@@ -298,8 +318,6 @@ func (f *flags) check() error {
 		return errors.New("the --redis-*-timeout flags must be positive")
 	case !(f.nearLimitRatio > 0 && f.nearLimitRatio <= 1):
 		return fmt.Errorf("--near-limit-ratio %v: want more than 0 and at most 1", f.nearLimitRatio)
-	case !(f.requestLogSample >= 0 && f.requestLogSample <= 1):
-		return fmt.Errorf("--request-log-sample %v: want 0 to 1", f.requestLogSample)
 	case !(f.tracing.sampleRatio >= 0 && f.tracing.sampleRatio <= 1):
 		return fmt.Errorf("--trace-sample-ratio %v: want 0 to 1", f.tracing.sampleRatio)
 	case f.shutdownDelay < 0 || f.shutdownTimeout < 0:
@@ -313,7 +331,7 @@ func (f *flags) check() error {
 	case f.hotKeys.values != "digest" && f.hotKeys.values != "show":
 		return fmt.Errorf("--hotkeys-values %q: want digest or show", f.hotKeys.values)
 	}
-	return errors.Join(f.tls.check(), f.httpConn.check(), f.grpcConn.check())
+	return errors.Join(f.tls.check(), f.httpConn.check(), f.grpcConn.check(), f.requestLog.options().Check())
 }
 
 // checkRules checks that f names one source of rules, and that an xDS

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -12,6 +13,10 @@ import (
 	"testing"
 	"time"
 
+	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/ratelimitd/ratelimitd/internal/metricstest"
 	"github.com/ratelimitd/ratelimitd/internal/replay"
 )
 
@@ -188,5 +193,135 @@ func TestReplaySkipsBadLines(t *testing.T) {
 	}
 	if rep.Requests != 2 || rep.BadLines != 1 || len(rep.FirstBadLines) != 1 || rep.FirstBadLines[0] != 2 || rep.PartialLine != 4 {
 		t.Errorf("replay --json = %+v, want 2 requests, bad line 2, partial line 4", rep)
+	}
+}
+
+// hostileRequest is the request that grew the log six bytes for one: 64
+// descriptors of 15 entries, each value 1 KiB of control bytes.
+func hostileRequest(descs, entries, size int) *rlsv3.RateLimitRequest {
+	req := &rlsv3.RateLimitRequest{Domain: "d"}
+	for range descs {
+		d := &commonv3.RateLimitDescriptor{}
+		for range entries {
+			d.Entries = append(d.Entries, &commonv3.RateLimitDescriptor_Entry{Key: "k", Value: strings.Repeat("\x01", size)})
+		}
+		req.Descriptors = append(req.Descriptors, d)
+	}
+	return req
+}
+
+// TestRequestLogBounded: a client sending the largest requests fills no
+// more than --request-log-max-size times 1 + --request-log-max-backups:
+// records over --request-log-max-record are markers, the others rotate
+// the file, each counted; replay reads what is left, markers counted.
+func TestRequestLogBounded(t *testing.T) {
+	dir := t.TempDir()
+	rules, logPath := filepath.Join(dir, "rules.yaml"), filepath.Join(dir, "requests.log")
+	writeFile(t, rules, goodRules)
+	d := startDaemon(t, "--config", rules, "--request-log", logPath, "--request-log-max-size", "1", "--request-log-max-backups", "1")
+	client := rlsv3.NewRateLimitServiceClient(d.conn)
+	const hostile, large = 3, 20
+	for range hostile { // 1 MB: a marker each
+		if _, err := client.ShouldRateLimit(t.Context(), hostileRequest(64, 15, 1000)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range large { // 64 x 2 KiB: lines of about 190 KB, under the 256 KiB bound
+		if _, err := client.ShouldRateLimit(t.Context(), hostileRequest(64, 1, 2<<10)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	var mfs metricstest.Families
+	for {
+		mfs = scrapeDaemon(t, d)
+		if n, _ := mfs.Value("ratelimitd_request_log_written_total", ""); n == hostile+large {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the log did not write %d records; logs:\n%s", hostile+large, d.logs)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n, _ := mfs.Value("ratelimitd_request_log_omitted_total", ""); n != hostile {
+		t.Errorf("omitted_total = %v, want %d", n, hostile)
+	}
+	if n, _ := mfs.Value("ratelimitd_request_log_rotations_total", ""); n < 3 {
+		t.Errorf("rotations_total = %v, want at least 3 (3.8 MB in files of 1 MiB)", n)
+	}
+	var files []string
+	for { // the rotated files beyond the newest are removed in the background
+		files, _ = filepath.Glob(filepath.Join(dir, "requests-*-size.log"))
+		if len(files) == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("rotated files %v, want 1 (--request-log-max-backups)", files)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	var all []byte
+	for _, f := range append(files, logPath) {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(b) >= 1<<20 {
+			t.Errorf("%s holds %d bytes, want less than 1 MiB", f, len(b))
+		}
+		all = append(all, b...)
+	}
+	joined := filepath.Join(dir, "joined.log")
+	writeFile(t, joined, string(all))
+	code, out, errOut := runExit(t, "replay", "--json", "--strict", "--old", rules, "--new", rules, joined)
+	var rep replay.Report
+	if err := json.Unmarshal([]byte(out), &rep); code != 0 || err != nil {
+		t.Fatalf("replay --json: exit status %d, %v: %s%s", code, err, out, errOut)
+	}
+	if rep.Requests+rep.Omitted != bytes.Count(all, []byte("\n")) || rep.Requests < 5 || rep.OutOfOrder != 0 || rep.BadLines != 0 {
+		t.Errorf("replay = %d requests, %d omitted, %d out of order, %d bad lines; want every line of the %d kept read, in order",
+			rep.Requests, rep.Omitted, rep.OutOfOrder, rep.BadLines, bytes.Count(all, []byte("\n")))
+	}
+}
+
+// TestReplayFlags: --warmup, --by descriptor --top N, and logs
+// concatenated out of order (counted, or refused under --strict), as the
+// text report says them.
+func TestReplayFlags(t *testing.T) {
+	dir := t.TempDir()
+	oldPath, newPath, logPath := filepath.Join(dir, "old.yaml"), filepath.Join(dir, "new.yaml"), filepath.Join(dir, "requests.log")
+	writeFile(t, oldPath, goodRules)
+	writeFile(t, newPath, strings.Replace(goodRules, "requests_per_unit: 3", "requests_per_unit: 1", 1))
+	line := func(sec int, v string) string {
+		return fmt.Sprintf(`{"time":"2026-01-02T03:04:%02dZ","request":{"domain":"d","descriptors":[{"entries":[{"key":"k","value":"%s"}]}]}}`+"\n", sec, v)
+	}
+	var a, b string
+	for s := range 5 {
+		a += line(10+s, "acme") + line(10+s, "acme") + line(10+s, "beta")
+		b += line(s, "gamma")
+	}
+	a += line(15, "delta") + line(15, "delta")
+	writeFile(t, logPath, a+b) // b concatenated after a, 10 s earlier
+	// 3 requests a minute under --old, 1 under --new: acme, beta and
+	// gamma lose 2 requests each, delta 1.
+	for _, tc := range []struct {
+		args []string
+		code int
+		want []string
+	}{
+		{nil, 0, []string{"Replayed 22 requests from 2026-01-02T03:04:10.000Z to 2026-01-02T03:04:15.000Z (5s)", "7 newly refused",
+			"Out of order: 5 lines (the first, line 18), up to 15s before a line above them"}},
+		{[]string{"--strict"}, 1, []string{logPath + ":18: out of order: 15s before line 16's time"}},
+		{[]string{"--by", "descriptor", "--top", "3"}, 0, []string{"Descriptors whose decision changed most",
+			"         2  d: k=acme  (2, 0)\n         2  d: k=beta  (2, 0)\n         2  d: k=gamma  (2, 0)\n"}},
+		{[]string{"--warmup", "2s"}, 0, []string{"Replayed 16 requests from 2026-01-02T03:04:12.000Z", "after 6 of the warmup, not compared", "4 newly refused"}},
+		{[]string{"--by", "tenant"}, 2, []string{"--by \"tenant\": want rule or descriptor"}},
+	} {
+		code, out, errOut := runExit(t, append(append([]string{"replay"}, tc.args...), "--old", oldPath, "--new", newPath, logPath)...)
+		for _, want := range tc.want {
+			if code != tc.code || !strings.Contains(out+errOut, want) {
+				t.Errorf("replay %v: exit status %d, printed:\n%s%s\nwant %d and %q", tc.args, code, out, errOut, tc.code, want)
+			}
+		}
 	}
 }

@@ -5,7 +5,6 @@ package replay
 
 import (
 	"bufio"
-	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -22,9 +21,16 @@ import (
 	"github.com/ratelimitd/ratelimitd/server/requestlog"
 )
 
-// maxLine is the longest log line read: a /json body of
-// server.MaxRecvMsgSize, with room for its "bytes".
-const maxLine = 4 * server.MaxRecvMsgSize
+// maxLine is the longest log line read, its newline included: the
+// longest the daemon writes. A longer line (from an older daemon, or not
+// the daemon's) is skipped and counted, or under Options.Strict refused.
+const maxLine = requestlog.MaxLine
+
+// DefaultOrderTolerance is Options.OrderTolerance when zero.
+const DefaultOrderTolerance = time.Second
+
+// DefaultMaxDescriptors is Options.MaxDescriptors when zero.
+const DefaultMaxDescriptors = 100_000
 
 // Directions of a difference.
 const (
@@ -47,11 +53,34 @@ type Options struct {
 	MaxKeys int
 	// Name names the log in errors, such as its path.
 	Name string
-	// Strict stops the replay at the first line that cannot be decoded,
-	// and decodes a last line that does not end in a newline; otherwise
-	// such lines are skipped and counted (Report.BadLines,
-	// Report.PartialLine).
+	// Strict stops the replay at the first line that cannot be decoded
+	// (or is longer than a log's lines, requestlog.MaxLine) and at the
+	// first line out of order (see OrderTolerance), and decodes a last
+	// line that does not end in a newline; otherwise such lines are
+	// skipped and counted (Report.BadLines, Report.PartialLine), and
+	// lines out of order counted (Report.OutOfOrder).
 	Strict bool
+	// OrderTolerance is how far a line's time may be before the latest
+	// time of the lines above it and count as in order: a daemon's log is
+	// a little out of order (requests are timed on many goroutines, and
+	// written by one), and so is a merge of nearly ordered logs. A line
+	// further behind (logs concatenated rather than merged) is out of
+	// order. Either way it is decided at that latest time: the replay's
+	// clock never goes back. Zero means DefaultOrderTolerance.
+	OrderTolerance time.Duration
+	// Warmup replays the requests of the log's first Warmup (from its
+	// first line's time) to fill the counters, without comparing their
+	// decisions: a log that starts in the middle of a window compares
+	// from counters that hold that window.
+	Warmup time.Duration
+	// ByDescriptor also counts the differing requests by descriptor (see
+	// Report.Descriptors), the TopDescriptors that differ most reported.
+	ByDescriptor   bool
+	TopDescriptors int
+	// MaxDescriptors bounds the descriptors ByDescriptor counts; the
+	// differences of others are counted apart
+	// (Report.UntrackedDescriptors). Zero means DefaultMaxDescriptors.
+	MaxDescriptors int
 }
 
 // maxBadLines is how many bad lines a Report names.
@@ -59,11 +88,14 @@ const maxBadLines = 10
 
 // A Report is what Run found.
 type Report struct {
-	// Requests is how many requests were replayed.
+	// Requests is how many requests were replayed and compared.
 	Requests int `json:"requests"`
-	// First and Last are the times of the first and last requests.
+	// First is the time of the first request compared, Last the latest.
 	First time.Time `json:"first"`
 	Last  time.Time `json:"last"`
+	// WarmupRequests is how many requests of Options.Warmup were replayed
+	// without being compared.
+	WarmupRequests int `json:"warmup_requests,omitempty"`
 	// Differ is how many requests were decided differently, the sum of
 	// the three directions.
 	Differ        int `json:"differ"`
@@ -89,6 +121,43 @@ type Report struct {
 	// a newline (the log was still being written) and was skipped; 0 when
 	// none was.
 	PartialLine int `json:"partial_line,omitempty"`
+	// OutOfOrder is how many lines were out of order: further before the
+	// latest time above them than Options.OrderTolerance. Each was
+	// decided at that latest time, which changes its decision when a
+	// window ended in between. FirstOutOfOrderLine is the first's number,
+	// and MaxBehind the furthest any was behind.
+	OutOfOrder          int           `json:"out_of_order"`
+	FirstOutOfOrderLine int           `json:"first_out_of_order_line,omitempty"`
+	MaxBehind           time.Duration `json:"max_behind_ns,omitempty"`
+	// Omitted is how many requests the log holds only as a marker, their
+	// record over the daemon's bound (--request-log-max-record): they
+	// were not replayed, and the counters they would have used hold less
+	// than the daemon's did.
+	Omitted int `json:"omitted"`
+	// Descriptors are, with Options.ByDescriptor, the descriptors of the
+	// differing requests whose own decision changed, the most first;
+	// UntrackedDescriptors counts the changes of descriptors past
+	// Options.MaxDescriptors.
+	Descriptors          []DescriptorDiff `json:"descriptors,omitempty"`
+	UntrackedDescriptors int              `json:"untracked_descriptors,omitempty"`
+}
+
+// A DescriptorDiff counts the differing requests whose descriptor, one
+// domain and entries, changed its own decision, in each direction.
+type DescriptorDiff struct {
+	Domain string `json:"domain"`
+	// Entries are its keys and values; a key or value that is not plain
+	// text is shown as "hex:" and its bytes in hex.
+	Entries       []Entry `json:"entries"`
+	Requests      int     `json:"requests"`
+	NewlyRefused  int     `json:"newly_refused"`
+	NewlyAdmitted int     `json:"newly_admitted"`
+}
+
+// An Entry is a descriptor's key and value, as a report shows them.
+type Entry struct {
+	Key   string `json:"key"`
+	Value string `json:"value"`
 }
 
 // A RuleDiff counts the requests one rule decides differently in one
@@ -146,6 +215,9 @@ func Run(ctx context.Context, r io.Reader, opts Options) (*Report, error) {
 	if opts.Old == nil || opts.New == nil {
 		return nil, errors.New("replay: both rule sets are needed")
 	}
+	if opts.Warmup < 0 || opts.OrderTolerance < 0 || opts.TopDescriptors < 0 || opts.MaxDescriptors < 0 {
+		return nil, errors.New("replay: warmup, order tolerance, top descriptors and max descriptors must not be negative")
+	}
 	name := cmp.Or(opts.Name, "log")
 	old, neu := newSide(opts.Old, opts.MaxKeys), newSide(opts.New, opts.MaxKeys)
 	defer old.store.Close()
@@ -153,34 +225,90 @@ func Run(ctx context.Context, r io.Reader, opts Options) (*Report, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	batches := decodeAll(ctx, r, name, opts.Strict)
-	rep := &Report{}
-	groups := map[groupKey]int{}
+	rp := replayer{opts: opts, name: name, tolerance: cmp.Or(opts.OrderTolerance, DefaultOrderTolerance), groups: map[groupKey]int{}}
+	if opts.ByDescriptor {
+		rp.descs = newDescriptorCounts(cmp.Or(opts.MaxDescriptors, DefaultMaxDescriptors))
+	}
 	for b := range batches {
 		<-b.done
 		if b.err != nil {
 			return nil, b.err
 		}
-		rep.addBad(b)
+		rp.rep.addBad(b)
 		for i := range b.recs {
-			rec := &b.recs[i]
-			if rep.Requests == 0 {
-				rep.First = rec.Time
+			if err := rp.replay(ctx, &b.recs[i], b.recLines[i], b.omitted[i], old, neu); err != nil {
+				return nil, err
 			}
-			rep.Requests++
-			rep.Last = rec.Time
-			old.decide(ctx, rec)
-			neu.decide(ctx, rec)
-			if err := cmp.Or(ctx.Err(), storeError(old.err), storeError(neu.err)); err != nil {
-				return nil, fmt.Errorf("%s:%d: %w", name, b.recLines[i], err)
-			}
-			rep.compare(old, neu, groups)
 		}
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	rep.Rules = sortedGroups(groups)
-	return rep, nil
+	rp.rep.Rules = sortedGroups(rp.groups)
+	if rp.descs != nil {
+		rp.rep.Descriptors, rp.rep.UntrackedDescriptors = rp.descs.top(opts.TopDescriptors), rp.descs.untracked
+	}
+	return &rp.rep, nil
+}
+
+// A replayer is Run's state between lines.
+type replayer struct {
+	opts       Options
+	name       string
+	tolerance  time.Duration
+	rep        Report
+	groups     map[groupKey]int
+	descs      *descriptorCounts // with Options.ByDescriptor
+	lines      int               // lines replayed, markers included
+	latest     time.Time         // the latest time of the lines so far
+	latestLine int               // its line's number
+	warmEnd    time.Time         // the end of Options.Warmup
+}
+
+// replay decides rec, from line n of the log, under both rule sets, and
+// counts what it finds; an omitted request (a marker) is only counted.
+func (rp *replayer) replay(ctx context.Context, rec *requestlog.Record, n int, omitted bool, old, neu *side) error {
+	if rp.lines == 0 {
+		rp.latest, rp.latestLine, rp.warmEnd = rec.Time, n, rec.Time.Add(rp.opts.Warmup)
+	}
+	rp.lines++
+	if behind := rp.latest.Sub(rec.Time); behind > rp.tolerance {
+		if rp.opts.Strict {
+			return fmt.Errorf("%s:%d: out of order: %s before line %d's time (more than the tolerance, %s); merge logs by time (sort -m), do not concatenate them",
+				rp.name, n, behind, rp.latestLine, rp.tolerance)
+		}
+		rp.rep.OutOfOrder++
+		if rp.rep.FirstOutOfOrderLine == 0 {
+			rp.rep.FirstOutOfOrderLine = n
+		}
+		rp.rep.MaxBehind = max(rp.rep.MaxBehind, behind)
+	}
+	if rec.Time.After(rp.latest) {
+		rp.latest, rp.latestLine = rec.Time, n
+	}
+	if omitted {
+		rp.rep.Omitted++
+		return nil
+	}
+	old.decide(ctx, rec)
+	neu.decide(ctx, rec)
+	if err := cmp.Or(ctx.Err(), storeError(old.err), storeError(neu.err)); err != nil {
+		return fmt.Errorf("%s:%d: %w", rp.name, n, err)
+	}
+	if rp.latest.Before(rp.warmEnd) { // decided, at the latest time, within the warmup
+		rp.rep.WarmupRequests++
+		return nil
+	}
+	rep := &rp.rep
+	if rep.Requests == 0 {
+		rep.First = rec.Time
+	}
+	rep.Requests++
+	rep.Last = rp.latest
+	if rp.rep.compare(old, neu, rp.groups) && rp.descs != nil {
+		rp.descs.add(rec, &old.dec, &neu.dec)
+	}
+	return nil
 }
 
 // addBad counts the lines of b skipped.
@@ -208,9 +336,11 @@ type batch struct {
 	data     []byte              // the lines' bytes, back to back
 	ends     []int               // where each line ends in data
 	lines    []int               // each line's number
+	long     []bool              // each line's length was over maxLine (its bytes are not in data)
 	strict   bool                // a line that cannot be decoded is an error, not skipped
 	recs     []requestlog.Record // the decoded records
 	recLines []int               // each record's line number
+	omitted  []bool              // each record is a marker, of a record over the daemon's bound
 	bad      []int               // the numbers of the lines skipped
 	badErr   error               // why the first of them could not be decoded
 	partial  int                 // the number of the last line, skipped: it has no newline
@@ -240,18 +370,6 @@ func decodeAll(ctx context.Context, r io.Reader, name string, strict bool) <-cha
 	go func() {
 		defer close(ordered)
 		defer close(work)
-		sc := bufio.NewScanner(r)
-		sc.Buffer(make([]byte, 64<<10), maxLine)
-		partial := false
-		if !strict {
-			sc.Split(func(data []byte, atEOF bool) (int, []byte, error) {
-				if atEOF && len(data) > 0 && bytes.IndexByte(data, '\n') < 0 {
-					partial = true
-					return len(data), nil, nil // skipped: no token
-				}
-				return bufio.ScanLines(data, atEOF)
-			})
-		}
 		b := newBatch(strict)
 		send := func() bool {
 			select {
@@ -267,28 +385,72 @@ func decodeAll(ctx context.Context, r io.Reader, name string, strict bool) <-cha
 			b = newBatch(strict)
 			return true
 		}
+		lr := lineReader{r: bufio.NewReaderSize(r, 64<<10), max: maxLine}
 		n := 1
-		for ; sc.Scan(); n++ {
-			if len(sc.Bytes()) == 0 {
+		for ; ; n++ {
+			line, newline, long, err := lr.next()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				b.err = fmt.Errorf("%s:%d: %w", name, n, err)
+				break
+			}
+			if !newline && !strict {
+				b.partial = n // skipped: the log is being written
+				break
+			}
+			if len(line) == 0 && !long {
 				continue
 			}
-			b.data = append(b.data, sc.Bytes()...)
+			b.data = append(b.data, line...)
 			b.ends = append(b.ends, len(b.data))
 			b.lines = append(b.lines, n)
+			b.long = append(b.long, long)
 			if len(b.ends) == batchSize && !send() {
 				return
 			}
-		}
-		if err := sc.Err(); err != nil {
-			b.err = fmt.Errorf("%s:%d: %w", name, n, err)
-		} else if partial {
-			b.partial = n
 		}
 		if len(b.ends) > 0 || b.err != nil || b.partial > 0 {
 			send()
 		}
 	}()
 	return ordered
+}
+
+// A lineReader reads lines of at most max bytes, the newline included.
+type lineReader struct {
+	r   *bufio.Reader
+	max int
+	buf []byte
+}
+
+// next returns the next line, without its newline, and whether it had one
+// (the last line may not); long reports a line longer than max, read to
+// its end but returned empty. It returns io.EOF after the last line.
+func (lr *lineReader) next() (line []byte, newline, long bool, err error) {
+	lr.buf = lr.buf[:0]
+	for {
+		chunk, err := lr.r.ReadSlice('\n')
+		if !long && len(lr.buf)+len(chunk) > lr.max {
+			long, lr.buf = true, lr.buf[:0]
+		}
+		if !long {
+			lr.buf = append(lr.buf, chunk...)
+		}
+		switch {
+		case err == nil:
+			if long {
+				return nil, true, true, nil
+			}
+			return lr.buf[:len(lr.buf)-1], true, false, nil
+		case errors.Is(err, bufio.ErrBufferFull):
+		case errors.Is(err, io.EOF) && (long || len(lr.buf) > 0):
+			return lr.buf, false, long, nil
+		default:
+			return nil, false, false, err
+		}
+	}
 }
 
 // newBatch returns an empty batch.
@@ -301,13 +463,24 @@ func (b *batch) decode(dec *requestlog.Decoder, name string) {
 		return
 	}
 	b.recs = make([]requestlog.Record, len(b.ends))
-	b.recLines = b.recLines[:0]
+	b.recLines, b.omitted = b.recLines[:0], b.omitted[:0]
 	from := 0
 	for i, end := range b.ends {
 		line := b.data[from:end]
 		from = end
 		k := len(b.recLines)
-		if err := dec.Decode(line, &b.recs[k]); err != nil {
+		err := errTooLong
+		if !b.long[i] {
+			err = dec.Decode(line, &b.recs[k])
+		}
+		if o, ok := errors.AsType[*requestlog.OmittedError](err); ok {
+			b.recs[k] = requestlog.Record{Time: o.Time}
+			err = nil
+			b.omitted = append(b.omitted, true)
+		} else if err == nil {
+			b.omitted = append(b.omitted, false)
+		}
+		if err != nil {
 			err = fmt.Errorf("%s:%d: %w", name, b.lines[i], err)
 			if b.strict {
 				b.recs = b.recs[:k]
@@ -326,6 +499,9 @@ func (b *batch) decode(dec *requestlog.Decoder, name string) {
 	b.recs = b.recs[:len(b.recLines)]
 }
 
+// errTooLong is the error of a line longer than maxLine.
+var errTooLong = fmt.Errorf("longer than %d bytes, the longest line a request log holds", maxLine)
+
 // storeError returns err when it is no invalid request, which the memory
 // store never causes: a cancelled context, or a bug.
 func storeError(err error) error {
@@ -336,8 +512,8 @@ func storeError(err error) error {
 }
 
 // compare counts the difference, if any, between the decisions of old and
-// neu on one request.
-func (rep *Report) compare(old, neu *side, groups map[groupKey]int) {
+// neu on one request, and reports whether both decided it, differently.
+func (rep *Report) compare(old, neu *side, groups map[groupKey]int) bool {
 	if old.err != nil {
 		rep.OldErrors++
 	}
@@ -354,11 +530,14 @@ func (rep *Report) compare(old, neu *side, groups map[groupKey]int) {
 		rep.Differ++
 		rep.NewlyRefused++
 		attribute(groups, NewlyRefused, &neu.dec, &old.dec)
+		return true
 	default:
 		rep.Differ++
 		rep.NewlyAdmitted++
 		attribute(groups, NewlyAdmitted, &old.dec, &neu.dec)
+		return true
 	}
+	return false
 }
 
 // attribute counts a request refused by refusing and admitted by other

@@ -223,3 +223,188 @@ func cpuTime(b *testing.B) time.Duration {
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
+
+// TestRunLongLines: a line longer than requestlog.MaxLine (an older
+// daemon's record of a hostile request, six times its size) is skipped
+// and counted, the lines after it replayed; under Strict it stops the
+// replay, named. A line of MaxLine bytes is read.
+func TestRunLongLines(t *testing.T) {
+	log, n := generate(1)
+	lines := bytes.SplitAfter(log, []byte("\n"))
+	rules := loadRules(t, "rules.yaml", oldRules)
+	// The record of 64 x 15 entries of 1 KiB of control bytes, as the
+	// daemon wrote it before: \u0001 for each.
+	var hostile strings.Builder
+	hostile.WriteString(`{"time":"2026-01-02T03:04:05.5Z","request":{"domain":"shop","descriptors":[`)
+	for d := range 64 {
+		if d > 0 {
+			hostile.WriteString(",")
+		}
+		hostile.WriteString(`{"entries":[`)
+		for e := range 15 {
+			if e > 0 {
+				hostile.WriteString(",")
+			}
+			hostile.WriteString(`{"key":"k","value":"` + strings.Repeat(`\u0001`, 1024) + `"}`)
+		}
+		hostile.WriteString("]}")
+	}
+	hostile.WriteString("]}}\n")
+	if hostile.Len() < 5<<20 {
+		t.Fatalf("the hostile line has %d bytes, want about 6 MB", hostile.Len())
+	}
+	// A record whose line is exactly MaxLine bytes.
+	rec := requestlog.Record{Time: start.Add(900 * time.Millisecond), Domain: "shop", Descriptors: []requestlog.Descriptor{{Entries: []requestlog.Entry{{Key: "path", Value: ""}}, Hits: 1}}}
+	rec.Descriptors[0].Entries[0].Value = strings.Repeat("a", requestlog.MaxLine-len(requestlog.AppendLine(nil, &rec)))
+	atBound := requestlog.AppendLine(nil, &rec)
+	if len(atBound) != requestlog.MaxLine {
+		t.Fatalf("the line at the bound has %d bytes, want %d", len(atBound), requestlog.MaxLine)
+	}
+	in := bytes.Join([][]byte{lines[0], []byte(hostile.String()), atBound}, nil)
+	in = append(in, bytes.Join(lines[1:], nil)...)
+
+	got, err := replay.Run(t.Context(), bytes.NewReader(in), replay.Options{Old: rules, New: rules, Name: "gen.log"})
+	if err != nil {
+		t.Fatalf("Run = %v, want the long line skipped", err)
+	}
+	if got.Requests != n+1 || got.BadLines != 1 || !slices.Equal(got.FirstBadLines, []int{2}) || !strings.Contains(got.FirstBadError, "gen.log:2: longer than") {
+		t.Errorf("Run = %d requests, bad lines %v (%q); want %d, [2], longer than", got.Requests, got.FirstBadLines, got.FirstBadError, n+1)
+	}
+	_, err = replay.Run(t.Context(), bytes.NewReader(in), replay.Options{Old: rules, New: rules, Name: "gen.log", Strict: true})
+	if err == nil || !strings.Contains(err.Error(), "gen.log:2: longer than") {
+		t.Errorf("Run (strict) = %v, want gen.log:2: longer than ...", err)
+	}
+}
+
+// TestRunOmitted: the marker of a record over the daemon's bound is
+// counted, not replayed, and not a bad line, under Strict too.
+func TestRunOmitted(t *testing.T) {
+	log, n := generate(1)
+	lines := bytes.SplitAfter(log, []byte("\n"))
+	marker := `{"time":"2026-01-02T03:04:05.001000000Z","omitted":{"bytes":1411402,"descriptors":64}}` + "\n"
+	in := append(append(append([]byte(nil), lines[0]...), marker...), bytes.Join(lines[1:], nil)...)
+	rules := loadRules(t, "rules.yaml", oldRules)
+	for _, strict := range []bool{false, true} {
+		got, err := replay.Run(t.Context(), bytes.NewReader(in), replay.Options{Old: rules, New: rules, Strict: strict})
+		if err != nil || got.Requests != n || got.Omitted != 1 || got.BadLines != 0 {
+			t.Errorf("Run (strict %v) = %+v, %v; want %d requests, 1 omitted, no bad line", strict, got, err, n)
+		}
+	}
+}
+
+// TestRunOutOfOrder: two logs concatenated rather than merged: every line
+// of the second that is more than the tolerance before the first's last
+// time is counted, the first named, and decided at that last time; under
+// Strict the first stops the replay. Lines less far behind are in order.
+func TestRunOutOfOrder(t *testing.T) {
+	a, na := generate(3)
+	b, nb := generate(3) // the same three seconds
+	rules := loadRules(t, "rules.yaml", oldRules)
+	in := append(append([]byte(nil), a...), b...)
+	got, err := replay.Run(t.Context(), bytes.NewReader(in), replay.Options{Old: rules, New: rules, Name: "cat.log"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// b's lines of its first two seconds are more than 1s before a's last
+	// time (second 2 and 92 ms), but for the last of second 1 (1s and 92
+	// ms, exactly the tolerance behind); those of its last second are not.
+	wantOut := 2*nb/3 - 1
+	last := start.Add(2*time.Second + time.Duration(na/3-1)*time.Millisecond)
+	if got.OutOfOrder != wantOut || got.FirstOutOfOrderLine != na+1 || got.MaxBehind != last.Sub(start) || got.Requests != na+nb {
+		t.Errorf("Run = %d out of order (first line %d, up to %s behind), %d requests; want %d (line %d, %s), %d",
+			got.OutOfOrder, got.FirstOutOfOrderLine, got.MaxBehind, got.Requests, wantOut, na+1, last.Sub(start), na+nb)
+	}
+	_, err = replay.Run(t.Context(), bytes.NewReader(in), replay.Options{Old: rules, New: rules, Name: "cat.log", Strict: true})
+	if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("cat.log:%d: out of order", na+1)) {
+		t.Errorf("Run (strict) = %v, want cat.log:%d: out of order", err, na+1)
+	}
+	// With a tolerance past the gap, nothing is out of order.
+	got, err = replay.Run(t.Context(), bytes.NewReader(in), replay.Options{Old: rules, New: rules, Strict: true, OrderTolerance: 3 * time.Second})
+	if err != nil || got.OutOfOrder != 0 {
+		t.Errorf("Run (tolerance 3s) = %v, %d out of order; want none", err, got.OutOfOrder)
+	}
+}
+
+// TestRunWarmup: the warmup's requests fill the counters, and are not
+// compared. One user sends a request a second for 10 seconds against 5
+// (old) and 8 (new) a minute: with 5 seconds of warmup, the 5 compared
+// requests find the counters at 5, so that the old rules refuse them all
+// and the new admit 3.
+func TestRunWarmup(t *testing.T) {
+	const rules = `domain: shop
+descriptors:
+  - key: user
+    rate_limit: {algorithm: fixed_window, unit: minute, requests_per_unit: 5}
+`
+	old, neu := loadRules(t, "old.yaml", rules), loadRules(t, "new.yaml", strings.Replace(rules, "5}", "8}", 1))
+	var log []byte
+	for s := range 10 {
+		rec := requestlog.Record{Time: start.Add(time.Duration(s) * time.Second), Domain: "shop",
+			Descriptors: []requestlog.Descriptor{{Entries: []requestlog.Entry{{Key: "user", Value: "u"}}, Hits: 1}}}
+		log = requestlog.AppendLine(log, &rec)
+	}
+	for _, tc := range []struct {
+		warmup                      time.Duration
+		requests, warm, newlyAdmits int
+	}{{0, 10, 0, 3}, {5 * time.Second, 5, 5, 3}, {8 * time.Second, 2, 8, 0}, {time.Hour, 0, 10, 0}} {
+		got, err := replay.Run(t.Context(), bytes.NewReader(log), replay.Options{Old: old, New: neu, Warmup: tc.warmup})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Requests != tc.requests || got.WarmupRequests != tc.warm || got.NewlyAdmitted != tc.newlyAdmits {
+			t.Errorf("warmup %s: %d requests compared, %d warm, %d newly admitted; want %d, %d, %d",
+				tc.warmup, got.Requests, got.WarmupRequests, got.NewlyAdmitted, tc.requests, tc.warm, tc.newlyAdmits)
+		}
+		if tc.requests > 0 && !got.First.Equal(start.Add(time.Duration(10-tc.requests)*time.Second)) {
+			t.Errorf("warmup %s: first compared at %s, want the first after the warmup", tc.warmup, got.First)
+		}
+	}
+}
+
+// TestRunByDescriptor: the differing requests broken down by descriptor,
+// the most first: users 5 to 9 lose 2 requests a second and user 4 one,
+// tenants 4 to 9 gain 2 a second and tenant 3 one (see
+// TestRunFindsTheRuleChange); user 7's value, not UTF-8, is shown in hex.
+// Past MaxDescriptors, changes are counted apart.
+func TestRunByDescriptor(t *testing.T) {
+	const seconds = 4
+	log, _ := generate(seconds)
+	old, neu := loadRules(t, "old.yaml", oldRules), loadRules(t, "new.yaml", newRules)
+	got, err := replay.Run(t.Context(), bytes.NewReader(log), replay.Options{Old: old, New: neu, ByDescriptor: true, TopDescriptors: 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := func(key, value string, refused, admitted int) replay.DescriptorDiff {
+		return replay.DescriptorDiff{Domain: "shop", Entries: []replay.Entry{{Key: key, Value: value}},
+			Requests: (refused + admitted) * seconds, NewlyRefused: refused * seconds, NewlyAdmitted: admitted * seconds}
+	}
+	want := []replay.DescriptorDiff{
+		d("tenant", "t4", 0, 2), d("tenant", "t5", 0, 2), d("tenant", "t6", 0, 2), d("tenant", "t7", 0, 2),
+		d("tenant", "t8", 0, 2), d("tenant", "t9", 0, 2), d("user", "hex:75ff37", 2, 0),
+	}
+	if diff := cmp.Diff(want, got.Descriptors); diff != "" || got.UntrackedDescriptors != 0 {
+		t.Errorf("descriptors (-want +got), %d untracked:\n%s", got.UntrackedDescriptors, diff)
+	}
+	all, err := replay.Run(t.Context(), bytes.NewReader(log), replay.Options{Old: old, New: neu, ByDescriptor: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := 0
+	for _, d := range all.Descriptors {
+		total += d.Requests
+	}
+	if len(all.Descriptors) != 13 || total != all.Differ {
+		t.Errorf("all descriptors: %d, %d changes; want 13, %d (one descriptor a request)", len(all.Descriptors), total, all.Differ)
+	}
+	bounded, err := replay.Run(t.Context(), bytes.NewReader(log), replay.Options{Old: old, New: neu, ByDescriptor: true, MaxDescriptors: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := 0
+	for _, d := range bounded.Descriptors {
+		held += d.Requests
+	}
+	if len(bounded.Descriptors) != 2 || held+bounded.UntrackedDescriptors != all.Differ {
+		t.Errorf("max 2 descriptors: %d held with %d changes, %d untracked; want 2, and %d in all", len(bounded.Descriptors), held, bounded.UntrackedDescriptors, all.Differ)
+	}
+}

@@ -19,6 +19,29 @@ type line struct {
 	Domain  *string         `json:"domain_base64"`
 	Bytes   []lineBytes     `json:"bytes"`
 	Limits  []lineLimit     `json:"limits"`
+	Omitted *lineOmitted    `json:"omitted"`
+}
+
+// lineOmitted is the marker that stands for a record over the log's bound.
+type lineOmitted struct {
+	Bytes       int `json:"bytes"`
+	Descriptors int `json:"descriptors"`
+}
+
+// An OmittedError is what Decode returns for the marker that stands for
+// a record whose line was over the log's bound (Options.MaxRecord): the
+// line tells when the request was decided, and how large it was, but not
+// what it asked.
+type OmittedError struct {
+	// Time is when the request was decided.
+	Time time.Time
+	// Bytes is the length its line would have had, and Descriptors its
+	// number of descriptors.
+	Bytes, Descriptors int
+}
+
+func (e *OmittedError) Error() string {
+	return fmt.Sprintf("request of %d descriptors omitted: its record of %d bytes was over the log's bound", e.Descriptors, e.Bytes)
 }
 
 // lineBytes is an entry of "bytes".
@@ -47,7 +70,8 @@ type Decoder struct {
 }
 
 // Decode reads one line (without its newline) into r, whose slices it
-// reuses. The strings of r do not point into b.
+// reuses. The strings of r do not point into b. For the marker of a
+// record over the log's bound, it returns an *OmittedError.
 func (d *Decoder) Decode(b []byte, r *Record) error {
 	if decodeFast(b, r, &d.intern) {
 		return nil
@@ -68,6 +92,9 @@ func (d *Decoder) decodeGeneral(b []byte, r *Record) error {
 	t, err := time.Parse(time.RFC3339Nano, d.line.Time)
 	if err != nil {
 		return fmt.Errorf("time: %w", err)
+	}
+	if o := d.line.Omitted; o != nil && len(d.line.Request) == 0 {
+		return &OmittedError{Time: t, Bytes: o.Bytes, Descriptors: o.Descriptors}
 	}
 	if len(d.line.Request) == 0 {
 		return errors.New(`no "request"`)

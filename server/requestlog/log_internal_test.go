@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -32,6 +33,7 @@ func checkLines(t *testing.T, path string) (domains []string, bad int) {
 	}
 	var dec Decoder
 	sc := bufio.NewScanner(bytes.NewReader(data))
+	sc.Buffer(nil, MaxLine)
 	for sc.Scan() {
 		var r Record
 		if err := dec.Decode(sc.Bytes(), &r); err != nil {
@@ -44,24 +46,27 @@ func checkLines(t *testing.T, path string) (domains []string, bad int) {
 }
 
 // TestOpenEndsTornLine: a log whose last line was cut short gets a
-// newline before the next record, which stays whole.
+// newline before the next record, which stays whole; with a size bound
+// too, where the rotator opens the file.
 func TestOpenEndsTornLine(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "requests.log")
-	whole := string(AppendLine(nil, testRecord("before")))
-	if err := os.WriteFile(path, []byte(whole+whole[:len(whole)/2]), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	l, err := Open(path, Options{Sample: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l.Log(testRecord("after"))
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
-	got, bad := checkLines(t, path)
-	if strings.Join(got, ",") != "before,after" || bad != 1 {
-		t.Errorf("log holds %v and %d bad lines, want [before after] and the torn line", got, bad)
+	for _, opts := range []Options{{Sample: 1}, {Sample: 1, MaxSize: 1, MaxBackups: 1}} {
+		path := filepath.Join(t.TempDir(), "requests.log")
+		whole := string(AppendLine(nil, testRecord("before")))
+		if err := os.WriteFile(path, []byte(whole+whole[:len(whole)/2]), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		l, err := Open(path, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.Log(testRecord("after"))
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+		got, bad := checkLines(t, path)
+		if strings.Join(got, ",") != "before,after" || bad != 1 {
+			t.Errorf("max size %d: log holds %v and %d bad lines, want [before after] and the torn line", opts.MaxSize, got, bad)
+		}
 	}
 }
 
@@ -192,5 +197,53 @@ func TestLogBoundsBytes(t *testing.T) {
 	}
 	if q := l.queued.Load(); q != 0 {
 		t.Errorf("queued bytes after Close = %d, want 0", q)
+	}
+}
+
+// sizesWriter records the length of each Write.
+type sizesWriter struct {
+	w     io.Writer
+	sizes []int // written by the writer goroutine, read after Close
+}
+
+// Write records len(p).
+func (s *sizesWriter) Write(p []byte) (int, error) {
+	s.sizes = append(s.sizes, len(p))
+	return s.w.Write(p)
+}
+
+// TestWritesBounded: no write is longer than flushSize, or than one line
+// when the line is longer, so that each fits in a file of the rotation's
+// size; the lines are all there, whole.
+func TestWritesBounded(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "requests.log")
+	sw := &sizesWriter{}
+	l, err := open(path, Options{Sample: 1, MaxRecord: MaxLine}, func(w io.Writer) io.Writer { sw.w = w; return sw })
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := testRecord("big")
+	big.Descriptors[0].Entries[0].Value = strings.Repeat("v", 3*flushSize)
+	bigLine := len(AppendLine(nil, &Record{Time: big.Time, Domain: "d199", Descriptors: big.Descriptors})) // the longest
+	var want []string
+	for i := range 200 {
+		d := fmt.Sprint("d", i)
+		if i%50 == 49 {
+			l.Log(&Record{Time: big.Time, Domain: d, Descriptors: big.Descriptors})
+		} else {
+			l.Log(testRecord(d))
+		}
+		want = append(want, d)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range sw.sizes {
+		if n > flushSize && n > bigLine {
+			t.Errorf("a write of %d bytes: more than %d, and than one line (%d)", n, flushSize, bigLine)
+		}
+	}
+	if got, bad := checkLines(t, path); strings.Join(got, ",") != strings.Join(want, ",") || bad != 0 {
+		t.Errorf("log holds %v and %d bad lines, want %v", got, bad, want)
 	}
 }

@@ -16,13 +16,17 @@
 //
 // Some requests say what no /json body can:
 //
-//   - a key or value that is not UTF-8, which protojson refuses in a
-//     string. The request shows it as "hex:" and its bytes in hex (as
-//     metric labels do), and the line adds an entry to "bytes" holding
-//     the real key and value in base64:
+//   - a key or value that is not plain text (see plain): not UTF-8, which
+//     protojson refuses in a string, or holding a control byte, or so many
+//     quotes and backslashes that their escapes would make it longer than
+//     its base64. The request shows it as "hex:" and the hex of its first
+//     16 bytes (and "..." when it has more), and the line adds an entry to
+//     "bytes" holding the real key and value in base64:
 //     {"descriptor": 0, "entry": 1, "key": "<base64>", "value": "<base64>"};
-//     a domain that is not UTF-8 is shown the same way, its bytes in
-//     "domain_base64";
+//     a domain that is not plain text is shown the same way, its bytes in
+//     "domain_base64". So a line is never much longer than the bytes its
+//     request carried: base64 takes 4 bytes for 3, where JSON's escape of
+//     a control byte took 6 for 1;
 //   - a value sent as its SHA-256 digest (the native API's value_sha256).
 //     The request shows "sha256:" and the digest in hex, and "bytes" holds
 //     {"descriptor": 0, "entry": 1, "value_sha256": "<base64>"};
@@ -32,6 +36,12 @@
 //
 // Readers apply "bytes" and "limits" over "request"; a reader that ignores
 // them still gets a valid /json body.
+//
+// A record whose line would be longer than the log's bound
+// (Options.MaxRecord) is written as a marker instead, which says when the
+// request was decided and how large it was:
+//
+//	{"time": "...", "omitted": {"bytes": 1411402, "descriptors": 64}}
 package requestlog
 
 import (
@@ -163,7 +173,7 @@ func AppendLine(b []byte, r *Record) []byte {
 		b = append(b, '}')
 	}
 	b = append(b, "]}"...)
-	if !utf8.ValidString(r.Domain) {
+	if !plain(r.Domain) {
 		b = append(b, `,"domain_base64":"`...)
 		b = base64.StdEncoding.AppendEncode(b, []byte(r.Domain))
 		b = append(b, '"')
@@ -179,7 +189,25 @@ func AppendLine(b []byte, r *Record) []byte {
 
 // needsBytes reports whether e needs an entry in "bytes".
 func needsBytes(e Entry) bool {
-	return e.Digest || !utf8.ValidString(e.Key) || !utf8.ValidString(e.Value)
+	return e.Digest || !plain(e.Key) || !plain(e.Value)
+}
+
+// plain reports whether s is written in a line as itself, in a JSON
+// string: it is UTF-8, has no control byte (below 0x20, or 0x7f), and its
+// quotes and backslashes, escaped, leave it no longer than its base64.
+// Any other string goes in base64, so that no string takes more than 4
+// bytes of the line for 3 of its own.
+func plain(s string) bool {
+	escapes := 0
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c < 0x20 || c == 0x7f:
+			return false
+		case c == '"' || c == '\\':
+			escapes++
+		}
+	}
+	return (escapes == 0 || len(s)+escapes <= base64.StdEncoding.EncodedLen(len(s))) && utf8.ValidString(s)
 }
 
 // appendBytes appends the "bytes" field of r.
@@ -199,13 +227,13 @@ func appendBytes(b []byte, r *Record) []byte {
 			b = strconv.AppendInt(b, int64(i), 10)
 			b = append(b, `,"entry":`...)
 			b = strconv.AppendInt(b, int64(j), 10)
-			if !utf8.ValidString(e.Key) {
+			if !plain(e.Key) {
 				b = appendBase64(b, "key", e.Key)
 			}
 			switch {
 			case e.Digest:
 				b = appendBase64(b, "value_sha256", e.Value)
-			case !utf8.ValidString(e.Value):
+			case !plain(e.Value):
 				b = appendBase64(b, "value", e.Value)
 			}
 			b = append(b, '}')
@@ -251,35 +279,31 @@ func appendWindows(b []byte, r *Record) []byte {
 
 const hexDigits = "0123456789abcdef"
 
-// appendString appends s as a JSON string: s itself when it is UTF-8,
-// else its printable form ("hex:" and its bytes in hex), or for a digest
-// "sha256:" and the digest in hex (see needsBytes).
+// shownBytes is how many bytes of a string that is not plain text a
+// line's request shows, in hex: enough to tell most values apart, few
+// enough that the line stays short (its bytes are in "bytes").
+const shownBytes = 16
+
+// appendString appends s as a JSON string: s itself when it is plain (see
+// plain), with its quotes and backslashes escaped, else its printable
+// form: "hex:" and the hex of its first shownBytes bytes, and "..." when
+// it has more.
 func appendString(b []byte, s string) []byte {
-	if !utf8.ValidString(s) {
-		b = appendHex(append(b, `"hex:`...), s)
+	if !plain(s) {
+		b = appendHex(append(b, `"hex:`...), s[:min(len(s), shownBytes)])
+		if len(s) > shownBytes {
+			b = append(b, "..."...)
+		}
 		return append(b, '"')
 	}
 	b = append(b, '"')
 	start := 0
 	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c >= 0x20 && c != '"' && c != '\\' {
-			continue
-		}
-		b = append(b, s[start:i]...)
-		switch c {
-		case '"', '\\':
+		if c := s[i]; c == '"' || c == '\\' {
+			b = append(b, s[start:i]...)
 			b = append(b, '\\', c)
-		case '\n':
-			b = append(b, '\\', 'n')
-		case '\r':
-			b = append(b, '\\', 'r')
-		case '\t':
-			b = append(b, '\\', 't')
-		default:
-			b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+			start = i + 1
 		}
-		start = i + 1
 	}
 	b = append(b, s[start:]...)
 	return append(b, '"')

@@ -53,6 +53,9 @@ var records = map[string]Record{
 		{Entries: entries("ok", "fine", "user", "u\xff"), Hits: 1},
 		{Entries: entries("k\xfe", "v"), Hits: 1},
 	}},
+	"long control bytes": {Time: at, Domain: "edge", Descriptors: []Descriptor{
+		{Entries: entries("header", strings.Repeat("\x01\x7f", 20), "quoted", strings.Repeat(`"\`, 8)+"x"), Hits: 1},
+	}},
 	"digest": {Time: at, Domain: "edge", Descriptors: []Descriptor{
 		{Entries: []Entry{{Key: "api_key", Value: strings.Repeat("\x9f", 32), Digest: true}}, Hits: 1},
 	}},
@@ -96,7 +99,7 @@ func TestRoundTrip(t *testing.T) {
 // TestFastPathTaken: the lines the log writes most are read without
 // protojson, and the others are not.
 func TestFastPathTaken(t *testing.T) {
-	for name, want := range map[string]bool{"plain": true, "hits": true, "overrides": true, "escapes": false, "not UTF-8": false, "digest": false, "sub-second window": false} {
+	for name, want := range map[string]bool{"plain": true, "hits": true, "overrides": true, "escapes": false, "long control bytes": false, "not UTF-8": false, "digest": false, "sub-second window": false} {
 		rec := records[name]
 		line := bytes.TrimSuffix(AppendLine(nil, &rec), []byte("\n"))
 		var got Record
@@ -152,4 +155,57 @@ func TestDecodeErrors(t *testing.T) {
 			t.Errorf("Decode(%s) = %v, want an error containing %q", tc.line, err, tc.want)
 		}
 	}
+}
+
+// TestShownForm: a string that is not plain text shows, in the request,
+// the hex of its first 16 bytes, "..." after them when it has more; its
+// bytes are in "bytes".
+func TestShownForm(t *testing.T) {
+	rec := records["long control bytes"]
+	var line struct {
+		Request struct {
+			Descriptors []struct {
+				Entries []struct{ Key, Value string }
+			}
+		}
+		Bytes []struct {
+			Descriptor, Entry int
+			Value             string
+		}
+	}
+	if err := json.Unmarshal(AppendLine(nil, &rec), &line); err != nil {
+		t.Fatal(err)
+	}
+	got := line.Request.Descriptors[0].Entries
+	if want := "hex:" + strings.Repeat("017f", 8) + "..."; got[0].Value != want {
+		t.Errorf("request shows %q, want %q", got[0].Value, want)
+	}
+	if want := "hex:" + strings.Repeat("225c", 8) + "..."; got[1].Value != want {
+		t.Errorf("request shows %q, want %q (16 quotes and backslashes escape to more than its base64)", got[1].Value, want)
+	}
+	if len(line.Bytes) != 2 {
+		t.Errorf("bytes = %+v, want both entries", line.Bytes)
+	}
+}
+
+// FuzzDecode: no line makes Decode panic, and a record it reads is
+// written back as a line that reads as the same record.
+func FuzzDecode(f *testing.F) {
+	for _, rec := range records {
+		f.Add(bytes.TrimSuffix(AppendLine(nil, &rec), []byte("\n")))
+	}
+	f.Add(bytes.TrimSuffix(appendOmitted(nil, &Record{Time: at}, 300000), []byte("\n")))
+	f.Add([]byte(`{"time":"2026-11-24T05:52:51Z","request":{"domain":"d","descriptors":[{"entries":[{"key":"k","value":"\u0001"}]}]}}`))
+	f.Fuzz(func(t *testing.T, line []byte) {
+		var d Decoder
+		var r Record
+		if d.Decode(line, &r) != nil {
+			return
+		}
+		again := AppendLine(nil, &r)
+		var back Record
+		if err := d.Decode(again[:len(again)-1], &back); err != nil || !recordsEqual(&r, &back) {
+			t.Errorf("Decode(%q) = %+v, whose line %q decodes to %+v, %v", line, r, again, back, err)
+		}
+	})
 }
