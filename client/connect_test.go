@@ -18,12 +18,13 @@ import (
 	ratelimitv1 "github.com/ratelimitd/ratelimitd/gen/ratelimit/v1"
 )
 
-// A cold connection's handshake takes this long: far more than the call
-// budget of these tests (coldBudget), far less than the default connect
-// budget (client.DefaultConnectTimeout).
+// A cold connection's handshake takes this long: more than the call
+// budget of these tests (coldBudget, long enough for an answer on a
+// loaded machine), less than the default connect budget
+// (client.DefaultConnectTimeout).
 const (
-	coldDelay  = 200 * time.Millisecond
-	coldBudget = 20 * time.Millisecond
+	coldDelay  = 400 * time.Millisecond
+	coldBudget = 100 * time.Millisecond
 )
 
 // serveOn serves f on lis (a real listener) until the test ends, and
@@ -79,7 +80,7 @@ func waitState(t *testing.T, conn *grpc.ClientConn, states ...connectivity.State
 }
 
 // TestColdConnection: the first call over a connection that has yet to
-// connect gets ratelimitd's decision although the handshake takes 10
+// connect gets ratelimitd's decision although the handshake takes four
 // times the call's budget: the handshake is paid from the connect
 // budget, not from the call's.
 func TestColdConnection(t *testing.T) {
