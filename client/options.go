@@ -52,9 +52,9 @@ func WithFailClosed() Option {
 
 // WithTimeout sets the budget of one ShouldRateLimit call: if ratelimitd
 // has not answered within d, the call gives up and the failure policy
-// decides. The budget starts once the connection is ready, or once the
-// connect budget is spent (see WithConnectTimeout). It only shortens the
-// caller's context, never extends it. d <= 0 sets no budget: the call
+// decides. The budget starts when the call stops waiting for the
+// connection (see WithConnectTimeout). It only shortens the caller's
+// context, never extends it. d <= 0 sets no budget: the call
 // lasts as long as ctx allows. The default is DefaultTimeout.
 func WithTimeout(d time.Duration) Option {
 	return func(o *options) { o.timeout = d }
