@@ -42,6 +42,7 @@ var _ RateLimiter = (*Client)(nil)
 type Client struct {
 	rls      ratelimitv1.RateLimitServiceClient
 	opts     options
+	connect  connector
 	refusals *refusals // nil when the refusal memory is off
 	local    atomic.Uint64
 	failOpen atomic.Uint64
@@ -76,14 +77,21 @@ func (o Observation) FailedOpen() bool { return o.Decision.Allowed && o.Decision
 
 // New returns a Client calling ratelimitd over conn, usually a
 // *grpc.ClientConn, which the caller keeps and closes. Without options it
-// fails open, gives each call a budget of DefaultTimeout, and remembers
+// fails open, gives each call a budget of DefaultTimeout, after waiting up
+// to DefaultConnectTimeout for the connection to connect, and remembers
 // refusals for up to DefaultRefusalCache.
+//
+// New starts connecting conn, in the background, when it is idle (as
+// grpc.NewClient leaves it), so that the first calls find it connected or
+// connecting; it does not wait. See WithConnectTimeout for what calls do
+// while it connects, and for connections other than *grpc.ClientConn.
 func New(conn grpc.ClientConnInterface, opts ...Option) *Client {
 	o := defaults
 	for _, opt := range opts {
 		opt(&o)
 	}
 	c := &Client{rls: ratelimitv1.NewRateLimitServiceClient(conn), opts: o}
+	c.connect.start(conn, o.connectTimeout)
 	if o.refusalAge > 0 && o.refusalSize > 0 {
 		c.refusals = newRefusals(o.refusalAge, o.refusalSize)
 	}
@@ -150,6 +158,9 @@ func (c *Client) shouldRateLimit(ctx context.Context, domain string, descriptors
 		return Decision{}, err
 	}
 
+	if err := c.connect.wait(ctx); err != nil {
+		return Decision{}, fmt.Errorf("client: ShouldRateLimit: waiting for the connection: %w", err)
+	}
 	callCtx := ctx
 	if c.opts.timeout > 0 {
 		var cancel context.CancelFunc

@@ -47,6 +47,35 @@
 //	if !d.Allowed {
 //		// refuse; retry in d.RetryAfter, send d.Headers
 //	}
+//	// d.Statuses has one Status per descriptor, unless ratelimitd could
+//	// not be asked: then d.Err says why, and d.Statuses is empty.
+//
+// # Connecting
+//
+// grpc.NewClient returns an idle connection, which connects when first
+// used. New starts connecting it at once, in the background, and a call
+// made while it connects waits for it, for up to the connect budget
+// (WithConnectTimeout; DefaultConnectTimeout, 1 s, by default), before
+// its own budget (WithTimeout) starts. So a handshake longer than the
+// call budget (TLS, a distant or loaded ratelimitd, a service's first
+// calls after a deploy) does not make the first calls fail open. The same
+// holds when the connection reconnects from idle: after ratelimitd
+// restarted, or after gRPC's idle timeout.
+//
+// The wait is bounded: the connect budget is counted from the start of a
+// connection attempt (at New, or at the first call that finds the
+// connection not ready), not per call, so a host that accepts connections
+// but never answers delays calls once, by the connect budget, and not
+// every call. Calls never wait while ratelimitd refuses connections or
+// fails the handshake (gRPC's TRANSIENT_FAILURE, in which it reconnects
+// with backoff): the failure policy decides at once, as before. The wait
+// needs a *grpc.ClientConn (or a connection with its GetState,
+// WaitForStateChange and Connect methods); over another
+// grpc.ClientConnInterface calls do not wait.
+//
+// Code must still expect decisions of the failure policy, first calls
+// included: ratelimitd may be down, or the connect budget spent. Such a
+// Decision has Err set and no Statuses.
 //
 // Code that asks through the RateLimiter interface, rather than *Client,
 // can be tested with clienttest.Fake, which answers by a script, records
@@ -73,7 +102,9 @@
 // away) is decided by the failure policy: open by default, as a Client's,
 // or closed with QuotaOptions.FailClosed (which refuses the calls of a new
 // bucket until ratelimitd's first answer, a round trip later: it suits
-// buckets that are few and long-lived). So is a bucket past
+// buckets that are few and long-lived; on a new connection, the first
+// answer also waits for the handshake, which the reporting stream, opened
+// by NewQuota, waits for in the background). So is a bucket past
 // QuotaOptions.MaxBuckets, or past the 1000 buckets ratelimitd assigns on
 // one stream; a bucket unused for QuotaIdleIntervals reporting intervals
 // is forgotten. Counts reported on a stream that then fails may be lost

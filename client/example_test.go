@@ -46,17 +46,21 @@ func ExampleNew() {
 	defer stop()
 	defer conn.Close()
 
-	rl := client.New(conn)
+	rl := client.New(conn) // starts connecting; calls wait up to 1 s for it
 	for range 5 {
 		d, err := rl.ShouldRateLimit(context.Background(), "edge", client.D("api_key", "k-123"))
-		if err != nil {
-			log.Fatal(err) // a malformed request
-		}
-		if d.Allowed {
+		switch {
+		case err != nil:
+			log.Fatal(err) // a malformed request, or ctx ended
+		case d.Err != nil:
+			// ratelimitd could not be asked: the failure policy decided
+			// (allowed, by default), and there are no Statuses.
+			fmt.Printf("ratelimitd failed (%v); allowed: %v\n", status.Code(d.Err), d.Allowed)
+		case d.Allowed:
 			fmt.Printf("allowed, %d remaining\n", d.Statuses[0].Remaining)
-			continue
+		default:
+			fmt.Printf("refused, retry in %v (local %v)\n", d.RetryAfter.Round(time.Minute), d.Local)
 		}
-		fmt.Printf("refused, retry in %v (local %v)\n", d.RetryAfter.Round(time.Minute), d.Local)
 	}
 	fmt.Println("local refusals:", rl.LocalRefusals())
 	// Output:

@@ -25,3 +25,9 @@ var Check = check
 
 // Request exports request.
 var Request = request
+
+// GatedListener exports gatedListener, for the tests of cold connections.
+type GatedListener = gatedListener
+
+// ListenGated exports listenGated.
+var ListenGated = listenGated

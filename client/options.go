@@ -10,6 +10,9 @@ import (
 const (
 	// DefaultTimeout is the default budget of one ShouldRateLimit call.
 	DefaultTimeout = 50 * time.Millisecond
+	// DefaultConnectTimeout is how long, by default, calls wait for a
+	// connection attempt (see WithConnectTimeout).
+	DefaultConnectTimeout = time.Second
 	// DefaultRefusalCache is how long, at most, a refusal is remembered by
 	// default.
 	DefaultRefusalCache = time.Second
@@ -22,20 +25,22 @@ const (
 type Option func(*options)
 
 type options struct {
-	failClosed  bool
-	timeout     time.Duration
-	refusalAge  time.Duration
-	refusalSize int
-	now         func() time.Time
-	logger      *slog.Logger // nil: slog.Default() when logging
-	hook        func(context.Context, Observation)
+	failClosed     bool
+	timeout        time.Duration
+	connectTimeout time.Duration
+	refusalAge     time.Duration
+	refusalSize    int
+	now            func() time.Time
+	logger         *slog.Logger // nil: slog.Default() when logging
+	hook           func(context.Context, Observation)
 }
 
 var defaults = options{
-	timeout:     DefaultTimeout,
-	refusalAge:  DefaultRefusalCache,
-	refusalSize: DefaultRefusalCacheSize,
-	now:         time.Now,
+	timeout:        DefaultTimeout,
+	connectTimeout: DefaultConnectTimeout,
+	refusalAge:     DefaultRefusalCache,
+	refusalSize:    DefaultRefusalCacheSize,
+	now:            time.Now,
 }
 
 // WithFailClosed makes the Client refuse (Decision.Allowed false) when
@@ -47,11 +52,44 @@ func WithFailClosed() Option {
 
 // WithTimeout sets the budget of one ShouldRateLimit call: if ratelimitd
 // has not answered within d, the call gives up and the failure policy
-// decides. The budget only shortens the caller's context, never extends
-// it. d <= 0 sets no budget: the call lasts as long as ctx allows. The
-// default is DefaultTimeout.
+// decides. The budget starts when the call stops waiting for the
+// connection (see WithConnectTimeout). It only shortens the caller's
+// context, never extends it. d <= 0 sets no budget: the call
+// lasts as long as ctx allows. The default is DefaultTimeout.
 func WithTimeout(d time.Duration) Option {
 	return func(o *options) { o.timeout = d }
+}
+
+// WithConnectTimeout sets the connect budget: how long, at most, calls
+// wait for the connection to connect before their own budget (see
+// WithTimeout) starts, so that a handshake (a new connection's, or a
+// reconnection's once the connection went idle: after ratelimitd
+// restarted, or gRPC's idle timeout) is not paid from a call's budget
+// and does not turn the first calls into decisions of the failure policy.
+//
+// New starts connecting an idle connection. A call that finds the
+// connection idle or connecting waits until it is ready, then is sent,
+// with its budget. The connect budget is counted from the start of the
+// connection attempt, as the Client sees it (at New, or at the first
+// call that found the connection not ready after it was ready), not per
+// call: calls wait at most until d after that start, together, and once
+// it is spent no call waits until the connection has been ready again,
+// so that a server that accepts but never answers (a hung host) delays
+// calls by d once, not every call. Calls never wait while the connection
+// is in TRANSIENT_FAILURE (ratelimitd refused or failed the handshake;
+// gRPC then retries with backoff): the failure policy decides at once. A
+// call waits at most d plus its own budget, and never longer than ctx
+// allows (when ctx ends first, ShouldRateLimit returns its error).
+//
+// The Client needs to see the connection's state: conn must be a
+// *grpc.ClientConn, or have its methods GetState, WaitForStateChange and
+// Connect. Another grpc.ClientConnInterface is used as it is: calls do
+// not wait, and a handshake comes out of the first calls' budgets.
+//
+// d <= 0 makes calls never wait (New still starts connecting). The
+// default is DefaultConnectTimeout.
+func WithConnectTimeout(d time.Duration) Option {
+	return func(o *options) { o.connectTimeout = d }
 }
 
 // WithRefusalCache sets how long, at most, the Client refuses by itself a

@@ -352,21 +352,28 @@ func bucketAction(entries []Entry, abandon bool, rule uint64, maxTokens, perFill
 // test's cleanup stops both.
 func serveFake(t testing.TB, f *fakeRLQS) *grpc.ClientConn {
 	t.Helper()
+	lis := bufconn.Listen(1 << 20)
+	return serveFakeOn(t, f, lis, "passthrough:///rlqs",
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }))
+}
+
+// serveFakeOn serves f on lis and returns a connection to target, with
+// dialOpts; the test's cleanup stops both.
+func serveFakeOn(t testing.TB, f *fakeRLQS, lis net.Listener, target string, dialOpts ...grpc.DialOption) *grpc.ClientConn {
+	t.Helper()
 	if f.reports == nil {
 		f.reports = make(chan report, 100)
 	}
 	f.push = make(chan []byte)
 	f.ended = make(chan int, 100)
 	g := grpc.NewServer(grpc.ForceServerCodecV2(rawCodec{}), grpc.UnknownServiceHandler(f.handle))
-	lis := bufconn.Listen(1 << 20)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		_ = g.Serve(lis)
 	}()
-	conn, err := grpc.NewClient("passthrough:///rlqs",
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
-		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(target,
+		append(dialOpts, grpc.WithTransportCredentials(insecure.NewCredentials()))...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -614,6 +621,46 @@ func TestQuotaReportsAndReconnects(t *testing.T) {
 		t.Errorf("reported %d allowed, want 5", allowed)
 	}
 	waitGone(t, q, d.Entries...)
+}
+
+// TestQuotaColdConnection: a Quota over a connection whose handshake is
+// slow (here 200 ms) opens its reporting stream once connected, without
+// failing meanwhile: the stream waits for the connection (WaitForReady),
+// and no call waits for either, since a Quota decides locally. Until the
+// first assignment arrives, a bucket is decided by the failure policy,
+// however fast the connection.
+func TestQuotaColdConnection(t *testing.T) {
+	lis := listenGated(t, "127.0.0.1:0", 200*time.Millisecond)
+	f := &fakeRLQS{answer: func(u usage) []byte {
+		return bucketAction(u.entries, false, 0, 0, 0, 0, time.Hour) // allow all
+	}}
+	conn := serveFakeOn(t, f, lis, "passthrough:///"+lis.Addr().String())
+	var logs warnings
+	q := newQuota(t, conn, QuotaOptions{FailClosed: true, Logger: slog.New(&logs)})
+	d := D("k", "v")
+	if allow(t, q, d) {
+		t.Errorf("first use allowed, want the failure policy (closed) until the first assignment")
+	}
+	waitAssigned(t, q, d.Entries...)
+	if !allow(t, q, d) {
+		t.Errorf("refused once assigned ALLOW_ALL")
+	}
+	if n := logs.count.Load(); n != 0 {
+		t.Errorf("%d warnings (stream failures) while connecting, want 0", n)
+	}
+}
+
+// warnings is a slog.Handler counting the records at Warn and above.
+type warnings struct{ count atomic.Int64 }
+
+func (w *warnings) Enabled(context.Context, slog.Level) bool { return true }
+func (w *warnings) WithAttrs([]slog.Attr) slog.Handler       { return w }
+func (w *warnings) WithGroup(string) slog.Handler            { return w }
+func (w *warnings) Handle(_ context.Context, r slog.Record) error {
+	if r.Level >= slog.LevelWarn {
+		w.count.Add(1)
+	}
+	return nil
 }
 
 // TestQuotaClose: Close ends the stream and returns once the goroutines

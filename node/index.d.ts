@@ -22,6 +22,9 @@ export { duration };
 /** The default budget of one shouldRateLimit call: 50 ms. */
 export declare const DEFAULT_TIMEOUT_MS: number;
 
+/** How long, by default, calls wait for a connection attempt: 1000 ms (see ClientOptions.connectTimeoutMs). */
+export declare const DEFAULT_CONNECT_TIMEOUT_MS: number;
+
 /** How long, at most, a refusal is remembered by default: 1000 ms. */
 export declare const DEFAULT_REFUSAL_CACHE_MS: number;
 
@@ -139,8 +142,29 @@ export interface Logger {
 }
 
 export interface ClientOptions {
-  /** The budget of one call in ms (default 50); past it the failure policy decides. <= 0: none. */
+  /**
+   * The budget of one call in ms (default 50); past it the failure policy
+   * decides. It starts once the connection is ready (see
+   * connectTimeoutMs). <= 0: none.
+   */
   timeoutMs?: number;
+  /**
+   * The connect budget in ms (default 1000, DEFAULT_CONNECT_TIMEOUT_MS;
+   * <= 0: calls never wait). The Client asks its channel to connect when
+   * made, and a call made while the channel is idle or connecting waits
+   * for it before its own budget starts, so that a handshake longer than
+   * the budget (TLS, a distant or loaded ratelimitd, the first calls after
+   * a deploy, a reconnection after ratelimitd restarted) does not make
+   * calls fail open. The budget is counted from the start of a connection
+   * attempt (when the Client is made, or at the first call finding the
+   * channel not ready after it was), not per call: once it is spent, no
+   * call waits until the channel has been ready again, so a host that
+   * accepts connections but never answers delays calls once. Calls never
+   * wait in TRANSIENT_FAILURE (ratelimitd refused or failed the handshake;
+   * grpc-js retries with backoff): the failure policy decides at once. A
+   * stub client without getChannel() is used as it is: calls do not wait.
+   */
+  connectTimeoutMs?: number;
   /** Refuse, instead of allowing, when ratelimitd fails or is too slow. */
   failClosed?: boolean;
   /** Called with every decision, including the failure policy's. Errors it throws are logged. */
@@ -178,9 +202,12 @@ export interface CallOptions {
 
 /**
  * A client of ratelimitd's native API (ratelimit.v1). It fails open by
- * default, within a 50 ms budget per call, remembers refusals for up to
- * 1 s (see refusalCacheMs), and logs once, at error, if the server does not
- * implement the native API (such as envoyproxy/ratelimit).
+ * default, within a 50 ms budget per call (after waiting up to 1 s for the
+ * connection: see connectTimeoutMs), remembers refusals for up to 1 s (see
+ * refusalCacheMs), and logs once, at error, if the server does not
+ * implement the native API (such as envoyproxy/ratelimit). Code must
+ * expect decisions of the failure policy, first calls included: error
+ * set, statuses empty.
  */
 export declare class Client {
   /**
@@ -202,7 +229,11 @@ export declare class Client {
    * before any RPC or answered by ratelimitd), or when signal aborts.
    */
   shouldRateLimit(domain: string, descriptors: Descriptor[], options?: CallOptions): Promise<Decision>;
-  /** Resolves once connected, or rejects after timeoutMs (default 5000). */
+  /**
+   * Resolves once connected, or rejects after timeoutMs (default 5000).
+   * Calls need not: they wait for the connection themselves (see
+   * connectTimeoutMs); this is for start-up checks.
+   */
   waitForReady(timeoutMs?: number): Promise<void>;
   /** Closes the connection the Client made (not one it was given). */
   close(): void;

@@ -12,6 +12,10 @@ const { MAX_VALUE, utf8 } = require('./util.js'); // MAX_VALUE: a longer value i
 
 /** The default budget of one shouldRateLimit call, in milliseconds. */
 const DEFAULT_TIMEOUT_MS = 50;
+/** How long, by default, calls wait for a connection attempt, in milliseconds. */
+const DEFAULT_CONNECT_TIMEOUT_MS = 1000;
+
+const { IDLE, READY, TRANSIENT_FAILURE, SHUTDOWN } = grpc.connectivityState;
 
 // ratelimitd's bounds on a request, which the Client checks before
 // sending it.
@@ -284,6 +288,14 @@ class Client {
     } else {
       throw new TypeError('ratelimitd: Client wants an address or a RateLimitServiceClient');
     }
+    // The connection: asked to connect now; calls wait for it (see
+    // _connected). A stub without getChannel is used as it is.
+    this._connectTimeoutMs =
+      options.connectTimeoutMs === undefined ? DEFAULT_CONNECT_TIMEOUT_MS : options.connectTimeoutMs;
+    this._channel = typeof this._rls.getChannel === 'function' ? this._rls.getChannel() : null;
+    this._since = null; // when the current connection attempt began (performance.now), or null while ready
+    this._watch = null; // {state, promise}: the one watch of the channel's state that waiting calls share
+    if (this._channel && this._channel.getConnectivityState(true) !== READY) this._since = performance.now();
   }
 
   /** How many calls the failure policy allowed (fail open) since the Client was made. */
@@ -325,6 +337,7 @@ class Client {
     const { signal } = callOptions;
     if (signal && signal.aborted) throw abortError(signal);
     const timeoutMs = callOptions.timeoutMs === undefined ? this._timeoutMs : callOptions.timeoutMs;
+    await this._connected(signal);
     try {
       const resp = await this._call(req, timeoutMs, signal);
       d = decision(resp);
@@ -341,6 +354,77 @@ class Client {
       this._refusals.put(key === null ? refusalKey(domain, descriptors) : key, d);
     }
     return this._hook(d, domain, descriptors);
+  }
+
+  /**
+   * _connected resolves once the channel is ready, in TRANSIENT_FAILURE
+   * (ratelimitd refused or failed the handshake: the call fails at once,
+   * and the failure policy decides) or shut down, or once the current
+   * connection attempt's connect budget is spent; it rejects when signal
+   * aborts first. An attempt, as the Client sees it, begins when it finds
+   * the channel not ready (when made, or at a call after it was last seen
+   * ready) and ends when it finds it ready: calls wait at most
+   * connectTimeoutMs after it began, together, and once that is spent none
+   * waits until the channel has been ready again.
+   */
+  async _connected(signal) {
+    const ch = this._channel;
+    if (!ch || !(this._connectTimeoutMs > 0)) return;
+    let state = ch.getConnectivityState(false);
+    if (state === READY) {
+      this._since = null;
+      return;
+    }
+    if (this._since === null) this._since = performance.now();
+    for (;;) {
+      if (state === READY) {
+        this._since = null;
+        return;
+      }
+      if (state === TRANSIENT_FAILURE || state === SHUTDOWN) return;
+      if (state === IDLE) ch.getConnectivityState(true);
+      const left = this._since + this._connectTimeoutMs - performance.now();
+      if (left <= 0) return;
+      await this._stateChange(ch, state, left, signal);
+      state = ch.getConnectivityState(false);
+    }
+  }
+
+  /**
+   * _stateChange resolves when the channel leaves state or after leftMs,
+   * and rejects when signal aborts first. Waiting calls share one watch
+   * (one timer), which the channel's closing ends.
+   */
+  _stateChange(ch, state, leftMs, signal) {
+    if (!this._watch || this._watch.state !== state) {
+      const w = { state, promise: null };
+      w.promise = new Promise((resolve) => {
+        const done = () => {
+          if (this._watch === w) this._watch = null;
+          resolve();
+        };
+        try {
+          ch.watchConnectivityState(state, Date.now() + leftMs, done);
+        } catch {
+          done(); // the channel is shut down
+        }
+      });
+      this._watch = w;
+    }
+    const { promise } = this._watch;
+    if (!signal) return promise;
+    return new Promise((resolve, reject) => {
+      const onAbort = () => reject(abortError(signal));
+      if (signal.aborted) {
+        onAbort();
+        return;
+      }
+      signal.addEventListener('abort', onAbort, { once: true });
+      promise.then(() => {
+        signal.removeEventListener('abort', onAbort);
+        resolve();
+      });
+    });
   }
 
   /** _hook calls the onDecision hook, if any, with d, and returns d. */
@@ -389,8 +473,8 @@ class Client {
 
   /**
    * waitForReady resolves once the connection to ratelimitd is up, or
-   * rejects after timeoutMs: call it at start-up so that the first
-   * decisions do not spend their budget connecting.
+   * rejects after timeoutMs. Calls need not: they wait for the connection
+   * themselves, up to connectTimeoutMs; this is for start-up checks.
    * @param {number} [timeoutMs] 5000 by default
    */
   waitForReady(timeoutMs = 5000) {
@@ -405,4 +489,11 @@ class Client {
   }
 }
 
-module.exports = { Client, D, DEFAULT_TIMEOUT_MS, DEFAULT_REFUSAL_CACHE_MS, DEFAULT_REFUSAL_CACHE_SIZE };
+module.exports = {
+  Client,
+  D,
+  DEFAULT_TIMEOUT_MS,
+  DEFAULT_CONNECT_TIMEOUT_MS,
+  DEFAULT_REFUSAL_CACHE_MS,
+  DEFAULT_REFUSAL_CACHE_SIZE,
+};

@@ -2,7 +2,14 @@
 // ratelimitd: a client of ratelimitd's native API, an HTTP middleware, and
 // the gRPC stubs of both its APIs. Types: ../index.d.ts.
 
-const { Client, D, DEFAULT_TIMEOUT_MS, DEFAULT_REFUSAL_CACHE_MS, DEFAULT_REFUSAL_CACHE_SIZE } = require('./client.js');
+const {
+  Client,
+  D,
+  DEFAULT_TIMEOUT_MS,
+  DEFAULT_CONNECT_TIMEOUT_MS,
+  DEFAULT_REFUSAL_CACHE_MS,
+  DEFAULT_REFUSAL_CACHE_SIZE,
+} = require('./client.js');
 const { middleware, clientIP, QUOTA_EXCEEDED } = require('./middleware.js');
 const grpc = require('@grpc/grpc-js');
 const stubs = require('./stubs.js');
@@ -11,6 +18,7 @@ module.exports = {
   Client,
   D,
   DEFAULT_TIMEOUT_MS,
+  DEFAULT_CONNECT_TIMEOUT_MS,
   DEFAULT_REFUSAL_CACHE_MS,
   DEFAULT_REFUSAL_CACHE_SIZE,
   middleware,

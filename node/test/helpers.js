@@ -1,7 +1,9 @@
 'use strict';
 // Test helpers: an in-process gRPC server of the native API answering
-// from a script, over real gRPC on loopback.
+// from a script, over real gRPC on loopback, and a proxy that delays the
+// handshake.
 
+const net = require('node:net');
 const grpc = require('@grpc/grpc-js');
 const { ratelimitV1: pb } = require('..');
 
@@ -90,4 +92,73 @@ function overResponse() {
   };
 }
 
-module.exports = { startFake, okResponse, overResponse };
+/**
+ * startProxy starts a TCP proxy on a free loopback port (or port) to
+ * upstream ("host:port") that forwards each connection it accepts only
+ * delayMs after accepting it: the client's TCP handshake completes at
+ * once, gRPC's (the server's SETTINGS frame) waits, as it does for a
+ * server that is starting, loaded or far away. delayMs < 0 never
+ * forwards: the server looks hung. It returns the address, accepted (a
+ * promise resolved at the first connection accepted), drop(delayMs),
+ * which closes the connections so far (as a server that restarts does)
+ * and sets the delay of the next ones, and close().
+ */
+async function startProxy(upstream, delayMs, port = 0) {
+  const [host, upPort] = upstream.split(':');
+  const sockets = new Set();
+  const timers = new Set();
+  let delay = delayMs;
+  let onAccept;
+  const accepted = new Promise((resolve) => (onAccept = resolve));
+  const track = (s) => {
+    sockets.add(s);
+    s.on('close', () => sockets.delete(s));
+    s.on('error', () => s.destroy());
+  };
+  const server = net.createServer((conn) => {
+    onAccept();
+    track(conn);
+    if (delay < 0) return;
+    const timer = setTimeout(() => {
+      timers.delete(timer);
+      if (conn.destroyed) return;
+      const up = net.connect(Number(upPort), host);
+      track(up);
+      conn.pipe(up);
+      up.pipe(conn);
+      conn.on('close', () => up.destroy());
+      up.on('close', () => conn.destroy());
+    }, delay);
+    timers.add(timer);
+  });
+  await new Promise((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(port, '127.0.0.1', resolve);
+  });
+  const drop = (next) => {
+    if (next !== undefined) delay = next;
+    for (const s of sockets) s.destroy();
+  };
+  return {
+    addr: `127.0.0.1:${server.address().port}`,
+    port: server.address().port,
+    accepted,
+    drop,
+    close() {
+      for (const t of timers) clearTimeout(t);
+      drop();
+      return new Promise((resolve) => server.close(resolve));
+    },
+  };
+}
+
+/** closedAddr returns a loopback address nothing listens on: connecting is refused. */
+async function closedAddr() {
+  const server = net.createServer();
+  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address();
+  await new Promise((resolve) => server.close(resolve));
+  return `127.0.0.1:${port}`;
+}
+
+module.exports = { startFake, okResponse, overResponse, startProxy, closedAddr };

@@ -16,14 +16,21 @@ Each call has a budget of DEFAULT_TIMEOUT (50 ms) unless told otherwise,
 and a request ratelimitd refused is refused again by the client itself for
 min(its retry-after, DEFAULT_REFUSAL_CACHE: 1 s). The caller owns the
 channel and closes it.
+
+A client starts connecting its channel when made, and a call made while
+the channel connects waits for it, up to the connect budget
+(DEFAULT_CONNECT_TIMEOUT: 1 s), before its own budget starts: see
+Client.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 import threading
 import time
+import weakref
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Optional, Sequence, Tuple, Union
 
@@ -36,6 +43,7 @@ from .proto.ratelimit.v1 import ratelimit_pb2 as pb
 from .proto.ratelimit.v1 import ratelimit_pb2_grpc as pb_grpc
 
 __all__ = [
+    "DEFAULT_CONNECT_TIMEOUT",
     "DEFAULT_REFUSAL_CACHE",
     "DEFAULT_REFUSAL_CACHE_SIZE",
     "DEFAULT_TIMEOUT",
@@ -54,6 +62,9 @@ __all__ = [
 
 #: The default budget of one call, in seconds.
 DEFAULT_TIMEOUT = 0.05
+#: How long, by default, calls wait for a connection attempt, in seconds
+#: (see Client).
+DEFAULT_CONNECT_TIMEOUT = 1.0
 #: How long, at most, a refusal is remembered by default, in seconds.
 DEFAULT_REFUSAL_CACHE = 1.0
 #: How many refusals are remembered at most by default.
@@ -363,6 +374,109 @@ def decision(resp: pb.ShouldRateLimitResponse) -> Decision:
                     headers=tuple((h.name, h.value) for h in resp.headers))
 
 
+_C = grpc.ChannelConnectivity
+# How often AsyncClient looks at its channel's state while waiting for it
+# to connect, in seconds.
+_ASYNC_POLL = 0.005
+
+
+def _kick(_state) -> None:
+    """A connectivity callback doing nothing: subscribing it with
+    try_to_connect asks an idle channel to connect."""
+
+
+def _core(channel):
+    """The grpc core channel under channel (a grpc.Channel keeps it as
+    _channel, under interceptors' wrappers too), or None."""
+    for _ in range(4):
+        channel = getattr(channel, "_channel", None)
+        if channel is None or hasattr(channel, "check_connectivity_state"):
+            return channel
+    return None
+
+
+class _Connectivity:
+    """The connectivity of one grpc.Channel, kept up to date by a
+    subscription (grpc's own connectivity poller, a thread that ends when
+    the channel is closed or collected). One is shared by all the Clients
+    of a channel (see _connectivity), so that making many Clients of a
+    channel does not make many subscriptions. It keeps only a weak
+    reference to the channel."""
+
+    def __init__(self, channel: grpc.Channel):
+        self.cond = threading.Condition()
+        self.state: Optional[grpc.ChannelConnectivity] = None  # guarded by cond; None until first told
+        # Whether the channel was asked to connect since it was last seen
+        # other than idle. Guarded by cond.
+        self._asked = False
+        self._channel = weakref.ref(channel)
+        channel.subscribe(self._update)
+        self.connect()
+
+    def _update(self, state: grpc.ChannelConnectivity) -> None:
+        with self.cond:
+            self.state = state
+            if state is not _C.IDLE:
+                self._asked = False
+            self.cond.notify_all()
+
+    def connect(self) -> None:
+        """Asks the channel to connect if it is idle (or not yet known),
+        once per time it is idle; not under cond.
+
+        The public way to ask, subscribing with try_to_connect, leaves a
+        request with grpc's connectivity poller, which it serves within
+        0.2 s (its polling interval); a channel closed meanwhile makes the
+        poller fail with a logged traceback (grpc/grpc#18995). So the
+        client asks grpc's core channel directly, at once
+        (check_connectivity_state(True), what the poller itself calls),
+        where it finds it, and the public way otherwise."""
+        with self.cond:
+            if self._asked or self.state not in (None, _C.IDLE):
+                return
+            self._asked = True
+        ch = self._channel()
+        if ch is None:
+            return
+        core = _core(ch)
+        if core is not None:
+            try:
+                core.check_connectivity_state(True)
+                return
+            except ValueError:  # closed
+                return
+            except Exception:  # not the core channel this code knows: ask the public way
+                pass
+        ch.subscribe(_kick, try_to_connect=True)
+        ch.unsubscribe(_kick)
+
+
+_connectivities: "weakref.WeakKeyDictionary[grpc.Channel, _Connectivity]" = weakref.WeakKeyDictionary()
+_connectivities_lock = threading.Lock()
+
+
+def _connectivity(channel) -> Optional[_Connectivity]:
+    """The _Connectivity of channel, made on first use, or None when
+    channel cannot report its connectivity (it does not implement
+    subscribe)."""
+    with _connectivities_lock:
+        try:
+            c = _connectivities.get(channel)
+        except TypeError:  # neither hashable nor weakly referable: not shared
+            c = None
+        if c is not None:
+            return c
+        try:
+            c = _Connectivity(channel)
+        except (AttributeError, NotImplementedError):
+            return None
+        try:
+            _connectivities[channel] = c
+        except TypeError:
+            pass
+        return c
+
+
 class _Base:
     """What Client and AsyncClient share: the stub of channel, options,
     counters, the failure policy and the hook."""
@@ -372,10 +486,16 @@ class _Base:
                  on_decision: Optional[DecisionHook] = None, logger: Optional[logging.Logger] = None,
                  refusal_cache: float = DEFAULT_REFUSAL_CACHE,
                  refusal_cache_size: int = DEFAULT_REFUSAL_CACHE_SIZE,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic,
+                 connect_timeout: Optional[float] = DEFAULT_CONNECT_TIMEOUT):
         # The generated stub serves both channels: its calls are awaitable
         # on a grpc.aio.Channel.
         self._stub = pb_grpc.RateLimitServiceStub(channel)
+        self._connect_timeout = connect_timeout if connect_timeout is not None and connect_timeout > 0 else None
+        # When the current connection attempt began, as this client saw it
+        # (time.monotonic), or None while the channel is seen ready.
+        self._since: Optional[float] = None
+        self._start_connecting(channel)
         self._refusals = (Refusals(refusal_cache, refusal_cache_size, clock)
                           if refusal_cache > 0 and refusal_cache_size > 0 else None)
         self._local = 0
@@ -387,6 +507,10 @@ class _Base:
         self._fail_opens = 0
         self._failures = 0
         self._unimplemented_logged = False
+
+    def _start_connecting(self, channel) -> None:
+        """Asks channel to connect, and notes how to learn its state."""
+        raise NotImplementedError
 
     @property
     def local_refusals(self) -> int:
@@ -474,11 +598,33 @@ class Client(_Base):
     caller keeps and closes. Safe for use by several threads.
 
     timeout: the budget of each call in seconds (DEFAULT_TIMEOUT; None or
-    <= 0: none). fail_closed: refuse instead of allowing when ratelimitd
+    <= 0: none), which starts once the channel is connected (see below).
+    fail_closed: refuse instead of allowing when ratelimitd
     fails. on_decision: called with (domain, descriptors, decision) after
     every decision, the failure policy's included (its exceptions are
     logged, not raised). logger: for the UNIMPLEMENTED warning and hook
     errors (default logging.getLogger("ratelimitd")).
+
+    connect_timeout: the connect budget, in seconds (DEFAULT_CONNECT_TIMEOUT;
+    None or <= 0: calls never wait). A new channel is idle until used: the
+    client asks it to connect when made, in the background, and a call
+    made while the channel is idle or connecting waits until it is ready
+    before its budget starts, so that a handshake longer than the budget
+    (TLS, a distant or loaded ratelimitd, the first calls after a deploy,
+    a reconnection after ratelimitd restarted) does not make calls fail
+    open. The connect budget is counted from the start of a connection
+    attempt (when the client is made, or at the first call that finds the
+    channel not ready after it was), not per call: calls wait together at
+    most until connect_timeout after that start, and once it is spent no
+    call waits until the channel has been ready again, so a host that
+    accepts connections but never answers delays calls once, not each
+    call. Calls never wait while the channel is in TRANSIENT_FAILURE
+    (ratelimitd refused or failed the handshake; grpc retries with
+    backoff): the failure policy decides at once. Code must still expect
+    decisions of the failure policy, first calls included (Decision.error
+    set, no statuses). The blocking client learns the channel's state
+    from a subscription (channel.subscribe), one per channel whatever the
+    number of clients, which grpc ends when the channel is closed.
 
     refusal_cache: when ratelimitd refuses a request with a retry-after of
     T, the client refuses the same request (domain, descriptors, entries,
@@ -501,6 +647,7 @@ class Client(_Base):
         if d is not None:
             return self._hook(domain, descriptors, d)
         req = _build(domain, descriptors)
+        self._await_connection()
         try:
             resp = self._stub.ShouldRateLimit(req, timeout=self._budget(timeout), metadata=metadata)
         except grpc.RpcError as err:
@@ -510,11 +657,90 @@ class Client(_Base):
         return self._hook(domain, descriptors, d)
 
 
+    def _start_connecting(self, channel: grpc.Channel) -> None:
+        self._conn = _connectivity(channel)
+        if self._conn is not None:
+            self._conn.connect()
+            with self._conn.cond:
+                if self._conn.state is not _C.READY:
+                    self._since = time.monotonic()
+
+    def _await_connection(self) -> None:
+        """Returns once the channel is ready, in TRANSIENT_FAILURE or shut
+        down, or once the current attempt's connect budget is spent."""
+        c = self._conn
+        if c is None or self._connect_timeout is None:
+            return
+        if c.state is _C.READY and self._since is None:  # the fast path, without the lock
+            return
+        kick = False
+        with c.cond:
+            if self._since is None and c.state is not _C.READY:
+                self._since = time.monotonic()
+            while True:
+                state = c.state
+                if state is _C.READY:
+                    self._since = None
+                    return
+                if state in (_C.TRANSIENT_FAILURE, _C.SHUTDOWN):
+                    return
+                if state is _C.IDLE and not kick:
+                    kick = True
+                    c.cond.release()  # connect takes cond, and subscribing grpc's lock
+                    try:
+                        c.connect()
+                    finally:
+                        c.cond.acquire()
+                    continue
+                left = self._since + self._connect_timeout - time.monotonic()
+                if left <= 0:
+                    return
+                c.cond.wait(left)
+
+
 class AsyncClient(_Base):
     """The asyncio variant of Client, over a grpc.aio.Channel (such as
     grpc.aio.insecure_channel("127.0.0.1:8081"), made in the event loop that
     uses it), which the caller keeps and closes. Same options as Client.
-    Cancelling the awaiting task cancels the call (asyncio.CancelledError)."""
+    Cancelling the awaiting task cancels the call (asyncio.CancelledError).
+    It asks the channel to connect when made, and learns its state, with
+    channel.get_state (no subscription, no thread; a call waiting for the
+    connection looks every 5 ms); a channel without it is used as it is,
+    and calls do not wait for it to connect."""
+
+    def _start_connecting(self, channel: "grpc.aio.Channel") -> None:
+        self._channel = channel if hasattr(channel, "get_state") else None
+        if self._channel is not None and self._channel.get_state(try_to_connect=True) is not _C.READY:
+            self._since = time.monotonic()
+
+    async def _await_connection(self) -> None:
+        """See Client._await_connection."""
+        ch = self._channel
+        if ch is None or self._connect_timeout is None:
+            return
+        state = ch.get_state(try_to_connect=False)
+        if state is _C.READY:
+            self._since = None
+            return
+        if self._since is None:
+            self._since = time.monotonic()
+        while True:
+            if state is _C.READY:
+                self._since = None
+                return
+            if state in (_C.TRANSIENT_FAILURE, _C.SHUTDOWN):
+                return
+            if state is _C.IDLE:
+                ch.get_state(try_to_connect=True)
+            left = self._since + self._connect_timeout - time.monotonic()
+            if left <= 0:
+                return
+            # Polled: grpc.aio's wait_for_state_change has no deadline, and
+            # one given up (timed out, cancelled) stays registered until the
+            # state changes, then fires into an event loop that may be
+            # closed (a logged RuntimeError).
+            await asyncio.sleep(min(left, _ASYNC_POLL))
+            state = ch.get_state(try_to_connect=False)
 
     async def should_rate_limit(self, domain: str, *descriptors: Descriptor,
                                 timeout: Optional[float] = None,
@@ -524,6 +750,7 @@ class AsyncClient(_Base):
         if d is not None:
             return self._hook(domain, descriptors, d)
         req = _build(domain, descriptors)
+        await self._await_connection()
         try:
             resp = await self._stub.ShouldRateLimit(req, timeout=self._budget(timeout), metadata=metadata)
         except grpc.RpcError as err:

@@ -2,6 +2,7 @@
 that answers from a script, for the client and middleware tests."""
 
 import queue
+import socket
 import threading
 from concurrent import futures
 
@@ -102,3 +103,125 @@ def status(over_limit=False, name="", requests=0, window=0, remaining=0, reset=(
         st.limit.CopyFrom(pb.Limit(name=name, requests=requests, window=duration(window),
                                    algorithm=algorithm, burst=burst or requests))
     return st
+
+
+class SlowProxy:
+    """A TCP proxy on 127.0.0.1 to upstream ("host:port") that forwards
+    each connection it accepts only delay seconds after accepting it: the
+    client's TCP handshake completes at once, gRPC's (the server's SETTINGS
+    frame) waits, as it does for a server that is starting, loaded or far
+    away. drop() closes the connections it forwards, as a server that
+    restarts does. It listens on port (0: a free one). Use as a context
+    manager; addr is its address. accepted is set once it has accepted a
+    connection."""
+
+    def __init__(self, upstream, delay=0.0, port=0):
+        host, up = upstream.rsplit(":", 1)
+        self.upstream = (host, int(up))
+        self.delay = delay
+        self.accepted = threading.Event()
+        self._closed = threading.Event()
+        self._lock = threading.Lock()
+        self._socks = []  # guarded by _lock
+        self._listener = socket.create_server(("127.0.0.1", port))
+        self.addr = "127.0.0.1:%d" % self._listener.getsockname()[1]
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+        self._thread.start()
+
+    def _accept(self):
+        while True:
+            try:
+                conn, _ = self._listener.accept()
+            except OSError:
+                return
+            self.accepted.set()
+            with self._lock:
+                self._socks.append(conn)
+            threading.Thread(target=self._forward, args=(conn, self.delay), daemon=True).start()
+
+    def _forward(self, conn, delay):
+        if self._closed.wait(delay):
+            return
+        try:
+            up = socket.create_connection(self.upstream)
+        except OSError:
+            conn.close()
+            return
+        with self._lock:
+            self._socks.append(up)
+        threading.Thread(target=_pipe, args=(up, conn), daemon=True).start()
+        _pipe(conn, up)
+
+    def drop(self, delay=None):
+        """Closes the connections forwarded so far; those accepted from now
+        on are forwarded delay seconds later (when given)."""
+        if delay is not None:
+            self.delay = delay
+        with self._lock:
+            socks, self._socks = self._socks, []
+        for s in socks:
+            _close(s)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self._closed.set()
+        _close(self._listener)  # shutdown wakes the accepting thread
+        self._thread.join()
+        self.drop()
+
+
+def _pipe(src, dst):
+    """Copies src to dst until either ends, then closes both."""
+    try:
+        while True:
+            b = src.recv(65536)
+            if not b:
+                break
+            dst.sendall(b)
+    except OSError:
+        pass
+    _close(src)
+    _close(dst)
+
+
+def _close(s):
+    try:
+        s.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    s.close()
+
+
+def closed_addr():
+    """A loopback address nothing listens on: connecting is refused."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return "127.0.0.1:%d" % s.getsockname()[1]
+
+
+def hung_listener():
+    """A listening socket on loopback that never accepts: the kernel
+    completes TCP handshakes, and gRPC's waits for ever (for its connect
+    timeout, 20 s). Close it when done; its address is
+    "127.0.0.1:%d" % s.getsockname()[1]."""
+    return socket.create_server(("127.0.0.1", 0), backlog=16)
+
+
+def wait_state(channel, *want, timeout=10.0):
+    """Waits until channel reports one of the connectivities want, without
+    asking it to connect; returns whether it did within timeout. Tests wait so before
+    closing a channel a Client subscribed to: grpc's connectivity poller
+    logs a traceback when a channel is closed before it has started, or
+    while it handles a change (grpc/grpc#18995)."""
+    seen = threading.Event()
+
+    def cb(state):
+        if state in want:
+            seen.set()
+    channel.subscribe(cb)
+    try:
+        return seen.wait(timeout)
+    finally:
+        channel.unsubscribe(cb)

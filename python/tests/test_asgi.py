@@ -14,7 +14,7 @@ from ratelimitd import D, Descriptor
 from ratelimitd.asgi import QUOTA_EXCEEDED, RateLimitMiddleware, client_ip, trusted_network
 from ratelimitd.testing import FakeAsyncClient, FakeClient, refuse
 
-from scripted import Server, ok, over, status
+from scripted import Server, ok, over, status, wait_state
 
 TRUSTED = [ipaddress.ip_network("10.0.0.0/8"), ipaddress.ip_network("2001:db8:ffff::/48")]
 
@@ -313,9 +313,11 @@ class MiddlewareTest(unittest.TestCase):
         # A blocking Client, or anything not a client, is refused when the
         # middleware is made (or the client function returns it), not on the
         # first request with "not callable".
-        with grpc.insecure_channel(self.server.addr) as ch:
-            with self.assertRaisesRegex(TypeError, "blocking ratelimitd.Client"):
-                RateLimitMiddleware(App(), ratelimitd.Client(ch), "web")
+        ch = grpc.insecure_channel(self.server.addr)
+        self.addCleanup(ch.close)
+        self.addCleanup(wait_state, ch, grpc.ChannelConnectivity.READY)  # before closing
+        with self.assertRaisesRegex(TypeError, "blocking ratelimitd.Client"):
+            RateLimitMiddleware(App(), ratelimitd.Client(ch), "web")
         with self.assertRaisesRegex(TypeError, "coroutine function"):
             RateLimitMiddleware(App(), FakeClient(), "web")
         with self.assertRaisesRegex(TypeError, "want an AsyncClient"):

@@ -13,7 +13,7 @@ import ratelimitd
 from ratelimitd import D, Descriptor, InvalidRequest, LimitOverride
 from ratelimitd.v1 import ratelimit_pb2 as pb
 
-from scripted import Block, Server, ok, over, status
+from scripted import Block, Server, ok, over, status, wait_state
 
 
 class ClientTest(unittest.TestCase):
@@ -24,6 +24,7 @@ class ClientTest(unittest.TestCase):
         self.addCleanup(self.channel.close)
         # A generous budget: the tests that need it to end say so.
         self.client = ratelimitd.Client(self.channel, timeout=30)
+        self.addCleanup(wait_state, self.channel, grpc.ChannelConnectivity.READY)  # before closing
 
     def test_allowed(self):
         self.server.answer(ok(
