@@ -201,9 +201,10 @@ type Server struct {
 	warnings  rate.Sometimes // throttles store failure warnings
 	failures  atomic.Uint64  // requests answered by the failure mode
 	now       func() time.Time
-	rlqs      *rlqs.Service    // nil unless Options.RLQS
-	rates     rates            // per-rule rates for /ui/, filled by SampleRates
-	hot       *hotkeys.Tracker // nil unless Options.HotKeys.Enabled
+	rlqs      *rlqs.Service     // nil unless Options.RLQS
+	rates     rates             // per-rule rates for /ui/, filled by SampleRates
+	hot       *hotkeys.Tracker  // nil unless Options.HotKeys.Enabled
+	digests   *hotkeys.Digester // of the hot keys' values; nil when hot is
 	// healthNames are the service names grpc.health.v1 answers for:
 	// healthServices, and RLQS's when served.
 	healthNames []string
@@ -240,7 +241,7 @@ func New(store backend.Store, rules *config.Rules, opts Options) *Server {
 		s.now = time.Now
 	}
 	s.scratches.New = func() any { return new(scratch) }
-	s.hot = s.newHotKeys()
+	s.hot, s.digests = s.newHotKeys()
 	s.healthNames = healthServices
 	if opts.RLQS {
 		ro := rlqs.Options{

@@ -118,6 +118,9 @@ type hotKeysFlags struct {
 	k       int
 	window  time.Duration
 	values  string // "digest" or "show"
+	// digestKeyFile holds the digests' key, read at start; empty: a
+	// random key per process.
+	digestKeyFile string
 }
 
 // tracingFlags are the OpenTelemetry tracing settings.
@@ -255,7 +258,10 @@ func defineFlags(fs *flag.FlagSet, f *flags) {
 	fs.BoolVar(&f.hotKeys.enabled, "hotkeys", true, "track, per domain, the counters most refused and those nearest their limits, served at GET /hotkeys")
 	fs.IntVar(&f.hotKeys.k, "hotkeys-k", hotkeys.DefaultK, "how many counters each hot keys list of a domain holds")
 	fs.DurationVar(&f.hotKeys.window, "hotkeys-window", hotkeys.DefaultWindow, "how far back the hot keys look: refusals over the last one to two windows, the highest share of a limit used within one")
-	fs.StringVar(&f.hotKeys.values, "hotkeys-values", "digest", "request values in GET /hotkeys: digest (sha256: and 16 hex digits; values may be personal data) or show")
+	fs.StringVar(&f.hotKeys.values, "hotkeys-values", "digest", "request values in GET /hotkeys: digest (hmac: and 16 hex digits of a keyed digest; values may be personal data) or show;\n"+
+		"GET /hotkeys?value=V finds a value")
+	fs.StringVar(&f.hotKeys.digestKeyFile, "hotkeys-digest-key-file", "", "`file` of the key of the /hotkeys digests (16 to 4096 bytes), read at start: replicas given the same key show the same digests;\n"+
+		"empty: a random key per process")
 	fs.BoolVar(&f.httpJSON, "http-json", true, "serve POST /json on --http-addr (decisions over HTTP, without the gRPC listener's mutual TLS)")
 	fs.StringVar(&f.adminAddr, "admin-addr", "", "listen `address` of the operators' endpoints (/ui/, /config, /metrics, /rlqs, /hotkeys, /explain), which then leave --http-addr;\n"+
 		"empty: they stay on --http-addr. Keep it private")
