@@ -115,6 +115,11 @@ type Options struct {
 	// nearest their limits, served at GET /hotkeys; the zero value turns
 	// them off.
 	HotKeys HotKeysOptions
+	// UnknownDomains bounds the domains without rules that get a label of
+	// their own in ratelimitd_unknown_domain_requests_total, and a log
+	// line each (see unknownDomains); the requests for the others are
+	// counted together. Zero means DefaultUnknownDomains.
+	UnknownDomains int
 }
 
 // FailureMode says how the server answers when its store fails
@@ -203,6 +208,7 @@ type Server struct {
 	now       func() time.Time
 	rlqs      *rlqs.Service     // nil unless Options.RLQS
 	rates     rates             // per-rule rates for /ui/, filled by SampleRates
+	unknown   *unknownDomains   // requests for domains without rules
 	hot       *hotkeys.Tracker  // nil unless Options.HotKeys.Enabled
 	digests   *hotkeys.Digester // of the hot keys' values; nil when hot is
 	// healthNames are the service names grpc.health.v1 answers for:
@@ -241,6 +247,7 @@ func New(store backend.Store, rules *config.Rules, opts Options) *Server {
 		s.now = time.Now
 	}
 	s.scratches.New = func() any { return new(scratch) }
+	s.unknown = newUnknownDomains(opts.UnknownDomains, s.log, s.now, s.rules.Load, reg)
 	s.hot, s.digests = s.newHotKeys()
 	s.healthNames = healthServices
 	if opts.RLQS {

@@ -66,6 +66,7 @@ type flags struct {
 	rlqsReplica       string
 	rlqsSyncInterval  time.Duration
 	hotKeys           hotKeysFlags
+	unknownDomains    int
 	tracing           tracingFlags
 	tls               tlsFlags
 	httpConn          httpConnFlags
@@ -138,6 +139,10 @@ const (
 	defaultShutdownTimeout  = 10 * time.Second
 	defaultTraceSampleRatio = 0.01
 )
+
+// maxUnknownDomains bounds --unknown-domains-max: each domain is a series
+// of /metrics.
+const maxUnknownDomains = 10_000
 
 // envPrefix prefixes the environment variable of every flag.
 const envPrefix = "RATELIMITD_"
@@ -262,6 +267,8 @@ func defineFlags(fs *flag.FlagSet, f *flags) {
 		"GET /hotkeys?value=V finds a value")
 	fs.StringVar(&f.hotKeys.digestKeyFile, "hotkeys-digest-key-file", "", "`file` of the key of the /hotkeys digests (16 to 4096 bytes), read at start: replicas given the same key show the same digests;\n"+
 		"empty: a random key per process")
+	fs.IntVar(&f.unknownDomains, "unknown-domains-max", server.DefaultUnknownDomains, "most domains without rules counted each under its own label of ratelimitd_unknown_domain_requests_total, and logged each;\n"+
+		"the requests for the others are counted together in ratelimitd_unknown_domain_requests_untracked_total")
 	fs.BoolVar(&f.httpJSON, "http-json", true, "serve POST /json on --http-addr (decisions over HTTP, without the gRPC listener's mutual TLS)")
 	fs.StringVar(&f.adminAddr, "admin-addr", "", "listen `address` of the operators' endpoints (/ui/, /config, /metrics, /rlqs, /hotkeys, /explain), which then leave --http-addr;\n"+
 		"empty: they stay on --http-addr. Keep it private")
@@ -318,6 +325,8 @@ func (f *flags) check() error {
 		return fmt.Errorf("--hotkeys-window %v: want at least 1s", f.hotKeys.window)
 	case f.hotKeys.values != "digest" && f.hotKeys.values != "show":
 		return fmt.Errorf("--hotkeys-values %q: want digest or show", f.hotKeys.values)
+	case f.unknownDomains < 1 || f.unknownDomains > maxUnknownDomains:
+		return fmt.Errorf("--unknown-domains-max %d: want 1 to %d", f.unknownDomains, maxUnknownDomains)
 	}
 	return errors.Join(f.tls.check(), f.httpConn.check(), f.grpcConn.check())
 }
