@@ -111,7 +111,7 @@ func (b *built) servers(ctx context.Context, rules *config.Rules, reg *prometheu
 		log.Error("cannot use the TLS files; not starting", "err", err)
 		return exitError{1}
 	}
-	store, closeStore, err := openStore(ctx, f, log)
+	store, probeStore, closeStore, err := openStore(f, log)
 	if err != nil {
 		log.Error("cannot use --backend; not starting", "err", err)
 		return exitError{1}
@@ -163,7 +163,9 @@ func (b *built) servers(ctx context.Context, rules *config.Rules, reg *prometheu
 			Enabled: f.hotKeys.enabled, K: f.hotKeys.k, Window: f.hotKeys.window,
 			ShowValues: f.hotKeys.values == "show", Replica: replica, DigestKey: digestKey,
 		},
-		UnknownDomains: f.unknownDomains,
+		UnknownDomains:     f.unknownDomains,
+		StoreProbe:         probeStore,
+		StoreProbeInterval: f.redis.breakerOpen, // as the breakers' probes
 		// The reference's probes and tools call /healthcheck and /rlconfig.
 		EnvoyproxyEndpoints: f.compat == compatEnvoyproxy,
 	})
