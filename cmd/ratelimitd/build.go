@@ -111,7 +111,7 @@ func (b *built) servers(ctx context.Context, rules *config.Rules, reg *prometheu
 		log.Error("cannot use the TLS files; not starting", "err", err)
 		return exitError{1}
 	}
-	store, probeStore, closeStore, err := openStore(f, log)
+	store, probeStore, closeStore, err := openStore(f, log) //nolint:contextcheck // no I/O: the store is probed under ProbeStore's context
 	if err != nil {
 		log.Error("cannot use --backend; not starting", "err", err)
 		return exitError{1}
