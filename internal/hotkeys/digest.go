@@ -7,8 +7,10 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"hash"
 	"io"
 	"os"
+	"sync"
 )
 
 // Bounds of a digest key (see ReadDigestKey).
@@ -33,7 +35,8 @@ const DigestPrefix = "hmac:"
 // call NewDigester.
 type Digester struct {
 	key    []byte
-	random bool // the key was drawn by NewDigester
+	random bool      // the key was drawn by NewDigester
+	macs   sync.Pool // of HMAC-SHA256 hashes under key: a new one costs its key schedule
 }
 
 // NewDigester returns a Digester under key, which should be at least
@@ -71,11 +74,17 @@ func (d *Digester) Digest(p Part) string {
 	if p.Digest {
 		tag = 'd'
 	}
-	m := hmac.New(sha256.New, d.key)
+	m, _ := d.macs.Get().(hash.Hash)
+	if m == nil {
+		m = hmac.New(sha256.New, d.key)
+	}
+	m.Reset()
 	m.Write([]byte{tag})
 	io.WriteString(m, p.Value)
 	var sum [sha256.Size]byte
-	return DigestPrefix + hex.EncodeToString(m.Sum(sum[:0])[:8])
+	digest := DigestPrefix + hex.EncodeToString(m.Sum(sum[:0])[:8])
+	d.macs.Put(m)
+	return digest
 }
 
 // Match reports whether p is the part a request's value counts as:

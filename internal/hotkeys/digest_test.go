@@ -3,9 +3,11 @@ package hotkeys
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -101,5 +103,40 @@ func TestReadDigestKey(t *testing.T) {
 	}
 	if _, err := ReadDigestKey(filepath.Join(dir, "missing")); err == nil || !strings.Contains(err.Error(), "missing") {
 		t.Errorf("a missing file: %v", err)
+	}
+}
+
+// TestDigestConcurrent: digests made at once, by goroutines sharing the
+// Digester's hashes, are those made one by one.
+func TestDigestConcurrent(t *testing.T) {
+	d := NewDigester(nil)
+	want := make([]string, 64)
+	for i := range want {
+		want[i] = d.Digest(Part{Value: fmt.Sprint("10.0.0.", i)})
+	}
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for range 10 {
+				for i, w := range want {
+					if got := d.Digest(Part{Value: fmt.Sprint("10.0.0.", i)}); got != w {
+						t.Errorf("Digest(10.0.0.%d) = %s at once, %s alone", i, got, w)
+						return
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// BenchmarkDigest measures one value's digest, as GET /hotkeys makes one
+// per value shown.
+func BenchmarkDigest(b *testing.B) {
+	d := NewDigester(nil)
+	p := Part{Value: "203.0.113.9"}
+	b.ReportAllocs()
+	for b.Loop() {
+		d.Digest(p)
 	}
 }
