@@ -23,6 +23,10 @@ const DefaultUnknownDomains = 100
 const (
 	unknownLogEvery = time.Minute
 	unknownIdle     = 10 * time.Minute
+	// unknownRoomEvery is how often a full table looks for room: each
+	// look copies and scans it, and requests for new domains past the
+	// bound may come at any rate.
+	unknownRoomEvery = time.Second
 )
 
 // unknownDomains counts the requests for domains that have no rules,
@@ -34,7 +38,9 @@ const (
 // past max are counted together (the bound's metric) and logged together
 // at the same pace. When the table is full, a domain that now has rules,
 // or that has had no request for unknownIdle, gives up its place (and its
-// label) to a new one.
+// label) to a new one; a full table looks for such places at most once
+// every unknownRoomEvery, so that a flood of new domains past the bound
+// costs each request a map lookup and an atomic load.
 //
 // Reading the table takes no lock: it is a map replaced whole, under mu,
 // when a domain comes or goes (at most max entries copied).
@@ -45,7 +51,8 @@ type unknownDomains struct {
 	rules    func() *config.Rules
 	requests *prometheus.CounterVec
 	table    atomic.Pointer[map[string]*unknownDomain]
-	mu       sync.Mutex // serializes changes of table
+	mu       sync.Mutex   // serializes changes of table
+	nextRoom atomic.Int64 // the Unix nanosecond before which a full table looks for no room
 	// others counts the domains past max together; its name is empty.
 	others unknownDomain
 }
@@ -101,11 +108,21 @@ func (u *unknownDomains) observe(domain string) {
 // add returns the entry of domain, new if the table has room (or makes
 // room), else u.others.
 func (u *unknownDomains) add(domain string) *unknownDomain {
+	if u.full() {
+		return &u.others
+	}
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	old := *u.table.Load()
 	if d, ok := old[domain]; ok { // added meanwhile
 		return d
+	}
+	if len(old) >= u.max {
+		now := u.now().UnixNano()
+		if now < u.nextRoom.Load() {
+			return &u.others
+		}
+		u.nextRoom.Store(now + int64(unknownRoomEvery))
 	}
 	table := maps.Clone(old)
 	if len(table) >= u.max {
@@ -119,6 +136,12 @@ func (u *unknownDomains) add(domain string) *unknownDomain {
 	table[d.name] = d
 	u.table.Store(&table)
 	return d
+}
+
+// full reports, without the lock, whether the table is full and looked
+// for room less than unknownRoomEvery ago.
+func (u *unknownDomains) full() bool {
+	return len(*u.table.Load()) >= u.max && u.now().UnixNano() < u.nextRoom.Load()
 }
 
 // makeRoom drops from table the domains that now have rules, and those

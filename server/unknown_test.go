@@ -3,6 +3,7 @@ package server_test
 import (
 	"encoding/json"
 	"log/slog"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ratelimitd/ratelimitd/backend/memory"
 	ratelimitv1 "github.com/ratelimitd/ratelimitd/gen/ratelimit/v1"
 	"github.com/ratelimitd/ratelimitd/server"
 )
@@ -136,7 +138,7 @@ func TestUnknownDomains(t *testing.T) {
 
 // TestUnknownDomainsMakeRoom: with the table full, a domain idle for
 // ten minutes, or one that now has rules, gives its place and its label
-// to a new one.
+// to a new one; a full table looks for room at most once a second.
 func TestUnknownDomainsMakeRoom(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	h := newHarness(t, parseRules(t, unknownRules), server.Options{Registry: reg, UnknownDomains: 2})
@@ -161,12 +163,14 @@ func TestUnknownDomainsMakeRoom(t *testing.T) {
 	// b gets rules: its place goes to the next new domain.
 	h.srv.SetRules(parseRules(t, unknownRules+"---\ndomain: b\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 1}\n"))
 	ask("b") // known now: not counted
+	ask("e") // the table looked for room less than a second ago: e counts with the others
+	h.at(10*time.Minute + 2*time.Second)
 	ask("e")
 	fams = scrape(t, ts)
 	fams.Want(t, map[string]float64{
 		"ratelimitd_unknown_domain_requests_total{domain=c}": 1,
 		"ratelimitd_unknown_domain_requests_total{domain=e}": 1,
-		"ratelimitd_unknown_domain_requests_untracked_total": 1,
+		"ratelimitd_unknown_domain_requests_untracked_total": 2,
 	})
 	if _, ok := fams.Value("ratelimitd_unknown_domain_requests_total", "domain=b"); ok {
 		t.Errorf("b, now in the rules, still has its series")
@@ -183,5 +187,43 @@ func TestUnknownDomainsNoRules(t *testing.T) {
 	scrape(t, httpServer(t, h)).Want(t, map[string]float64{"ratelimitd_unknown_domain_requests_total{domain=edge}": 1})
 	if lines := unknownLogs(t, &logs); len(lines) != 1 || lines[0]["rules_loaded"] != false {
 		t.Errorf("lines %v, want one saying no rules are loaded", lines)
+	}
+}
+
+// BenchmarkUnknownDomains measures a decision for a domain without
+// rules: one domain over and over (a typo), and a new domain each time
+// past a full table (a client sending random domains), which costs no
+// more: the table looks for room once a second, not at every request.
+func BenchmarkUnknownDomains(b *testing.B) {
+	for _, bm := range []struct {
+		name     string
+		distinct bool
+	}{{"one", false}, {"distinct_past_the_bound", true}} {
+		b.Run(bm.name, func(b *testing.B) {
+			store := memory.New(memory.Options{})
+			b.Cleanup(func() { store.Close() })
+			srv := server.New(store, parseRules(b, unknownRules), server.Options{Registry: prometheus.NewRegistry()})
+			envoy := srv.Envoy()
+			reqs := make([]*rlsv3.RateLimitRequest, 1<<16)
+			for i := range reqs {
+				reqs[i] = request("edg", desc("remote_address", "10.0.0.1"))
+				if bm.distinct {
+					reqs[i].Domain = "d" + strconv.Itoa(i)
+				}
+			}
+			for i := range server.DefaultUnknownDomains { // fill the table
+				if _, err := envoy.ShouldRateLimit(b.Context(), request("fill"+strconv.Itoa(i), desc("k", "v"))); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				if _, err := envoy.ShouldRateLimit(b.Context(), reqs[i%len(reqs)]); err != nil {
+					b.Fatal(err)
+				}
+				i++
+			}
+		})
 	}
 }
