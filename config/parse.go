@@ -8,7 +8,6 @@ import (
 	"math"
 	"regexp"
 	"strconv"
-	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
@@ -75,7 +74,7 @@ func decode(name string, data []byte, limits Limits, b *budget, errs *errorList)
 		var doc yaml.Node
 		if err := dec.Decode(&doc); err != nil {
 			if !errors.Is(err, io.EOF) {
-				d.syntaxError(err)
+				d.syntaxError(data, err)
 			}
 			break
 		}
@@ -92,17 +91,6 @@ func decode(name string, data []byte, limits Limits, b *budget, errs *errorList)
 
 // yamlLine matches the place in go.yaml.in/yaml/v3's syntax errors.
 var yamlLine = regexp.MustCompile(`^line (\d+): `)
-
-// syntaxError reports an error of the YAML parser, at the line it names.
-func (d *decoder) syntaxError(err error) {
-	msg := strings.TrimPrefix(err.Error(), "yaml: ")
-	var p pos
-	if m := yamlLine.FindStringSubmatch(msg); m != nil {
-		p.line, _ = strconv.Atoi(m[1])
-		msg = msg[len(m[0]):]
-	}
-	d.errorf(p, "yaml: %s", msg)
-}
 
 // A decoder turns the YAML nodes of one file into the syntax tree,
 // reporting what is not of the right shape: unknown fields, wrong types,

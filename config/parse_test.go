@@ -78,7 +78,10 @@ func TestGoodConfigs(t *testing.T) {
 // badConfigs lists, for each testdata/*.bad.yaml, every error that Parse
 // must report, in order (substrings of the errors' text).
 var badConfigs = map[string][]string{
-	"syntax":                        {"syntax.bad.yaml:4: yaml: mapping values are not allowed in this context"},
+	"syntax":                        {`syntax.bad.yaml:4:6: yaml: mapping values are not allowed in this context: line 4 is indented by 5, the entries of "- key: a" (line 3) by 4`},
+	"indentation":                   {`indentation.bad.yaml:6:6: yaml: did not find expected key: line 6 is indented by 5, the entries of "rate_limit:" (line 4) by 6`},
+	"indentation_item":              {`indentation_item.bad.yaml:6:4: yaml: did not find expected '-' indicator: line 6 is indented by 3, the entries of "- key: c" (line 5) by 4`},
+	"indentation_second_doc":        {`indentation_second_doc.bad.yaml:11:6: yaml: did not find expected key: line 11 is indented by 5, the entries of "rate_limit:" (line 9) by 6`},
 	"not_mapping":                   {"not_mapping.bad.yaml:1:1: document must be a mapping with domain and descriptors, got a sequence"},
 	"not_mapping_second_doc":        {`not_mapping_second_doc.bad.yaml:3:1: document must be a mapping with domain and descriptors, got "just a string"`},
 	"unknown_field_domain":          {`unknown_field_domain.bad.yaml:2:1: unknown field "descriptor" in domain`},

@@ -166,19 +166,20 @@ func checkHits(i int, hits uint64) error {
 }
 
 // match checks sc.req, matches each of its descriptors against the rules
-// in force and appends them to sc.descs with their counter keys' prefixes.
-func (s *Server) match(sc *scratch) error {
+// in force and appends them to sc.descs with their counter keys'
+// prefixes. It reports whether the request's domain has rules.
+func (s *Server) match(sc *scratch) (known bool, err error) {
 	r := &sc.req
 	if err := checkRequest(r.domain, len(r.descs)); err != nil {
-		return err
+		return false, err
 	}
 	d := s.rules.Load().Domain(r.domain)
 	for i := range r.descs {
 		if err := addDescriptor(sc, d, &r.descs[i]); err != nil {
-			return err
+			return false, err
 		}
 	}
-	return nil
+	return d != nil, nil
 }
 
 // addDescriptor matches one request descriptor against d and appends it
@@ -323,8 +324,12 @@ func keyPath(entries []entry) string {
 // when the store cannot decide and the failure mode does not answer, or
 // the caller's context error.
 func (s *Server) decide(ctx context.Context, sc *scratch) error {
-	if err := s.match(sc); err != nil {
+	known, err := s.match(sc)
+	if err != nil {
 		return err
+	}
+	if !known {
+		s.unknown.observe(sc.req.domain) // answered OK, as the reference does, but counted
 	}
 	bans := s.storeRequests(sc)
 	var refused bool
@@ -339,6 +344,7 @@ func (s *Server) decide(ctx context.Context, sc *scratch) error {
 		if err != nil {
 			return s.storeFailed(ctx, sc, err)
 		}
+		s.storeAnswered()
 		refused = backend.Refused(sc.reqs, sc.res)
 	}
 	s.verdicts(sc, refused)

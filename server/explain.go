@@ -116,7 +116,7 @@ func (s *Server) serveExplain(w http.ResponseWriter, r *http.Request) {
 // made now would answer. It returns decide's errors, but answers no
 // failure mode: a store that cannot be read is errStoreUnavailable.
 func (s *Server) explain(ctx context.Context, sc *scratch) (*explanation, error) {
-	if err := s.match(sc); err != nil {
+	if _, err := s.match(sc); err != nil {
 		return nil, err
 	}
 	bans := s.storeRequests(sc)

@@ -3,7 +3,6 @@ package server
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"fmt"
 	"math"
 	"net/http"
 	"os"
@@ -25,27 +24,35 @@ type HotKeysOptions struct {
 	// hotkeys.DefaultWindow.
 	Window time.Duration
 	// ShowValues shows request values as they are; otherwise /hotkeys
-	// shows each value's digest, "sha256:" and the first 16 hex digits of
-	// its SHA-256, so that values that are personal data (IP addresses,
-	// API keys) are not on view, while an operator can still find a
-	// value they know.
+	// shows each value's keyed digest, "hmac:" and the first 16 hex
+	// digits of its HMAC-SHA256 under DigestKey, so that values that are
+	// personal data (IP addresses, API keys) are not on view and cannot be
+	// recovered by trying every value, while an operator can still find
+	// a value they know (GET /hotkeys?value=).
 	ShowValues bool
+	// DigestKey is the key of the digests, at least
+	// hotkeys.MinDigestKeyBytes long (hotkeys.ReadDigestKey reads one
+	// from a file): replicas given the same key show the same digests.
+	// Empty means a random key drawn by New, so that each process shows
+	// digests of its own.
+	DigestKey []byte
 	// Replica names this replica in /hotkeys: each replica sees only the
 	// decisions it made. Empty means the host name.
 	Replica string
 }
 
-// newHotKeys returns the hot keys tracker of s's options, nil when off.
-// A domain that leaves the rules leaves the hot keys.
-func (s *Server) newHotKeys() *hotkeys.Tracker {
+// newHotKeys returns the hot keys tracker of s's options and the
+// digester of their values, nils when off. A domain that leaves the
+// rules leaves the hot keys.
+func (s *Server) newHotKeys() (*hotkeys.Tracker, *hotkeys.Digester) {
 	o := s.opts.HotKeys
 	if !o.Enabled {
-		return nil
+		return nil, nil
 	}
 	return hotkeys.New(hotkeys.Options{
 		K: o.K, Window: o.Window, Now: s.opts.Now,
 		Live: func(domain string) bool { return s.rules.Load().Domain(domain) != nil },
-	})
+	}), hotkeys.NewDigester(o.DigestKey)
 }
 
 // observeHot records the verdict v on ds in the hot keys, if tracked. It
@@ -69,11 +76,29 @@ func (s *Server) observeHot(sc *scratch, ds *desc, v *verdict) {
 
 // hotKeysView is the body of GET /hotkeys.
 type hotKeysView struct {
-	Replica       string          `json:"replica"`
-	WindowSeconds float64         `json:"window_seconds"`
-	K             int             `json:"k"`
-	Values        string          `json:"values"` // "digest" or "shown"
-	Domains       []hotKeysDomain `json:"domains"`
+	Replica       string  `json:"replica"`
+	WindowSeconds float64 `json:"window_seconds"`
+	K             int     `json:"k"`
+	Values        string  `json:"values"` // "digest" or "shown"
+	// DigestKey says where the digests' key comes from: "random" (drawn
+	// by this process: digests differ between replicas) or "file"; and
+	// DigestKeyID names it (hotkeys.Digester.KeyID), so that replicas
+	// showing comparable digests can be told.
+	DigestKey   string `json:"digest_key,omitempty"`
+	DigestKeyID string `json:"digest_key_id,omitempty"`
+	// Lookup, with ?value=, is the value looked up, as the lists show
+	// it; the lists then hold only the counters with that value.
+	Lookup  *hotKeysLookup  `json:"lookup,omitempty"`
+	Domains []hotKeysDomain `json:"domains"`
+}
+
+// hotKeysLookup is the value GET /hotkeys?value= looked up.
+type hotKeysLookup struct {
+	// Value is the value as the lists show it: its digest, or itself
+	// with --hotkeys-values show.
+	Value string `json:"value"`
+	// Found counts the entries that hold it, both lists of every domain.
+	Found int `json:"found"`
 }
 
 // hotKeysDomain is one domain's lists.
@@ -112,11 +137,15 @@ type hotKeyPart struct {
 }
 
 // serveHotKeys writes this replica's hot keys as JSON (hotKeysView).
-func (s *Server) serveHotKeys(w http.ResponseWriter, _ *http.Request) {
+// With ?value=V, it keeps only the counters one of whose values is V (or
+// counts by V's digest), and says how V shows: an operator finds there a
+// value a customer reports without the digests' key.
+func (s *Server) serveHotKeys(w http.ResponseWriter, r *http.Request) {
 	if s.hot == nil {
 		http.Error(w, "hot keys are off (--hotkeys=false)", http.StatusNotFound)
 		return
 	}
+	show := s.opts.HotKeys.ShowValues
 	v := hotKeysView{
 		Replica:       s.hotReplica(),
 		WindowSeconds: s.hot.Window().Seconds(),
@@ -124,22 +153,65 @@ func (s *Server) serveHotKeys(w http.ResponseWriter, _ *http.Request) {
 		Values:        "digest",
 		Domains:       []hotKeysDomain{},
 	}
-	show := s.opts.HotKeys.ShowValues
 	if show {
 		v.Values = "shown"
+	} else {
+		v.DigestKey, v.DigestKeyID = "file", s.digests.KeyID()
+		if s.digests.Random() {
+			v.DigestKey = "random"
+		}
+	}
+	q := r.URL.Query()
+	lookup, looking := q.Get("value"), q.Has("value")
+	keep := func(*hotkeys.Entry) bool { return true }
+	if looking {
+		v.Lookup = &hotKeysLookup{Value: s.hotValue(lookupPart(lookup), show)}
+		keep = func(e *hotkeys.Entry) bool { return entryHolds(e, lookup) }
 	}
 	now := s.now()
 	for _, d := range s.hot.View() {
 		hd := hotKeysDomain{Domain: printable(d.Name), Refused: []hotKeyEntry{}, Nearest: []hotKeyEntry{}}
 		for i := range d.Refused {
-			hd.Refused = append(hd.Refused, hotEntry(&d.Refused[i], show, now))
+			if keep(&d.Refused[i]) {
+				hd.Refused = append(hd.Refused, s.hotEntry(&d.Refused[i], show, now))
+			}
 		}
 		for i := range d.Nearest {
-			hd.Nearest = append(hd.Nearest, hotEntry(&d.Nearest[i], show, now))
+			if keep(&d.Nearest[i]) {
+				hd.Nearest = append(hd.Nearest, s.hotEntry(&d.Nearest[i], show, now))
+			}
+		}
+		if looking {
+			if len(hd.Refused)+len(hd.Nearest) == 0 {
+				continue
+			}
+			v.Lookup.Found += len(hd.Refused) + len(hd.Nearest)
 		}
 		v.Domains = append(v.Domains, hd)
 	}
 	writeJSON(w, v, true)
+}
+
+// lookupPart returns the part that value counts as in a counter key: the
+// value, or its SHA-256 when it is over maxEntryBytes (appendKeyPrefix).
+func lookupPart(value string) hotkeys.Part {
+	if len(value) > maxEntryBytes {
+		sum := sha256.Sum256([]byte(value))
+		return hotkeys.Part{Value: string(sum[:]), Digest: true}
+	}
+	return hotkeys.Part{Value: value}
+}
+
+// entryHolds reports whether one of e's values is value, or counts by its
+// digest.
+func entryHolds(e *hotkeys.Entry, value string) bool {
+	_, parts, _ := hotkeys.DecodeKey(e.Key)
+	for _, p := range parts {
+		if hotkeys.Match(p, value, maxEntryBytes) {
+			return true
+		}
+	}
+	return false
 }
 
 // hotReplica returns the name /hotkeys labels this replica's view with.
@@ -156,7 +228,7 @@ func (s *Server) hotReplica() string {
 
 // hotEntry renders e, its values shown or digested, its reset counted
 // from now.
-func hotEntry(e *hotkeys.Entry, show bool, now time.Time) hotKeyEntry {
+func (s *Server) hotEntry(e *hotkeys.Entry, show bool, now time.Time) hotKeyEntry {
 	he := hotKeyEntry{
 		Rule:         printable(e.Path),
 		Truncated:    e.Truncated,
@@ -187,23 +259,20 @@ func hotEntry(e *hotkeys.Entry, show bool, now time.Time) hotKeyEntry {
 	_, parts, complete := hotkeys.DecodeKey(e.Key)
 	he.Truncated = he.Truncated || !complete
 	for _, p := range parts {
-		he.Descriptor = append(he.Descriptor, hotKeyPart{Key: printable(p.Key), Value: hotValue(p, show)})
+		he.Descriptor = append(he.Descriptor, hotKeyPart{Key: printable(p.Key), Value: s.hotValue(p, show)})
 	}
 	return he
 }
 
 // hotValue returns how /hotkeys shows p's value: itself (see printable)
-// when show, else "sha256:" and the first 16 hex digits of its SHA-256.
-// A value counted by its digest shows as that digest, in full when show.
-func hotValue(p hotkeys.Part, show bool) string {
+// when show, else its keyed digest (hotkeys.Digester). A value counted by
+// its SHA-256 shows, when show, as "sha256:" and that digest in hex.
+func (s *Server) hotValue(p hotkeys.Part, show bool) string {
 	switch {
-	case p.Digest && show:
-		return "sha256:" + hex.EncodeToString([]byte(p.Value))
+	case !show:
+		return s.digests.Digest(p)
 	case p.Digest:
-		return "sha256:" + hex.EncodeToString([]byte(p.Value)[:min(8, len(p.Value))])
-	case show:
-		return printable(p.Value)
+		return "sha256:" + hex.EncodeToString([]byte(p.Value))
 	}
-	sum := sha256.Sum256([]byte(p.Value))
-	return fmt.Sprintf("sha256:%x", sum[:8])
+	return printable(p.Value)
 }

@@ -1,9 +1,13 @@
 package server_test
 
 import (
+	"crypto/hmac"
 	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -77,7 +81,13 @@ type hotView struct {
 	Replica       string  `json:"replica"`
 	WindowSeconds float64 `json:"window_seconds"`
 	Values        string  `json:"values"`
-	Domains       []struct {
+	DigestKey     string  `json:"digest_key"`
+	DigestKeyID   string  `json:"digest_key_id"`
+	Lookup        *struct {
+		Value string `json:"value"`
+		Found int    `json:"found"`
+	} `json:"lookup"`
+	Domains []struct {
 		Domain  string     `json:"domain"`
 		Refused []hotEntry `json:"refused"`
 		Nearest []hotEntry `json:"nearest"`
@@ -100,39 +110,63 @@ type hotEntry struct {
 // /hotkeys's body, decoded and not.
 func hotKeys(t *testing.T, opts server.HotKeysOptions) (string, hotView) {
 	t.Helper()
-	h := newHarness(t, parseRules(t, hotRules), server.Options{HotKeys: opts})
-	ts := httpServer(t, h)
-	hotTraffic(t, h, func(body string) int {
-		code, _, _ := do(t, ts, "POST", "/json", body)
-		return code
-	})
-	code, body, hdr := do(t, ts, "GET", "/hotkeys", "")
-	if code != 200 || hdr.Get("Content-Type") != "application/json" {
-		t.Fatalf("GET /hotkeys = %d (%s) %s", code, hdr.Get("Content-Type"), body)
-	}
-	var v hotView
-	if err := json.Unmarshal([]byte(body), &v); err != nil {
-		t.Fatalf("GET /hotkeys: %v in %s", err, body)
-	}
+	ts := hotServer(t, opts)
+	body, v := getHotKeys(t, ts, "/hotkeys")
 	if len(v.Domains) != 1 || v.Domains[0].Domain != "edge" {
 		t.Fatalf("GET /hotkeys: want the domain edge alone, got %s", body)
 	}
 	return body, v
 }
 
-// digest is how /hotkeys shows a value by default.
-func digest(v string) string { return fmt.Sprintf("sha256:%x", sha256.Sum256([]byte(v)))[:7+16] }
+// hotServer runs the traffic on a server with opts and returns its HTTP
+// endpoints.
+func hotServer(t *testing.T, opts server.HotKeysOptions) *httptest.Server {
+	t.Helper()
+	h := newHarness(t, parseRules(t, hotRules), server.Options{HotKeys: opts})
+	ts := httpServer(t, h)
+	hotTraffic(t, h, func(body string) int {
+		code, _, _ := do(t, ts, "POST", "/json", body)
+		return code
+	})
+	return ts
+}
+
+// getHotKeys returns the body of GET path (/hotkeys and a query),
+// decoded and not.
+func getHotKeys(t *testing.T, ts *httptest.Server, path string) (string, hotView) {
+	t.Helper()
+	code, body, hdr := do(t, ts, "GET", path, "")
+	if code != 200 || hdr.Get("Content-Type") != "application/json" {
+		t.Fatalf("GET %s = %d (%s) %s", path, code, hdr.Get("Content-Type"), body)
+	}
+	var v hotView
+	if err := json.Unmarshal([]byte(body), &v); err != nil {
+		t.Fatalf("GET %s: %v in %s", path, err, body)
+	}
+	return body, v
+}
+
+// testDigestKey is the digests' key of the tests that know it.
+var testDigestKey = []byte("0123456789abcdef-test-key")
+
+// digest is how /hotkeys shows a value by default, under testDigestKey:
+// "hmac:" and the first 8 bytes of the HMAC-SHA256 of "v" and the value.
+func digest(v string) string {
+	m := hmac.New(sha256.New, testDigestKey)
+	m.Write([]byte("v" + v))
+	return "hmac:" + hex.EncodeToString(m.Sum(nil)[:8])
+}
 
 // TestHotKeysHTTP: under traffic from a crowd of addresses, one far over
 // its limit and one near it, GET /hotkeys names the attacker first among
 // the refused (with its rule, file and line, exact counts and limit) and
-// first among the nearest, the near address next, by their digests: no
-// address appears as itself.
+// first among the nearest, the near address next, by their keyed digests:
+// no address appears as itself, nor as its unkeyed SHA-256.
 func TestHotKeysHTTP(t *testing.T) {
-	body, v := hotKeys(t, server.HotKeysOptions{Enabled: true, Replica: "replica-a", K: 5})
+	body, v := hotKeys(t, server.HotKeysOptions{Enabled: true, Replica: "replica-a", K: 5, DigestKey: testDigestKey})
 	nearest := v.Domains[0].Nearest
-	if v.Replica != "replica-a" || v.WindowSeconds != 60 || v.Values != "digest" {
-		t.Errorf("replica %q, window %v, values %q; want replica-a, 60, digest", v.Replica, v.WindowSeconds, v.Values)
+	if v.Replica != "replica-a" || v.WindowSeconds != 60 || v.Values != "digest" || v.DigestKey != "file" {
+		t.Errorf("replica %q, window %v, values %q, digest key %q; want replica-a, 60, digest, file", v.Replica, v.WindowSeconds, v.Values, v.DigestKey)
 	}
 	refused := v.Domains[0].Refused
 	if len(refused) != 1 {
@@ -155,9 +189,79 @@ func TestHotKeysHTTP(t *testing.T) {
 		t.Errorf("nearest = %+v; want 5, the attacker (1.0) then %s (0.9)", nearest, digest(nearAddr))
 	}
 	for _, addr := range []string{attacker, nearAddr, "10.0.0.0"} {
-		if strings.Contains(body, addr) {
-			t.Errorf("GET /hotkeys shows %s as itself: %s", addr, body)
+		sum := sha256.Sum256([]byte(addr))
+		if unkeyed := hex.EncodeToString(sum[:8]); strings.Contains(body, addr) || strings.Contains(body, unkeyed) {
+			t.Errorf("GET /hotkeys shows %s as itself or as its SHA-256 (%s): %s", addr, unkeyed, body)
 		}
+	}
+}
+
+// TestHotKeysDigestKey: replicas given the same key show the same
+// digests and key ID; without a key, each server draws its own, and two
+// show different digests for the same value.
+func TestHotKeysDigestKey(t *testing.T) {
+	attackerDigest := func(v hotView) string {
+		t.Helper()
+		if len(v.Domains[0].Refused) == 0 {
+			t.Fatalf("no refused counter")
+		}
+		return v.Domains[0].Refused[0].Descriptor[0].Value
+	}
+	_, a := hotKeys(t, server.HotKeysOptions{Enabled: true, DigestKey: testDigestKey})
+	_, b := hotKeys(t, server.HotKeysOptions{Enabled: true, DigestKey: testDigestKey})
+	if attackerDigest(a) != attackerDigest(b) || a.DigestKeyID != b.DigestKeyID || a.DigestKeyID == "" {
+		t.Errorf("same key: digests %s, %s, key IDs %q, %q; want them equal", attackerDigest(a), attackerDigest(b), a.DigestKeyID, b.DigestKeyID)
+	}
+	_, c := hotKeys(t, server.HotKeysOptions{Enabled: true})
+	_, d := hotKeys(t, server.HotKeysOptions{Enabled: true})
+	if c.DigestKey != "random" || d.DigestKey != "random" {
+		t.Errorf("digest_key %q, %q without a key; want random", c.DigestKey, d.DigestKey)
+	}
+	for _, v := range []hotView{c, d} {
+		if !strings.HasPrefix(attackerDigest(v), "hmac:") || len(attackerDigest(v)) != len("hmac:")+16 {
+			t.Errorf("digest %q, want hmac: and 16 hex digits", attackerDigest(v))
+		}
+	}
+	if attackerDigest(c) == attackerDigest(d) || attackerDigest(c) == attackerDigest(a) || c.DigestKeyID == d.DigestKeyID {
+		t.Errorf("random keys: digests %s, %s (key IDs %s, %s), and %s under the test key; want all different",
+			attackerDigest(c), attackerDigest(d), c.DigestKeyID, d.DigestKeyID, attackerDigest(a))
+	}
+}
+
+// TestHotKeysLookup: GET /hotkeys?value=V answers how V shows, and only
+// the counters that hold it, in both lists; a value no counter holds
+// finds nothing; a value over 1 KiB, counted by its SHA-256, is found by
+// itself.
+func TestHotKeysLookup(t *testing.T) {
+	long := strings.Repeat("k", 2000)
+	ts := hotServer(t, server.HotKeysOptions{Enabled: true})
+	for range 12 { // over the limit of 10
+		if code, body, _ := do(t, ts, "POST", "/json", `{"domain": "edge", "descriptors": [{"entries": [{"key": "remote_address", "value": "`+long+`"}]}]}`); code != 200 && code != 429 {
+			t.Fatalf("POST /json = %d %s", code, body)
+		}
+	}
+	_, all := getHotKeys(t, ts, "/hotkeys")
+	if all.Lookup != nil {
+		t.Errorf("lookup %+v without ?value=", all.Lookup)
+	}
+	_, v := getHotKeys(t, ts, "/hotkeys?value="+attacker)
+	if v.Lookup == nil || v.Lookup.Found != 2 || len(v.Domains) != 1 {
+		t.Fatalf("?value=%s: lookup %+v, %d domains; want found 2 in edge", attacker, v.Lookup, len(v.Domains))
+	}
+	d := v.Domains[0]
+	if len(d.Refused) != 1 || len(d.Nearest) != 1 || d.Refused[0].Descriptor[0].Value != v.Lookup.Value || d.Nearest[0].Descriptor[0].Value != v.Lookup.Value {
+		t.Errorf("?value=%s: refused %+v, nearest %+v; want the attacker's counter, shown as %s, in each", attacker, d.Refused, d.Nearest, v.Lookup.Value)
+	}
+	if all.Domains[0].Refused[0].Descriptor[0].Value != v.Lookup.Value {
+		t.Errorf("the most refused shows as %s, the lookup of %s as %s", all.Domains[0].Refused[0].Descriptor[0].Value, attacker, v.Lookup.Value)
+	}
+	_, v = getHotKeys(t, ts, "/hotkeys?value=192.0.2.200")
+	if v.Lookup == nil || v.Lookup.Found != 0 || len(v.Domains) != 0 {
+		t.Errorf("?value= of an address never sent: lookup %+v, domains %+v; want nothing found", v.Lookup, v.Domains)
+	}
+	_, v = getHotKeys(t, ts, "/hotkeys?value="+url.QueryEscape(long))
+	if v.Lookup == nil || len(v.Domains) != 1 || len(v.Domains[0].Refused) != 1 || v.Domains[0].Refused[0].Descriptor[0].Value != v.Lookup.Value {
+		t.Errorf("?value= of a value over 1 KiB: lookup %+v, domains %+v; want its refused counter", v.Lookup, v.Domains)
 	}
 }
 

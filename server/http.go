@@ -24,8 +24,9 @@ import (
 //
 //	GET  /healthz  200 while the process runs
 //	GET  /readyz   200 once rules are loaded, 503 before and during shutdown,
-//	               and while the store is down unless the failure mode is
-//	               allow; the body names the store's state
+//	               and while the store is down or has never answered (see
+//	               Options.StoreProbe) unless the failure mode is allow;
+//	               the body names the store's state
 //	GET  /config   the rules in force, as YAML (503 before any are loaded)
 //	GET  /metrics  Prometheus metrics, when Options.Registry is set
 //	POST /json     (unless Options.DisableJSON) a protojson
@@ -41,7 +42,8 @@ import (
 //	GET  /ui/      the operator's page, and its JSON under /ui/api/ (see
 //	               ui.go)
 //	GET  /hotkeys  with Options.HotKeys, per domain the counters most
-//	               refused and nearest their limits, as JSON (404 when off)
+//	               refused and nearest their limits, as JSON (404 when off);
+//	               ?value=V keeps those that hold V, and says how V shows
 //
 // and with Options.EnvoyproxyEndpoints, envoyproxy/ratelimit's
 // /healthcheck and /rlconfig (see envoyproxy.go).

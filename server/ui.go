@@ -199,6 +199,12 @@ type uiStatus struct {
 	Replica           string      `json:"replica,omitempty"`
 	RulesLoaded       bool        `json:"rules_loaded"`
 	Files             []string    `json:"files"`
+	// UnknownDomains are the domains requested that have no rules (the
+	// first Options.UnknownDomains), the most requested first: their
+	// requests are answered OK with nothing limited. UnknownUntracked
+	// counts the requests for the others.
+	UnknownDomains   []unknownView `json:"unknown_domains"`
+	UnknownUntracked uint64        `json:"unknown_domains_untracked"`
 }
 
 // uiBreaker is one node's circuit breaker.
@@ -215,6 +221,7 @@ func (s *Server) serveUIStatus(w http.ResponseWriter, _ *http.Request) {
 		FailureAnswers: s.FailureAnswers(), ReadyWithoutStore: s.opts.ReadyWithoutStore, ShadowMode: s.opts.ShadowMode,
 		Files: []string{},
 	}
+	st.UnknownDomains, st.UnknownUntracked = s.unknown.view()
 	if s.rlqs != nil {
 		st.Replica = s.opts.RLQSReplica
 	}

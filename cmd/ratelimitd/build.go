@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/ratelimitd/ratelimitd/config"
+	"github.com/ratelimitd/ratelimitd/internal/hotkeys"
 	"github.com/ratelimitd/ratelimitd/internal/tlsconfig"
 	"github.com/ratelimitd/ratelimitd/server"
 	"github.com/ratelimitd/ratelimitd/server/requestlog"
@@ -110,7 +111,7 @@ func (b *built) servers(ctx context.Context, rules *config.Rules, reg *prometheu
 		log.Error("cannot use the TLS files; not starting", "err", err)
 		return exitError{1}
 	}
-	store, closeStore, err := openStore(ctx, f, log)
+	store, probeStore, closeStore, err := openStore(f, log) //nolint:contextcheck // no I/O: the store is probed under ProbeStore's context
 	if err != nil {
 		log.Error("cannot use --backend; not starting", "err", err)
 		return exitError{1}
@@ -134,6 +135,13 @@ func (b *built) servers(ctx context.Context, rules *config.Rules, reg *prometheu
 	if reqLog != nil {
 		b.closers = append(b.closers, reqLog.close)
 	}
+	var digestKey []byte // empty: random
+	if f.hotKeys.digestKeyFile != "" {
+		if digestKey, err = hotkeys.ReadDigestKey(f.hotKeys.digestKeyFile); err != nil {
+			log.Error("cannot use --hotkeys-digest-key-file; not starting", "err", err)
+			return exitError{1}
+		}
+	}
 	replica := cmp.Or(f.rlqsReplica, defaultReplica(b.grpcLis.Addr().String()))
 	b.srv = server.New(store, rules, server.Options{
 		RequestLog:        reqLog.get(),
@@ -153,8 +161,11 @@ func (b *built) servers(ctx context.Context, rules *config.Rules, reg *prometheu
 		RLQSSyncInterval:  f.rlqsSyncInterval,
 		HotKeys: server.HotKeysOptions{
 			Enabled: f.hotKeys.enabled, K: f.hotKeys.k, Window: f.hotKeys.window,
-			ShowValues: f.hotKeys.values == "show", Replica: replica,
+			ShowValues: f.hotKeys.values == "show", Replica: replica, DigestKey: digestKey,
 		},
+		UnknownDomains:     f.unknownDomains,
+		StoreProbe:         probeStore,
+		StoreProbeInterval: f.redis.breakerOpen, // as the breakers' probes
 		// The reference's probes and tools call /healthcheck and /rlconfig.
 		EnvoyproxyEndpoints: f.compat == compatEnvoyproxy,
 	})

@@ -68,6 +68,7 @@ type flags struct {
 	rlqsReplica       string
 	rlqsSyncInterval  time.Duration
 	hotKeys           hotKeysFlags
+	unknownDomains    int
 	tracing           tracingFlags
 	tls               tlsFlags
 	httpConn          httpConnFlags
@@ -133,6 +134,9 @@ type hotKeysFlags struct {
 	k       int
 	window  time.Duration
 	values  string // "digest" or "show"
+	// digestKeyFile holds the digests' key, read at start; empty: a
+	// random key per process.
+	digestKeyFile string
 }
 
 // tracingFlags are the OpenTelemetry tracing settings.
@@ -150,6 +154,10 @@ const (
 	defaultShutdownTimeout  = 10 * time.Second
 	defaultTraceSampleRatio = 0.01
 )
+
+// maxUnknownDomains bounds --unknown-domains-max: each domain is a series
+// of /metrics.
+const maxUnknownDomains = 10_000
 
 // envPrefix prefixes the environment variable of every flag.
 const envPrefix = "RATELIMITD_"
@@ -270,7 +278,12 @@ func defineFlags(fs *flag.FlagSet, f *flags) {
 	fs.BoolVar(&f.hotKeys.enabled, "hotkeys", true, "track, per domain, the counters most refused and those nearest their limits, served at GET /hotkeys")
 	fs.IntVar(&f.hotKeys.k, "hotkeys-k", hotkeys.DefaultK, "how many counters each hot keys list of a domain holds")
 	fs.DurationVar(&f.hotKeys.window, "hotkeys-window", hotkeys.DefaultWindow, "how far back the hot keys look: refusals over the last one to two windows, the highest share of a limit used within one")
-	fs.StringVar(&f.hotKeys.values, "hotkeys-values", "digest", "request values in GET /hotkeys: digest (sha256: and 16 hex digits; values may be personal data) or show")
+	fs.StringVar(&f.hotKeys.values, "hotkeys-values", "digest", "request values in GET /hotkeys: digest (hmac: and 16 hex digits of a keyed digest; values may be personal data) or show;\n"+
+		"GET /hotkeys?value=V finds a value")
+	fs.StringVar(&f.hotKeys.digestKeyFile, "hotkeys-digest-key-file", "", "`file` of the key of the /hotkeys digests (16 to 4096 bytes), read at start: replicas given the same key show the same digests;\n"+
+		"empty: a random key per process")
+	fs.IntVar(&f.unknownDomains, "unknown-domains-max", server.DefaultUnknownDomains, "most domains without rules counted each under its own label of ratelimitd_unknown_domain_requests_total, and logged each;\n"+
+		"the requests for the others are counted together in ratelimitd_unknown_domain_requests_untracked_total")
 	fs.BoolVar(&f.httpJSON, "http-json", true, "serve POST /json on --http-addr (decisions over HTTP, without the gRPC listener's mutual TLS)")
 	fs.StringVar(&f.adminAddr, "admin-addr", "", "listen `address` of the operators' endpoints (/ui/, /config, /metrics, /rlqs, /hotkeys, /explain), which then leave --http-addr;\n"+
 		"empty: they stay on --http-addr. Keep it private")
@@ -330,6 +343,8 @@ func (f *flags) check() error {
 		return fmt.Errorf("--hotkeys-window %v: want at least 1s", f.hotKeys.window)
 	case f.hotKeys.values != "digest" && f.hotKeys.values != "show":
 		return fmt.Errorf("--hotkeys-values %q: want digest or show", f.hotKeys.values)
+	case f.unknownDomains < 1 || f.unknownDomains > maxUnknownDomains:
+		return fmt.Errorf("--unknown-domains-max %d: want 1 to %d", f.unknownDomains, maxUnknownDomains)
 	}
 	return errors.Join(f.tls.check(), f.httpConn.check(), f.grpcConn.check(), f.requestLog.options().Check())
 }

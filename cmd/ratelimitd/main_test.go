@@ -122,6 +122,8 @@ func TestBadFlags(t *testing.T) {
 		{"bad hotkeys values", []string{"--config", "x", "--hotkeys-values", "hide"}, nil, "--hotkeys-values"},
 		{"bad hotkeys k", []string{"--config", "x", "--hotkeys-k", "0"}, nil, "--hotkeys-k"},
 		{"bad hotkeys window", []string{"--config", "x", "--hotkeys-window", "10ms"}, nil, "--hotkeys-window"},
+		{"no unknown domains", []string{"--config", "x", "--unknown-domains-max", "0"}, nil, "--unknown-domains-max"},
+		{"too many unknown domains", []string{"--config", "x", "--unknown-domains-max", "10001"}, nil, "want 1 to 10000"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

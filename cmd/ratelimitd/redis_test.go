@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -303,5 +304,50 @@ func TestRedisFaults(t *testing.T) {
 		if _, ok := during[m][map[string]string{"allow": "OK", "deny": "OVER_LIMIT", "error": "Unavailable"}[m]]; !ok {
 			t.Errorf("%s with Redis down never answered by its failure mode: %v", m, during[m])
 		}
+	}
+}
+
+// TestReadyWhenRedisFirstAnswers: a daemon under --failure-mode deny
+// whose Redis has never answered is not ready, from its start, whether
+// or not any caller has opened a breaker; its own probe finds Redis when
+// it comes up, and the daemon turns ready without a request. Under
+// allow, the same daemon is ready at once, and says the store is
+// unreached.
+func TestReadyWhenRedisFirstAnswers(t *testing.T) {
+	srv := redistest.Start(t)
+	srv.Kill() // its address is dead until Restart
+	path := writeRules(t, "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 10}\n")
+	backend := "redis://" + srv.Addr
+	deny := startDaemon(t, "--config", path, "--backend", backend, "--failure-mode", "deny", "--redis-breaker-open", "20ms")
+	allow := startDaemon(t, "--config", path, "--backend", backend, "--failure-mode", "allow", "--redis-breaker-open", "20ms")
+	readyz := func(d *daemon) (int, string) {
+		t.Helper()
+		return get(t, nil, "http://"+d.httpAddr+"/readyz")
+	}
+	if code, body := readyz(deny); code != http.StatusServiceUnavailable || !strings.Contains(body, "backend: unreached") {
+		t.Errorf("deny, Redis down from the start: GET /readyz = %d %q, want 503 with backend: unreached", code, body)
+	}
+	if code, body := readyz(allow); code != http.StatusOK || !strings.Contains(body, "backend: unreached") {
+		t.Errorf("allow, Redis down from the start: GET /readyz = %d %q, want 200 with backend: unreached", code, body)
+	}
+	// The daemon's own probe has failed, and it is still not ready: no
+	// caller has opened a breaker.
+	eventually(t, "the probe's warning", func() bool { return strings.Contains(deny.logs.String(), "counter store does not answer yet") })
+	if code, body := readyz(deny); code != http.StatusServiceUnavailable {
+		t.Errorf("deny, after some probes: GET /readyz = %d %q, want 503", code, body)
+	}
+
+	srv.Restart(t)
+	for _, d := range []*daemon{deny, allow} {
+		eventually(t, "ready once Redis answers", func() bool {
+			code, body := readyz(d)
+			return code == http.StatusOK && strings.Contains(body, "backend: ok")
+		})
+	}
+	if got := deny.limit(t); got != 10 {
+		t.Errorf("a decision once Redis is up reports limit %d, want 10", got)
+	}
+	if !strings.Contains(deny.logs.String(), "counter store answered") {
+		t.Errorf("no log line saying the store answered: %s", deny.logs)
 	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"strings"
 
@@ -10,12 +11,13 @@ import (
 	"github.com/ratelimitd/ratelimitd/backend/redis"
 )
 
-// openStore returns the counter store --backend names, and a function
-// that releases it.
-func openStore(ctx context.Context, f *flags, log *slog.Logger) (backend.Store, func(), error) {
+// openStore returns the counter store --backend names, a probe that
+// checks that it answers (nil for the memory store, which always does;
+// see server.Options.StoreProbe), and a function that releases it.
+func openStore(f *flags, log *slog.Logger) (_ backend.Store, probe func(context.Context) error, release func(), _ error) {
 	if f.backend == "memory" {
 		s := memory.New(memory.Options{MaxKeys: f.memoryMaxKeys})
-		return s, func() { s.Close() }, nil
+		return s, nil, func() { s.Close() }, nil
 	}
 	redis.SetLogger(log.With("component", "go-redis"))
 	client, err := redis.NewClient(f.backend, redis.ClientOptions{
@@ -28,7 +30,7 @@ func openStore(ctx context.Context, f *flags, log *slog.Logger) (backend.Store, 
 		KeyFile:      f.redis.tlsKey,
 	})
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	cache := f.localCacheSize
 	if !f.localCache {
@@ -44,16 +46,19 @@ func openStore(ctx context.Context, f *flags, log *slog.Logger) (backend.Store, 
 	})
 	if err != nil {
 		client.Close()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	// Redis may come later: the failure mode answers until it does.
-	pctx, cancel := context.WithTimeout(ctx, f.redis.timeout+f.redis.dialTimeout)
-	defer cancel()
-	if err := client.Ping(pctx).Err(); err != nil {
-		log.Warn("Redis is not usable yet (down, or too old: see err); the failure mode answers until it is",
-			"backend", redactBackend(f.backend), "failure_mode", f.failureMode.String(), "err", err)
+	// Redis may come later: the failure mode answers until it does, and
+	// the server probes it with a PING until it first answers.
+	probe = func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, f.redis.timeout+f.redis.dialTimeout)
+		defer cancel()
+		if err := client.Ping(ctx).Err(); err != nil {
+			return fmt.Errorf("redis %s: %w", redactBackend(f.backend), err)
+		}
+		return nil
 	}
-	return s, func() { s.Close(); client.Close() }, nil
+	return s, probe, func() { s.Close(); client.Close() }, nil
 }
 
 // redactBackend returns a --backend value fit to print: a URL with its

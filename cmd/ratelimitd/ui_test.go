@@ -4,7 +4,9 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -64,6 +66,8 @@ func traffic(ctx context.Context, addr string, n int) {
 		`{"domain": "edge", "descriptors": [{"entries": [{"key": "remote_address", "value": "10.0.0.2"}]}]}`,
 		`{"domain": "edge", "descriptors": [{"entries": [{"key": "tenant", "value": "acme"}, {"key": "path", "value": "/v1/search"}]}]}`,
 		`{"domain": "edge", "descriptors": [{"entries": [{"key": "user", "value": "` + strings.ReplaceAll(hostile, `"`, `\"`) + `"}]}]}`,
+		`{"domain": "edg", "descriptors": [{"entries": [{"key": "remote_address", "value": "10.0.0.1"}]}]}`,
+		`{"domain": "` + strings.ReplaceAll(hostile, `"`, `\"`) + `", "descriptors": [{"entries": [{"key": "k", "value": "v"}]}]}`,
 	}
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
@@ -136,8 +140,9 @@ func (p *pageErrors) watch(t *testing.T, ctx context.Context) (wait func()) {
 // daemon under traffic: it loads without a JavaScript error or a failed
 // poll, says the server is ready, shows the rules and their rates, shows
 // a hostile value as text, shows the hot key the traffic made (as its
-// digest) and answers the explain form, and leaves a screenshot in the
-// test's artifacts.
+// digest) and finds it by its value, lists the domains requested that
+// have no rules (a typo, and a hostile one, as text), answers the
+// explain form, and leaves a screenshot in the test's artifacts.
 func TestUIInBrowser(t *testing.T) {
 	browser := browserPath(t)
 	path := filepath.Join(t.TempDir(), "rules.yaml")
@@ -194,6 +199,8 @@ func TestUIInBrowser(t *testing.T) {
 		t.Errorf("the rates pane %q shows no rates", rates)
 	}
 	checkHotkeys(t, ctx, d.adminAddr)
+	checkFindValue(t, ctx, d.adminAddr, run)
+	checkUnknownDomains(t, ctx)
 	checkExplain(t, ctx, d.adminAddr, run)
 	checkPolls(t, ctx)
 	// The hostile value, in the rules and in the explanation, is text: no
@@ -219,20 +226,72 @@ func TestUIInBrowser(t *testing.T) {
 
 // checkHotkeys checks that the daemon serves GET /hotkeys and that the
 // pane's "Most refused" table shows the remote_address values that the
-// traffic sends over their limit, as /hotkeys digests them by default:
-// sha256: and the first 16 hex digits of the value's SHA-256.
+// traffic sends over their limit, as /hotkeys digests them by default
+// (under a key of the daemon's: GET /hotkeys?value= says how a value
+// shows), and not as their unkeyed SHA-256.
 func checkHotkeys(t *testing.T, ctx context.Context, admin string) {
 	t.Helper()
 	if code, body := get(t, nil, "http://"+admin+"/hotkeys"); code != http.StatusOK {
 		t.Fatalf("GET /hotkeys = %d %.200q, want 200", code, body)
 	}
 	for _, value := range []string{"10.0.0.1", "10.0.0.2"} { // over 5 a second each
+		digest := digestOf(t, admin, value)
 		sum := sha256.Sum256([]byte(value))
-		digest := "sha256:" + hex.EncodeToString(sum[:])[:16]
+		if unkeyed := hex.EncodeToString(sum[:8]); !strings.HasPrefix(digest, "hmac:") || strings.Contains(digest, unkeyed) {
+			t.Errorf("%s shows as %s, want hmac: and not its SHA-256 %s", value, digest, unkeyed)
+		}
 		mostRefused := `[...document.querySelectorAll('#hotkeys h3')].some((h) => h.textContent === 'Most refused' &&
 			h.parentElement.textContent.includes(` + strconv.Quote("remote_address="+digest) + `))`
 		if err := chromedp.Do(ctx, pollTrue(mostRefused)); err != nil {
 			t.Errorf("the hot keys pane shows no remote_address=%s (%s) among the most refused: %v (pane: %q)", digest, value, err, text(t, ctx, "#hotkeys"))
+		}
+	}
+}
+
+// digestOf returns how the daemon's /hotkeys shows value.
+func digestOf(t *testing.T, admin, value string) string {
+	t.Helper()
+	code, body := get(t, nil, "http://"+admin+"/hotkeys?value="+url.QueryEscape(value))
+	var v struct{ Lookup struct{ Value string } }
+	if err := json.Unmarshal([]byte(body), &v); code != http.StatusOK || err != nil || v.Lookup.Value == "" {
+		t.Fatalf("GET /hotkeys?value=%s = %d %.200q (%v), want how it shows", value, code, body, err)
+	}
+	return v.Lookup.Value
+}
+
+// checkFindValue types an address the traffic refuses into the hot keys'
+// find form and checks the answer: how it shows, and its counter among
+// the most refused.
+func checkFindValue(t *testing.T, ctx context.Context, admin string, run func(string, chromedp.Action[chromedp.Void])) {
+	t.Helper()
+	digest := digestOf(t, admin, "10.0.0.2")
+	run("finding a value", chromedp.Steps(
+		chromedp.SendKeys(`#hotkeys-value`, "10.0.0.2"),
+		chromedp.Click(`#hotkeys-find-submit`),
+		pollTrue(`document.querySelector('#hotkeys-found').textContent.includes('shows as')`),
+	))
+	got := text(t, ctx, "#hotkeys-found")
+	for _, want := range []string{"10.0.0.2 shows as " + digest, "Most refused", "remote_address=" + digest} {
+		if !strings.Contains(got, want) {
+			t.Errorf("the find answer %q does not show %q", got, want)
+		}
+	}
+	if strings.Contains(got, "10.0.0.1") {
+		t.Errorf("the find answer for 10.0.0.2 shows another address's counter: %q", got)
+	}
+}
+
+// checkUnknownDomains checks that the page lists the domains the traffic
+// requests that have no rules, the hostile one as text.
+func checkUnknownDomains(t *testing.T, ctx context.Context) {
+	t.Helper()
+	if err := chromedp.Do(ctx, pollTrue(`document.querySelectorAll('#unknown-domains li').length === 2`)); err != nil {
+		t.Fatalf("the page lists no two domains without rules: %v (%q)", err, text(t, ctx, "#unknown-domains"))
+	}
+	got := text(t, ctx, "#unknown-domains")
+	for _, want := range []string{"no rules", "answered OK", "edg", hostile, "requests, last at"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("the domains without rules %q do not show %q", got, want)
 		}
 	}
 }

@@ -63,6 +63,23 @@
     if (st.shadow_mode) kids.push(el("span", "warn", "shadow mode"));
     if (st.replica) kids.push(el("span", null, "replica: ", el("code", null, st.replica)));
     fill("status", ...kids);
+    renderUnknown(st.unknown_domains || [], st.unknown_domains_untracked || 0);
+  }
+
+  // renderUnknown shows the domains requested that have no rules: their
+  // requests are answered OK, and nothing limits them (a mistyped domain,
+  // or rules not loaded yet).
+  function renderUnknown(domains, untracked) {
+    if (!domains.length && !untracked) {
+      fill("unknown-domains");
+      return;
+    }
+    const items = domains.map((d) => el("li", null, el("code", "value", d.domain), " " + fmtNum(d.requests) +
+      " requests, last at " + d.last_seen));
+    if (untracked) items.push(el("li", null, fmtNum(untracked) + " requests for other domains without rules"));
+    fill("unknown-domains",
+      el("p", "warn", "Requests for domains that have no rules: answered OK, nothing limited."),
+      el("ul", null, ...items));
   }
 
   // ---- rules -----------------------------------------------------------
@@ -207,7 +224,8 @@
     }
     const h = res.body;
     const kids = [el("p", "muted", "This replica's view" + (h.replica ? " (" + h.replica + ")" : "") +
-      ", over the last " + h.window_seconds + " s; values " + (h.values === "shown" ? "shown" : "as digests") + ".")];
+      ", over the last " + h.window_seconds + " s; values " + (h.values === "shown" ? "shown" : "as keyed digests (" +
+      (h.digest_key === "random" ? "a key of this process's own" : "key " + h.digest_key_id) + "): find a value above") + ".")];
     for (const d of h.domains || []) {
       kids.push(el("div", "domain", "domain ", el("code", null, d.domain)));
       kids.push(hotTable("Most refused", d.refused));
@@ -215,6 +233,40 @@
     }
     if (!(h.domains || []).length) kids.push(el("p", "muted", "No traffic yet."));
     fill("hotkeys", ...kids);
+  }
+
+  // findValue asks /hotkeys for the counters that hold the value typed:
+  // the digests hide values, and only the server holds their key.
+  async function findValue(ev) {
+    ev.preventDefault();
+    const value = document.getElementById("hotkeys-value").value;
+    if (!value) {
+      fill("hotkeys-found");
+      return;
+    }
+    fill("hotkeys-found", el("p", "muted", "looking…"));
+    try {
+      const res = await getJSON("../hotkeys?value=" + encodeURIComponent(value));
+      if (res.status === 404) {
+        fill("hotkeys-found", el("p", "notavail", "Hot keys are not available on this server."));
+        return;
+      }
+      if (res.status !== 200) {
+        fill("hotkeys-found", el("p", "error", "GET /hotkeys: " + res.status + " " + res.body));
+        return;
+      }
+      const h = res.body;
+      const kids = [el("p", null, el("code", "value", value), " shows as ", el("code", "value", h.lookup.value),
+        ": " + (h.lookup.found ? fmtNum(h.lookup.found) + " entries below." : "in no list now."))];
+      for (const d of h.domains || []) {
+        kids.push(el("div", "domain", "domain ", el("code", null, d.domain)));
+        if (d.refused.length) kids.push(hotTable("Most refused", d.refused));
+        if (d.nearest.length) kids.push(hotTable("Nearest their limit", d.nearest));
+      }
+      fill("hotkeys-found", ...kids);
+    } catch (e) {
+      fill("hotkeys-found", el("p", "error", "GET /hotkeys failed: " + e));
+    }
   }
 
   // ---- explain ---------------------------------------------------------
@@ -325,5 +377,6 @@
   }
 
   document.getElementById("explain-form").addEventListener("submit", explain);
+  document.getElementById("hotkeys-find").addEventListener("submit", findValue);
   poll();
 })();

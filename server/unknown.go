@@ -1,0 +1,265 @@
+package server
+
+import (
+	"cmp"
+	"log/slog"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ratelimitd/ratelimitd/config"
+)
+
+// DefaultUnknownDomains is Options.UnknownDomains when zero.
+const DefaultUnknownDomains = 100
+
+// Unknown domains: how often one is logged, and how long one is kept
+// after its last request when its place is wanted.
+const (
+	unknownLogEvery = time.Minute
+	unknownIdle     = 10 * time.Minute
+	// unknownRoomEvery is how often a full table looks for room: each
+	// look copies and scans it, and requests for new domains past the
+	// bound may come at any rate.
+	unknownRoomEvery = time.Second
+)
+
+// unknownDomains counts the requests for domains that have no rules,
+// which are answered OK with nothing limited (as the reference does): a
+// mistyped domain turns limiting off, and this is how the operator
+// learns it. The first max domains seen get their own label in
+// ratelimitd_unknown_domain_requests_total and their own log line, at
+// most once per domain every unknownLogEvery; the requests for domains
+// past max are counted together (the bound's metric) and logged together
+// at the same pace. When the table is full, a domain that now has rules,
+// or that has had no request for unknownIdle, gives up its place (and its
+// label) to a new one; a full table looks for such places at most once
+// every unknownRoomEvery, so that a flood of new domains past the bound
+// costs each request a map lookup and an atomic load.
+//
+// Reading the table takes no lock: it is a map replaced whole, under mu,
+// when a domain comes or goes (at most max entries copied).
+type unknownDomains struct {
+	max      int
+	log      *slog.Logger
+	now      func() time.Time
+	rules    func() *config.Rules
+	requests *prometheus.CounterVec
+	table    atomic.Pointer[map[string]*unknownDomain]
+	mu       sync.Mutex   // serializes changes of table
+	nextRoom atomic.Int64 // the Unix nanosecond before which a full table looks for no room
+	// others counts the domains past max together; its name is empty.
+	others unknownDomain
+}
+
+// An unknownDomain is one domain without rules, or the others together.
+type unknownDomain struct {
+	name     string // as the request sent it
+	counter  prometheus.Counter
+	requests atomic.Uint64
+	last     atomic.Int64 // the Unix nanosecond of the latest request, to the second
+	nextLog  atomic.Int64 // the Unix nanosecond before which nothing is logged
+}
+
+// newUnknownDomains returns the table of s's options; its metrics are
+// registered with reg if not nil.
+func newUnknownDomains(max int, log *slog.Logger, now func() time.Time, rules func() *config.Rules, reg prometheus.Registerer) *unknownDomains {
+	u := &unknownDomains{
+		max: cmp.Or(max, DefaultUnknownDomains), log: log, now: now, rules: rules,
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ratelimitd_unknown_domain_requests_total",
+			Help: "Requests for a domain that has no rules, answered OK with nothing limited, by domain: the first --unknown-domains-max domains seen (see ratelimitd_unknown_domain_requests_untracked_total).",
+		}, []string{"domain"}),
+	}
+	u.others.counter = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "ratelimitd_unknown_domain_requests_untracked_total",
+		Help: "Requests for a domain that has no rules and no label of its own in ratelimitd_unknown_domain_requests_total, --unknown-domains-max being reached.",
+	})
+	u.table.Store(&map[string]*unknownDomain{})
+	if reg != nil {
+		reg.MustRegister(u.requests, u.others.counter)
+	}
+	return u
+}
+
+// observe counts one request for domain, which has no rules, and logs it
+// if its domain was not logged within unknownLogEvery.
+func (u *unknownDomains) observe(domain string) {
+	d, ok := (*u.table.Load())[domain]
+	if !ok {
+		d = u.add(domain)
+	}
+	d.counter.Inc()
+	n := d.requests.Add(1)
+	now := u.now().UnixNano()
+	if last := d.last.Load(); now-last >= int64(time.Second) {
+		d.last.Store(now) // to the second: a hot domain's requests seldom write it
+	}
+	if next := d.nextLog.Load(); now >= next && d.nextLog.CompareAndSwap(next, now+int64(unknownLogEvery)) {
+		u.logRequest(d, domain, n)
+	}
+}
+
+// add returns the entry of domain, new if the table has room (or makes
+// room), else u.others.
+func (u *unknownDomains) add(domain string) *unknownDomain {
+	if u.full() {
+		return &u.others
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	old := *u.table.Load()
+	if d, ok := old[domain]; ok { // added meanwhile
+		return d
+	}
+	if len(old) >= u.max {
+		now := u.now().UnixNano()
+		if now < u.nextRoom.Load() {
+			return &u.others
+		}
+		u.nextRoom.Store(now + int64(unknownRoomEvery))
+	}
+	table := maps.Clone(old)
+	if len(table) >= u.max {
+		u.makeRoom(table)
+	}
+	if len(table) >= u.max {
+		return &u.others
+	}
+	d := &unknownDomain{name: strings.Clone(domain), counter: u.requests.WithLabelValues(printable(domain))}
+	d.last.Store(u.now().UnixNano()) // not idle while its first request is counted
+	table[d.name] = d
+	u.table.Store(&table)
+	return d
+}
+
+// full reports, without the lock, whether the table is full and looked
+// for room less than unknownRoomEvery ago.
+func (u *unknownDomains) full() bool {
+	return len(*u.table.Load()) >= u.max && u.now().UnixNano() < u.nextRoom.Load()
+}
+
+// makeRoom drops from table the domains that now have rules, and those
+// idle for unknownIdle, with their labels; u.mu is held.
+func (u *unknownDomains) makeRoom(table map[string]*unknownDomain) {
+	rules := u.rules()
+	idle := u.now().Add(-unknownIdle).UnixNano()
+	var dropped []string
+	for name, d := range table {
+		if rules.Domain(name) != nil || d.last.Load() < idle {
+			delete(table, name)
+			dropped = append(dropped, printable(name))
+		}
+	}
+	if len(dropped) == 0 {
+		return
+	}
+	kept := make(map[string]bool, len(table))
+	for name := range table {
+		kept[printable(name)] = true // two names may print alike, and share a label
+	}
+	for _, label := range dropped {
+		if !kept[label] {
+			u.requests.DeleteLabelValues(label)
+		}
+	}
+}
+
+// logRequest logs a request for d (domain for u.others), its n-th.
+func (u *unknownDomains) logRequest(d *unknownDomain, domain string, n uint64) {
+	rules := u.rules()
+	attrs := []any{"domain", printable(domain), "requests", n}
+	switch {
+	case rules == nil:
+		attrs = append(attrs, "rules_loaded", false)
+	case d == &u.others:
+		attrs = append(attrs, "untracked", true, "unknown_domains_max", u.max)
+	}
+	if near := nearestDomain(domain, rules); near != "" {
+		attrs = append(attrs, "did_you_mean", near)
+	}
+	u.log.Warn("request for a domain with no rules: answered OK, nothing limited", attrs...)
+}
+
+// unknownView is one domain without rules as /ui/api/status shows it.
+type unknownView struct {
+	Domain   string `json:"domain"`
+	Requests uint64 `json:"requests"`
+	LastSeen string `json:"last_seen"`
+}
+
+// view returns the domains without rules, the most requested first, and
+// the requests for domains past the bound.
+func (u *unknownDomains) view() (domains []unknownView, untracked uint64) {
+	domains = []unknownView{}
+	for _, d := range *u.table.Load() {
+		domains = append(domains, unknownView{
+			Domain: printable(d.name), Requests: d.requests.Load(),
+			LastSeen: time.Unix(0, d.last.Load()).UTC().Format(time.RFC3339),
+		})
+	}
+	slices.SortFunc(domains, func(a, b unknownView) int {
+		return cmp.Or(cmp.Compare(b.Requests, a.Requests), strings.Compare(a.Domain, b.Domain))
+	})
+	return domains, u.others.requests.Load()
+}
+
+// Bounds of nearestDomain's work, done at most once per logged line.
+const (
+	maxSuggestLen     = 64  // longer names are not compared
+	maxSuggestDomains = 256 // the first ones of a larger rule set only
+)
+
+// nearestDomain returns the domain of rules within two edits of name
+// (insertions, deletions, substitutions of bytes), the nearest, or "".
+func nearestDomain(name string, rules *config.Rules) string {
+	if len(name) > maxSuggestLen {
+		return ""
+	}
+	best, bestDist := "", 3
+	for i, d := range rules.Domains() {
+		if i == maxSuggestDomains {
+			break
+		}
+		if n := d.Domain; len(n) <= maxSuggestLen && absDiff(len(n), len(name)) < bestDist {
+			if dist := editDistance(name, n); dist < bestDist {
+				best, bestDist = n, dist
+			}
+		}
+	}
+	return best
+}
+
+func absDiff(a, b int) int {
+	if a < b {
+		return b - a
+	}
+	return a - b
+}
+
+// editDistance returns the Levenshtein distance between a and b, in
+// bytes.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			sub := prev[j-1]
+			if a[i-1] != b[j-1] {
+				sub++
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, sub)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
