@@ -12,7 +12,6 @@ import (
 	"context"
 	"fmt"
 	"hash/maphash"
-	"math"
 	"math/bits"
 	"sync"
 	"sync/atomic"
@@ -30,8 +29,9 @@ const (
 const (
 	maxShards = 256
 	// evictionSamples is how many keys a full shard looks at to choose
-	// the one to evict.
-	evictionSamples = 5
+	// the one a new key may replace: the more, the rarer it is that all
+	// of them are refusing (see Options.MaxKeys).
+	evictionSamples = 8
 	// fullSweepEvery is how often, at most, a full shard sweeps all its
 	// expired keys before it evicts a live one.
 	fullSweepEvery = int64(time.Second / time.Microsecond)
@@ -43,10 +43,23 @@ const (
 // Options configures a Store. The zero value means the defaults.
 type Options struct {
 	// MaxKeys bounds the number of counters kept. When a new key finds
-	// its shard full, the store first drops an expired counter, else
-	// evicts the one, among a few sampled, whose state expires soonest
-	// (as Redis's volatile-ttl policy does), and counts an eviction: an
-	// evicted counter starts again from zero. Zero means DefaultMaxKeys.
+	// its shard full, the store first drops an expired counter. Else it
+	// samples 8 counters and picks the one worth least: a counter that
+	// is not refusing (its last decision left it room for a hit) before
+	// one that is, then the one asked for least often lately, then the
+	// one that expires soonest. The new key takes its place only if it
+	// was itself asked for more often lately (TinyLFU admission), which
+	// counts an eviction: the evicted counter starts again from zero.
+	// Otherwise the new key is declined: its call is decided on a fresh
+	// counter, which is not kept. Zero means DefaultMaxKeys.
+	//
+	// So a flood of keys seen once cannot push out counters with more
+	// history, and a refusing counter goes only when every counter
+	// sampled is refusing too and the newcomer was asked for more often
+	// than it; one whose key's count is at the sketch's maximum (15
+	// sights since the counts last halved) is never evicted. What the
+	// store guarantees, and what an attacker can still do, is in
+	// docs/operations.md ("The memory store's bound").
 	MaxKeys int
 	// SweepInterval is how often a background sweep drops expired
 	// counters. Zero means DefaultSweepInterval.
@@ -63,6 +76,12 @@ type Options struct {
 // shards of its keys in ascending order and decides under those locks, so
 // each call is atomic and concurrent calls on other shards do not wait.
 //
+// At its bound (Options.MaxKeys) a shard admits and evicts by TinyLFU's
+// rule, under the same lock: how often keys were asked for lately is a
+// sketch per shard (see sketch for why it is written here rather than
+// taken from a cache library), and whether a counter is refusing is a
+// flag in its bucket.
+//
 // Store is safe for concurrent use by multiple goroutines. Close stops its
 // sweeper.
 type Store struct {
@@ -73,6 +92,8 @@ type Store struct {
 	perShard int
 
 	evictions atomic.Uint64
+	refusing  atomic.Uint64 // evictions of refusing counters
+	declined  atomic.Uint64
 	closed    atomic.Bool
 	closeOnce sync.Once
 	stop      chan struct{} // closed by Close to stop the sweeper
@@ -90,7 +111,8 @@ type shard struct {
 	logs   map[hkey]*backend.Log // sliding logs of keys in m; requires that mu is held
 	shares map[hkey][]shareEntry // entries of share buckets (see share.go); requires that mu is held
 	swept  int64                 // µs of the last sweep; requires that mu is held
-	_      [24]byte              // keep shards on separate cache lines
+	freq   sketch                // how often each key was asked for lately; requires that mu is held
+	_      [40]byte              // keep shards on separate cache lines (TestShardSize)
 }
 
 // hkey is a counter's key as the store keeps it: two 64-bit hashes of the
@@ -108,6 +130,10 @@ type bucket struct {
 	n, p   uint64
 	tokens float64
 	exp    int64 // µs from which the state is as good as fresh (see State.Expiry)
+	// refusing reports that the counter's last decision left it no room
+	// for one more hit (Remaining 0): its limit is refusing, and eviction
+	// would admit its client again.
+	refusing bool
 }
 
 // New returns a Store and starts its sweeper; call Close to stop it.
@@ -142,6 +168,7 @@ func New(opts Options) *Store {
 		s.shards[i].m = make(map[hkey]bucket)
 		s.shards[i].logs = make(map[hkey]*backend.Log)
 		s.shards[i].shares = make(map[hkey][]shareEntry)
+		s.shards[i].freq = newSketch(s.perShard)
 	}
 	go s.sweeper(interval)
 	return s
@@ -174,13 +201,25 @@ func (s *Store) Len() int {
 // new ones since New.
 func (s *Store) Evictions() uint64 { return s.evictions.Load() }
 
+// RefusingEvictions returns how many of Evictions were of counters that
+// were refusing, each of which let a client over its limit start again
+// from zero.
+func (s *Store) RefusingEvictions() uint64 { return s.refusing.Load() }
+
+// Declined returns how many new keys found the store full of counters
+// asked for more often than they were, since New: their calls were
+// decided on fresh counters that were not kept.
+func (s *Store) Declined() uint64 { return s.declined.Load() }
+
 // slot is one request's counter during a call: a copy of its state,
 // written back when the call is decided.
 type slot struct {
-	sh    *shard
-	key   hkey
-	alias int // index of the first slot of this call with the same key
-	st    backend.State
+	sh       *shard
+	key      hkey
+	alias    int  // index of the first slot of this call with the same key
+	declined bool // a new key the full shard does not keep
+	refusing bool // some request on the key left it no room
+	st       backend.State
 }
 
 // Take implements backend.Store.
@@ -230,26 +269,28 @@ func (s *Store) Take(ctx context.Context, reqs []backend.Request, res []backend.
 	}
 	decide(slots, reqs, res, now)
 	for i := range slots {
-		if sl := &slots[i]; sl.alias == i && !reqs[i].Limit.Ban() {
+		if !reqs[i].Limit.Ban() && res[i].Remaining == 0 {
+			slots[slots[i].alias].refusing = true
+		}
+	}
+	for i := range slots {
+		if sl := &slots[i]; sl.alias == i && !reqs[i].Limit.Ban() && !sl.declined {
 			s.store(sl, reqs[i].Limit)
 		}
 	}
 	return nil
 }
 
-// load copies sl's counter into sl.st, making room in a full shard for a
-// key it does not hold yet. It never drops a key that busy (this call's
-// earlier slots) holds.
+// load counts a sight of sl's key and copies its counter into sl.st. A
+// key its shard does not hold yet is admitted, if need be in place of
+// another, or declined (see admit). It never drops a key that busy (this
+// call's earlier slots) holds.
 func (s *Store) load(sl *slot, l backend.Limit, now int64, busy []slot) {
 	sh := sl.sh
+	sh.freq.add(sl.key)
 	b, ok := sh.m[sl.key]
-	if !ok && len(sh.m) >= s.perShard {
-		if now-sh.swept >= fullSweepEvery {
-			sweepLocked(sh, now, busy)
-		}
-		if len(sh.m) >= s.perShard {
-			s.evict(sh, now, busy)
-		}
+	if !ok {
+		sl.declined = !s.admit(sh, sl.key, now, busy)
 	}
 	sl.st = backend.State{T: b.t, N: b.n, P: b.p, Tokens: b.tokens}
 	if l.Algorithm == backend.SlidingLog {
@@ -260,7 +301,7 @@ func (s *Store) load(sl *slot, l backend.Limit, now int64, busy []slot) {
 // store writes sl.st back as its counter.
 func (s *Store) store(sl *slot, l backend.Limit) {
 	st := &sl.st
-	sl.sh.m[sl.key] = bucket{t: st.T, n: st.N, p: st.P, tokens: st.Tokens, exp: st.Expiry(l)}
+	sl.sh.m[sl.key] = bucket{t: st.T, n: st.N, p: st.P, tokens: st.Tokens, exp: st.Expiry(l), refusing: sl.refusing}
 	if st.Log != nil {
 		sl.sh.logs[sl.key] = st.Log
 	}
@@ -297,29 +338,78 @@ func decideLarge(slots []slot, reqs []backend.Request, res []backend.Result, now
 	}
 }
 
-// evict drops one key of the full shard sh: an expired one if the sample
-// finds one, else the sampled one that expires soonest.
-func (s *Store) evict(sh *shard, now int64, busy []slot) {
-	victim, soonest, n := hkey{}, int64(math.MaxInt64), 0
-	for k, b := range sh.m { // map iteration starts at a random place
-		if holds(busy, k) {
+// admit makes room in sh for the new key k, if sh is full, and holds
+// k's place until the call stores its counter, so that the call's other
+// new keys find the shard as full as it will be. It reports whether k
+// was admitted: false when k was asked for no more often than the
+// counter it would replace (see Options.MaxKeys).
+func (s *Store) admit(sh *shard, k hkey, now int64, busy []slot) bool {
+	if len(sh.m) >= s.perShard && now-sh.swept >= fullSweepEvery {
+		sweepLocked(sh, now, busy)
+	}
+	if len(sh.m) >= s.perShard && !s.evict(sh, k, now, busy) {
+		s.declined.Add(1)
+		return false
+	}
+	sh.m[k] = bucket{}
+	return true
+}
+
+// evict makes room for the new key k in the full shard sh. It drops an
+// expired key if its sample finds one; else it picks the sampled key
+// worth least (see cheaper) and drops it if k was asked for more often
+// lately, or if k's count is at the sketch's maximum and the other's
+// counter is not refusing (ties at the maximum go to the newcomer, but
+// never against a refusing counter). It reports whether it made room:
+// also when the sample finds only busy keys (a call holding more new keys
+// of one shard than the shard holds, 64 at least, then grows it past its
+// bound).
+func (s *Store) evict(sh *shard, k hkey, now int64, busy []slot) bool {
+	var victim hkey
+	var vb bucket
+	vf, n := uint8(0), 0
+	for k2, b := range sh.m { // map iteration starts at a random place
+		if holds(busy, k2) {
 			continue
 		}
 		if b.exp <= now {
-			drop(sh, k)
-			return
+			drop(sh, k2)
+			return true
 		}
-		if b.exp < soonest {
-			victim, soonest = k, b.exp
+		if f := sh.freq.estimate(k2); n == 0 || cheaper(b, f, vb, vf) {
+			victim, vb, vf = k2, b, f
 		}
 		if n++; n == evictionSamples {
 			break
 		}
 	}
-	if n > 0 {
-		drop(sh, victim)
-		s.evictions.Add(1)
+	if n == 0 {
+		return true
 	}
+	if fk := sh.freq.estimate(k); fk <= vf && (fk < maxFreq || vb.refusing) {
+		return false
+	}
+	drop(sh, victim)
+	s.evictions.Add(1)
+	if vb.refusing {
+		s.refusing.Add(1)
+	}
+	return true
+}
+
+// cheaper reports whether forgetting counter a, whose key was asked for
+// fa times lately, admits less traffic that its limit refuses than
+// forgetting b, asked for fb times: a counter that is not refusing goes
+// before one that is, then the one asked for less often, then the one
+// that expires sooner.
+func cheaper(a bucket, fa uint8, b bucket, fb uint8) bool {
+	if a.refusing != b.refusing {
+		return !a.refusing
+	}
+	if fa != fb {
+		return fa < fb
+	}
+	return a.exp < b.exp
 }
 
 func drop(sh *shard, k hkey) {
