@@ -4,19 +4,21 @@ import (
 	"net/netip"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/ratelimitd/ratelimitd/backend"
 	"github.com/ratelimitd/ratelimitd/backend/backendtest"
 	"github.com/ratelimitd/ratelimitd/backend/memory"
 )
 
-// addressKey returns the counter key of remote_address addr under l, as
-// the engine builds it for a descriptor of that one entry in domain edge.
-func addressKey(addr netip.Addr, l backend.Limit) string {
-	b := backend.AppendKeyPart(nil, "edge")
+// appendAddressKey appends the counter key of remote_address addr under
+// l to b, as the engine builds it for a descriptor of that one entry in
+// domain edge.
+func appendAddressKey(b []byte, addr netip.Addr, l backend.Limit) []byte {
+	b = backend.AppendKeyPart(b, "edge")
 	b = backend.AppendKeyPart(b, "remote_address")
 	b = backend.AppendKeyPart(b, addr.String())
-	return string(backend.AppendKeySuffix(b, l))
+	return backend.AppendKeySuffix(b, l)
 }
 
 // TestFloodOfNewKeys is the flood of issue 21, item 5: on a store of the
@@ -43,8 +45,12 @@ func TestFloodOfNewKeys(t *testing.T) {
 		t.Helper()
 		return take(t, s, key, l, hits)
 	}
-	victim := func(i int) string { return addressKey(netip.AddrFrom4([4]byte{192, 0, 2, byte(i)}), l) }
-	known := func(i int) string { return addressKey(netip.AddrFrom4([4]byte{198, 51, 100, byte(i)}), l) }
+	victim := func(i int) string {
+		return string(appendAddressKey(nil, netip.AddrFrom4([4]byte{192, 0, 2, byte(i)}), l))
+	}
+	known := func(i int) string {
+		return string(appendAddressKey(nil, netip.AddrFrom4([4]byte{198, 51, 100, byte(i)}), l))
+	}
 	for i := range victims {
 		for range 6 { // the sixth is refused: over its limit
 			take1(victim(i), 1)
@@ -59,12 +65,14 @@ func TestFloodOfNewKeys(t *testing.T) {
 
 	reqs := make([]backend.Request, perRequest)
 	res := make([]backend.Result, perRequest)
+	bufs := make([][]byte, perRequest) // the store keeps no key's bytes
 	next := netip.MustParseAddr("10.0.0.0")
 	admitted := 0
 	for r := range requests {
 		clock.Set(backendtest.T0.Add(time.Duration(r) * time.Minute / requests))
 		for j := range reqs {
-			reqs[j] = backend.Request{Key: addressKey(next, l), Limit: l, Hits: 1, Group: j}
+			bufs[j] = appendAddressKey(bufs[j][:0], next, l)
+			reqs[j] = backend.Request{Key: unsafe.String(&bufs[j][0], len(bufs[j])), Limit: l, Hits: 1, Group: j}
 			next = next.Next()
 		}
 		if err := s.Take(t.Context(), reqs, res); err != nil {

@@ -12,6 +12,7 @@ import (
 	"context"
 	"fmt"
 	"hash/maphash"
+	"math"
 	"math/bits"
 	"sync"
 	"sync/atomic"
@@ -111,8 +112,12 @@ type shard struct {
 	logs   map[hkey]*backend.Log // sliding logs of keys in m; requires that mu is held
 	shares map[hkey][]shareEntry // entries of share buckets (see share.go); requires that mu is held
 	swept  int64                 // µs of the last sweep; requires that mu is held
-	freq   sketch                // how often each key was asked for lately; requires that mu is held
-	_      [40]byte              // keep shards on separate cache lines (TestShardSize)
+	// soonest is a µs before which no counter in m expires (a lower
+	// bound), so that a sweep before it finds nothing to drop and is
+	// skipped; requires that mu is held.
+	soonest int64
+	freq    sketch   // how often each key was asked for lately; requires that mu is held
+	_       [32]byte // keep shards on separate cache lines (TestShardSize)
 }
 
 // hkey is a counter's key as the store keeps it: two 64-bit hashes of the
@@ -300,10 +305,12 @@ func (s *Store) load(sl *slot, l backend.Limit, now int64, busy []slot) {
 
 // store writes sl.st back as its counter.
 func (s *Store) store(sl *slot, l backend.Limit) {
-	st := &sl.st
-	sl.sh.m[sl.key] = bucket{t: st.T, n: st.N, p: st.P, tokens: st.Tokens, exp: st.Expiry(l), refusing: sl.refusing}
+	st, sh := &sl.st, sl.sh
+	exp := st.Expiry(l)
+	sh.m[sl.key] = bucket{t: st.T, n: st.N, p: st.P, tokens: st.Tokens, exp: exp, refusing: sl.refusing}
+	sh.soonest = min(sh.soonest, exp)
 	if st.Log != nil {
-		sl.sh.logs[sl.key] = st.Log
+		sh.logs[sl.key] = st.Log
 	}
 }
 
@@ -344,7 +351,14 @@ func decideLarge(slots []slot, reqs []backend.Request, res []backend.Result, now
 // was admitted: false when k was asked for no more often than the
 // counter it would replace (see Options.MaxKeys).
 func (s *Store) admit(sh *shard, k hkey, now int64, busy []slot) bool {
-	if len(sh.m) >= s.perShard && now-sh.swept >= fullSweepEvery {
+	if len(sh.m) < s.perShard {
+		sh.m[k] = bucket{}
+		return true
+	}
+	if !inShard(busy, sh) {
+		busy = nil // nothing to spare: the sweep and sample need not look
+	}
+	if now-sh.swept >= fullSweepEvery {
 		sweepLocked(sh, now, busy)
 	}
 	if len(sh.m) >= s.perShard && !s.evict(sh, k, now, busy) {
@@ -417,6 +431,16 @@ func drop(sh *shard, k hkey) {
 	delete(sh.logs, k)
 }
 
+// inShard reports whether any of slots is in sh.
+func inShard(slots []slot, sh *shard) bool {
+	for i := range slots {
+		if slots[i].sh == sh {
+			return true
+		}
+	}
+	return false
+}
+
 func holds(slots []slot, k hkey) bool {
 	for i := range slots {
 		if slots[i].key == k {
@@ -470,12 +494,23 @@ func (s *Store) sweep() {
 }
 
 // sweepLocked drops the expired buckets of sh, whose mu must be held,
-// but those that busy (the call in progress) holds.
+// but those that busy (the call in progress) holds, unless none can have
+// expired yet.
 func sweepLocked(sh *shard, now int64, busy []slot) {
+	sh.swept = now
+	if now < sh.soonest {
+		return
+	}
+	soonest := int64(math.MaxInt64)
 	for k, b := range sh.m {
-		if b.exp <= now && !holds(busy, k) {
+		switch {
+		case holds(busy, k):
+			// The call stores it again, and lowers soonest then.
+		case b.exp <= now:
 			drop(sh, k)
+		default:
+			soonest = min(soonest, b.exp)
 		}
 	}
-	sh.swept = now
+	sh.soonest = soonest
 }

@@ -243,6 +243,15 @@ func TestSweeperDropsExpiredKeys(t *testing.T) {
 		if got := s.Len(); got != 1 {
 			t.Errorf("Len() = %d after the second-long window passed, want 1", got)
 		}
+		// A shard skips its sweep until its soonest counter may have
+		// expired: a counter stored after a sweep that found nothing to
+		// drop, and expiring before b, is dropped all the same.
+		take(t, s, "c", backend.Limit{Algorithm: backend.FixedWindow, Requests: 1, Window: time.Second}, 1)
+		time.Sleep(3 * time.Second)
+		synctest.Wait()
+		if got := s.Len(); got != 1 {
+			t.Errorf("Len() = %d after c's window passed, want 1", got)
+		}
 	})
 }
 
