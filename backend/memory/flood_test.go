@@ -84,10 +84,10 @@ func TestFloodOfNewKeys(t *testing.T) {
 			addr = strconv.AppendUint(addr, uint64(n>>16&255), 10)
 			addr = strconv.AppendUint(append(addr, '.'), uint64(n>>8&255), 10)
 			addr = strconv.AppendUint(append(addr, '.'), uint64(n&255), 10)
-			b := append(bufs[j][:0], prefix...)
-			b = strconv.AppendInt(b, int64(len(addr)), 10)
-			b = append(append(append(b, ':'), addr...), suffix...)
-			bufs[j] = b
+			bufs[j] = append(bufs[j][:0], prefix...)
+			bufs[j] = strconv.AppendInt(bufs[j], int64(len(addr)), 10)
+			bufs[j] = append(append(append(bufs[j], ':'), addr...), suffix...)
+			b := bufs[j]
 			reqs[j] = backend.Request{Key: unsafe.String(&b[0], len(b)), Limit: l, Hits: 1, Group: j}
 			if r == requests-1 { // the last request's keys: 10.29.75.192 to 10.29.75.255
 				want := appendAddressKey(nil, netip.AddrFrom4([4]byte{10, byte(n >> 16), byte(n >> 8), byte(n)}), l)

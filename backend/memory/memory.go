@@ -57,9 +57,9 @@ type Options struct {
 	// So a flood of keys seen once cannot push out counters with more
 	// history, and a refusing counter goes only when every counter
 	// sampled is refusing too and the newcomer was asked for more often
-	// than it; one whose key's count is at the sketch's maximum (15
-	// sights since the counts last halved) is never evicted. What the
-	// store guarantees, and what an attacker can still do, is in
+	// than it: one whose key's count is at its maximum (15 sightings
+	// since the counts last halved) is never evicted. What the store
+	// guarantees, and what an attacker can still do, is in
 	// docs/operations.md ("The memory store's bound").
 	MaxKeys int
 	// SweepInterval is how often a background sweep drops expired
@@ -78,10 +78,11 @@ type Options struct {
 // each call is atomic and concurrent calls on other shards do not wait.
 //
 // At its bound (Options.MaxKeys) a shard admits and evicts by TinyLFU's
-// rule, under the same lock: how often keys were asked for lately is a
-// sketch per shard (see sketch for why it is written here rather than
-// taken from a cache library), and whether a counter is refusing is a
-// flag in its bucket.
+// rule, under the same lock: how often keys were asked for lately is
+// kept in their buckets and, for keys not held, in a sketch per shard
+// (see sketch, and for why it is written here rather than taken from a
+// cache library), and whether a counter is refusing is a flag in its
+// bucket.
 //
 // Store is safe for concurrent use by multiple goroutines. Close stops its
 // sweeper.
@@ -116,8 +117,8 @@ type shard struct {
 	// bound), so that a sweep before it finds nothing to drop and is
 	// skipped; requires that mu is held.
 	soonest int64
-	freq    sketch   // how often each key was asked for lately; requires that mu is held
-	_       [32]byte // keep shards on separate cache lines (TestShardSize)
+	freq    sketch   // how often keys were asked for lately; requires that mu is held
+	_       [24]byte // keep shards on separate cache lines (TestShardSize)
 }
 
 // hkey is a counter's key as the store keeps it: two 64-bit hashes of the
@@ -139,6 +140,8 @@ type bucket struct {
 	// for one more hit (Remaining 0): its limit is refusing, and eviction
 	// would admit its client again.
 	refusing bool
+	freq     uint8  // how often the key was asked for lately, as of halving epoch (see sketch)
+	epoch    uint16 // the shard's sketch.epoch when freq was set
 }
 
 // New returns a Store and starts its sweeper; call Close to stop it.
@@ -221,9 +224,11 @@ func (s *Store) Declined() uint64 { return s.declined.Load() }
 type slot struct {
 	sh       *shard
 	key      hkey
-	alias    int  // index of the first slot of this call with the same key
-	declined bool // a new key the full shard does not keep
-	refusing bool // some request on the key left it no room
+	alias    int    // index of the first slot of this call with the same key
+	declined bool   // a new key the full shard does not keep
+	refusing bool   // some request on the key left it no room
+	freq     uint8  // how often the key was asked for lately, this call included
+	epoch    uint16 // its shard's sketch.epoch when freq was read
 	st       backend.State
 }
 
@@ -286,17 +291,20 @@ func (s *Store) Take(ctx context.Context, reqs []backend.Request, res []backend.
 	return nil
 }
 
-// load counts a sight of sl's key and copies its counter into sl.st. A
+// load counts a sighting of sl's key and copies its counter into sl.st. A
 // key its shard does not hold yet is admitted, if need be in place of
 // another, or declined (see admit). It never drops a key that busy (this
 // call's earlier slots) holds.
 func (s *Store) load(sl *slot, l backend.Limit, now int64, busy []slot) {
 	sh := sl.sh
-	sh.freq.add(sl.key)
 	b, ok := sh.m[sl.key]
-	if !ok {
-		sl.declined = !s.admit(sh, sl.key, now, busy)
+	if ok {
+		sh.freq.see()
+		sl.freq = min(sh.freq.aged(b.freq, b.epoch)+1, maxFreq)
+	} else {
+		sl.declined = !s.admit(sh, sl, now, busy)
 	}
+	sl.epoch = sh.freq.epoch
 	sl.st = backend.State{T: b.t, N: b.n, P: b.p, Tokens: b.tokens}
 	if l.Algorithm == backend.SlidingLog {
 		sl.st.Log = sh.logs[sl.key]
@@ -307,7 +315,10 @@ func (s *Store) load(sl *slot, l backend.Limit, now int64, busy []slot) {
 func (s *Store) store(sl *slot, l backend.Limit) {
 	st, sh := &sl.st, sl.sh
 	exp := st.Expiry(l)
-	sh.m[sl.key] = bucket{t: st.T, n: st.N, p: st.P, tokens: st.Tokens, exp: exp, refusing: sl.refusing}
+	sh.m[sl.key] = bucket{
+		t: st.T, n: st.N, p: st.P, tokens: st.Tokens, exp: exp,
+		refusing: sl.refusing, freq: sl.freq, epoch: sl.epoch,
+	}
 	sh.soonest = min(sh.soonest, exp)
 	if st.Log != nil {
 		sh.logs[sl.key] = st.Log
@@ -345,40 +356,47 @@ func decideLarge(slots []slot, reqs []backend.Request, res []backend.Result, now
 	}
 }
 
-// admit makes room in sh for the new key k, if sh is full, and holds
-// k's place until the call stores its counter, so that the call's other
-// new keys find the shard as full as it will be. It reports whether k
-// was admitted: false when k was asked for no more often than the
-// counter it would replace (see Options.MaxKeys).
-func (s *Store) admit(sh *shard, k hkey, now int64, busy []slot) bool {
+// admit counts a sighting of sl's key, which sh does not hold, makes
+// room for it if sh is full, and holds its place until the call stores
+// its counter, so that the call's other new keys find the shard as full
+// as it will be. It reports whether the key was admitted: false when it
+// was asked for no more often than the counter it would replace (see
+// Options.MaxKeys). Only a full shard counts new keys in its sketch: one
+// with room admits them all.
+func (s *Store) admit(sh *shard, sl *slot, now int64, busy []slot) bool {
+	if len(sh.m) >= s.perShard {
+		if !inShard(busy, sh) {
+			busy = nil // nothing to spare: the sweep and sample need not look
+		}
+		if now-sh.swept >= fullSweepEvery {
+			sweepLocked(sh, now, busy)
+		}
+	}
 	if len(sh.m) < s.perShard {
-		sh.m[k] = bucket{}
-		return true
+		sh.freq.see()
+		sl.freq = min(sh.freq.estimate(sl.key)+1, maxFreq)
+	} else {
+		sl.freq = sh.freq.add(sl.key)
+		if !s.evict(sh, sl.freq, now, busy) {
+			s.declined.Add(1)
+			return false
+		}
 	}
-	if !inShard(busy, sh) {
-		busy = nil // nothing to spare: the sweep and sample need not look
-	}
-	if now-sh.swept >= fullSweepEvery {
-		sweepLocked(sh, now, busy)
-	}
-	if len(sh.m) >= s.perShard && !s.evict(sh, k, now, busy) {
-		s.declined.Add(1)
-		return false
-	}
-	sh.m[k] = bucket{}
+	sh.m[sl.key] = bucket{}
 	return true
 }
 
-// evict makes room for the new key k in the full shard sh. It drops an
-// expired key if its sample finds one; else it picks the sampled key
-// worth least (see cheaper) and drops it if k was asked for more often
-// lately, or if k's count is at the sketch's maximum and the other's
-// counter is not refusing (ties at the maximum go to the newcomer, but
-// never against a refusing counter). It reports whether it made room:
+// evict makes room in the full shard sh for a new key asked for fk times
+// lately. It drops an expired key if its sample finds one; else it picks
+// the sampled key worth least (see cheaper) and drops it if the new key
+// was asked for more often, or if fk is the sketch's maximum and the
+// other's counter is not refusing (ties at the maximum go to the
+// newcomer, but never against a refusing counter); the sketch keeps the
+// evicted key's count. It reports whether it made room:
 // also when the sample finds only busy keys (a call holding more new keys
 // of one shard than the shard holds, 64 at least, then grows it past its
 // bound).
-func (s *Store) evict(sh *shard, k hkey, now int64, busy []slot) bool {
+func (s *Store) evict(sh *shard, fk uint8, now int64, busy []slot) bool {
 	var victim hkey
 	var vb bucket
 	vf, n := uint8(0), 0
@@ -390,7 +408,7 @@ func (s *Store) evict(sh *shard, k hkey, now int64, busy []slot) bool {
 			drop(sh, k2)
 			return true
 		}
-		if f := sh.freq.estimate(k2); n == 0 || cheaper(b, f, vb, vf) {
+		if f := sh.freq.aged(b.freq, b.epoch); n == 0 || cheaper(b, f, vb, vf) {
 			victim, vb, vf = k2, b, f
 		}
 		if n++; n == evictionSamples {
@@ -400,10 +418,11 @@ func (s *Store) evict(sh *shard, k hkey, now int64, busy []slot) bool {
 	if n == 0 {
 		return true
 	}
-	if fk := sh.freq.estimate(k); fk <= vf && (fk < maxFreq || vb.refusing) {
+	if fk <= vf && (fk < maxFreq || vb.refusing) {
 		return false
 	}
 	drop(sh, victim)
+	sh.freq.raise(victim, vf)
 	s.evictions.Add(1)
 	if vb.refusing {
 		s.refusing.Add(1)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -197,28 +198,26 @@ ratelimitd_memory_refusing_evictions_total 1
 func TestEvictionTakesTheSoonestToExpire(t *testing.T) {
 	// Among counters alike otherwise (none refusing, each seen once), the
 	// one that expires soonest goes first: the second-long ones, here,
-	// before the day-long ones. (cheaper's own test orders every case.)
+	// before the day-long ones. A store of 8 keys samples all of them.
 	clock := backendtest.NewClock(backendtest.T0)
-	s := newStore(t, memory.Options{MaxKeys: 64, Now: clock.Now})
+	s := newStore(t, memory.Options{MaxKeys: 8, Now: clock.Now})
 	day := backend.Limit{Algorithm: backend.FixedWindow, Requests: 10, Window: 24 * time.Hour}
 	sec := backend.Limit{Algorithm: backend.FixedWindow, Requests: 10, Window: time.Second}
-	for i := range 8 {
+	for i := range 4 {
 		take(t, s, "day"+strconv.Itoa(i), day, 1)
-	}
-	for i := range 56 {
 		take(t, s, "sec"+strconv.Itoa(i), sec, 1)
 	}
-	for i := range 8 { // each asked twice, so that it is kept
+	for i := range 4 { // each asked twice, so that it is kept
 		take(t, s, "more"+strconv.Itoa(i), sec, 0)
 		take(t, s, "more"+strconv.Itoa(i), sec, 1)
 	}
-	if got := s.Evictions(); got != 8 {
-		t.Fatalf("Evictions() = %d, want 8", got)
+	if got := s.Evictions(); got != 4 {
+		t.Fatalf("Evictions() = %d, want 4", got)
 	}
 	// One call holds every day key, so that checking one that was evicted
 	// cannot evict another.
-	reqs := make([]backend.Request, 8)
-	res := make([]backend.Result, 8)
+	reqs := make([]backend.Request, 4)
+	res := make([]backend.Result, 4)
 	for i := range reqs {
 		reqs[i] = backend.Request{Key: "day" + strconv.Itoa(i), Limit: day, Group: i}
 	}
@@ -389,7 +388,7 @@ func BenchmarkMapFloor(b *testing.B) {
 	const nkeys = 1_000_000
 	type entry struct {
 		a uint64
-		_ [4]uint64 // the rest of a bucket's 40 bytes
+		_ [5]uint64 // the rest of a bucket's 48 bytes
 	}
 	m := make(map[[2]uint64]entry, nkeys)
 	for i := range uint64(nkeys) {
@@ -408,5 +407,40 @@ func BenchmarkMapFloor(b *testing.B) {
 		e.a++
 		m[key] = e
 		i++
+	}
+}
+
+// BenchmarkMemoryPerKey reports the heap a full store takes per counter
+// it holds (B/key), the figure for capacity planning: each counter a
+// sliding window, under a key of the engine's form, the store filled
+// with 10% more keys than MaxKeys so that every shard is full. Run it
+// with -benchtime=1x: each iteration fills a store.
+func BenchmarkMemoryPerKey(b *testing.B) {
+	l := backend.Limit{Algorithm: backend.SlidingWindow, Requests: 5, Window: time.Minute}
+	for _, n := range []int{100_000, 1_000_000} {
+		b.Run(strconv.Itoa(n), func(b *testing.B) {
+			var perKey float64
+			for b.Loop() {
+				var before, after runtime.MemStats
+				runtime.GC()
+				runtime.ReadMemStats(&before)
+				s := memory.New(memory.Options{MaxKeys: n})
+				reqs := []backend.Request{{Limit: l, Hits: 1}}
+				res := make([]backend.Result, 1)
+				var buf []byte
+				for i := range n + n/10 {
+					buf = appendKey(buf[:0], i, l)
+					reqs[0].Key = unsafe.String(&buf[0], len(buf))
+					if err := s.Take(b.Context(), reqs, res); err != nil {
+						b.Fatal(err)
+					}
+				}
+				runtime.GC()
+				runtime.ReadMemStats(&after)
+				perKey = float64(after.HeapAlloc-before.HeapAlloc) / float64(s.Len())
+				s.Close()
+			}
+			b.ReportMetric(perKey, "B/key")
+		})
 	}
 }

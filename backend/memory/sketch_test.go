@@ -62,29 +62,69 @@ func TestSketchOneHitFlood(t *testing.T) {
 	}
 }
 
-// TestSketchHalves: every period increments, the counts halve.
+// TestSketchHalves: every period sightings, of keys held or not, the
+// counts halve: those in the table at once, those of held keys (aged) by
+// the epoch they were read at.
 func TestSketchHalves(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 6))
 	s := newSketch(100) // period 1,000
 	hot := randomKey(r)
-	for range 12 {
-		s.add(hot)
+	for i := range 12 {
+		if got := s.add(hot); got != uint8(i+1) {
+			t.Fatalf("add #%d = %d, want %d", i+1, got, i+1)
+		}
+	}
+	held, at := uint8(12), s.epoch // a held key's count, read now
+	for range s.period - 12 - 1 {
+		s.see()
 	}
 	if got := s.estimate(hot); got != 12 {
-		t.Fatalf("estimate = %d after 12 sights, want 12", got)
+		t.Fatalf("estimate = %d before the halving, want 12", got)
 	}
-	for range s.period - 12 - 1 {
-		s.add(randomKey(r))
+	if got := s.aged(held, at); got != 12 {
+		t.Fatalf("aged = %d before the halving, want 12", got)
 	}
-	if got := s.estimate(hot); got < 12 {
-		t.Fatalf("estimate = %d before the halving, want 12 or more", got)
+	s.see() // the period's last sighting
+	if got := s.estimate(hot); got != 6 {
+		t.Errorf("estimate = %d after the halving, want 6", got)
 	}
-	s.add(randomKey(r)) // the period's last increment
-	if got := s.estimate(hot); got < 6 || got > 7 {
-		t.Errorf("estimate = %d after the halving, want 6 (7 with a collision)", got)
+	if got := s.aged(held, at); got != 6 {
+		t.Errorf("aged = %d after the halving, want 6", got)
 	}
-	if s.adds != s.period/2 {
-		t.Errorf("adds = %d after the halving, want %d", s.adds, s.period/2)
+	if s.seen != 0 || s.epoch != at+1 {
+		t.Errorf("seen = %d, epoch = %d after the halving, want 0 and %d", s.seen, s.epoch, at+1)
+	}
+	for range 3 * s.period {
+		s.see()
+	}
+	if got := s.aged(held, at); got != 0 {
+		t.Errorf("aged = %d after 4 halvings, want 0", got)
+	}
+	s.epoch = at - 1 // an epoch that wrapped around
+	if got := s.aged(held, at); got != 0 {
+		t.Errorf("aged = %d read 65,535 halvings ago, want 0", got)
+	}
+}
+
+// TestSketchRaise: an evicted key's count, written back, is its estimate
+// when it comes back, and no counter is lowered.
+func TestSketchRaise(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	s := newSketch(1000)
+	k, other := randomKey(r), randomKey(r)
+	for range 9 {
+		s.add(other)
+	}
+	s.raise(k, 7)
+	if got := s.estimate(k); got < 7 {
+		t.Errorf("estimate = %d after raise to 7, want at least 7", got)
+	}
+	s.raise(k, 3)
+	if got := s.estimate(k); got < 7 {
+		t.Errorf("estimate = %d after raise to 3, want still at least 7", got)
+	}
+	if got := s.estimate(other); got < 9 {
+		t.Errorf("another key's estimate = %d, want at least its 9", got)
 	}
 }
 
