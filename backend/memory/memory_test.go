@@ -413,13 +413,16 @@ func BenchmarkMapFloor(b *testing.B) {
 // BenchmarkMemoryPerKey reports the heap a full store takes per counter
 // it holds (B/key), the figure for capacity planning: each counter a
 // sliding window, under a key of the engine's form, the store filled
-// with 10% more keys than MaxKeys so that every shard is full. Run it
-// with -benchtime=1x: each iteration fills a store.
+// with 10% more keys than MaxKeys so that every shard is full. It also
+// reports the share of MaxKeys held when exactly MaxKeys keys, each seen
+// once, have come (held-%): shards fill unevenly, and a full one
+// declines keys seen once. Run it with -benchtime=1x: each iteration
+// fills a store.
 func BenchmarkMemoryPerKey(b *testing.B) {
 	l := backend.Limit{Algorithm: backend.SlidingWindow, Requests: 5, Window: time.Minute}
 	for _, n := range []int{100_000, 1_000_000} {
 		b.Run(strconv.Itoa(n), func(b *testing.B) {
-			var perKey float64
+			var perKey, held float64
 			for b.Loop() {
 				var before, after runtime.MemStats
 				runtime.GC()
@@ -429,6 +432,9 @@ func BenchmarkMemoryPerKey(b *testing.B) {
 				res := make([]backend.Result, 1)
 				var buf []byte
 				for i := range n + n/10 {
+					if i == n {
+						held = 100 * float64(s.Len()) / float64(n)
+					}
 					buf = appendKey(buf[:0], i, l)
 					reqs[0].Key = unsafe.String(&buf[0], len(buf))
 					if err := s.Take(b.Context(), reqs, res); err != nil {
@@ -441,6 +447,7 @@ func BenchmarkMemoryPerKey(b *testing.B) {
 				s.Close()
 			}
 			b.ReportMetric(perKey, "B/key")
+			b.ReportMetric(held, "held-%")
 		})
 	}
 }
