@@ -278,7 +278,7 @@ func (s *Store) Take(ctx context.Context, reqs []backend.Request, res []backend.
 		}
 	}
 	decide(slots, reqs, res, now)
-	for i := range slots {
+	for i := range slots { // a counter left no room for one more hit is refusing
 		if !reqs[i].Limit.Ban() && res[i].Remaining == 0 {
 			slots[slots[i].alias].refusing = true
 		}
@@ -389,13 +389,12 @@ func (s *Store) admit(sh *shard, sl *slot, now int64, busy []slot) bool {
 // evict makes room in the full shard sh for a new key asked for fk times
 // lately. It drops an expired key if its sample finds one; else it picks
 // the sampled key worth least (see cheaper) and drops it if the new key
-// was asked for more often, or if fk is the sketch's maximum and the
-// other's counter is not refusing (ties at the maximum go to the
-// newcomer, but never against a refusing counter); the sketch keeps the
-// evicted key's count. It reports whether it made room:
-// also when the sample finds only busy keys (a call holding more new keys
-// of one shard than the shard holds, 64 at least, then grows it past its
-// bound).
+// was asked for more often, or if fk is the maximum and the other's
+// counter is not refusing (ties at the maximum go to the newcomer, but
+// never against a refusing counter); the sketch keeps the evicted key's
+// count. It reports whether it made room, which it also does when the
+// sample finds only busy keys: a call holding more new keys of one shard
+// than the shard holds (64 at least) grows it past its bound.
 func (s *Store) evict(sh *shard, fk uint8, now int64, busy []slot) bool {
 	var victim hkey
 	var vb bucket
