@@ -30,8 +30,9 @@ const (
 const (
 	maxShards = 256
 	// evictionSamples is how many keys a full shard looks at to choose
-	// the one to evict.
-	evictionSamples = 5
+	// the one a new key may replace: the more, the rarer it is that all
+	// of them are refusing (see Options.MaxKeys).
+	evictionSamples = 8
 	// fullSweepEvery is how often, at most, a full shard sweeps all its
 	// expired keys before it evicts a live one.
 	fullSweepEvery = int64(time.Second / time.Microsecond)
@@ -43,10 +44,23 @@ const (
 // Options configures a Store. The zero value means the defaults.
 type Options struct {
 	// MaxKeys bounds the number of counters kept. When a new key finds
-	// its shard full, the store first drops an expired counter, else
-	// evicts the one, among a few sampled, whose state expires soonest
-	// (as Redis's volatile-ttl policy does), and counts an eviction: an
-	// evicted counter starts again from zero. Zero means DefaultMaxKeys.
+	// its shard full, the store first drops an expired counter. Else it
+	// samples 8 counters and picks the one worth least: a counter that
+	// is not refusing (its last decision left it room for a hit) before
+	// one that is, then the one asked for least often lately, then the
+	// one that expires soonest. The new key takes its place only if it
+	// was itself asked for more often lately (TinyLFU admission), which
+	// counts an eviction: the evicted counter starts again from zero.
+	// Otherwise the new key is declined: its call is decided on a fresh
+	// counter, which is not kept. Zero means DefaultMaxKeys.
+	//
+	// So a flood of keys seen once cannot push out counters with more
+	// history, and a refusing counter goes only when every counter
+	// sampled is refusing too and the newcomer was asked for more often
+	// than it: one whose key's count is at its maximum (15 sightings
+	// since the counts last halved) is never evicted. What the store
+	// guarantees, and what an attacker can still do, is in
+	// docs/operations.md ("The memory store's bound").
 	MaxKeys int
 	// SweepInterval is how often a background sweep drops expired
 	// counters. Zero means DefaultSweepInterval.
@@ -63,6 +77,13 @@ type Options struct {
 // shards of its keys in ascending order and decides under those locks, so
 // each call is atomic and concurrent calls on other shards do not wait.
 //
+// At its bound (Options.MaxKeys) a shard admits and evicts by TinyLFU's
+// rule, under the same lock: how often keys were asked for lately is
+// kept in their buckets and, for keys not held, in a sketch per shard
+// (see sketch, and for why it is written here rather than taken from a
+// cache library), and whether a counter is refusing is a flag in its
+// bucket.
+//
 // Store is safe for concurrent use by multiple goroutines. Close stops its
 // sweeper.
 type Store struct {
@@ -73,6 +94,8 @@ type Store struct {
 	perShard int
 
 	evictions atomic.Uint64
+	refusing  atomic.Uint64 // evictions of refusing counters
+	declined  atomic.Uint64
 	closed    atomic.Bool
 	closeOnce sync.Once
 	stop      chan struct{} // closed by Close to stop the sweeper
@@ -90,7 +113,12 @@ type shard struct {
 	logs   map[hkey]*backend.Log // sliding logs of keys in m; requires that mu is held
 	shares map[hkey][]shareEntry // entries of share buckets (see share.go); requires that mu is held
 	swept  int64                 // µs of the last sweep; requires that mu is held
-	_      [24]byte              // keep shards on separate cache lines
+	// soonest is a µs before which no counter in m expires (a lower
+	// bound), so that a sweep before it finds nothing to drop and is
+	// skipped; requires that mu is held.
+	soonest int64
+	freq    sketch   // how often keys were asked for lately; requires that mu is held
+	_       [24]byte // keep shards on separate cache lines (TestShardSize)
 }
 
 // hkey is a counter's key as the store keeps it: two 64-bit hashes of the
@@ -108,6 +136,12 @@ type bucket struct {
 	n, p   uint64
 	tokens float64
 	exp    int64 // µs from which the state is as good as fresh (see State.Expiry)
+	// refusing reports that the counter's last decision left it no room
+	// for one more hit (Remaining 0): its limit is refusing, and eviction
+	// would admit its client again.
+	refusing bool
+	freq     uint8  // how often the key was asked for lately, as of halving epoch (see sketch)
+	epoch    uint16 // the shard's sketch.epoch when freq was set
 }
 
 // New returns a Store and starts its sweeper; call Close to stop it.
@@ -142,6 +176,7 @@ func New(opts Options) *Store {
 		s.shards[i].m = make(map[hkey]bucket)
 		s.shards[i].logs = make(map[hkey]*backend.Log)
 		s.shards[i].shares = make(map[hkey][]shareEntry)
+		s.shards[i].freq = newSketch(s.perShard)
 	}
 	go s.sweeper(interval)
 	return s
@@ -174,13 +209,27 @@ func (s *Store) Len() int {
 // new ones since New.
 func (s *Store) Evictions() uint64 { return s.evictions.Load() }
 
+// RefusingEvictions returns how many of Evictions were of counters that
+// were refusing, each of which let a client over its limit start again
+// from zero.
+func (s *Store) RefusingEvictions() uint64 { return s.refusing.Load() }
+
+// Declined returns how many new keys found the store full of counters
+// asked for more often than they were, since New: their calls were
+// decided on fresh counters that were not kept.
+func (s *Store) Declined() uint64 { return s.declined.Load() }
+
 // slot is one request's counter during a call: a copy of its state,
 // written back when the call is decided.
 type slot struct {
-	sh    *shard
-	key   hkey
-	alias int // index of the first slot of this call with the same key
-	st    backend.State
+	sh       *shard
+	key      hkey
+	alias    int    // index of the first slot of this call with the same key
+	declined bool   // a new key the full shard does not keep
+	refusing bool   // some request on the key left it no room
+	freq     uint8  // how often the key was asked for lately, this call included
+	epoch    uint16 // its shard's sketch.epoch when freq was read
+	st       backend.State
 }
 
 // Take implements backend.Store.
@@ -229,28 +278,33 @@ func (s *Store) Take(ctx context.Context, reqs []backend.Request, res []backend.
 		}
 	}
 	decide(slots, reqs, res, now)
+	for i := range slots { // a counter left no room for one more hit is refusing
+		if !reqs[i].Limit.Ban() && res[i].Remaining == 0 {
+			slots[slots[i].alias].refusing = true
+		}
+	}
 	for i := range slots {
-		if sl := &slots[i]; sl.alias == i && !reqs[i].Limit.Ban() {
+		if sl := &slots[i]; sl.alias == i && !reqs[i].Limit.Ban() && !sl.declined {
 			s.store(sl, reqs[i].Limit)
 		}
 	}
 	return nil
 }
 
-// load copies sl's counter into sl.st, making room in a full shard for a
-// key it does not hold yet. It never drops a key that busy (this call's
-// earlier slots) holds.
+// load counts a sighting of sl's key and copies its counter into sl.st. A
+// key its shard does not hold yet is admitted, if need be in place of
+// another, or declined (see admit). It never drops a key that busy (this
+// call's earlier slots) holds.
 func (s *Store) load(sl *slot, l backend.Limit, now int64, busy []slot) {
 	sh := sl.sh
 	b, ok := sh.m[sl.key]
-	if !ok && len(sh.m) >= s.perShard {
-		if now-sh.swept >= fullSweepEvery {
-			sweepLocked(sh, now, busy)
-		}
-		if len(sh.m) >= s.perShard {
-			s.evict(sh, now, busy)
-		}
+	if ok {
+		sh.freq.see()
+		sl.freq = min(sh.freq.aged(b.freq, b.epoch)+1, maxFreq)
+	} else {
+		sl.declined = !s.admit(sh, sl, now, busy)
 	}
+	sl.epoch = sh.freq.epoch
 	sl.st = backend.State{T: b.t, N: b.n, P: b.p, Tokens: b.tokens}
 	if l.Algorithm == backend.SlidingLog {
 		sl.st.Log = sh.logs[sl.key]
@@ -259,10 +313,15 @@ func (s *Store) load(sl *slot, l backend.Limit, now int64, busy []slot) {
 
 // store writes sl.st back as its counter.
 func (s *Store) store(sl *slot, l backend.Limit) {
-	st := &sl.st
-	sl.sh.m[sl.key] = bucket{t: st.T, n: st.N, p: st.P, tokens: st.Tokens, exp: st.Expiry(l)}
+	st, sh := &sl.st, sl.sh
+	exp := st.Expiry(l)
+	sh.m[sl.key] = bucket{
+		t: st.T, n: st.N, p: st.P, tokens: st.Tokens, exp: exp,
+		refusing: sl.refusing, freq: sl.freq, epoch: sl.epoch,
+	}
+	sh.soonest = min(sh.soonest, exp)
 	if st.Log != nil {
-		sl.sh.logs[sl.key] = st.Log
+		sh.logs[sl.key] = st.Log
 	}
 }
 
@@ -297,34 +356,107 @@ func decideLarge(slots []slot, reqs []backend.Request, res []backend.Result, now
 	}
 }
 
-// evict drops one key of the full shard sh: an expired one if the sample
-// finds one, else the sampled one that expires soonest.
-func (s *Store) evict(sh *shard, now int64, busy []slot) {
-	victim, soonest, n := hkey{}, int64(math.MaxInt64), 0
-	for k, b := range sh.m { // map iteration starts at a random place
-		if holds(busy, k) {
+// admit counts a sighting of sl's key, which sh does not hold, makes
+// room for it if sh is full, and holds its place until the call stores
+// its counter, so that the call's other new keys find the shard as full
+// as it will be. It reports whether the key was admitted: false when it
+// was asked for no more often than the counter it would replace (see
+// Options.MaxKeys). Only a full shard counts new keys in its sketch: one
+// with room admits them all.
+func (s *Store) admit(sh *shard, sl *slot, now int64, busy []slot) bool {
+	if len(sh.m) >= s.perShard {
+		if !inShard(busy, sh) {
+			busy = nil // nothing to spare: the sweep and sample need not look
+		}
+		if now-sh.swept >= fullSweepEvery {
+			sweepLocked(sh, now, busy)
+		}
+	}
+	if len(sh.m) < s.perShard {
+		sh.freq.see()
+		sl.freq = min(sh.freq.estimate(sl.key)+1, maxFreq)
+	} else {
+		sl.freq = sh.freq.add(sl.key)
+		if !s.evict(sh, sl.freq, now, busy) {
+			s.declined.Add(1)
+			return false
+		}
+	}
+	sh.m[sl.key] = bucket{}
+	return true
+}
+
+// evict makes room in the full shard sh for a new key asked for fk times
+// lately. It drops an expired key if its sample finds one; else it picks
+// the sampled key worth least (see cheaper) and drops it if the new key
+// was asked for more often, or if fk is the maximum and the other's
+// counter is not refusing (ties at the maximum go to the newcomer, but
+// never against a refusing counter); the sketch keeps the evicted key's
+// count. It reports whether it made room, which it also does when the
+// sample finds only busy keys: a call holding more new keys of one shard
+// than the shard holds (64 at least) grows it past its bound.
+func (s *Store) evict(sh *shard, fk uint8, now int64, busy []slot) bool {
+	var victim hkey
+	var vb bucket
+	vf, n := uint8(0), 0
+	for k2, b := range sh.m { // map iteration starts at a random place
+		if holds(busy, k2) {
 			continue
 		}
 		if b.exp <= now {
-			drop(sh, k)
-			return
+			drop(sh, k2)
+			return true
 		}
-		if b.exp < soonest {
-			victim, soonest = k, b.exp
+		if f := sh.freq.aged(b.freq, b.epoch); n == 0 || cheaper(b, f, vb, vf) {
+			victim, vb, vf = k2, b, f
 		}
 		if n++; n == evictionSamples {
 			break
 		}
 	}
-	if n > 0 {
-		drop(sh, victim)
-		s.evictions.Add(1)
+	if n == 0 {
+		return true
 	}
+	if fk <= vf && (fk < maxFreq || vb.refusing) {
+		return false
+	}
+	drop(sh, victim)
+	sh.freq.raise(victim, vf)
+	s.evictions.Add(1)
+	if vb.refusing {
+		s.refusing.Add(1)
+	}
+	return true
+}
+
+// cheaper reports whether forgetting counter a, whose key was asked for
+// fa times lately, admits less traffic that its limit refuses than
+// forgetting b, asked for fb times: a counter that is not refusing goes
+// before one that is, then the one asked for less often, then the one
+// that expires sooner.
+func cheaper(a bucket, fa uint8, b bucket, fb uint8) bool {
+	if a.refusing != b.refusing {
+		return !a.refusing
+	}
+	if fa != fb {
+		return fa < fb
+	}
+	return a.exp < b.exp
 }
 
 func drop(sh *shard, k hkey) {
 	delete(sh.m, k)
 	delete(sh.logs, k)
+}
+
+// inShard reports whether any of slots is in sh.
+func inShard(slots []slot, sh *shard) bool {
+	for i := range slots {
+		if slots[i].sh == sh {
+			return true
+		}
+	}
+	return false
 }
 
 func holds(slots []slot, k hkey) bool {
@@ -380,12 +512,23 @@ func (s *Store) sweep() {
 }
 
 // sweepLocked drops the expired buckets of sh, whose mu must be held,
-// but those that busy (the call in progress) holds.
+// but those that busy (the call in progress) holds, unless none can have
+// expired yet.
 func sweepLocked(sh *shard, now int64, busy []slot) {
+	sh.swept = now
+	if now < sh.soonest {
+		return
+	}
+	soonest := int64(math.MaxInt64)
 	for k, b := range sh.m {
-		if b.exp <= now && !holds(busy, k) {
+		switch {
+		case holds(busy, k):
+			// The call stores it again, and lowers soonest then.
+		case b.exp <= now:
 			drop(sh, k)
+		default:
+			soonest = min(soonest, b.exp)
 		}
 	}
-	sh.swept = now
+	sh.soonest = soonest
 }

@@ -2,7 +2,10 @@ package memory_test
 
 import (
 	"errors"
+	"fmt"
 	"math/rand/v2"
+	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -52,7 +55,7 @@ func take(t *testing.T, s *memory.Store, key string, l backend.Limit, hits uint6
 	return res[0]
 }
 
-func TestMaxKeysEvicts(t *testing.T) {
+func TestMaxKeysBoundsTheStore(t *testing.T) {
 	clock := backendtest.NewClock(backendtest.T0)
 	s := newStore(t, memory.Options{MaxKeys: 100, Now: clock.Now})
 	for i := range 250 {
@@ -61,20 +64,33 @@ func TestMaxKeysEvicts(t *testing.T) {
 	if got := s.Len(); got != 100 {
 		t.Errorf("Len() = %d after 250 keys, want the cap 100", got)
 	}
-	if got := s.Evictions(); got != 150 {
-		t.Errorf("Evictions() = %d, want 150", got)
+	// Each of the 150 keys past the cap either took a counter's place or
+	// was declined; keys seen once are nearly all declined, as the ones
+	// held were seen once too.
+	evicted, declined := s.Evictions(), s.Declined()
+	if evicted+declined != 150 || declined < 140 {
+		t.Errorf("Evictions() = %d, Declined() = %d, want 150 in all, nearly all declined", evicted, declined)
 	}
-	// The store exports both as metrics.
-	want := `
+	// The store exports them as metrics that promlint accepts.
+	want := fmt.Sprintf(`
+# HELP ratelimitd_memory_declined_keys_total New keys the full memory store did not keep, its counters being asked for more often: each call was decided on a fresh counter.
+# TYPE ratelimitd_memory_declined_keys_total counter
+ratelimitd_memory_declined_keys_total %d
 # HELP ratelimitd_memory_evictions_total Live counters the memory store evicted to stay within its maximum number of keys.
 # TYPE ratelimitd_memory_evictions_total counter
-ratelimitd_memory_evictions_total 150
+ratelimitd_memory_evictions_total %d
 # HELP ratelimitd_memory_keys Counters the memory store holds.
 # TYPE ratelimitd_memory_keys gauge
 ratelimitd_memory_keys 100
-`
+# HELP ratelimitd_memory_refusing_evictions_total Evicted counters that were refusing: each let a client over its limit start again from zero.
+# TYPE ratelimitd_memory_refusing_evictions_total counter
+ratelimitd_memory_refusing_evictions_total 0
+`, declined, evicted)
 	if err := testutil.CollectAndCompare(s, strings.NewReader(want)); err != nil {
 		t.Errorf("metrics: %v", err)
+	}
+	if problems, err := testutil.CollectAndLint(s); err != nil || len(problems) > 0 {
+		t.Errorf("promlint: %v %+v", err, problems)
 	}
 }
 
@@ -88,40 +104,130 @@ func TestExpiredKeysMakeRoomWithoutEviction(t *testing.T) {
 	for i := range 100 {
 		take(t, s, "new"+strconv.Itoa(i), minute, 1)
 	}
-	if got := s.Evictions(); got != 0 {
-		t.Errorf("Evictions() = %d, want 0: only expired keys had to go", got)
+	if got, declined := s.Evictions(), s.Declined(); got != 0 || declined != 0 {
+		t.Errorf("Evictions() = %d, Declined() = %d, want 0 and 0: only expired keys had to go", got, declined)
 	}
-	if got := s.Len(); got > 100 {
-		t.Errorf("Len() = %d, want at most 100", got)
+	if got := s.Len(); got != 100 {
+		t.Errorf("Len() = %d, want the 100 new keys", got)
 	}
 }
 
-func TestEvictionSparesTheSoonestToExpireLast(t *testing.T) {
-	// Keys of a day-long limit outlive keys of a second-long limit: when
-	// the store is full, the short ones go first.
+// TestNewKeyAskedAgainIsKept: a store full of counters seen once declines
+// a new key seen once, but keeps it when it comes back, so that a key
+// that keeps asking is limited from its second call on.
+func TestNewKeyAskedAgainIsKept(t *testing.T) {
 	clock := backendtest.NewClock(backendtest.T0)
-	s := newStore(t, memory.Options{MaxKeys: 64, Now: clock.Now})
-	day := backend.Limit{Algorithm: backend.FixedWindow, Requests: 1, Window: 24 * time.Hour}
-	sec := backend.Limit{Algorithm: backend.FixedWindow, Requests: 10, Window: time.Second}
-	for i := range 32 {
-		take(t, s, "day"+strconv.Itoa(i), day, 1)
+	s := newStore(t, memory.Options{MaxKeys: 100, Now: clock.Now})
+	for i := range 100 {
+		take(t, s, "k"+strconv.Itoa(i), minute, 1)
 	}
-	for i := range 32 {
-		take(t, s, "sec"+strconv.Itoa(i), sec, 1)
+	three := backend.Limit{Algorithm: backend.FixedWindow, Requests: 3, Window: time.Minute}
+	var got []bool
+	for range 6 {
+		got = append(got, take(t, s, "new", three, 1).OverLimit)
 	}
-	for i := range 16 {
-		take(t, s, "more"+strconv.Itoa(i), sec, 1)
+	// The first call is decided on a fresh counter that is not kept; the
+	// second is kept, with the next two it fills the limit.
+	if want := []bool{false, false, false, false, true, true}; !slices.Equal(got, want) {
+		t.Errorf("over limit on calls 1 to 6 = %v, want %v", got, want)
 	}
-	kept := 0
-	for i := range 32 {
-		if r := take(t, s, "day"+strconv.Itoa(i), day, 0); r.OverLimit || r.Remaining == 0 {
-			kept++
+	if d, e := s.Declined(), s.Evictions(); d != 1 || e != 1 {
+		t.Errorf("Declined() = %d, Evictions() = %d, want 1 and 1", d, e)
+	}
+}
+
+// TestRefusingCountersGoLast: when a full store must evict, it takes a
+// counter that is not refusing over one that is, and counts the eviction
+// of a refusing counter apart; a new key seen no more often than the
+// refusing counters is declined.
+func TestRefusingCountersGoLast(t *testing.T) {
+	clock := backendtest.NewClock(backendtest.T0)
+	s := newStore(t, memory.Options{MaxKeys: 100, Now: clock.Now})
+	one := backend.Limit{Algorithm: backend.FixedWindow, Requests: 1, Window: time.Minute}
+	for i := range 10 {
+		take(t, s, "refusing"+strconv.Itoa(i), one, 1) // at its limit
+	}
+	for i := range 90 {
+		take(t, s, "open"+strconv.Itoa(i), minute, 1)
+	}
+	// 50 keys asked for twice take the places of open counters (but when
+	// a sample finds only refusing ones and new ones seen twice: then
+	// they are declined); a sample of 8 of 100 keys is all refusing with
+	// a chance of about 1 in 10⁹.
+	for i := range 50 {
+		take(t, s, "new"+strconv.Itoa(i), minute, 1)
+		take(t, s, "new"+strconv.Itoa(i), minute, 1)
+	}
+	if e := s.Evictions(); e < 40 {
+		t.Errorf("Evictions() = %d, want at least 40", e)
+	}
+	if r := s.RefusingEvictions(); r != 0 {
+		t.Errorf("RefusingEvictions() = %d with open counters held, want 0", r)
+	}
+	for i := range 10 {
+		if r := take(t, s, "refusing"+strconv.Itoa(i), one, 1); !r.OverLimit {
+			t.Errorf("refusing%d admitted after the new keys came: its counter was evicted", i)
 		}
 	}
-	// Sampling 5 keys of 64 may pick only day keys now and then; most
-	// evictions must still hit the second-long keys.
-	if kept < 28 {
-		t.Errorf("%d of 32 day-long counters survived 16 evictions, want at least 28", kept)
+
+	// A store of refusing counters only: a new key seen once is declined,
+	// seen more often than them it takes the place of one, and the
+	// metric counts it.
+	s = newStore(t, memory.Options{MaxKeys: 100, Now: clock.Now})
+	for i := range 100 {
+		take(t, s, "refusing"+strconv.Itoa(i), one, 1)
+	}
+	take(t, s, "new", minute, 1)
+	if d, e := s.Declined(), s.Evictions(); d != 1 || e != 0 {
+		t.Errorf("after a new key seen once: Declined() = %d, Evictions() = %d, want 1 and 0", d, e)
+	}
+	take(t, s, "new", minute, 1)
+	if e, r := s.Evictions(), s.RefusingEvictions(); e != 1 || r != 1 {
+		t.Errorf("after a new key seen twice: Evictions() = %d, RefusingEvictions() = %d, want 1 and 1", e, r)
+	}
+	want := `
+# HELP ratelimitd_memory_refusing_evictions_total Evicted counters that were refusing: each let a client over its limit start again from zero.
+# TYPE ratelimitd_memory_refusing_evictions_total counter
+ratelimitd_memory_refusing_evictions_total 1
+`
+	if err := testutil.CollectAndCompare(s, strings.NewReader(want), "ratelimitd_memory_refusing_evictions_total"); err != nil {
+		t.Errorf("metrics: %v", err)
+	}
+}
+
+func TestEvictionTakesTheSoonestToExpire(t *testing.T) {
+	// Among counters alike otherwise (none refusing, each seen once), the
+	// one that expires soonest goes first: the second-long ones, here,
+	// before the day-long ones. A store of 8 keys samples all of them.
+	clock := backendtest.NewClock(backendtest.T0)
+	s := newStore(t, memory.Options{MaxKeys: 8, Now: clock.Now})
+	day := backend.Limit{Algorithm: backend.FixedWindow, Requests: 10, Window: 24 * time.Hour}
+	sec := backend.Limit{Algorithm: backend.FixedWindow, Requests: 10, Window: time.Second}
+	for i := range 4 {
+		take(t, s, "day"+strconv.Itoa(i), day, 1)
+		take(t, s, "sec"+strconv.Itoa(i), sec, 1)
+	}
+	for i := range 4 { // each asked twice, so that it is kept
+		take(t, s, "more"+strconv.Itoa(i), sec, 0)
+		take(t, s, "more"+strconv.Itoa(i), sec, 1)
+	}
+	if got := s.Evictions(); got != 4 {
+		t.Fatalf("Evictions() = %d, want 4", got)
+	}
+	// One call holds every day key, so that checking one that was evicted
+	// cannot evict another.
+	reqs := make([]backend.Request, 4)
+	res := make([]backend.Result, 4)
+	for i := range reqs {
+		reqs[i] = backend.Request{Key: "day" + strconv.Itoa(i), Limit: day, Group: i}
+	}
+	if err := s.Take(t.Context(), reqs, res); err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range res {
+		if r.Remaining != 9 {
+			t.Errorf("day%d evicted while second-long counters were held", i)
+		}
 	}
 }
 
@@ -135,6 +241,15 @@ func TestSweeperDropsExpiredKeys(t *testing.T) {
 		synctest.Wait()
 		if got := s.Len(); got != 1 {
 			t.Errorf("Len() = %d after the second-long window passed, want 1", got)
+		}
+		// A shard skips its sweep until its soonest counter may have
+		// expired: a counter stored after a sweep that found nothing to
+		// drop, and expiring before b, is dropped all the same.
+		take(t, s, "c", backend.Limit{Algorithm: backend.FixedWindow, Requests: 1, Window: time.Second}, 1)
+		time.Sleep(3 * time.Second)
+		synctest.Wait()
+		if got := s.Len(); got != 1 {
+			t.Errorf("Len() = %d after c's window passed, want 1", got)
 		}
 	})
 }
@@ -273,7 +388,7 @@ func BenchmarkMapFloor(b *testing.B) {
 	const nkeys = 1_000_000
 	type entry struct {
 		a uint64
-		_ [4]uint64 // the rest of a bucket's 40 bytes
+		_ [5]uint64 // the rest of a bucket's 48 bytes
 	}
 	m := make(map[[2]uint64]entry, nkeys)
 	for i := range uint64(nkeys) {
@@ -292,5 +407,47 @@ func BenchmarkMapFloor(b *testing.B) {
 		e.a++
 		m[key] = e
 		i++
+	}
+}
+
+// BenchmarkMemoryPerKey reports the heap a full store takes per counter
+// it holds (B/key), the figure for capacity planning: each counter a
+// sliding window, under a key of the engine's form, the store filled
+// with 10% more keys than MaxKeys so that every shard is full. It also
+// reports the share of MaxKeys held when exactly MaxKeys keys, each seen
+// once, have come (held-%): shards fill unevenly, and a full one
+// declines keys seen once. Run it with -benchtime=1x: each iteration
+// fills a store.
+func BenchmarkMemoryPerKey(b *testing.B) {
+	l := backend.Limit{Algorithm: backend.SlidingWindow, Requests: 5, Window: time.Minute}
+	for _, n := range []int{100_000, 1_000_000} {
+		b.Run(strconv.Itoa(n), func(b *testing.B) {
+			var perKey, held float64
+			for b.Loop() {
+				var before, after runtime.MemStats
+				runtime.GC()
+				runtime.ReadMemStats(&before)
+				s := memory.New(memory.Options{MaxKeys: n})
+				reqs := []backend.Request{{Limit: l, Hits: 1}}
+				res := make([]backend.Result, 1)
+				var buf []byte
+				for i := range n + n/10 {
+					if i == n {
+						held = 100 * float64(s.Len()) / float64(n)
+					}
+					buf = appendKey(buf[:0], i, l)
+					reqs[0].Key = unsafe.String(&buf[0], len(buf))
+					if err := s.Take(b.Context(), reqs, res); err != nil {
+						b.Fatal(err)
+					}
+				}
+				runtime.GC()
+				runtime.ReadMemStats(&after)
+				perKey = float64(after.HeapAlloc-before.HeapAlloc) / float64(s.Len())
+				s.Close()
+			}
+			b.ReportMetric(perKey, "B/key")
+			b.ReportMetric(held, "held-%")
+		})
 	}
 }

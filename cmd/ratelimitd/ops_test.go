@@ -75,6 +75,8 @@ func TestMetricsEndpoint(t *testing.T) {
 		{"ratelimitd_decisions_total", "api=envoy,code=over_limit", 2},
 		{"ratelimitd_memory_keys", "", 1},
 		{"ratelimitd_memory_evictions_total", "", 0},
+		{"ratelimitd_memory_refusing_evictions_total", "", 0},
+		{"ratelimitd_memory_declined_keys_total", "", 0},
 		{"ratelimitd_config_loads_total", "result=success", 1},
 		{"ratelimitd_failure_mode_answers_total", "mode=allow", 0},
 		{"grpc_server_handled_total", "grpc_service=envoy.service.ratelimit.v3.RateLimitService,grpc_code=OK", 5},
