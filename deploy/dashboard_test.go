@@ -52,7 +52,12 @@ type panel struct {
 		LegendFormat string      `json:"legendFormat"`
 		Datasource   *datasource `json:"datasource"`
 	} `json:"targets"`
-	Panels []panel `json:"panels"` // a collapsed row's
+	Panels      []panel `json:"panels"` // a collapsed row's
+	FieldConfig struct {
+		Defaults struct {
+			Unit string `json:"unit"`
+		} `json:"defaults"`
+	} `json:"fieldConfig"`
 }
 
 func loadDashboard(t *testing.T) dashboard {
