@@ -1,6 +1,7 @@
 package deploy_test
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"os"
@@ -26,6 +27,7 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 )
 
@@ -112,8 +114,8 @@ var kinds = map[string]func() any{
 
 var docSeparator = regexp.MustCompile(`(?m)^---[ \t]*$`)
 
-// decode splits the manifests into objects, each decoded strictly: a
-// field its type does not have, or a key given twice, fails.
+// decode splits the manifests into objects, each decoded strictly (see
+// decodeDoc).
 func decode(t *testing.T, manifests map[string]string) []object {
 	t.Helper()
 	var objs []object
@@ -122,34 +124,82 @@ func decode(t *testing.T, manifests map[string]string) []object {
 			continue
 		}
 		for _, doc := range docSeparator.Split(manifests[file], -1) {
-			var meta struct {
-				metav1.TypeMeta `json:",inline"`
-				Metadata        metav1.ObjectMeta `json:"metadata"`
-			}
-			if err := yaml.Unmarshal([]byte(doc), &meta); err != nil {
+			o, err := decodeDoc(doc)
+			switch {
+			case err != nil:
 				t.Errorf("%s: %v\n%s", file, err, doc)
-				continue
+			case o != nil:
+				o.file = file
+				objs = append(objs, *o)
 			}
-			if meta.Kind == "" && meta.APIVersion == "" && strings.TrimSpace(stripComments(doc)) == "" {
-				continue // an empty document
-			}
-			newObj, ok := kinds[meta.APIVersion+"/"+meta.Kind]
-			if !ok {
-				t.Errorf("%s: an object of apiVersion %q kind %q, which the test does not know", file, meta.APIVersion, meta.Kind)
-				continue
-			}
-			obj := newObj()
-			if err := yaml.UnmarshalStrict([]byte(doc), obj); err != nil {
-				t.Errorf("%s: %s %s does not decode strictly: %v\n%s", file, meta.Kind, meta.Metadata.Name, err, doc)
-				continue
-			}
-			if meta.Metadata.Name == "" || meta.Metadata.Namespace != namespace {
-				t.Errorf("%s: %s named %q in namespace %q, want a name and namespace %q", file, meta.Kind, meta.Metadata.Name, meta.Metadata.Namespace, namespace)
-			}
-			objs = append(objs, object{file: file, kind: meta.Kind, name: meta.Metadata.Name, obj: obj})
 		}
 	}
 	return objs
+}
+
+// decodeDoc decodes one manifest into its Kubernetes type, strictly: a
+// field the type does not have, or a key given twice, is an error, as is
+// a kind the chart should not render, or an object without a name or in
+// another namespace than the release's. An empty document is nil.
+func decodeDoc(doc string) (*object, error) {
+	var meta struct {
+		metav1.TypeMeta `json:",inline"`
+		Metadata        metav1.ObjectMeta `json:"metadata"`
+	}
+	if err := yaml.Unmarshal([]byte(doc), &meta); err != nil {
+		return nil, err
+	}
+	if meta.Kind == "" && meta.APIVersion == "" && strings.TrimSpace(stripComments(doc)) == "" {
+		return nil, nil
+	}
+	newObj, ok := kinds[meta.APIVersion+"/"+meta.Kind]
+	if !ok {
+		return nil, fmt.Errorf("an object of apiVersion %q kind %q, which the test does not know", meta.APIVersion, meta.Kind)
+	}
+	obj := newObj()
+	if err := unmarshalStrict([]byte(doc), obj); err != nil {
+		return nil, fmt.Errorf("%s %s does not decode strictly: %w", meta.Kind, meta.Metadata.Name, err)
+	}
+	if meta.Metadata.Name == "" || meta.Metadata.Namespace != namespace {
+		return nil, fmt.Errorf("%s named %q in namespace %q, want a name and namespace %q", meta.Kind, meta.Metadata.Name, meta.Metadata.Namespace, namespace)
+	}
+	return &object{kind: meta.Kind, name: meta.Metadata.Name, obj: obj}, nil
+}
+
+// unmarshalStrict decodes YAML into obj as the Kubernetes API server's
+// strict field validation does: field names matched case-sensitively, an
+// unknown or a repeated field an error.
+func unmarshalStrict(data []byte, obj any) error {
+	j, err := yaml.YAMLToJSONStrict(data)
+	if err != nil {
+		return err
+	}
+	strict, err := kjson.UnmarshalStrict(j, obj)
+	if err != nil {
+		return err
+	}
+	return errors.Join(strict...)
+}
+
+// TestDecodeIsStrict checks that decodeDoc, through which every rendered
+// object goes, refuses what Kubernetes would drop or misread.
+func TestDecodeIsStrict(t *testing.T) {
+	const good = "apiVersion: v1\nkind: Service\nmetadata:\n  name: s\n  namespace: " + namespace + "\nspec:\n  type: ClusterIP\n"
+	if o, err := decodeDoc(good); err != nil || o == nil {
+		t.Fatalf("decodeDoc(a good Service) = %v, %v", o, err)
+	}
+	for name, doc := range map[string]string{
+		"unknown field":     good + "  clusterIp: None\n",
+		"key twice":         good + "  type: NodePort\n",
+		"wrong type":        strings.Replace(good, "type: ClusterIP", "type: [ClusterIP]", 1),
+		"unknown kind":      strings.Replace(good, "kind: Service", "kind: Servce", 1),
+		"other namespace":   strings.Replace(good, "namespace: "+namespace, "namespace: default", 1),
+		"arg read as a map": "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d, namespace: " + namespace + "}\nspec:\n  template:\n    spec:\n      containers:\n        - name: c\n          args:\n            - --redis-key-prefix=edge:\n",
+	} {
+		if _, err := decodeDoc(doc); err == nil {
+			t.Errorf("%s: decodeDoc accepted\n%s", name, doc)
+		}
+	}
 }
 
 var comment = regexp.MustCompile(`(?m)^\s*#.*$`)
@@ -552,7 +602,7 @@ func checkMonitoring(t *testing.T, d *appsv1.Deployment, svcs []*corev1.Service,
 		t.Fatal(err)
 	}
 	var want monitoringv1.PrometheusRuleSpec
-	if err := yaml.UnmarshalStrict(data, &want); err != nil {
+	if err := unmarshalStrict(data, &want); err != nil {
 		t.Fatalf("%s: %v", alertsFile, err)
 	}
 	for _, pr := range prs {
