@@ -25,15 +25,17 @@ run: build ## start ratelimitd on the memory store with examples/config.yaml
 	$(BIN) --config $(CONFIG)
 
 .PHONY: deps
-deps: ## install Redis, Chromium (the page's browser test), and Python, protoc and Node for the Python and Node packages, when missing (apt)
+deps: ## install Redis, Chromium (the page's browser test), promtool (the alerts' tests), and Python, protoc and Node for the Python and Node packages, when missing (apt)
 	bash .ci/install-redis
 	bash .ci/install-chromium
+	bash .ci/install-promtool
 	bash .ci/install-polyglot
 
 .PHONY: test
-test: deps build ## every test: Go with the race detector (the page's screenshot in bin/test-artifacts), the Go client under Go 1.25 too, the Python and Node packages
+test: deps build ## every test: Go with the race detector (the page's screenshot in bin/test-artifacts), the Go client under Go 1.25 too, deploy/ (chart, dashboard, alerts), the Python and Node packages
 	TEST_ARTIFACTS=$(CURDIR)/bin/test-artifacts $(GO) test -race -shuffle=on -count=1 ./...
 	bash .ci/test-go-client
+	RATELIMITD_BIN=$(CURDIR)/$(BIN) bash .ci/test-deploy
 	RATELIMITD_BIN=$(CURDIR)/$(BIN) bash .ci/test-python
 	RATELIMITD_BIN=$(CURDIR)/$(BIN) bash .ci/test-node
 
@@ -46,15 +48,17 @@ fmt: ## fail if gofmt would change a file (of every module, client/ included; ge
 	if [ -n "$$out" ]; then echo "gofmt wants to change:"; echo "$$out"; exit 1; fi
 
 .PHONY: vet
-vet: ## go vet, in ratelimitd's module and in the gen/ and client/ modules
+vet: ## go vet, in ratelimitd's module and in the gen/, client/ and deploy/ modules
 	$(GO) vet ./...
 	cd gen && $(GO) vet ./...
 	cd client && $(GO) vet ./...
+	cd deploy && $(GO) vet ./...
 
 .PHONY: lint
-lint: ## golangci-lint (.golangci.yml) here and in client/, then buf lint and buf format on proto/
+lint: ## golangci-lint (.golangci.yml) here, in client/ and in deploy/, then buf lint and buf format on proto/
 	$(LINT) golangci-lint run
 	cd client && $(GO) tool -modfile=../tools/lint/go.mod golangci-lint run
+	cd deploy && $(GO) tool -modfile=../tools/lint/go.mod golangci-lint run
 	$(TOOL) buf lint
 	$(TOOL) buf format --diff --exit-code
 
@@ -76,10 +80,11 @@ check-generate: generate ## fail if gen/ is not what proto/ generates
 	@test -z "$$(git status --porcelain -- gen)" || { git status --porcelain -- gen; echo "gen/ has files proto/ does not generate"; exit 1; }
 
 .PHONY: tidy
-tidy: ## fail if a go.mod or go.sum (the product's, gen/'s, client/'s, golangci-lint's) is not tidy
+tidy: ## fail if a go.mod or go.sum (the product's, gen/'s, client/'s, deploy/'s, golangci-lint's) is not tidy
 	$(GO) mod tidy -diff
 	cd gen && $(GO) mod tidy -diff
 	cd client && $(GO) mod tidy -diff
+	cd deploy && $(GO) mod tidy -diff
 	cd tools/lint && $(GO) mod tidy -diff
 
 .PHONY: bench
