@@ -23,8 +23,8 @@ func labelsFor(d *config.DomainRules, r *config.Rule) ruleLabels {
 type metrics struct {
 	streams                                  prometheus.Gauge
 	ruleStreams, buckets, assignedRate, rate *prometheus.GaugeVec
-	reports, exchanges                       *prometheus.CounterVec
-	refused, fallbacks                       prometheus.Counter
+	reports, exchanges, refused              *prometheus.CounterVec
+	fallbacks                                prometheus.Counter
 }
 
 // newMetrics returns the metrics, registered on reg unless it is nil.
@@ -45,10 +45,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "ratelimitd_rlqs_reported_requests_total",
 			Help: "Requests RLQS clients reported, by rule and result: allowed or denied by the client.",
 		}, []string{"domain", "rule", "result"}),
-		refused: prometheus.NewCounter(prometheus.CounterOpts{
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ratelimitd_rlqs_buckets_refused_total",
-			Help: "Bucket reports refused: at a bound on buckets (per stream, in total, keys or bytes per bucket id; no assignment), or by the fair-share tracker, full (DENY_ALL).",
-		}),
+			Help: "Bucket reports refused, by the bound met: bucket_id (too many keys or bytes; no assignment); stream, connection, peer or service (the buckets held; --rlqs-max-buckets-*); tracker (the fair-share tracker, full). A refused limited bucket gets --failure-mode's assignment.",
+		}, []string{"bound"}),
 		exchanges: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ratelimitd_rlqs_store_exchanges_total",
 			Help: "Exchanges of this replica's bucket entries with the store, through which replicas share the limits, by result: ok or error.",
@@ -57,6 +57,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "ratelimitd_rlqs_fallback_assignments_total",
 			Help: "Assignments of limited buckets made as --failure-mode says, for no grant from the store was in force.",
 		}),
+	}
+	for _, b := range bounds {
+		m.refused.WithLabelValues(string(b)) // every series from the start, for rate() and alerts
 	}
 	if reg != nil {
 		reg.MustRegister(m.streams, m.ruleStreams, m.buckets, m.assignedRate, m.rate, m.reports, m.refused, m.exchanges, m.fallbacks)
@@ -99,6 +102,11 @@ func (m *metrics) limit(l ruleLabels, rate float64) {
 func (m *metrics) reported(l ruleLabels, allowed, denied uint64) {
 	m.reports.WithLabelValues(l.domain, l.rule, "allowed").Add(float64(allowed))
 	m.reports.WithLabelValues(l.domain, l.rule, "denied").Add(float64(denied))
+}
+
+// refuse counts a bucket refused at bound b.
+func (m *metrics) refuse(b bound) {
+	m.refused.WithLabelValues(string(b)).Inc()
 }
 
 // exchanged counts an exchange with the store.
