@@ -72,6 +72,8 @@ type Store struct {
 	mask     uint64
 	perShard int
 
+	watchers  shareWatchers // see WatchShares
+
 	evictions atomic.Uint64
 	closed    atomic.Bool
 	closeOnce sync.Once
