@@ -482,24 +482,23 @@ func (t *Tracker) pooled(bucket string) bool {
 // demands to dst, and returns how long the replica's grant must stand:
 // until the last share handed out to them expires (see ReportFor's keep;
 // for a client reported without one, until it expires), which is not
-// after now when none is in force, plus the longest keep, so that a share
-// handed out before the next exchange is covered too. ok is false when the
-// bucket has no live client.
-func (t *Tracker) Want(bucket string, limit float64, now time.Time, dst []float64) (want float64, demands []float64, until time.Time, ok bool) {
+// after now when none is in force, plus keep, the longest keep, so that a
+// share handed out before the next exchange is covered too. ok is false
+// when the bucket has no live client.
+func (t *Tracker) Want(bucket string, limit float64, now time.Time, dst []float64) (want float64, demands []float64, until time.Time, keep time.Duration, ok bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	b := t.buckets[bucket]
 	if b == nil {
-		return 0, dst, time.Time{}, false
+		return 0, dst, time.Time{}, 0, false
 	}
 	t.expire(b, now)
 	if len(b.clients) == 0 {
 		t.dropBucket(b)
-		return 0, dst, time.Time{}, false
+		return 0, dst, time.Time{}, 0, false
 	}
 	b.targets(limit)
 	b.valid = false // b.shares holds the targets, not the capped shares
-	var keep time.Duration
 	for i, c := range b.clients {
 		want += b.shares[i]
 		dst = append(dst, c.demand)
@@ -515,7 +514,7 @@ func (t *Tracker) Want(bucket string, limit float64, now time.Time, dst []float6
 	if until.After(now) {
 		until = until.Add(keep)
 	}
-	return min(want, limit), dst, until, true
+	return min(want, limit), dst, until, keep, true
 }
 
 // bucketsOf returns the keys of the buckets client reported on.

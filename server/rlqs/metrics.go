@@ -24,7 +24,7 @@ type metrics struct {
 	streams                                  prometheus.Gauge
 	ruleStreams, buckets, assignedRate, rate *prometheus.GaugeVec
 	reports, exchanges, refused              *prometheus.CounterVec
-	fallbacks                                prometheus.Counter
+	fallbacks, exchanged                     prometheus.Counter
 }
 
 // newMetrics returns the metrics, registered on reg unless it is nil.
@@ -53,6 +53,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "ratelimitd_rlqs_store_exchanges_total",
 			Help: "Exchanges of this replica's bucket entries with the store, through which replicas share the limits, by result: ok or error.",
 		}, []string{"result"}),
+		exchanged: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ratelimitd_rlqs_store_exchanged_buckets_total",
+			Help: "Bucket entries this replica exchanged with the store: one per bucket whose demands moved, whose grant must be renewed, or that another replica's change concerns.",
+		}),
 		fallbacks: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "ratelimitd_rlqs_fallback_assignments_total",
 			Help: "Assignments of limited buckets made as --failure-mode says, for no grant from the store was in force.",
@@ -62,7 +66,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		m.refused.WithLabelValues(string(b)) // every series from the start, for rate() and alerts
 	}
 	if reg != nil {
-		reg.MustRegister(m.streams, m.ruleStreams, m.buckets, m.assignedRate, m.rate, m.reports, m.refused, m.exchanges, m.fallbacks)
+		reg.MustRegister(m.streams, m.ruleStreams, m.buckets, m.assignedRate, m.rate, m.reports, m.refused, m.exchanges, m.exchanged, m.fallbacks)
 	}
 	return m
 }
@@ -109,11 +113,12 @@ func (m *metrics) refuse(b bound) {
 	m.refused.WithLabelValues(string(b)).Inc()
 }
 
-// exchanged counts an exchange with the store.
-func (m *metrics) exchanged(err error) {
+// exchange counts a store call exchanging buckets entries.
+func (m *metrics) exchange(buckets int, err error) {
 	result := "ok"
 	if err != nil {
 		result = "error"
 	}
 	m.exchanges.WithLabelValues(result).Inc()
+	m.exchanged.Add(float64(buckets))
 }

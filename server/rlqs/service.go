@@ -240,7 +240,7 @@ func New(rules *config.Rules, opts Options) *Service {
 			Replica:  cmp.Or(opts.Replica, rand.Text()),
 			Interval: opts.SyncInterval,
 			Changed:  s.moved,
-			Observe:  s.metrics.exchanged,
+			Observe:  s.metrics.exchange,
 			Logger:   s.log,
 			Now:      s.now,
 		})
