@@ -72,7 +72,7 @@ type Store struct {
 	mask     uint64
 	perShard int
 
-	watchers  shareWatchers // see WatchShares
+	watchers shareWatchers // see WatchShares
 
 	evictions atomic.Uint64
 	closed    atomic.Bool
