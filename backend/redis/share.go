@@ -67,9 +67,11 @@ type shareRun struct {
 // ExchangeShares implements backend.ShareStore.
 //
 // As with Take, the Redis work runs on a context of the store's (the
-// caller's values, the store's Timeout) and under the nodes' circuit
-// breakers: ExchangeShares returns at the caller's deadline or
-// cancellation if that comes first, and the exchange may still be applied.
+// caller's values; the caller's deadline, or without one the store's
+// Timeout: an exchange is made off the decision path, and may take longer
+// than a decision) and under the nodes' circuit breakers: ExchangeShares
+// returns at the caller's cancellation if that comes first, and the
+// exchange may still be applied.
 func (s *Store) ExchangeShares(ctx context.Context, reqs []backend.ShareRequest, res []backend.ShareResult) error {
 	if len(res) != len(reqs) {
 		return fmt.Errorf("redis: exchange shares: %d results for %d requests", len(res), len(reqs))
@@ -148,7 +150,13 @@ func (s *Store) detachShares(ctx context.Context, runs []*shareRun, n int) ([]st
 	go func() {
 		defer s.inflight.Done()
 		defer s.releaseHeavy()
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
+		// An exchange is no decision: it may take the caller's own
+		// deadline (the pool's, a second by default), when it has one.
+		deadline, ok := ctx.Deadline()
+		if !ok {
+			deadline = time.Now().Add(s.timeout)
+		}
+		rctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
 		defer cancel()
 		replies, err := s.runShares(rctx, runs, n)
 		done <- outcome{replies, err}

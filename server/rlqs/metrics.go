@@ -102,10 +102,22 @@ func (m *metrics) limit(l ruleLabels, rate float64) {
 	m.rate.WithLabelValues(l.domain, l.rule).Set(rate)
 }
 
-// reported counts a usage report of rule l.
-func (m *metrics) reported(l ruleLabels, allowed, denied uint64) {
-	m.reports.WithLabelValues(l.domain, l.rule, "allowed").Add(float64(allowed))
-	m.reports.WithLabelValues(l.domain, l.rule, "denied").Add(float64(denied))
+// tally sums the usage one report reports, by rule, for the metrics.
+type tally map[ruleLabels][2]uint64
+
+// add adds a bucket's usage of rule l.
+func (t tally) add(l ruleLabels, allowed, denied uint64) {
+	c := t[l]
+	t[l] = [2]uint64{c[0] + allowed, c[1] + denied}
+}
+
+// count counts the usage in m: the series of each rule once a report,
+// however many buckets of it the report names.
+func (t tally) count(m *metrics) {
+	for l, c := range t {
+		m.reports.WithLabelValues(l.domain, l.rule, "allowed").Add(float64(c[0]))
+		m.reports.WithLabelValues(l.domain, l.rule, "denied").Add(float64(c[1]))
+	}
 }
 
 // refuse counts a bucket refused at bound b.

@@ -150,6 +150,8 @@ func (st *stream) report(m *wireReports) error {
 	done := make([]reported, 0, len(m.usages))
 	resp := &wireResponse{}
 	d := st.ruleset.Domain(st.domain)
+	usage := make(tally)
+	defer usage.count(st.s.metrics)
 	var needs []fairshare.Need
 	for i, u := range m.usages {
 		id := u.id
@@ -160,10 +162,10 @@ func (st *stream) report(m *wireReports) error {
 		b := st.buckets[key]
 		if b == nil {
 			var a assignment
-			if b, a = st.add(key, id, d, now, u); b == nil {
+			if b, a = st.add(key, id, d, now, u, usage); b == nil {
 				// Not held: answered from the rule, or refused.
 				if a.kind != kindNone {
-					resp.add(id, assignAction(a, ttlFor(cmp.Or(u.elapsed, DefaultReportingInterval))))
+					resp.assign(id, a, ttlFor(cmp.Or(u.elapsed, DefaultReportingInterval)))
 				}
 				continue
 			}
@@ -177,7 +179,7 @@ func (st *stream) report(m *wireReports) error {
 		if !held {
 			st.s.metrics.refuse(boundTracker) // the sharer is full: the Fallback
 		}
-		st.s.metrics.reported(b.labels, u.allowed, u.denied)
+		usage.add(b.labels, u.allowed, u.denied)
 		st.s.shifted(st, key)
 		done = append(done, reported{key, b, ttl, held})
 		if limit, ok := st.shared(b); ok && held {
@@ -195,7 +197,7 @@ func (st *stream) report(m *wireReports) error {
 	}
 	for _, r := range done {
 		if a := st.assign(r.key, r.b, now, !r.held, r.ttl); a.kind != kindNone {
-			resp.add(r.b.id, assignAction(a, r.ttl))
+			resp.assign(r.b.id, a, r.ttl)
 		}
 	}
 	return st.send(resp)
@@ -246,7 +248,7 @@ func (st *stream) refresh() error {
 			st.record(b, a)
 		case ttl > 0 && worthPushing(b.sent, a):
 			st.record(b, a)
-			resp.add(b.id, assignAction(a, ttl))
+			resp.assign(b.id, a, ttl)
 		}
 	}
 	if all || reloaded {
@@ -295,14 +297,14 @@ func (st *stream) send(resp *wireResponse) error {
 // rule's assignment at its next report. A bucket past Bounds is refused:
 // a rule that needs no share (unlimited, a ban, shadow mode) answers it
 // still, and a limited one gets the Fallback.
-func (st *stream) add(key string, id map[string]string, d *config.DomainRules, now time.Time, u wireUsage) (*bucket, assignment) {
+func (st *stream) add(key string, id map[string]string, d *config.DomainRules, now time.Time, u wireUsage, usage tally) (*bucket, assignment) {
 	if len(id) > MaxBucketEntries || idBytes(id) > MaxBucketIDBytes {
 		st.s.metrics.refuse(boundBucketID)
 		return nil, assignment{}
 	}
 	r := match(d, id)
 	if r == nil {
-		st.s.metrics.reported(labelsFor(d, nil), u.allowed, u.denied)
+		usage.add(labelsFor(d, nil), u.allowed, u.denied)
 		return nil, assignment{kind: kindAllowAll}
 	}
 	bnd := boundStream
@@ -311,7 +313,7 @@ func (st *stream) add(key string, id map[string]string, d *config.DomainRules, n
 	}
 	if bnd != "" {
 		st.s.metrics.refuse(bnd)
-		st.s.metrics.reported(labelsFor(d, r), u.allowed, u.denied)
+		usage.add(labelsFor(d, r), u.allowed, u.denied)
 		if a, ok := st.blanket(r); ok {
 			return nil, a
 		}
