@@ -557,10 +557,13 @@ func (p *Pool) exchangeChunk(ctx context.Context, buckets []string, force bool) 
 		if e == nil {
 			continue
 		}
-		want, demands, until, keep, ok := p.Tracker.Want(b, e.limit, now, nil)
-		slices.Sort(demands)
+		w, ok := p.Tracker.Want(b, e.limit, now, nil)
+		slices.Sort(w.Demands)
+		// A share may be handed out from the grant, to live Keep, until the
+		// entry's renewal is due.
+		renew := e.until.Add(-w.Keep - p.margin())
 		switch {
-		case !ok || !until.After(now):
+		case !ok || !w.Until.After(now):
 			// No share in force: the entry goes. The store hears of it
 			// if it still holds the entry, so that the others may take
 			// its grant at once.
@@ -569,18 +572,26 @@ func (p *Pool) exchangeChunk(ctx context.Context, buckets []string, force bool) 
 				reqs = append(reqs, backend.ShareRequest{Bucket: b, Replica: p.opts.Replica, Limit: e.limit})
 				keeps = append(keeps, 0)
 			}
-		case force || e.forced || math.IsNaN(e.granted) || e.changed(want, demands) ||
-			(until.After(e.until) && !now.Add(keep+p.margin()).Before(e.until)):
+		case force || e.forced || math.IsNaN(e.granted) || e.changed(w.Rate, w.Demands) ||
+			(w.Live && !now.Before(renew)) || (!w.Live && w.Until.After(e.until)):
+			ttl := w.Until.Sub(now)
+			if w.Live {
+				// One assignment's lifetime more than the shares in force
+				// need, so that a bucket whose clients report the same
+				// demand is renewed every few of their reports, not at
+				// each; a replica that dies holds its grant that much
+				// longer.
+				ttl += w.Keep
+			}
 			reqs = append(reqs, backend.ShareRequest{
-				Bucket: b, Replica: p.opts.Replica, Limit: e.limit, Want: want, Demands: demands, TTL: until.Sub(now),
+				Bucket: b, Replica: p.opts.Replica, Limit: e.limit, Want: w.Rate, Demands: w.Demands, TTL: ttl,
 			})
-			keeps = append(keeps, keep)
-		case until.After(e.until):
-			// Renewed later, before the entry would lapse.
-			p.schedule(b, e, e.until.Add(-keep-p.margin()))
+			keeps = append(keeps, w.Keep)
+		case w.Live:
+			p.schedule(b, e, renew)
 		default:
-			// The entry covers every share in force: look again when it
-			// expires, to drop it.
+			// Its clients have left, and the entry covers the shares
+			// they hold: look again when it expires, to drop it.
 			p.schedule(b, e, e.until)
 		}
 	}
