@@ -377,10 +377,13 @@ func (e *entry) changed(want float64, demands []float64) bool {
 }
 
 // margin is how long before its entry in the store lapses a bucket whose
-// grant is still needed is renewed: two turns of the loop and a store
-// call's Timeout, so that one failed call still leaves time for another.
-func (p *Pool) margin() time.Duration {
-	return 2*p.opts.Interval + p.opts.Timeout
+// grant is still needed, for shares that live keep, is renewed: two turns
+// of the loop and a store call's Timeout, so that one failed call still
+// leaves time for another; at most half of keep, so that a renewal,
+// which makes the entry stand keep longer than the shares need, is not
+// due again at once.
+func (p *Pool) margin(keep time.Duration) time.Duration {
+	return min(2*p.opts.Interval+p.opts.Timeout, keep/2)
 }
 
 // schedule has bucket, whose entry is e, looked at by at, unless a check
@@ -474,19 +477,15 @@ func (p *Pool) turn(ctx context.Context, all bool) bool {
 		buckets = slices.Collect(maps.Keys(p.entries))
 		clear(p.pending)
 	} else {
-		for b := range p.pending {
-			buckets = append(buckets, b)
-		}
-		clear(p.pending)
 		for len(p.checks) > 0 && !p.checks[0].at.After(now) {
 			c := heap.Pop(&p.checks).(check)
 			if e := p.entries[c.bucket]; e != nil && e.check.Equal(c.at) {
 				e.check = time.Time{}
-				if !slices.Contains(buckets, c.bucket) { // few: checks fall due one by one
-					buckets = append(buckets, c.bucket)
-				}
+				p.pending[c.bucket] = struct{}{}
 			}
 		}
+		buckets = slices.Collect(maps.Keys(p.pending))
+		clear(p.pending)
 	}
 	// The entries nearest to lapsing first.
 	slices.SortFunc(buckets, func(a, b string) int {
@@ -561,7 +560,7 @@ func (p *Pool) exchangeChunk(ctx context.Context, buckets []string, force bool) 
 		slices.Sort(w.Demands)
 		// A share may be handed out from the grant, to live Keep, until the
 		// entry's renewal is due.
-		renew := e.until.Add(-w.Keep - p.margin())
+		renew := e.until.Add(-w.Keep - p.margin(w.Keep))
 		switch {
 		case !ok || !w.Until.After(now):
 			// No share in force: the entry goes. The store hears of it
@@ -654,7 +653,7 @@ func (p *Pool) exchangeChunk(ctx context.Context, buckets []string, force bool) 
 		e.local = len(r.Demands)
 		// The entry covers every share in force until its clients report
 		// again; renew it by then at the latest.
-		renew := e.until.Add(-keeps[i] - p.margin())
+		renew := e.until.Add(-keeps[i] - p.margin(keeps[i]))
 		if next := now.Add(p.opts.Interval); renew.Before(next) {
 			renew = next
 		}

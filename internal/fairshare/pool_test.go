@@ -66,7 +66,7 @@ func manual(p *Pool) *Pool {
 // watched waits until p's loop watches the store, and has p take the
 // turn that the store's first notification ("": anything may have
 // changed) asks for.
-func watched(t *testing.T, p *Pool) {
+func watched(t testing.TB, p *Pool) {
 	t.Helper()
 	p.mu.Lock()
 	w := p.watching
