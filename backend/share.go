@@ -33,7 +33,27 @@ type ShareStore interface {
 	// written some or all of its entries before it failed (a Redis that
 	// answers after the store's timeout, one Cluster node of several
 	// failing).
+	//
+	// A request that changes its replica's entry (adds or removes it, or
+	// changes its grant or demands) notifies the other replicas with an
+	// entry in force on the bucket: see WatchShares.
 	ExchangeShares(ctx context.Context, reqs []ShareRequest, res []ShareResult) error
+
+	// WatchShares calls changed with a bucket's name when another
+	// replica's exchange changed its entry on a bucket on which replica
+	// holds an entry in force, so that replica may exchange that bucket
+	// again to learn what changed, rather than exchange every bucket it
+	// holds to find out; and with "" whenever notifications may have been
+	// missed (once watching starts, and after the store was out of reach):
+	// any bucket may then have changed. It returns when ctx ends (with
+	// nil), or, with an error, when the store cannot notify at all.
+	//
+	// Notifications are best effort: they may come late or twice, and
+	// some may be lost (a connection to the store dropped while one was
+	// sent); a replica must still exchange its entries before they
+	// expire. changed is called from one goroutine at a time and must not
+	// block: it should only note the bucket.
+	WatchShares(ctx context.Context, replica string, changed func(bucket string)) error
 }
 
 // A ShareRequest is one replica's entry on one bucket.

@@ -93,6 +93,9 @@ type Options struct {
 	// RLQSSyncInterval is how often the replica exchanges its RLQS
 	// buckets with the store; zero means a second.
 	RLQSSyncInterval time.Duration
+	// RLQSBounds limits the RLQS buckets held per stream, per connection,
+	// per authenticated peer and in all; zero fields mean the defaults.
+	RLQSBounds rlqs.Bounds
 	// TracerProvider, when set, traces every RPC (otelgrpc, honouring the
 	// caller's trace context) and every store call within one. Nil: no
 	// tracing.
@@ -265,7 +268,7 @@ func New(store backend.Store, rules *config.Rules, opts Options) *Server {
 	s.healthNames = healthServices
 	if opts.RLQS {
 		ro := rlqs.Options{
-			Replica: opts.RLQSReplica, SyncInterval: opts.RLQSSyncInterval,
+			Replica: opts.RLQSReplica, SyncInterval: opts.RLQSSyncInterval, Bounds: opts.RLQSBounds,
 			Fallback:   rlqsFallback(opts.FailureMode),
 			ShadowMode: opts.ShadowMode, Registry: reg, Logger: s.log.With("api", "rlqs"), Now: opts.Now,
 		}
@@ -363,6 +366,9 @@ func (s *Server) GRPCOptions() []grpc.ServerOption {
 		grpc.MaxRecvMsgSize(MaxRecvMsgSize),
 		grpc.ChainUnaryInterceptor(unary...),
 		grpc.ChainStreamInterceptor(stream...),
+	}
+	if s.rlqs != nil { // RLQS bounds the buckets of each connection
+		opts = append(opts, grpc.StatsHandler(s.rlqs.StatsHandler()))
 	}
 	if s.opts.TracerProvider != nil {
 		opts = append(opts, grpc.StatsHandler(otelgrpc.NewServerHandler(

@@ -45,6 +45,7 @@ func RunShares(t *testing.T, newStore NewShareStore) {
 		{"empty", sharesEmpty},
 		{"errors", sharesErrors},
 		{"concurrency", sharesConcurrency},
+		{"watch", sharesWatch},
 	} {
 		t.Run(c.name, func(t *testing.T) { c.f(t, newStore) })
 	}
@@ -312,5 +313,93 @@ func sharesConcurrency(t *testing.T, newStore NewShareStore) {
 	}
 	if total == 0 {
 		t.Errorf("%d rounds of %d replicas: nothing granted", rounds, replicas)
+	}
+}
+
+// watcher collects what WatchShares tells one replica.
+type watcher struct {
+	ch chan string
+}
+
+// watch has replica watch st until the test ends, and waits for the
+// first notification, "", which tells that it watches.
+func watch(t *testing.T, st backend.ShareStore, replica string) *watcher {
+	t.Helper()
+	w := &watcher{ch: make(chan string, 100)}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- st.WatchShares(ctx, replica, func(bucket string) {
+			select {
+			case w.ch <- bucket:
+			default:
+				t.Errorf("%s: more than 100 notifications unread", replica)
+			}
+		})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("WatchShares(%s) returned %v when its context ended, want nil", replica, err)
+		}
+	})
+	if got := w.next(t); got != "" {
+		t.Fatalf("%s: first notification %q, want \"\" (watching)", replica, got)
+	}
+	return w
+}
+
+// next returns the next notification; a minute without one fails the
+// test (a bound against hanging, not a timing assertion).
+func (w *watcher) next(t *testing.T) string {
+	t.Helper()
+	select {
+	case b := <-w.ch:
+		return b
+	case <-time.After(time.Minute):
+		t.Fatal("no notification within a minute")
+		return ""
+	}
+}
+
+// sharesWatch: an exchange that changes a replica's entry (adds it,
+// changes its grant or demands, removes it) notifies the other replicas
+// with an entry on the bucket, not itself; one that leaves it as it was
+// notifies nobody. Notifications on one bucket come in order, so the
+// test tells an unchanged renewal by the change sent after it.
+func sharesWatch(t *testing.T, newStore NewShareStore) {
+	st := newStore(t, NewClock(T0).Now)
+	a, b := watch(t, st, "a"), watch(t, st, "b")
+	bucket := "edge/\x00k=v\xff" // any bytes
+	exchange(t, st, share(bucket, "a", 4, 1))
+	exchange(t, st, share(bucket, "b", 4, 2)) // b joins: a hears of it
+	if got := a.next(t); got != bucket {
+		t.Fatalf("a after b joined: %q, want %q", got, bucket)
+	}
+	exchange(t, st, share(bucket, "b", 4, 2)) // the same entry: nobody hears
+	exchange(t, st, share(bucket, "b", 4, 3)) // other demands: a hears once
+	if got := a.next(t); got != bucket {
+		t.Fatalf("a after b's demands changed: %q, want %q", got, bucket)
+	}
+	exchange(t, st, share(bucket, "a", 7, 1)) // a's grant changes (4 → 6): b hears
+	if got := b.next(t); got != bucket {
+		t.Fatalf("b after a's grant changed: %q, want %q", got, bucket)
+	}
+	exchange(t, st, backend.ShareRequest{Bucket: bucket, Replica: "b", Limit: 10}) // b leaves: a hears
+	if got := a.next(t); got != bucket {
+		t.Fatalf("a after b left: %q, want %q", got, bucket)
+	}
+	exchange(t, st, share(bucket, "a", 9, 5)) // alone: nobody hears
+	exchange(t, st, share("other", "b", 1, 1))
+	exchange(t, st, share("other", "a", 1, 1)) // the marker: b hears
+	if got := b.next(t); got != "other" {
+		t.Fatalf("b after a's marker: %q, want \"other\" (a's exchanges alone on %q told b)", got, bucket)
+	}
+	select {
+	case got := <-a.ch:
+		t.Errorf("a heard %q of its own exchanges or unchanged entries", got)
+	case got := <-b.ch:
+		t.Errorf("b heard %q after the marker", got)
+	default:
 	}
 }

@@ -93,6 +93,8 @@ type Store struct {
 	mask     uint64
 	perShard int
 
+	watchers shareWatchers // see WatchShares
+
 	evictions atomic.Uint64
 	refusing  atomic.Uint64 // evictions of refusing counters
 	declined  atomic.Uint64

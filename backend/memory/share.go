@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/ratelimitd/ratelimitd/backend"
@@ -39,25 +40,35 @@ func (s *Store) ExchangeShares(ctx context.Context, reqs []backend.ShareRequest,
 		idx := keys[i][0] & s.mask
 		locked[idx/64] |= 1 << (idx % 64)
 	}
+	var notes []shareNote
 	s.lock(&locked, true)
-	defer s.lock(&locked, false)
-
 	now := backend.Micros(s.now())
 	for i := range reqs {
 		sh := &s.shards[keys[i][0]&s.mask]
-		entries := exchange(sh.shares[keys[i]], &reqs[i], &res[i], now)
+		entries, changed := exchange(sh.shares[keys[i]], &reqs[i], &res[i], now)
 		if len(entries) == 0 {
 			delete(sh.shares, keys[i])
 		} else {
 			sh.shares[keys[i]] = entries
 		}
+		if changed {
+			for _, e := range entries {
+				if e.replica != reqs[i].Replica {
+					notes = append(notes, shareNote{e.replica, reqs[i].Bucket})
+				}
+			}
+		}
 	}
+	s.lock(&locked, false)
+	s.watchers.notify(notes)
 	return nil
 }
 
 // exchange applies req to the entries of its bucket at now (µs), writes
-// its answer into r, and returns the bucket's entries.
-func exchange(entries []shareEntry, req *backend.ShareRequest, r *backend.ShareResult, now int64) []shareEntry {
+// its answer into r, and returns the bucket's entries, and whether req
+// changed its replica's entry: added or removed it, or changed its grant
+// or demands.
+func exchange(entries []shareEntry, req *backend.ShareRequest, r *backend.ShareResult, now int64) ([]shareEntry, bool) {
 	entries = slices.DeleteFunc(entries, func(e shareEntry) bool { return e.exp <= now })
 	own, others := -1, 0.0
 	for i := range entries {
@@ -71,20 +82,74 @@ func exchange(entries []shareEntry, req *backend.ShareRequest, r *backend.ShareR
 	if req.TTL <= 0 {
 		r.Granted = 0
 		if own >= 0 {
-			entries = slices.Delete(entries, own, own+1)
+			return slices.Delete(entries, own, own+1), true
 		}
-		return entries
+		return entries, false
 	}
 	r.Granted = max(0, min(req.Want, req.Limit-others))
+	changed := own < 0
 	if own < 0 {
 		entries = append(entries, shareEntry{replica: req.Replica})
 		own = len(entries) - 1
 	}
 	e := &entries[own]
+	changed = changed || e.grant != r.Granted || !slices.Equal(e.demands, req.Demands)
 	e.grant = r.Granted
 	e.demands = append(e.demands[:0], req.Demands...)
 	e.exp = now + int64(req.TTL/time.Microsecond)
-	return entries
+	return entries, changed
+}
+
+// shareNote is a notification for WatchShares: replica's entry on bucket
+// may be out of date.
+type shareNote struct{ replica, bucket string }
+
+// shareWatchers are the replicas watching for changes (WatchShares).
+type shareWatchers struct {
+	mu sync.Mutex
+	m  map[string]map[*func(string)]struct{} // by replica; requires that mu is held
+}
+
+// WatchShares implements backend.ShareStore: the replicas sharing the
+// store live in this process, and are told at once, by the exchanging
+// goroutine.
+func (s *Store) WatchShares(ctx context.Context, replica string, changed func(bucket string)) error {
+	w := &s.watchers
+	f := &changed
+	w.mu.Lock()
+	if w.m == nil {
+		w.m = make(map[string]map[*func(string)]struct{})
+	}
+	if w.m[replica] == nil {
+		w.m[replica] = make(map[*func(string)]struct{})
+	}
+	w.m[replica][f] = struct{}{}
+	w.mu.Unlock()
+	defer func() {
+		w.mu.Lock()
+		delete(w.m[replica], f)
+		if len(w.m[replica]) == 0 {
+			delete(w.m, replica)
+		}
+		w.mu.Unlock()
+	}()
+	changed("") // nothing was watched before
+	<-ctx.Done()
+	return nil
+}
+
+// notify calls the watchers of each note's replica, one at a time.
+func (w *shareWatchers) notify(notes []shareNote) {
+	if len(notes) == 0 {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, n := range notes {
+		for f := range w.m[n.replica] {
+			(*f)(n.bucket)
+		}
+	}
 }
 
 // Shares returns the number of share entries held, expired or not.

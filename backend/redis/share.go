@@ -10,6 +10,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/cenkalti/backoff/v5"
 	goredis "github.com/redis/go-redis/v9"
 	"github.com/sony/gobreaker/v2"
 
@@ -43,6 +44,10 @@ var _ backend.ShareStore = (*Store)(nil)
 // layout does the counters'.
 const shareLayout = "rlqs:v1:"
 
+// shareChannels prefixes, after the store's prefix and shareLayout, the
+// name of each replica's notification channel (see WatchShares).
+const shareChannels = "changed:"
+
 // shareKey returns the Redis key of a share bucket: the prefix, the
 // layout, and as the hash tag a 128-bit digest of the bucket's name,
 // which bounds the key's length whatever the name's.
@@ -56,15 +61,17 @@ func shareKey(prefix, bucket string) string {
 type shareRun struct {
 	key  string
 	idx  []int // the requests' indices in the call
-	args []any // replica name and REQUEST per request
+	args []any // the channels' prefix, the bucket's name, then replica name and REQUEST per request
 }
 
 // ExchangeShares implements backend.ShareStore.
 //
 // As with Take, the Redis work runs on a context of the store's (the
-// caller's values, the store's Timeout) and under the nodes' circuit
-// breakers: ExchangeShares returns at the caller's deadline or
-// cancellation if that comes first, and the exchange may still be applied.
+// caller's values; the caller's deadline, or without one the store's
+// Timeout: an exchange is made off the decision path, and may take longer
+// than a decision) and under the nodes' circuit breakers: ExchangeShares
+// returns at the caller's cancellation if that comes first, and the
+// exchange may still be applied.
 func (s *Store) ExchangeShares(ctx context.Context, reqs []backend.ShareRequest, res []backend.ShareResult) error {
 	if len(res) != len(reqs) {
 		return fmt.Errorf("redis: exchange shares: %d results for %d requests", len(res), len(reqs))
@@ -104,7 +111,7 @@ func (s *Store) shareRuns(reqs []backend.ShareRequest) []*shareRun {
 		k := shareKey(s.prefix, r.Bucket)
 		run := byKey[k]
 		if run == nil {
-			run = &shareRun{key: k}
+			run = &shareRun{key: k, args: []any{s.prefix + shareLayout + shareChannels, r.Bucket}}
 			byKey[k] = run
 			runs = append(runs, run)
 		}
@@ -143,7 +150,13 @@ func (s *Store) detachShares(ctx context.Context, runs []*shareRun, n int) ([]st
 	go func() {
 		defer s.inflight.Done()
 		defer s.releaseHeavy()
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
+		// An exchange is no decision: it may take the caller's own
+		// deadline (the pool's, a second by default), when it has one.
+		deadline, ok := ctx.Deadline()
+		if !ok {
+			deadline = time.Now().Add(s.timeout)
+		}
+		rctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
 		defer cancel()
 		replies, err := s.runShares(rctx, runs, n)
 		done <- outcome{replies, err}
@@ -246,4 +259,52 @@ func (s *Store) pipelineShares(ctx context.Context, runs []*shareRun, errs []err
 		}
 	}
 	return cmds
+}
+
+// WatchShares implements backend.ShareStore. share.lua publishes the name
+// of a bucket whose entry an exchange changed on the channel of every
+// other replica with an entry in force on it (the prefix, shareLayout,
+// shareChannels and the replica's name); WatchShares subscribes to
+// replica's channel. Redis delivers each message at most once, to the
+// subscribers connected when it is published, across a Cluster's nodes
+// too: changed("") follows every subscription, the first and those made
+// again after the connection was lost, and a replica that was not
+// subscribed learns of changes at its entries' next renewal.
+func (s *Store) WatchShares(ctx context.Context, replica string, changed func(bucket string)) error {
+	ps := s.client.Subscribe(ctx, s.prefix+shareLayout+shareChannels+replica)
+	defer ps.Close()
+	// A Receive blocked on the connection does not see ctx end: closing
+	// the subscription ends it.
+	stop := context.AfterFunc(ctx, func() { _ = ps.Close() })
+	defer stop()
+	// While Redis is out of reach, each Receive fails at once: wait
+	// between them (the library's exponential backoff, from 100 ms to
+	// 5 s), and tell changed once it answers again.
+	wait := backoff.NewExponentialBackOff()
+	wait.InitialInterval, wait.MaxInterval = 100*time.Millisecond, 5*time.Second
+	for {
+		msg, err := ps.Receive(ctx)
+		if ctx.Err() != nil {
+			return nil //nolint:nilerr // watching ends with ctx
+		}
+		if err != nil {
+			t := time.NewTimer(wait.NextBackOff())
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return nil
+			case <-t.C:
+			}
+			continue
+		}
+		switch m := msg.(type) {
+		case *goredis.Subscription:
+			if m.Kind == "subscribe" {
+				wait.Reset()
+				changed("")
+			}
+		case *goredis.Message:
+			changed(m.Payload)
+		}
+	}
 }

@@ -1,9 +1,11 @@
 -- ratelimitd: exchange replicas' shares of one RLQS bucket, atomically
 -- (backend.ShareStore). KEYS[1] is the bucket's hash: one field per
--- replica, named after it, whose value is ENTRY. ARGV holds the call's
--- requests on the bucket, in order, two arguments each: the replica's
--- name and REQUEST. The reply is an array, a string per request: the
--- grant ('<d'), then the other live entries' demands, each a '<d'.
+-- replica, named after it, whose value is ENTRY. ARGV[1] is the prefix of
+-- the replicas' notification channels, ARGV[2] the bucket's name; then
+-- come the call's requests on the bucket, in order, two arguments each:
+-- the replica's name and REQUEST. The reply is an array, a string per
+-- request: the grant ('<d'), then the other live entries' demands, each
+-- a '<d'.
 -- Numbers travel as binary doubles, never as Lua numbers, which Redis
 -- would truncate to integers (and +Inf with them). Times are µs since
 -- the Unix epoch.
@@ -11,7 +13,10 @@
 -- Per request, the script drops the expired fields, sums the other
 -- fields' grants, grants min(want, max(0, limit - others)), writes the
 -- replica's field (or deletes it on a zero TTL), and keeps the key until
--- its latest field expires.
+-- its latest field expires. When that changed the replica's field (added
+-- or removed it, or changed its grant or demands), it publishes the
+-- bucket's name on the channel of every other replica with a live field
+-- (ARGV[1] .. its name), so that they exchange the bucket again.
 local P = {
   REQUEST = '<dddd', -- limit, want, TTL µs, now (µs; 0: read Redis TIME); then the demands, each a '<d'
   ENTRY = '<dd', -- the grant, the expiry µs; then the demands, each a '<d'
@@ -26,7 +31,7 @@ local GRACE = 1000
 
 -- exchange applies one request of replica, arg its REQUEST, to key, and
 -- returns its reply.
-local function exchange(key, replica, arg)
+local function exchange(key, channels, bucket, replica, arg)
   local limit, want, ttl, now = struct.unpack(P.REQUEST, arg)
   local grace = GRACE
   if now == 0 then
@@ -35,33 +40,45 @@ local function exchange(key, replica, arg)
   end
 
   local fields = redis.call('HGETALL', key)
-  local others, latest, own = 0, 0, false
-  local out, dead = { '' }, {}
+  local others, latest, own = 0, 0, nil
+  local out, dead, peers = { '' }, {}, {}
   for i = 1, #fields, 2 do
     local name, v = fields[i], fields[i + 1]
     local grant, expiry = struct.unpack(P.ENTRY, v)
     if expiry <= now then
       dead[#dead + 1] = name
     elseif name == replica then
-      own = true
+      own = v
     else
       others = others + grant
       latest = math.max(latest, expiry)
       out[#out + 1] = string.sub(v, P.ENTRY_SIZE + 1)
+      peers[#peers + 1] = name
     end
   end
   for i = 1, #dead, 1000 do -- HDEL in chunks, within Lua's stack
     redis.call('HDEL', key, unpack(dead, i, math.min(i + 999, #dead)))
   end
 
-  local granted = 0
+  local granted, changed = 0, false
   if ttl > 0 then
     granted = math.max(0, math.min(want, limit - others))
     local expiry = now + ttl
-    redis.call('HSET', key, replica, struct.pack(P.ENTRY, granted, expiry) .. string.sub(arg, P.REQUEST_SIZE + 1))
+    local demands = string.sub(arg, P.REQUEST_SIZE + 1)
+    redis.call('HSET', key, replica, struct.pack(P.ENTRY, granted, expiry) .. demands)
     latest = math.max(latest, expiry)
+    -- The grant and the demands as they were: the first 8 bytes of ENTRY
+    -- are the grant, bytes from ENTRY_SIZE on the demands.
+    changed = own == nil or string.sub(own, 1, 8) ~= struct.pack('<d', granted) or
+        string.sub(own, P.ENTRY_SIZE + 1) ~= demands
   elseif own then
     redis.call('HDEL', key, replica)
+    changed = true
+  end
+  if changed then
+    for _, name in ipairs(peers) do
+      redis.call('PUBLISH', channels .. name, bucket)
+    end
   end
   if latest > 0 then
     -- Whole ms, under 10^13 so that it prints as an integer.
@@ -72,7 +89,7 @@ local function exchange(key, replica, arg)
 end
 
 local replies = {}
-for i = 1, #ARGV, 2 do
-  replies[#replies + 1] = exchange(KEYS[1], ARGV[i], ARGV[i + 1])
+for i = 3, #ARGV, 2 do
+  replies[#replies + 1] = exchange(KEYS[1], ARGV[1], ARGV[2], ARGV[i], ARGV[i + 1])
 end
 return replies

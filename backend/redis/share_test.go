@@ -163,8 +163,8 @@ func shareDown(t *testing.T, s *redis.Store, reqs ...backend.ShareRequest) {
 	}
 }
 
-// TestShareTimeout: a Redis slower than the store's timeout fails the
-// call, though the caller would have waited longer.
+// TestShareTimeout: a Redis slower than the store's timeout fails a call
+// whose caller set no deadline of its own.
 func TestShareTimeout(t *testing.T) {
 	redistest.Require(t)
 	var faults redistest.Faults

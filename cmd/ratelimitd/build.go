@@ -159,6 +159,7 @@ func (b *built) servers(ctx context.Context, rules *config.Rules, reg *prometheu
 		OperatorsOnAdmin:  f.adminAddr != "",
 		RLQSReplica:       replica,
 		RLQSSyncInterval:  f.rlqsSyncInterval,
+		RLQSBounds:        f.rlqsBounds,
 		HotKeys: server.HotKeysOptions{
 			Enabled: f.hotKeys.enabled, K: f.hotKeys.k, Window: f.hotKeys.window,
 			ShowValues: f.hotKeys.values == "show", Replica: replica, DigestKey: digestKey,

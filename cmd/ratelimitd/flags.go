@@ -21,6 +21,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/tlsconfig"
 	"github.com/ratelimitd/ratelimitd/server"
 	"github.com/ratelimitd/ratelimitd/server/requestlog"
+	"github.com/ratelimitd/ratelimitd/server/rlqs"
 )
 
 // mainVersion is set at build time: -ldflags "-X main.mainVersion=v1.2.3".
@@ -67,6 +68,7 @@ type flags struct {
 	rlqs              bool
 	rlqsReplica       string
 	rlqsSyncInterval  time.Duration
+	rlqsBounds        rlqs.Bounds
 	hotKeys           hotKeysFlags
 	unknownDomains    int
 	tracing           tracingFlags
@@ -275,6 +277,12 @@ func defineFlags(fs *flag.FlagSet, f *flags) {
 	fs.BoolVar(&f.rlqs, "rlqs", true, "serve Envoy's Rate Limit Quota Service on the gRPC port; each bucket's limit is shared, through the store, among the clients of every replica on it")
 	fs.StringVar(&f.rlqsReplica, "rlqs-replica", "", "this replica's `name` among those sharing RLQS limits through the store; unique per process (default: the host name, the gRPC listener's address and a random part)")
 	fs.DurationVar(&f.rlqsSyncInterval, "rlqs-sync-interval", fairshare.DefaultSyncInterval, "how often each replica exchanges its RLQS buckets' demands and grants with the store: one store operation per bucket per replica each time")
+	fs.IntVar(&f.rlqsBounds.Total, "rlqs-max-buckets", rlqs.DefaultMaxBuckets, "most RLQS buckets this replica holds for all its streams together (a bucket no rule matches is answered, never held);\n"+
+		"past a bound a limited bucket gets --failure-mode's assignment, counted in ratelimitd_rlqs_buckets_refused_total")
+	fs.IntVar(&f.rlqsBounds.PerStream, "rlqs-max-buckets-per-stream", rlqs.DefaultMaxBucketsPerStream, "most RLQS buckets one stream holds")
+	fs.IntVar(&f.rlqsBounds.PerConnection, "rlqs-max-buckets-per-connection", rlqs.DefaultMaxBucketsPerConnection, "most RLQS buckets the streams of one gRPC connection hold together, those of its ended streams included until their assignments expire")
+	fs.IntVar(&f.rlqsBounds.PerPeer, "rlqs-max-buckets-per-peer", rlqs.DefaultMaxBucketsPerPeer, "most RLQS buckets the streams of one authenticated peer (its client certificate's URI, DNS, email or IP SAN, or subject, under mTLS) hold over all its connections")
+	fs.IntVar(&f.rlqsBounds.StreamsPerBucket, "rlqs-max-streams-per-bucket", rlqs.DefaultMaxStreamsPerBucket, "most streams of one gRPC connection, and of one authenticated peer, that hold the same RLQS bucket (each is a client the limit is divided among)")
 	fs.BoolVar(&f.hotKeys.enabled, "hotkeys", true, "track, per domain, the counters most refused and those nearest their limits, served at GET /hotkeys")
 	fs.IntVar(&f.hotKeys.k, "hotkeys-k", hotkeys.DefaultK, "how many counters each hot keys list of a domain holds")
 	fs.DurationVar(&f.hotKeys.window, "hotkeys-window", hotkeys.DefaultWindow, "how far back the hot keys look: refusals over the last one to two windows, the highest share of a limit used within one")
@@ -314,6 +322,18 @@ func defineFlags(fs *flag.FlagSet, f *flags) {
 func (f *flags) check() error {
 	if f.rlqsSyncInterval <= 0 {
 		return fmt.Errorf("--rlqs-sync-interval %v: must be positive", f.rlqsSyncInterval)
+	}
+	for _, b := range []struct {
+		name string
+		v    int
+	}{
+		{"rlqs-max-buckets", f.rlqsBounds.Total}, {"rlqs-max-buckets-per-stream", f.rlqsBounds.PerStream},
+		{"rlqs-max-buckets-per-connection", f.rlqsBounds.PerConnection}, {"rlqs-max-buckets-per-peer", f.rlqsBounds.PerPeer},
+		{"rlqs-max-streams-per-bucket", f.rlqsBounds.StreamsPerBucket},
+	} {
+		if b.v < 1 {
+			return fmt.Errorf("--%s %d: want at least 1", b.name, b.v)
+		}
 	}
 	if err := f.checkRules(); err != nil {
 		return err

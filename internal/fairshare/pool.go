@@ -1,9 +1,11 @@
 package fairshare
 
 import (
+	"container/heap"
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
 	"slices"
 	"sync"
@@ -12,9 +14,23 @@ import (
 	"github.com/ratelimitd/ratelimitd/backend"
 )
 
-// DefaultSyncInterval is how often a Pool exchanges its buckets' entries
+// DefaultSyncInterval is how often a Pool looks for buckets to exchange
 // with the store when PoolOptions.Interval is zero.
 const DefaultSyncInterval = time.Second
+
+// DefaultChunk bounds the buckets of one store call when PoolOptions.Chunk
+// is zero.
+const DefaultChunk = 256
+
+// What moves a bucket's entry enough to be exchanged again (see
+// entry.changed): a client's demand by more than demandMoves of itself
+// and minMove of the limit, or the rate asked for by more than minMove of
+// the limit. Demands are measured over a reporting interval and noisy;
+// smaller moves change no share by much, and wait for the entry's renewal.
+const (
+	demandMoves = 0.10
+	minMove     = 0.01
+)
 
 // PoolOptions configures a Pool.
 type PoolOptions struct {
@@ -26,20 +42,25 @@ type PoolOptions struct {
 	// Replica names this replica in the store: unique among the replicas
 	// sharing it.
 	Replica string
-	// Interval is how often every bucket is exchanged with the store;
-	// zero means DefaultSyncInterval.
+	// Interval is how often the Pool looks for buckets to exchange: those
+	// whose entries changed, or are about to lapse; zero means
+	// DefaultSyncInterval.
 	Interval time.Duration
-	// Timeout bounds one exchange; zero means Interval.
+	// Timeout bounds each store call; zero means Interval.
 	Timeout time.Duration
+	// Chunk bounds the buckets of one store call; zero means
+	// DefaultChunk. An exchange of more buckets makes several calls, one
+	// after another, each with its own Timeout.
+	Chunk int
 	// Changed, when set, is called after an exchange moved a bucket's
 	// grant or the other replicas' demands on it, so that the caller
 	// reassigns its clients' shares. It must not call back into the Pool
 	// while it runs (it runs on the Pool's goroutine); waking another
 	// goroutine is fine.
 	Changed func(bucket string)
-	// Observe, when set, is called after each exchange with the store,
-	// with its error.
-	Observe func(err error)
+	// Observe, when set, is called after each store call, with the number
+	// of buckets it exchanged and its error.
+	Observe func(buckets int, err error)
 	// Logger receives the Pool's logs; nil discards them.
 	Logger *slog.Logger
 	// Now is the clock; nil means time.Now.
@@ -57,17 +78,32 @@ type PoolOptions struct {
 // clients' shares are their part of that allocation, scaled down to fit
 // the grant. Since the store grants atomically, the grants in force never
 // add up to more than the limit, so neither do the shares of all the
-// clients of all the replicas; a replica whose clients' demand grows waits
-// for the others to ask for less, which they do at the exchange after the
-// one that shows them its demand, so shares settle within three exchanges
-// of a change.
+// clients of all the replicas.
 //
-// Every bucket is exchanged each Interval while this replica has a live
-// client on it, so a bucket costs one store operation per replica per
-// Interval, whatever its request rate. A bucket new to the replica, or
-// whose limit changed, is exchanged at once (Exchange, or the next turn of
-// the loop). A bucket that loses its last client has its entry removed, so
-// that the others may take its grant.
+// A bucket is exchanged when something changed, never merely because it
+// is held, so that the store's work grows with what changes, not with what
+// is held:
+//
+//   - at once, when it is new to the replica or its limit changed
+//     (Exchange, or Share with another limit);
+//   - at the Pool's next turn (every Interval), when its clients' demands
+//     moved (by more than demandMoves) since the replica last published
+//     them, or a client came or went;
+//   - at the next turn, when the store tells that another replica changed
+//     its entry on the bucket (ShareStore.WatchShares): the replica learns
+//     the others' demands, and asks for less, or finds more left;
+//   - before its entry in the store would lapse, if a client still needs
+//     its grant then (the entry lives as long as the shares handed out
+//     from it: Tracker.Want), at least two Intervals and a Timeout ahead;
+//   - never again once no share handed out from its grant is in force:
+//     the entry is removed from the store (if it has not expired there).
+//
+// A replica whose clients' demand grows waits for the others to ask for
+// less, which they do at the turn after the store tells them of it; so
+// shares settle within three turns of a change, as when every bucket was
+// exchanged at every turn. A store call carries at most Chunk buckets, the ones
+// nearest to lapsing first, each call with its own Timeout, so that one
+// slow call fails only its own buckets.
 //
 // When the store cannot be reached, the replica keeps to the grants it
 // holds until their entries expire in the store, when the others may take
@@ -79,18 +115,26 @@ type Pool struct {
 	log  *slog.Logger
 	now  func() time.Time
 
-	// xsem serializes exchanges, so that the last grant applied is the
+	// xsem serializes store calls, so that the last grant applied is the
 	// store's; a caller waits for it no longer than its context allows.
 	xsem chan struct{}
 
 	mu      sync.Mutex
 	entries map[string]*entry
-	running bool          // the loop runs
-	kick    chan struct{} // wakes the loop before its tick
-	stop    chan struct{} // closed by Close
-	done    chan struct{} // closed by the loop when it returns; nil before it ran
+	pending map[string]struct{} // buckets to look at in the next turn
+	checks  checks              // when to look at a bucket at the latest
+	running bool                // the loop runs
+	kick    chan struct{}       // wakes the loop before its tick
+	stop    chan struct{}       // closed by Close
+	done    chan struct{}       // closed by the loop when it returns; nil before it ran
 	closed  bool
-	failing bool // the last exchange failed: logged once per outage
+	failing bool // the last store call failed: logged once per outage
+
+	// Hooks of the package's tests: manual stops the loop's ticker (the
+	// tests turn the Pool themselves); watching, when set, is closed once
+	// the loop watches the store.
+	manual   bool
+	watching chan struct{}
 }
 
 // entry is the Pool's state of one bucket.
@@ -101,8 +145,17 @@ type entry struct {
 	until   time.Time
 	granted float64
 	others  []float64
-	local   int  // this replica's live clients at the last exchange
-	dirty   bool // exchange at the next turn: its limit or clients changed
+	local   int // this replica's live clients at the last exchange
+	// want and demands are what the store holds of the replica's entry:
+	// the rate asked for and the clients' demands, sorted.
+	want    float64
+	demands []float64
+	// forced has the bucket exchanged at the next turn whatever moved:
+	// its limit changed, a client left, another replica changed its entry.
+	forced bool
+	// check is when a check of the bucket is due in Pool.checks, zero for
+	// none.
+	check time.Time
 }
 
 // NewPool returns a Pool over opts.Store. Its loop runs while it holds
@@ -114,12 +167,16 @@ func NewPool(opts PoolOptions) *Pool {
 	if opts.Timeout <= 0 {
 		opts.Timeout = opts.Interval
 	}
+	if opts.Chunk <= 0 {
+		opts.Chunk = DefaultChunk
+	}
 	p := &Pool{
 		Tracker: NewTracker(opts.Tracker),
 		opts:    opts,
 		log:     opts.Logger,
 		now:     opts.Now,
 		entries: make(map[string]*entry),
+		pending: make(map[string]struct{}),
 		kick:    make(chan struct{}, 1),
 		stop:    make(chan struct{}),
 		xsem:    make(chan struct{}, 1),
@@ -141,12 +198,12 @@ type Need struct {
 	TTL    time.Duration
 }
 
-// Exchange exchanges, in one store call within the Timeout (waiting for
-// an exchange under way included), the buckets of needs whose grant is
-// not in force for their TTL, or was given for another limit, so that
-// the clients that just reported on them get shares that count the other
+// Exchange exchanges at once, within the Timeout per store call (waiting
+// for a call under way included), the buckets of needs whose grant is not
+// in force for their TTL, or was given for another limit, so that the
+// clients that just reported on them get shares that count the other
 // replicas'. The others are left to the loop, and cost no store call. The
-// store's error is returned; the buckets then stay Lapsed.
+// store's first error is returned; the buckets it failed then stay Lapsed.
 func (p *Pool) Exchange(ctx context.Context, needs []Need) error {
 	now := p.now()
 	var buckets []string
@@ -172,9 +229,7 @@ func (p *Pool) Exchange(ctx context.Context, needs []Need) error {
 	if len(buckets) == 0 {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, p.opts.Timeout)
-	defer cancel()
-	return p.exchange(ctx, buckets)
+	return p.exchange(ctx, buckets, true)
 }
 
 // reapply gives the grant of e back to the Tracker's bucket if the Tracker
@@ -186,13 +241,27 @@ func (p *Pool) reapply(bucket string, e *entry) {
 	}
 }
 
+// ReportFor is Tracker.ReportFor; the bucket is looked at in the next
+// turn, and exchanged if its client's demand moved.
+func (p *Pool) ReportFor(bucket, client string, allowed, denied uint64, keep time.Duration, now time.Time) bool {
+	if !p.Tracker.ReportFor(bucket, client, allowed, denied, keep, now) {
+		return false
+	}
+	p.mu.Lock()
+	if p.entries[bucket] != nil {
+		p.pending[bucket] = struct{}{}
+	}
+	p.mu.Unlock()
+	return true
+}
+
 // Share is Tracker.Share; a limit other than the one last exchanged for
 // the bucket has it exchanged again at once.
 func (p *Pool) Share(bucket, client string, limit float64, now time.Time) (float64, bool) {
 	p.mu.Lock()
 	if e := p.entries[bucket]; e != nil && e.limit != limit {
-		e.limit, e.dirty = limit, true
-		p.wake()
+		e.limit = limit
+		p.force(bucket, e)
 	}
 	p.mu.Unlock()
 	return p.Tracker.Share(bucket, client, limit, now)
@@ -208,10 +277,49 @@ func (p *Pool) Forget(client string, now time.Time) {
 	defer p.mu.Unlock()
 	for _, b := range buckets {
 		if e := p.entries[b]; e != nil {
-			e.dirty = true
+			p.force(b, e)
 		}
 	}
-	p.wake()
+}
+
+// notified is the Pool's WatchShares callback: another replica changed
+// its entry on bucket, or on any bucket (""). The bucket is exchanged at
+// the loop's next turn, not at once: a replica that gave some of its grant
+// back has pushed the smaller shares to its clients by the time the others
+// take it up, as when every bucket was exchanged each Interval.
+func (p *Pool) notified(bucket string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if bucket == "" {
+		for b, e := range p.entries {
+			p.mark(b, e)
+		}
+		if p.watching != nil {
+			close(p.watching)
+			p.watching = nil
+		}
+		return
+	}
+	if e := p.entries[bucket]; e != nil {
+		p.mark(bucket, e)
+	}
+}
+
+// mark has bucket, whose entry is e, exchanged at the loop's next turn.
+// p.mu must be held.
+func (p *Pool) mark(bucket string, e *entry) {
+	e.forced = true
+	p.pending[bucket] = struct{}{}
+}
+
+// force marks bucket, whose entry is e, and has the loop's next turn come
+// at once. p.mu must be held.
+func (p *Pool) force(bucket string, e *entry) {
+	p.mark(bucket, e)
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
 }
 
 // Lapsed reports whether bucket has no grant in force for the next ttl
@@ -246,6 +354,48 @@ func (e *entry) live(t time.Time) bool {
 	return !math.IsNaN(e.granted) && !t.After(e.until)
 }
 
+// changed reports whether a replica asking for want with its clients'
+// demands (sorted) has moved enough from what the store holds of it to
+// exchange again (see demandMoves).
+func (e *entry) changed(want float64, demands []float64) bool {
+	if len(demands) != len(e.demands) || math.Abs(want-e.want) > minMove*e.limit {
+		return true
+	}
+	for i, d := range demands {
+		old := e.demands[i]
+		if math.IsInf(d, 0) || math.IsInf(old, 0) {
+			if d != old {
+				return true
+			}
+			continue
+		}
+		if diff := math.Abs(d - old); diff > demandMoves*max(d, old) && diff > minMove*e.limit {
+			return true
+		}
+	}
+	return false
+}
+
+// margin is how long before its entry in the store lapses a bucket whose
+// grant is still needed, for shares that live keep, is renewed: two turns
+// of the loop and a store call's Timeout, so that one failed call still
+// leaves time for another; at most half of keep, so that a renewal,
+// which makes the entry stand keep longer than the shares need, is not
+// due again at once.
+func (p *Pool) margin(keep time.Duration) time.Duration {
+	return min(2*p.opts.Interval+p.opts.Timeout, keep/2)
+}
+
+// schedule has bucket, whose entry is e, looked at by at, unless a check
+// is due before. p.mu must be held.
+func (p *Pool) schedule(bucket string, e *entry, at time.Time) {
+	if !e.check.IsZero() && !at.Before(e.check) {
+		return
+	}
+	e.check = at
+	heap.Push(&p.checks, check{at: at, bucket: bucket})
+}
+
 // Close stops the loop and waits for it. The entries stay in the store
 // until they expire: the clients keep their assignments that long.
 func (p *Pool) Close() {
@@ -271,32 +421,38 @@ func (p *Pool) ensureLoop() {
 	go p.loop(p.done)
 }
 
-// wake has the loop take a turn now. p.mu must be held.
-func (p *Pool) wake() {
-	select {
-	case p.kick <- struct{}{}:
-	default:
-	}
-}
-
-// loop exchanges every bucket each Interval, and at once when woken; it
-// returns when Close is called, or when no bucket is left.
+// loop takes a turn each Interval, and at once when woken, while it
+// watches the store for other replicas' changes; it returns when Close
+// is called, or when no bucket is left.
 func (p *Pool) loop(done chan struct{}) {
 	defer close(done)
-	ctx := context.Background() // the loop ends by p.stop
-	tick := time.NewTicker(p.opts.Interval)
-	defer tick.Stop()
+	ctx, cancel := context.WithCancel(context.Background()) // the loop ends by p.stop
+	watched := make(chan struct{})
+	go func() { // ends with the loop, by cancel
+		defer close(watched)
+		if err := p.opts.Store.WatchShares(ctx, p.opts.Replica, p.notified); err != nil {
+			p.log.Warn("RLQS shares: cannot watch the store for other replicas' changes; buckets are exchanged when they change here, or lapse", "err", err)
+		}
+	}()
+	defer func() {
+		cancel()
+		<-watched
+	}()
+	var ticks <-chan time.Time
+	if !p.manual {
+		tick := time.NewTicker(p.opts.Interval)
+		defer tick.Stop()
+		ticks = tick.C
+	}
 	for {
-		all := false
 		select {
 		case <-p.stop:
 			p.exit()
 			return
-		case <-tick.C:
-			all = true
+		case <-ticks:
 		case <-p.kick:
 		}
-		if !p.turn(ctx, all) {
+		if !p.turn(ctx, false) {
 			return
 		}
 	}
@@ -309,22 +465,39 @@ func (p *Pool) exit() {
 	p.mu.Unlock()
 }
 
-// turn exchanges every bucket (all) or those dirty or gone, and reports
-// whether the loop should go on: false when no bucket is left, the loop
-// then being marked stopped.
+// turn exchanges the buckets that need it (every bucket, when all), and
+// reports whether the loop should go on: false when no bucket is left,
+// the loop then being marked stopped. Buckets whose call failed are
+// looked at again at the next turn.
 func (p *Pool) turn(ctx context.Context, all bool) bool {
+	now := p.now()
 	p.mu.Lock()
-	buckets := make([]string, 0, len(p.entries))
-	for b, e := range p.entries {
-		if all || e.dirty {
-			buckets = append(buckets, b)
+	var buckets []string
+	if all {
+		buckets = slices.Collect(maps.Keys(p.entries))
+		clear(p.pending)
+	} else {
+		for len(p.checks) > 0 && !p.checks[0].at.After(now) {
+			c := heap.Pop(&p.checks).(check)
+			if e := p.entries[c.bucket]; e != nil && e.check.Equal(c.at) {
+				e.check = time.Time{}
+				p.pending[c.bucket] = struct{}{}
+			}
 		}
+		buckets = slices.Collect(maps.Keys(p.pending))
+		clear(p.pending)
 	}
+	// The entries nearest to lapsing first.
+	slices.SortFunc(buckets, func(a, b string) int {
+		ea, eb := p.entries[a], p.entries[b]
+		if ea == nil || eb == nil {
+			return 0
+		}
+		return ea.until.Compare(eb.until)
+	})
 	p.mu.Unlock()
 	if len(buckets) > 0 {
-		ctx, cancel := context.WithTimeout(ctx, p.opts.Timeout)
-		_ = p.exchange(ctx, buckets) // logged there; the grants lapse in time
-		cancel()
+		_ = p.exchange(ctx, buckets, all) // logged, observed and retried there
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -335,9 +508,35 @@ func (p *Pool) turn(ctx context.Context, all bool) bool {
 	return true
 }
 
-// exchange exchanges buckets with the store in one call, applies the
-// grants, and calls Changed for the buckets that moved.
-func (p *Pool) exchange(ctx context.Context, buckets []string) error {
+// exchange exchanges buckets with the store, Chunk at a time, each call
+// within the Timeout. It sends each bucket that needs it (all of them when
+// force): see Pool. After a call fails, the rest are left for the next
+// turn, and its error is returned.
+func (p *Pool) exchange(ctx context.Context, buckets []string, force bool) error {
+	for i := 0; i < len(buckets); i += p.opts.Chunk {
+		chunk := buckets[i:min(i+p.opts.Chunk, len(buckets))]
+		cctx, cancel := context.WithTimeout(ctx, p.opts.Timeout)
+		err := p.exchangeChunk(cctx, chunk, force)
+		cancel()
+		if err != nil {
+			p.mu.Lock()
+			for _, b := range buckets[i:] {
+				if e := p.entries[b]; e != nil {
+					p.pending[b] = struct{}{}
+					e.forced = e.forced || force
+				}
+			}
+			p.mu.Unlock()
+			return err
+		}
+	}
+	return nil
+}
+
+// exchangeChunk exchanges the buckets that need it among buckets with the
+// store in one call, applies the grants, and calls Changed for the buckets
+// that moved.
+func (p *Pool) exchangeChunk(ctx context.Context, buckets []string, force bool) error {
 	select {
 	case p.xsem <- struct{}{}:
 	case <-ctx.Done():
@@ -346,6 +545,7 @@ func (p *Pool) exchange(ctx context.Context, buckets []string) error {
 	defer func() { <-p.xsem }()
 	now := p.now()
 	reqs := make([]backend.ShareRequest, 0, len(buckets))
+	keeps := make([]time.Duration, 0, len(buckets))
 	// Under p.mu, so that no Exchange finds live the entry of a bucket
 	// whose removal is decided here: the entry goes before the store
 	// hears of it, and a client reporting meanwhile gets a fresh entry,
@@ -356,16 +556,43 @@ func (p *Pool) exchange(ctx context.Context, buckets []string) error {
 		if e == nil {
 			continue
 		}
-		r := backend.ShareRequest{Bucket: b, Replica: p.opts.Replica, Limit: e.limit}
-		want, demands, until, ok := p.Tracker.Want(b, e.limit, now, nil)
-		if ok && until.After(now) {
-			r.Want, r.Demands, r.TTL = want, demands, until.Sub(now)
-		} else {
-			// No share in force: the entry goes, whether or not the store
-			// hears it (it then expires there on its own).
+		w, ok := p.Tracker.Want(b, e.limit, now, nil)
+		slices.Sort(w.Demands)
+		// A share may be handed out from the grant, to live Keep, until the
+		// entry's renewal is due.
+		renew := e.until.Add(-w.Keep - p.margin(w.Keep))
+		switch {
+		case !ok || !w.Until.After(now):
+			// No share in force: the entry goes. The store hears of it
+			// if it still holds the entry, so that the others may take
+			// its grant at once.
 			delete(p.entries, b)
+			if e.until.After(now) {
+				reqs = append(reqs, backend.ShareRequest{Bucket: b, Replica: p.opts.Replica, Limit: e.limit})
+				keeps = append(keeps, 0)
+			}
+		case force || e.forced || math.IsNaN(e.granted) || e.changed(w.Rate, w.Demands) ||
+			(w.Live && !now.Before(renew)) || (!w.Live && w.Until.After(e.until)):
+			ttl := w.Until.Sub(now)
+			if w.Live {
+				// One assignment's lifetime more than the shares in force
+				// need, so that a bucket whose clients report the same
+				// demand is renewed every few of their reports, not at
+				// each; a replica that dies holds its grant that much
+				// longer.
+				ttl += w.Keep
+			}
+			reqs = append(reqs, backend.ShareRequest{
+				Bucket: b, Replica: p.opts.Replica, Limit: e.limit, Want: w.Rate, Demands: w.Demands, TTL: ttl,
+			})
+			keeps = append(keeps, w.Keep)
+		case w.Live:
+			p.schedule(b, e, renew)
+		default:
+			// Its clients have left, and the entry covers the shares
+			// they hold: look again when it expires, to drop it.
+			p.schedule(b, e, e.until)
 		}
-		reqs = append(reqs, r)
 	}
 	p.mu.Unlock()
 	if len(reqs) == 0 {
@@ -374,7 +601,7 @@ func (p *Pool) exchange(ctx context.Context, buckets []string) error {
 	res := make([]backend.ShareResult, len(reqs))
 	err := p.opts.Store.ExchangeShares(ctx, reqs, res)
 	if p.opts.Observe != nil {
-		p.opts.Observe(err)
+		p.opts.Observe(len(reqs), err)
 	}
 	p.mu.Lock()
 	if err != nil {
@@ -404,14 +631,18 @@ func (p *Pool) exchange(ctx context.Context, buckets []string) error {
 		if e == nil || r.TTL <= 0 {
 			continue
 		}
-		e.dirty = false
+		e.forced = false
 		e.until = now.Add(r.TTL)
+		e.want, e.demands = r.Want, r.Demands
 		g, o := res[i].Granted, res[i].Others
 		switch {
 		case g != e.granted || !slices.Equal(o, e.others):
 			e.granted, e.others = g, append(e.others[:0], o...)
 			p.Tracker.SetPool(r.Bucket, e.others, e.granted)
 			moved = append(moved, r.Bucket)
+			// What to ask for depends on the others' demands: look again
+			// at the next turn.
+			p.pending[r.Bucket] = struct{}{}
 		case len(r.Demands) != e.local:
 			// A client came or went: the others' shares moved.
 			moved = append(moved, r.Bucket)
@@ -420,6 +651,13 @@ func (p *Pool) exchange(ctx context.Context, buckets []string) error {
 			p.reapply(r.Bucket, e)
 		}
 		e.local = len(r.Demands)
+		// The entry covers every share in force until its clients report
+		// again; renew it by then at the latest.
+		renew := e.until.Add(-keeps[i] - p.margin(keeps[i]))
+		if next := now.Add(p.opts.Interval); renew.Before(next) {
+			renew = next
+		}
+		p.schedule(r.Bucket, e, renew)
 	}
 	p.mu.Unlock()
 	if p.opts.Changed != nil {
@@ -428,4 +666,24 @@ func (p *Pool) exchange(ctx context.Context, buckets []string) error {
 		}
 	}
 	return nil
+}
+
+// check is a bucket to look at by a time: see Pool.schedule.
+type check struct {
+	at     time.Time
+	bucket string
+}
+
+// checks is a min-heap of checks by time.
+type checks []check
+
+func (c checks) Len() int           { return len(c) }
+func (c checks) Less(i, j int) bool { return c[i].at.Before(c[j].at) }
+func (c checks) Swap(i, j int)      { c[i], c[j] = c[j], c[i] }
+func (c *checks) Push(x any)        { *c = append(*c, x.(check)) }
+func (c *checks) Pop() any {
+	old := *c
+	x := old[len(old)-1]
+	*c = old[:len(old)-1]
+	return x
 }

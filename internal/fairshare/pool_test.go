@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -16,22 +17,26 @@ import (
 	"github.com/ratelimitd/ratelimitd/backend/memory"
 )
 
-// faulty is a real store that fails its exchanges while down is set.
+// faulty is a real store that fails its exchanges while down is set, and
+// counts the calls and requests it took.
 type faulty struct {
 	backend.ShareStore
-	down atomic.Bool
+	down            atomic.Bool
+	calls, requests atomic.Int64
 }
 
 func (f *faulty) ExchangeShares(ctx context.Context, reqs []backend.ShareRequest, res []backend.ShareResult) error {
 	if f.down.Load() {
 		return fmt.Errorf("exchange: %w", backend.ErrUnavailable)
 	}
+	f.calls.Add(1)
+	f.requests.Add(int64(len(reqs)))
 	return f.ShareStore.ExchangeShares(ctx, reqs, res)
 }
 
 // replicas returns n Pools on one memory store and the shared test clock.
-// Their loops only turn when woken (the interval is an hour): the tests
-// turn them with turn(true), a sync interval each.
+// Their loops only turn when woken (they tick not): the tests turn them
+// with turn, a sync interval (a second) each.
 func replicas(t *testing.T, n int) ([]*Pool, *backendtest.Clock, *faulty) {
 	t.Helper()
 	clk := backendtest.NewClock(t0)
@@ -40,15 +45,36 @@ func replicas(t *testing.T, n int) ([]*Pool, *backendtest.Clock, *faulty) {
 	store := &faulty{ShareStore: mem}
 	pools := make([]*Pool, n)
 	for i := range pools {
-		pools[i] = NewPool(PoolOptions{
+		pools[i] = manual(NewPool(PoolOptions{
 			Store:    store,
 			Replica:  fmt.Sprintf("replica-%d", i),
-			Interval: time.Hour,
+			Interval: time.Second,
 			Now:      clk.Now,
-		})
+		}))
 		t.Cleanup(pools[i].Close)
 	}
 	return pools, clk, store
+}
+
+// manual stops p's loop from ticking, and returns it.
+func manual(p *Pool) *Pool {
+	p.manual = true
+	p.watching = make(chan struct{})
+	return p
+}
+
+// watched waits until p's loop watches the store, and has p take the
+// turn that the store's first notification ("": anything may have
+// changed) asks for.
+func watched(t testing.TB, p *Pool) {
+	t.Helper()
+	p.mu.Lock()
+	w := p.watching
+	p.mu.Unlock()
+	if w != nil {
+		<-w
+	}
+	p.turn(t.Context(), false)
 }
 
 // poolClient is a client of one replica in the pool simulations.
@@ -94,8 +120,23 @@ func sumShares(t *testing.T, clients []*poolClient, bucket string, limit float64
 // 10 s, exchanges every second. After every exchange the shares of all
 // the clients of all the replicas sum to at most the limit, and from two
 // reporting intervals after each shift every share is within 5% of the
-// max-min share of the true demands (Allocate over all of them).
+// max-min share of the true demands (Allocate over all of them). It runs
+// with the replicas exchanging every bucket at every turn, and as the
+// loop does, only those whose entries moved or that another replica's
+// change concerns: the same bounds hold, with fewer store requests.
 func TestPoolAcrossReplicas(t *testing.T) {
+	every := simulateReplicas(t, true)
+	changed := simulateReplicas(t, false)
+	t.Logf("store requests: %d exchanging every bucket at every turn, %d exchanging what changed", every, changed)
+	if changed >= every/2 {
+		t.Errorf("exchanging what changed took %d store requests, want under half the %d of exchanging every bucket", changed, every)
+	}
+}
+
+// simulateReplicas runs TestPoolAcrossReplicas's clients, each turn
+// exchanging every bucket (all) or what needs it, and returns the store
+// requests made.
+func simulateReplicas(t *testing.T, all bool) int64 {
 	const (
 		bucket   = "edge/tenant=acme"
 		limit    = 1000.0
@@ -103,7 +144,7 @@ func TestPoolAcrossReplicas(t *testing.T) {
 		epochs   = 6
 		epoch    = 6 * interval
 	)
-	pools, clk, _ := replicas(t, 3)
+	pools, clk, store := replicas(t, 3)
 	r := rand.New(rand.NewPCG(3, 4))
 	clients := make([]*poolClient, 12)
 	for i := range clients {
@@ -123,20 +164,25 @@ func TestPoolAcrossReplicas(t *testing.T) {
 				for _, c := range clients {
 					c.report(t, bucket, limit, interval, now)
 				}
+				if e == 0 && s == 0 {
+					for _, p := range pools { // the store tells them of each other from now on
+						watched(t, p)
+					}
+				}
 			}
 			for _, p := range pools {
-				p.turn(t.Context(), true)
+				p.turn(t.Context(), all)
 				sum, _ := sumShares(t, clients, bucket, limit, now)
 				if sum > limit*(1+1e-9) {
-					t.Fatalf("epoch %d, %v: shares sum to %.3f, over the limit %v", e, s, sum, limit)
+					t.Fatalf("all=%v, epoch %d, %v: shares sum to %.3f, over the limit %v", all, e, s, sum, limit)
 				}
 			}
 			if s >= 2*interval {
 				_, shares := sumShares(t, clients, bucket, limit, now)
 				for i := range shares {
 					if math.Abs(shares[i]-want[i]) > 0.05*want[i] {
-						t.Fatalf("epoch %d, %v after the shift: %s (demand %.1f) has %.2f, want the max-min share %.2f",
-							e, s, clients[i].id, demands[i], shares[i], want[i])
+						t.Fatalf("all=%v, epoch %d, %v after the shift: %s (demand %.1f) has %.2f, want the max-min share %.2f",
+							all, e, s, clients[i].id, demands[i], shares[i], want[i])
 					}
 				}
 			}
@@ -144,6 +190,7 @@ func TestPoolAcrossReplicas(t *testing.T) {
 			clk.Set(now)
 		}
 	}
+	return store.requests.Load()
 }
 
 // TestPoolNewReplicaWaitsForGrant: a replica that joins a bucket the
@@ -181,8 +228,8 @@ func TestPoolNewReplicaWaitsForGrant(t *testing.T) {
 // TestPoolLapse: while the store fails, a replica keeps its grant until
 // its entry would expire in the store (when the last share handed out
 // expires, plus the longest share's time to live, for the shares handed
-// out before the next exchange), then Lapsed reports true; the next
-// exchange that works renews it.
+// out before the next exchange, plus one more, the renewal's slack), then
+// Lapsed reports true; the next exchange that works renews it.
 func TestPoolLapse(t *testing.T) {
 	const bucket, limit = "edge/k=v", 10.0
 	pools, clk, store := replicas(t, 1)
@@ -191,7 +238,7 @@ func TestPoolLapse(t *testing.T) {
 		t.Fatal("Lapsed before any exchange: false, want true")
 	}
 	c := &poolClient{id: "a", pool: p, demand: 5}
-	c.report(t, bucket, limit, 10*time.Second, t0) // a share for 20 s: the entry stands 40 s
+	c.report(t, bucket, limit, 10*time.Second, t0) // a share for 20 s: the entry stands 60 s
 	if p.Lapsed(bucket, t0, 20*time.Second) {
 		t.Fatal("Lapsed right after an exchange: true, want false")
 	}
@@ -199,12 +246,12 @@ func TestPoolLapse(t *testing.T) {
 	clk.Set(t0.Add(10 * time.Second))
 	p.turn(t.Context(), true)
 	if p.Lapsed(bucket, t0.Add(10*time.Second), 20*time.Second) {
-		t.Error("Lapsed 10 s into a 40 s entry, for 20 s: true, want false")
+		t.Error("Lapsed 10 s into a 60 s entry, for 20 s: true, want false")
 	}
-	if !p.Lapsed(bucket, t0.Add(21*time.Second), 20*time.Second) {
-		t.Error("Lapsed 21 s into a 40 s entry, for 20 s: false, want true (it would outlive the entry)")
+	if !p.Lapsed(bucket, t0.Add(41*time.Second), 20*time.Second) {
+		t.Error("Lapsed 41 s into a 60 s entry, for 20 s: false, want true (it would outlive the entry)")
 	}
-	now := t0.Add(21 * time.Second)
+	now := t0.Add(41 * time.Second)
 	clk.Set(now)
 	if !p.ReportFor(bucket, "a", 5, 0, 20*time.Second, now) {
 		t.Fatal("report refused")
@@ -388,4 +435,172 @@ func TestPoolFailedExchange(t *testing.T) {
 	if s, _ := pools[0].Share(bucket, "a", limit, t0); s > limit/2 {
 		t.Errorf("share after a failed exchange that asked for half: %v, want at most %v", s, limit/2)
 	}
+}
+
+// TestPoolIdleEntriesCostNothing: the buckets of clients that left, whose
+// shares are still in force, are exchanged once, for as long as those
+// shares live, and never again: turns make no store call until they
+// expire, and then none either (the store drops them on its own).
+func TestPoolIdleEntriesCostNothing(t *testing.T) {
+	const n, limit, ttl = 1000, 100.0, 10 * time.Minute
+	pools, clk, store := replicas(t, 1)
+	p := pools[0]
+	needs := make([]Need, n)
+	for i := range needs {
+		needs[i] = Need{Bucket: fmt.Sprintf("edge/k=%d", i), Limit: limit, TTL: ttl}
+		if !p.ReportFor(needs[i].Bucket, "gone", 1, 0, ttl, t0) {
+			t.Fatal("report refused")
+		}
+	}
+	p.Forget("gone", t0) // its stream ended: its shares stay in force for 10 minutes
+	if err := p.Exchange(t.Context(), needs); err != nil {
+		t.Fatal(err)
+	}
+	watched(t, p)
+	before := store.requests.Load()
+	for s := time.Second; s <= 2*ttl+time.Minute; s += time.Second {
+		clk.Set(t0.Add(s))
+		p.turn(t.Context(), false)
+		if s < ttl && p.Lapsed(needs[0].Bucket, t0.Add(s), 0) {
+			t.Fatalf("at +%v: the grant lapsed while the store answers", s)
+		}
+	}
+	if got := store.requests.Load() - before; got != 0 {
+		t.Errorf("%d store requests over 21 minutes of turns for %d buckets nobody reports, want 0", got, n)
+	}
+	p.mu.Lock()
+	left := len(p.entries)
+	p.mu.Unlock()
+	if left != 0 {
+		t.Errorf("%d entries held after every share expired, want 0", left)
+	}
+}
+
+// TestPoolRenewsBeforeLapse: a client reporting the same demand every
+// 10 s needs its bucket's grant renewed before its entry in the store
+// lapses, not at every turn: its grant never lapses while the store
+// answers, and the bucket costs a store request every few reporting
+// intervals.
+func TestPoolRenewsBeforeLapse(t *testing.T) {
+	const bucket, limit, interval = "edge/k=v", 100.0, 10 * time.Second
+	pools, clk, store := replicas(t, 1)
+	p := pools[0]
+	c := &poolClient{id: "steady", pool: p, demand: 20}
+	const period = 10 * time.Minute
+	for s := time.Duration(0); s < period; s += time.Second {
+		now := t0.Add(s)
+		clk.Set(now)
+		if s%interval == 0 {
+			c.report(t, bucket, limit, interval, now)
+			if s == 0 {
+				watched(t, p)
+			}
+		}
+		p.turn(t.Context(), false)
+		if p.Lapsed(bucket, now, 2*interval) {
+			t.Fatalf("at +%v: the grant lapsed while the store answers", s)
+		}
+	}
+	got := store.requests.Load()
+	t.Logf("%d store requests over %v of reports every %v (%d turns)", got, period, interval, int(period/time.Second))
+	if limit := int64(period/interval)/3 + 2; got > limit {
+		t.Errorf("%d store requests, want at most one per three reporting intervals and the first two, %d", got, limit)
+	}
+}
+
+// TestPoolChunks: an exchange of many buckets makes calls of at most
+// Chunk buckets; a call that fails leaves its buckets, and those after
+// it, for the next turn, which exchanges them once the store answers.
+func TestPoolChunks(t *testing.T) {
+	const n, chunk, limit = 1000, 100, 10.0
+	clk := backendtest.NewClock(t0)
+	mem := memory.New(memory.Options{Now: clk.Now})
+	t.Cleanup(func() { mem.Close() })
+	store := &sizes{ShareStore: mem}
+	p := manual(NewPool(PoolOptions{Store: store, Replica: "r", Interval: time.Second, Chunk: chunk, Now: clk.Now}))
+	t.Cleanup(p.Close)
+	needs := make([]Need, n)
+	for i := range needs {
+		needs[i] = Need{Bucket: fmt.Sprintf("edge/k=%d", i), Limit: limit, TTL: time.Minute}
+		p.ReportFor(needs[i].Bucket, "c", 1, 0, time.Minute, t0)
+	}
+	if err := p.Exchange(t.Context(), needs); err != nil {
+		t.Fatal(err)
+	}
+	if got := store.seen(); len(got) != n/chunk || slices.Max(got) != chunk {
+		t.Fatalf("calls of %v buckets, want %d calls of %d", got, n/chunk, chunk)
+	}
+	watched(t, p) // the first notification has every bucket exchanged again
+	store.seen()
+	store.failAt.Store(3) // the third call fails
+	p.turn(t.Context(), true)
+	if got := store.seen(); len(got) != 3 {
+		t.Fatalf("after a failed call: %d calls (%v), want 3 (the turn stops at the failure)", len(got), got)
+	}
+	p.mu.Lock()
+	pending := len(p.pending)
+	p.mu.Unlock()
+	if pending != n-2*chunk {
+		t.Errorf("%d buckets left for the next turn, want %d", pending, n-2*chunk)
+	}
+	p.turn(t.Context(), false)
+	if got := store.seen(); len(got) != (n-2*chunk)/chunk {
+		t.Errorf("the next turn made calls of %v buckets, want %d calls", got, (n-2*chunk)/chunk)
+	}
+}
+
+// sizes is a real store that records the size of each call, and fails
+// the failAt'th call after the last seen.
+type sizes struct {
+	backend.ShareStore
+	mu     sync.Mutex
+	calls  []int
+	failAt atomic.Int64
+}
+
+func (s *sizes) ExchangeShares(ctx context.Context, reqs []backend.ShareRequest, res []backend.ShareResult) error {
+	s.mu.Lock()
+	s.calls = append(s.calls, len(reqs))
+	fail := int64(len(s.calls)) == s.failAt.Load()
+	s.mu.Unlock()
+	if fail {
+		return fmt.Errorf("exchange: %w", backend.ErrUnavailable)
+	}
+	return s.ShareStore.ExchangeShares(ctx, reqs, res)
+}
+
+// seen returns the sizes of the calls since the last seen, and forgets
+// them.
+func (s *sizes) seen() []int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.calls
+	s.calls = nil
+	s.failAt.Store(0)
+	return c
+}
+
+// TestPoolNewcomerByNotification: a replica that joins a bucket the other
+// holds whole gets its share from the turns alone, without the other
+// exchanging every bucket: the store tells the other of the newcomer.
+func TestPoolNewcomerByNotification(t *testing.T) {
+	const bucket, limit = "edge/k=v", 90.0
+	pools, _, _ := replicas(t, 2)
+	a := &poolClient{id: "a", pool: pools[0], demand: 1000}
+	b := &poolClient{id: "b", pool: pools[1], demand: 1000}
+	a.report(t, bucket, limit, time.Second, t0)
+	watched(t, pools[0])
+	b.report(t, bucket, limit, time.Second, t0)
+	watched(t, pools[1])
+	for turn := range 3 {
+		for _, p := range pools {
+			p.turn(t.Context(), false)
+		}
+		if s, _ := pools[1].Share(bucket, "b", limit, t0); s == limit/2 {
+			t.Logf("the newcomer has half after %d turns of each replica", turn+1)
+			return
+		}
+	}
+	s, _ := pools[1].Share(bucket, "b", limit, t0)
+	t.Errorf("the newcomer after 3 turns of each replica: share %v, want %v", s, limit/2)
 }

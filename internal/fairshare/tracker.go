@@ -476,46 +476,62 @@ func (t *Tracker) pooled(bucket string) bool {
 	return b != nil && !math.IsNaN(b.grant)
 }
 
-// Want returns what this replica should ask for bucket under limit at now:
-// the sum of its live clients' shares in the allocation of limit over them
-// and the others of SetPool, uncapped by the grant. It also appends their
-// demands to dst, and returns how long the replica's grant must stand:
-// until the last share handed out to them expires (see ReportFor's keep;
-// for a client reported without one, until it expires), which is not
-// after now when none is in force, plus the longest keep, so that a share
-// handed out before the next exchange is covered too. ok is false when the
-// bucket has no live client.
-func (t *Tracker) Want(bucket string, limit float64, now time.Time, dst []float64) (want float64, demands []float64, until time.Time, ok bool) {
+// Wanted is what a replica should publish of a bucket: see Tracker.Want.
+type Wanted struct {
+	// Rate is the sum of the live clients' shares in the allocation of the
+	// limit over them and the others of SetPool, uncapped by the grant.
+	Rate float64
+	// Demands are the live clients' demands.
+	Demands []float64
+	// Until is how long the replica's grant must stand: until the last
+	// share handed out to the clients expires (see ReportFor's keep; for
+	// a client reported without one, until it expires), plus Keep, so
+	// that a share handed out before the next exchange is covered too;
+	// not after now when no share is in force.
+	Until time.Time
+	// Keep is the longest keep of ReportFor among the clients.
+	Keep time.Duration
+	// Live tells that some client has not left (see Forget): shares may
+	// still be handed out from the grant. Without one, Until only falls.
+	Live bool
+}
+
+// Want returns what this replica should ask for bucket under limit at now,
+// appending the demands to dst; ok is false when the bucket has no live
+// client.
+func (t *Tracker) Want(bucket string, limit float64, now time.Time, dst []float64) (w Wanted, ok bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	w.Demands = dst
 	b := t.buckets[bucket]
 	if b == nil {
-		return 0, dst, time.Time{}, false
+		return w, false
 	}
 	t.expire(b, now)
 	if len(b.clients) == 0 {
 		t.dropBucket(b)
-		return 0, dst, time.Time{}, false
+		return w, false
 	}
 	b.targets(limit)
 	b.valid = false // b.shares holds the targets, not the capped shares
-	var keep time.Duration
 	for i, c := range b.clients {
-		want += b.shares[i]
-		dst = append(dst, c.demand)
+		w.Rate += b.shares[i]
+		w.Demands = append(w.Demands, c.demand)
 		hold := c.assigned
 		if hold.IsZero() {
 			hold = c.until
 		}
-		if hold.After(until) {
-			until = hold
+		if hold.After(w.Until) {
+			w.Until = hold
 		}
-		keep = max(keep, c.keep)
+		w.Keep = max(w.Keep, c.keep)
+		w.Live = w.Live || !c.departed
 	}
-	if until.After(now) {
-		until = until.Add(keep)
+	if w.Until.After(now) {
+		w.Until = w.Until.Add(w.Keep)
 	}
-	return min(want, limit), dst, until, true
+	w.Rate = min(w.Rate, limit)
+	return w, true
 }
 
 // bucketsOf returns the keys of the buckets client reported on.

@@ -280,6 +280,32 @@ func describeSANs(c *x509.Certificate) string {
 	return strings.Join(s, ", ")
 }
 
+// PeerIdentity returns the name of the client that cs authenticated with
+// a verified certificate, "" when there is none: its certificate's first
+// URI SAN (a SPIFFE ID, as service meshes issue), else its first DNS
+// name, email address or IP address, else its subject, each prefixed by
+// its kind ("uri:", "dns:", "email:", "ip:", "subject:"). Every
+// certificate issued to one workload gives the same name, renewals
+// included, so that bounds kept per peer hold across its connections and
+// certificate rotations.
+func PeerIdentity(cs tls.ConnectionState) string {
+	if len(cs.VerifiedChains) == 0 || len(cs.PeerCertificates) == 0 {
+		return ""
+	}
+	c := cs.PeerCertificates[0]
+	switch {
+	case len(c.URIs) > 0:
+		return "uri:" + c.URIs[0].String()
+	case len(c.DNSNames) > 0:
+		return "dns:" + c.DNSNames[0]
+	case len(c.EmailAddresses) > 0:
+		return "email:" + c.EmailAddresses[0]
+	case len(c.IPAddresses) > 0:
+		return "ip:" + c.IPAddresses[0].String()
+	}
+	return "subject:" + c.Subject.String()
+}
+
 // checkPEM returns an error if data ends in a PEM block that does not
 // decode, as a file caught half-written does.
 func checkPEM(data []byte) error {

@@ -788,3 +788,31 @@ func TestParseSANs(t *testing.T) {
 		}
 	}
 }
+
+// TestPeerIdentity: a verified client certificate is named by its first
+// SAN, URI first, else by its subject; an unverified one has no name.
+func TestPeerIdentity(t *testing.T) {
+	dir := t.TempDir()
+	ca := certtest.NewCA(t, "test CA")
+	for _, tc := range []struct{ name, san, want string }{
+		{"workload", "spiffe://example.org/ns/a/sa/b", "uri:spiffe://example.org/ns/a/sa/b"},
+		{"envoy", "envoy.example.org", "dns:envoy.example.org"},
+		{"ops", "ops@example.org", "email:ops@example.org"},
+		{"addr", "192.0.2.7", "ip:192.0.2.7"},
+		{"plain", "", "subject:CN=plain"},
+	} {
+		var sans []string
+		if tc.san != "" {
+			sans = append(sans, tc.san)
+		}
+		kp := ca.Client(t, dir, tc.name, sans...)
+		cs := tls.ConnectionState{PeerCertificates: []*x509.Certificate{kp.Cert}}
+		if got := tlsconfig.PeerIdentity(cs); got != "" {
+			t.Errorf("%s, unverified: PeerIdentity = %q, want none", tc.name, got)
+		}
+		cs.VerifiedChains = [][]*x509.Certificate{{kp.Cert, ca.Cert}}
+		if got := tlsconfig.PeerIdentity(cs); got != tc.want {
+			t.Errorf("%s: PeerIdentity = %q, want %q", tc.name, got, tc.want)
+		}
+	}
+}

@@ -91,3 +91,40 @@ func BenchmarkReport(b *testing.B) {
 }
 
 var _ grpc.ServerStream = (*discardStream)(nil)
+
+// BenchmarkReportUnmatched measures the service's CPU per bucket id that
+// no rule matches, in reports of 1000: what a client flooding the service
+// with such bucket ids costs it (they are answered, never held).
+func BenchmarkReportUnmatched(b *testing.B) {
+	const n = 1000
+	clk := &clock{now: time.Unix(1_700_000_000, 0)}
+	s := New(rulesOf(b, oneRule), Options{Now: clk.Now})
+	defer s.EndStreams()
+	msg := &rlqsv3.RateLimitQuotaUsageReports{Domain: "web"}
+	for i := range n {
+		msg.BucketQuotaUsages = append(msg.BucketQuotaUsages, &rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{
+			BucketId:           &rlqsv3.BucketId{Bucket: map[string]string{"nope": fmt.Sprint("k-", i)}},
+			TimeElapsed:        durationpb.New(300 * time.Second),
+			NumRequestsAllowed: 1,
+		})
+	}
+	wire, err := proto.Marshal(msg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ds := &discardStream{ctx: b.Context()}
+	st := s.newStream(ds)
+	defer s.endStream(st)
+	st.ruleset = s.rules.Load()
+	b.ReportAllocs()
+	for b.Loop() {
+		m := new(wireReports)
+		if err := m.Unmarshal(wire); err != nil {
+			b.Fatal(err)
+		}
+		if err := st.report(m); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/bucket")
+}

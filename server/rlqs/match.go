@@ -2,7 +2,6 @@ package rlqs
 
 import (
 	"encoding/binary"
-	"maps"
 	"slices"
 
 	"github.com/ratelimitd/ratelimitd/config"
@@ -23,9 +22,15 @@ func match(d *config.DomainRules, id map[string]string) *config.Rule {
 	if d == nil || len(id) == 0 {
 		return nil
 	}
-	keys := slices.Sorted(maps.Keys(id))
-	used := make([]bool, len(keys))
-	path := make([]entry, 0, len(keys)+1)
+	var kbuf [smallID]string
+	keys := sortedKeys(id, kbuf[:0])
+	var ubuf [smallID]bool
+	used := ubuf[:]
+	if len(keys) > len(ubuf) {
+		used = make([]bool, len(keys))
+	}
+	var pbuf [smallID + 1]entry
+	path := pbuf[:0]
 	var rule *config.Rule
 	for len(path) < len(keys) {
 		best, bi := (*config.Rule)(nil), -1
@@ -57,7 +62,8 @@ func bucketKey(domain string, id map[string]string) string {
 	}
 	b := make([]byte, 0, n)
 	b = appendPart(b, domain)
-	for _, k := range slices.Sorted(maps.Keys(id)) {
+	var kbuf [smallID]string
+	for _, k := range sortedKeys(id, kbuf[:0]) {
 		b = appendPart(b, k)
 		b = appendPart(b, id[k])
 	}
@@ -67,4 +73,19 @@ func bucketKey(domain string, id map[string]string) string {
 // appendPart appends s to b, prefixed by its length as a uvarint.
 func appendPart(b []byte, s string) []byte {
 	return append(binary.AppendUvarint(b, uint64(len(s))), s...)
+}
+
+// smallID is how many keys a bucket id may have for its walks to take
+// their scratch space on the stack: a flood of bucket ids costs the
+// service as little as it can.
+const smallID = 8
+
+// sortedKeys appends id's keys to buf, sorted in byte order, and returns
+// the slice.
+func sortedKeys(id map[string]string, buf []string) []string {
+	for k := range id {
+		buf = append(buf, k)
+	}
+	slices.Sort(buf)
+	return buf
 }

@@ -23,8 +23,8 @@ func labelsFor(d *config.DomainRules, r *config.Rule) ruleLabels {
 type metrics struct {
 	streams                                  prometheus.Gauge
 	ruleStreams, buckets, assignedRate, rate *prometheus.GaugeVec
-	reports, exchanges                       *prometheus.CounterVec
-	refused, fallbacks                       prometheus.Counter
+	reports, exchanges, refused              *prometheus.CounterVec
+	fallbacks, exchanged                     prometheus.Counter
 }
 
 // newMetrics returns the metrics, registered on reg unless it is nil.
@@ -45,21 +45,28 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "ratelimitd_rlqs_reported_requests_total",
 			Help: "Requests RLQS clients reported, by rule and result: allowed or denied by the client.",
 		}, []string{"domain", "rule", "result"}),
-		refused: prometheus.NewCounter(prometheus.CounterOpts{
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ratelimitd_rlqs_buckets_refused_total",
-			Help: "Bucket reports refused: at a bound on buckets (per stream, in total, keys or bytes per bucket id; no assignment), or by the fair-share tracker, full (DENY_ALL).",
-		}),
+			Help: "Bucket reports refused, by the bound met: bucket_id (too many keys or bytes; no assignment); stream, connection, peer or service (the buckets held; --rlqs-max-buckets-*); tracker (the fair-share tracker, full). A refused limited bucket gets --failure-mode's assignment.",
+		}, []string{"bound"}),
 		exchanges: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ratelimitd_rlqs_store_exchanges_total",
 			Help: "Exchanges of this replica's bucket entries with the store, through which replicas share the limits, by result: ok or error.",
 		}, []string{"result"}),
+		exchanged: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ratelimitd_rlqs_store_exchanged_buckets_total",
+			Help: "Bucket entries this replica exchanged with the store: one per bucket whose demands moved, whose grant must be renewed, or that another replica's change concerns.",
+		}),
 		fallbacks: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "ratelimitd_rlqs_fallback_assignments_total",
 			Help: "Assignments of limited buckets made as --failure-mode says, for no grant from the store was in force.",
 		}),
 	}
+	for _, b := range bounds {
+		m.refused.WithLabelValues(string(b)) // every series from the start, for rate() and alerts
+	}
 	if reg != nil {
-		reg.MustRegister(m.streams, m.ruleStreams, m.buckets, m.assignedRate, m.rate, m.reports, m.refused, m.exchanges, m.fallbacks)
+		reg.MustRegister(m.streams, m.ruleStreams, m.buckets, m.assignedRate, m.rate, m.reports, m.refused, m.exchanges, m.exchanged, m.fallbacks)
 	}
 	return m
 }
@@ -95,17 +102,35 @@ func (m *metrics) limit(l ruleLabels, rate float64) {
 	m.rate.WithLabelValues(l.domain, l.rule).Set(rate)
 }
 
-// reported counts a usage report of rule l.
-func (m *metrics) reported(l ruleLabels, allowed, denied uint64) {
-	m.reports.WithLabelValues(l.domain, l.rule, "allowed").Add(float64(allowed))
-	m.reports.WithLabelValues(l.domain, l.rule, "denied").Add(float64(denied))
+// tally sums the usage one report reports, by rule, for the metrics.
+type tally map[ruleLabels][2]uint64
+
+// add adds a bucket's usage of rule l.
+func (t tally) add(l ruleLabels, allowed, denied uint64) {
+	c := t[l]
+	t[l] = [2]uint64{c[0] + allowed, c[1] + denied}
 }
 
-// exchanged counts an exchange with the store.
-func (m *metrics) exchanged(err error) {
+// count counts the usage in m: the series of each rule once a report,
+// however many buckets of it the report names.
+func (t tally) count(m *metrics) {
+	for l, c := range t {
+		m.reports.WithLabelValues(l.domain, l.rule, "allowed").Add(float64(c[0]))
+		m.reports.WithLabelValues(l.domain, l.rule, "denied").Add(float64(c[1]))
+	}
+}
+
+// refuse counts a bucket refused at bound b.
+func (m *metrics) refuse(b bound) {
+	m.refused.WithLabelValues(string(b)).Inc()
+}
+
+// exchange counts a store call exchanging buckets entries.
+func (m *metrics) exchange(buckets int, err error) {
 	result := "ok"
 	if err != nil {
 		result = "error"
 	}
 	m.exchanges.WithLabelValues(result).Inc()
+	m.exchanged.Add(float64(buckets))
 }

@@ -18,18 +18,22 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/fairshare"
 )
 
-// Bounds on what clients may make the service hold.
+// Defaults of Bounds, on what clients may make the service hold.
 const (
-	// MaxBucketsPerStream is how many buckets one stream may hold; the
-	// buckets it reports past that get no assignment. A stream drops, at
-	// its next report, the buckets not reported within their assignment's
-	// time to live, which makes room.
-	MaxBucketsPerStream = 1000
-	// MaxBuckets is how many buckets all the streams together may hold;
-	// the buckets reported past that get no assignment. A report refused
-	// at this bound has every stream drop its buckets not reported within
-	// their assignment's time to live, so that the next one finds room.
-	MaxBuckets = 100_000
+	// DefaultMaxBucketsPerStream is how many buckets one stream may hold.
+	DefaultMaxBucketsPerStream = 1000
+	// DefaultMaxBucketsPerConnection is how many buckets the streams of
+	// one gRPC connection may hold together.
+	DefaultMaxBucketsPerConnection = 10_000
+	// DefaultMaxBucketsPerPeer is how many buckets the streams of one
+	// authenticated peer may hold together, over all its connections.
+	DefaultMaxBucketsPerPeer = 50_000
+	// DefaultMaxBuckets is how many buckets all the streams together may
+	// hold.
+	DefaultMaxBuckets = 100_000
+	// DefaultMaxStreamsPerBucket is how many streams of one connection, or
+	// of one peer, may hold the same bucket.
+	DefaultMaxStreamsPerBucket = 16
 	// MaxBucketEntries is how many keys a bucket id may have; a bucket id
 	// with more gets no assignment.
 	MaxBucketEntries = 32
@@ -37,6 +41,58 @@ const (
 	// id may have together; a bucket id with more gets no assignment.
 	MaxBucketIDBytes = 1024
 )
+
+// Bounds limits the buckets the service holds for its clients, so that no
+// client can fill what the service holds for all of them. A bucket counts
+// against the bounds of its stream, of the stream's connection, of the
+// connection's authenticated peer (the identity its client certificate
+// names under mutual TLS; see tlsconfig.PeerIdentity), and of the
+// service, from the first report that names it until its stream drops it,
+// and, when its stream ends, until the assignment it was last sent
+// expires: the fair-share tracker counts that client's share until then.
+// A bucket that no rule matches is answered without being held, and
+// counts against no bound. A bucket past a bound gets the Fallback, the
+// assignment of the failure mode, and is counted in
+// ratelimitd_rlqs_buckets_refused_total by the bound it met; it takes no
+// place from a bucket held already. The zero value of a field means its
+// default.
+type Bounds struct {
+	// PerStream is how many buckets one stream may hold
+	// (DefaultMaxBucketsPerStream).
+	PerStream int
+	// PerConnection is how many buckets the streams of one gRPC connection
+	// may hold (DefaultMaxBucketsPerConnection).
+	PerConnection int
+	// PerPeer is how many buckets the streams of one authenticated peer,
+	// over all its connections, may hold (DefaultMaxBucketsPerPeer).
+	// Connections without a verified client certificate have no peer.
+	PerPeer int
+	// Total is how many buckets all the streams together may hold
+	// (DefaultMaxBuckets).
+	Total int
+	// StreamsPerBucket is how many streams of one connection, and of one
+	// peer, may hold the same bucket (DefaultMaxStreamsPerBucket): each is a
+	// client among which the bucket's limit is divided.
+	StreamsPerBucket int
+}
+
+// withDefaults returns b with its zero or negative fields set to the
+// defaults.
+func (b Bounds) withDefaults() Bounds {
+	or := func(v, d int) int {
+		if v <= 0 {
+			return d
+		}
+		return v
+	}
+	return Bounds{
+		PerStream:        or(b.PerStream, DefaultMaxBucketsPerStream),
+		PerConnection:    or(b.PerConnection, DefaultMaxBucketsPerConnection),
+		PerPeer:          or(b.PerPeer, DefaultMaxBucketsPerPeer),
+		Total:            or(b.Total, DefaultMaxBuckets),
+		StreamsPerBucket: or(b.StreamsPerBucket, DefaultMaxStreamsPerBucket),
+	}
+}
 
 // Assignment lifetimes: see ttlFor.
 const (
@@ -114,6 +170,8 @@ type Options struct {
 	// ShadowMode assigns ALLOW_ALL to every bucket, as the rule's
 	// shadow_mode does.
 	ShadowMode bool
+	// Bounds limits the buckets the service holds for its clients.
+	Bounds Bounds
 	// Registry, when set, receives the service's metrics.
 	Registry prometheus.Registerer
 	// Logger receives the service's logs; nil discards them.
@@ -138,11 +196,15 @@ type Service struct {
 	stopOnce sync.Once
 	stopped  chan struct{} // closed by EndStreams
 
-	mu      sync.Mutex
-	holders map[string]map[*stream]struct{} // by bucket key: the streams holding it
-	streams map[*stream]struct{}
-	total   int // buckets held, all streams together
-	max     int // MaxBuckets; lowered by tests
+	mu       sync.Mutex
+	bounds   Bounds                          // may be lowered by tests
+	holders  map[string]map[*stream]struct{} // by bucket key: the streams holding it
+	streams  map[*stream]struct{}
+	all      account          // the service's holdings, all streams together
+	conns    map[any]*account // by connection (see identify)
+	peers    map[any]*account // by authenticated peer's name
+	departed departures       // holdings of ended streams, until their assignments expire
+	swept    time.Time        // when a refusal last had every stream drop its idle buckets
 }
 
 // New returns a Service deciding under rules (nil until SetRules).
@@ -154,10 +216,12 @@ func New(rules *config.Rules, opts Options) *Service {
 		log:      opts.Logger,
 		now:      opts.Now,
 		metrics:  newMetrics(opts.Registry),
+		bounds:   opts.Bounds.withDefaults(),
 		holders:  make(map[string]map[*stream]struct{}),
 		streams:  make(map[*stream]struct{}),
+		conns:    make(map[any]*account),
+		peers:    make(map[any]*account),
 		stopped:  make(chan struct{}),
-		max:      MaxBuckets,
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -165,20 +229,24 @@ func New(rules *config.Rules, opts Options) *Service {
 	if s.now == nil {
 		s.now = time.Now
 	}
+	// The tracker holds a client per bucket held, and those of ended
+	// streams while the service counts them: the service's bound is its.
+	tracker := fairshare.Options{MaxBuckets: s.bounds.Total, MaxClients: s.bounds.Total}
 	switch {
 	case opts.Store != nil:
 		s.pool = fairshare.NewPool(fairshare.PoolOptions{
+			Tracker:  tracker,
 			Store:    opts.Store,
 			Replica:  cmp.Or(opts.Replica, rand.Text()),
 			Interval: opts.SyncInterval,
 			Changed:  s.moved,
-			Observe:  s.metrics.exchanged,
+			Observe:  s.metrics.exchange,
 			Logger:   s.log,
 			Now:      s.now,
 		})
 		s.sharer = s.pool
 	case s.sharer == nil:
-		s.sharer = fairshare.NewTracker(fairshare.Options{})
+		s.sharer = fairshare.NewTracker(tracker)
 	}
 	s.rules.Store(rules)
 	return s
@@ -256,52 +324,68 @@ func (s *Service) newStream(g grpc.ServerStream) *stream {
 	}
 	s.mu.Lock()
 	s.streams[st] = struct{}{}
+	st.accts = s.open(g.Context())
 	s.mu.Unlock()
 	s.metrics.streams.Inc()
 	return st
 }
 
 // endStream forgets a stream, its buckets and its shares, and lets the
-// streams that shared its buckets take them up.
+// streams that shared its buckets take them up. The buckets whose
+// assignments are still in force stay counted against the bounds until
+// they expire, as the sharer counts their shares.
 func (s *Service) endStream(st *stream) {
 	s.metrics.streams.Dec()
-	s.sharer.Forget(st.client, s.now()) // before the others wake to their new shares
+	now := s.now()
+	s.sharer.Forget(st.client, now) // before the others wake to their new shares
 	for key, b := range st.buckets {
-		st.drop(key, b)
+		st.drop(key, b, b.expires)
 	}
 	s.mu.Lock()
 	delete(s.streams, st)
+	s.close(st.accts)
 	s.mu.Unlock()
 }
 
-// hold records that st holds the bucket key, and reports false when that
-// would pass MaxBuckets; every stream is then woken to drop its idle
-// buckets (see stream.sweep).
-func (s *Service) hold(st *stream, key string) bool {
+// hold records that st holds the bucket key, unless that would pass one
+// of the Bounds: it then returns the bound met, after having every stream
+// drop its idle buckets (see stream.sweep) when the service's bound was
+// met, at most once a second.
+func (s *Service) hold(st *stream, key string, now time.Time) bound {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.total >= s.max {
-		for o := range s.streams {
-			o.wake("")
+	s.expireDepartures(now)
+	if b := s.admit(st.accts, key); b != "" {
+		if b == boundService && now.Sub(s.swept) >= time.Second {
+			s.swept = now
+			for o := range s.streams {
+				o.wake("")
+			}
 		}
-		return false
+		return b
 	}
-	s.total++
+	take(st.accts, key)
 	h := s.holders[key]
 	if h == nil {
 		h = make(map[*stream]struct{})
 		s.holders[key] = h
 	}
 	h[st] = struct{}{}
-	return true
+	return ""
 }
 
 // release undoes hold, and wakes the other holders of the bucket: their
-// shares grew.
-func (s *Service) release(st *stream, key string) {
+// shares grew. The holding stays counted against the bounds until
+// departs, when that is after now (the stream ended while the assignment
+// it sent on the bucket is in force).
+func (s *Service) release(st *stream, key string, departs, now time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.total--
+	if departs.After(now) {
+		s.depart(st.accts, key, departs)
+	} else {
+		s.give(st.accts, key)
+	}
 	h := s.holders[key]
 	delete(h, st)
 	if len(h) == 0 {

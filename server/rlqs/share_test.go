@@ -5,7 +5,6 @@ import (
 	"runtime"
 	"slices"
 
-	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	"testing"
 	"time"
 
@@ -37,25 +36,29 @@ func isBlanket(s *typev3.RateLimitStrategy, want typev3.RateLimitStrategy_Blanke
 }
 
 // TestRefusedClientGetsNoShare: a client the tracker refuses (its bucket
-// holds as many clients as it may) is denied, so the shares handed out
-// stay within the limit.
+// holds as many clients as it may) gets no share: it is answered as the
+// failure mode says, and the shares handed out stay within the limit.
 func TestRefusedClientGetsNoShare(t *testing.T) {
-	tr := fairshare.NewTracker(fairshare.Options{MaxClientsPerBucket: 2})
-	s, conn, clk := serveWith(t, rulesOf(t, oneRule), Options{Sharer: tr})
-	id := map[string]string{"path": "/api"}
-	a, b, c := newClient(t, conn, clk, "web"), newClient(t, conn, clk, "web"), newClient(t, conn, clk, "web")
-	a.report(usage{id: id, allowed: 1})
-	b.report(usage{id: id, allowed: 1})
-	a.until(func() bool { return rate(a.strategy(id)) == 50 })
-	c.report(usage{id: id, allowed: 1})
-	if s := c.strategy(id); !isBlanket(s, typev3.RateLimitStrategy_DENY_ALL) {
-		t.Errorf("refused client: got %v, want DENY_ALL", s)
-	}
-	if sum := rate(a.strategy(id)) + rate(b.strategy(id)); sum > 100 {
-		t.Errorf("shares held sum to %v, over the limit 100", sum)
-	}
-	if got := testutil.ToFloat64(s.metrics.refused); got != 1 {
-		t.Errorf("buckets refused: %v, want the tracker's 1", got)
+	for fallback, want := range map[Fallback]typev3.RateLimitStrategy_BlanketRule{
+		FallbackDenyAll: typev3.RateLimitStrategy_DENY_ALL, FallbackAllowAll: typev3.RateLimitStrategy_ALLOW_ALL,
+	} {
+		tr := fairshare.NewTracker(fairshare.Options{MaxClientsPerBucket: 2})
+		s, conn, clk := serveWith(t, rulesOf(t, oneRule), Options{Sharer: tr, Fallback: fallback})
+		id := map[string]string{"path": "/api"}
+		a, b, c := newClient(t, conn, clk, "web"), newClient(t, conn, clk, "web"), newClient(t, conn, clk, "web")
+		a.report(usage{id: id, allowed: 1})
+		b.report(usage{id: id, allowed: 1})
+		a.until(func() bool { return rate(a.strategy(id)) == 50 })
+		c.report(usage{id: id, allowed: 1})
+		if s := c.strategy(id); !isBlanket(s, want) {
+			t.Errorf("refused client: got %v, want %v", s, want)
+		}
+		if sum := rate(a.strategy(id)) + rate(b.strategy(id)); sum > 100 {
+			t.Errorf("shares held sum to %v, over the limit 100", sum)
+		}
+		if got := testutil.ToFloat64(s.metrics.refused.WithLabelValues("tracker")); got != 1 {
+			t.Errorf("buckets refused by the tracker: %v, want 1", got)
+		}
 	}
 }
 
@@ -104,12 +107,12 @@ func fill(c *quotaClient, prefix string, n int) {
 }
 
 // TestIdleBucketsMakeRoom: buckets not reported within their assignment's
-// time to live are dropped, so a stream that filled MaxBucketsPerStream,
-// or streams that filled MaxBuckets, take new buckets again.
+// time to live are dropped, so a stream that filled its Bounds.PerStream,
+// or streams that filled Bounds.Total, take new buckets again.
 func TestIdleBucketsMakeRoom(t *testing.T) {
 	s, conn, clk := serve(t, rulesOf(t, oneRule))
 	c := newClient(t, conn, clk, "web")
-	fill(c, "/old", MaxBucketsPerStream)
+	fill(c, "/old", DefaultMaxBucketsPerStream)
 	clk.Advance(2*DefaultReportingInterval + time.Nanosecond) // past their time to live
 	fresh := map[string]string{"path": "/fresh"}
 	c.report(usage{id: fresh, allowed: 1})
@@ -120,25 +123,22 @@ func TestIdleBucketsMakeRoom(t *testing.T) {
 	// The global bound: another stream fills it, idles; a report refused
 	// at the bound has the streams drop their idle buckets.
 	s.mu.Lock()
-	s.max = 3
+	s.bounds.Total = 3
 	s.mu.Unlock()
 	d := newClient(t, conn, clk, "web")
 	fill(d, "/d", 2) // with c's /fresh, 3 held
 	clk.Advance(2*DefaultReportingInterval + time.Nanosecond)
 	e := newClient(t, conn, clk, "web")
 	id := map[string]string{"path": "/e"}
-	// Refused, /e gets no answer: send it without waiting for one. The
-	// refusal wakes the others, which drop their idle buckets.
-	err := e.st.Send(&rlqsv3.RateLimitQuotaUsageReports{Domain: "web", BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{
-		{BucketId: &rlqsv3.BucketId{Bucket: id}, NumRequestsAllowed: 1},
-	}})
-	if err != nil {
-		t.Fatalf("Send: %v", err)
+	// Refused, /e gets the failure mode's assignment (allow: ALLOW_ALL).
+	// The refusal wakes the others, which drop their idle buckets.
+	e.report(usage{id: id, allowed: 1})
+	if s := e.strategy(id); !isBlanket(s, typev3.RateLimitStrategy_ALLOW_ALL) {
+		t.Errorf("global bound: a bucket refused got %v, want the failure mode's ALLOW_ALL", s)
 	}
-	e.sent = true
 	for deadline := time.Now().Add(time.Minute); ; { // a bound against hanging, not a timing assertion
 		s.mu.Lock()
-		total := s.total
+		total := s.all.held
 		s.mu.Unlock()
 		if total == 0 {
 			break

@@ -1,6 +1,7 @@
 package rlqs
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -23,8 +24,9 @@ import (
 type stream struct {
 	s       *Service
 	g       grpc.ServerStream
-	client  string // the sharer's name for the client
-	domain  string // from the first report
+	client  string   // the sharer's name for the client
+	accts   accounts // the accounts its buckets count in, against Bounds
+	domain  string   // from the first report
 	ruleset *config.Rules
 	buckets map[string]*bucket // by bucket key
 	rules   map[ruleLabels]int // buckets held, by rule, for the streams gauge
@@ -146,6 +148,10 @@ func (st *stream) report(m *wireReports) error {
 		held bool
 	}
 	done := make([]reported, 0, len(m.usages))
+	resp := &wireResponse{}
+	d := st.ruleset.Domain(st.domain)
+	usage := make(tally)
+	defer usage.count(st.s.metrics)
 	var needs []fairshare.Need
 	for i, u := range m.usages {
 		id := u.id
@@ -155,8 +161,13 @@ func (st *stream) report(m *wireReports) error {
 		key := bucketKey(st.domain, id)
 		b := st.buckets[key]
 		if b == nil {
-			if b = st.add(key, id); b == nil {
-				continue // over the bounds: no assignment
+			var a assignment
+			if b, a = st.add(key, id, d, now, u, usage); b == nil {
+				// Not held: answered from the rule, or refused.
+				if a.kind != kindNone {
+					resp.assign(id, a, ttlFor(cmp.Or(u.elapsed, DefaultReportingInterval)))
+				}
+				continue
 			}
 		}
 		if u.elapsed > 0 {
@@ -166,9 +177,9 @@ func (st *stream) report(m *wireReports) error {
 		b.expires = now.Add(ttl)
 		held := st.s.sharer.ReportFor(key, st.client, u.allowed, u.denied, ttl, now)
 		if !held {
-			st.s.metrics.refused.Inc() // the sharer is full: DENY_ALL
+			st.s.metrics.refuse(boundTracker) // the sharer is full: the Fallback
 		}
-		st.s.metrics.reported(b.labels, u.allowed, u.denied)
+		usage.add(b.labels, u.allowed, u.denied)
 		st.s.shifted(st, key)
 		done = append(done, reported{key, b, ttl, held})
 		if limit, ok := st.shared(b); ok && held {
@@ -178,14 +189,15 @@ func (st *stream) report(m *wireReports) error {
 	if len(needs) > 0 {
 		// New buckets get their grant before their first answer, so that
 		// it counts the other replicas' clients (within the pool's
-		// timeout, the sync interval); a failure leaves them lapsed (see
-		// decide).
-		_ = st.s.pool.Exchange(st.g.Context(), needs)
+		// timeout); a failure leaves them lapsed (see decide), and is
+		// counted and logged by the pool.
+		if err := st.s.pool.Exchange(st.g.Context(), needs); err != nil {
+			st.s.log.Debug("RLQS report: store exchange failed; its new buckets get the failure mode's assignment", "buckets", len(needs), "err", err)
+		}
 	}
-	resp := &wireResponse{}
 	for _, r := range done {
 		if a := st.assign(r.key, r.b, now, !r.held, r.ttl); a.kind != kindNone {
-			resp.add(r.b.id, assignAction(a, r.ttl))
+			resp.assign(r.b.id, a, r.ttl)
 		}
 	}
 	return st.send(resp)
@@ -213,7 +225,7 @@ func (st *stream) refresh() error {
 			r := match(d, b.id)
 			if r == nil && b.rule != nil {
 				resp.add(b.id, abandonAction())
-				st.drop(key, b)
+				st.drop(key, b, time.Time{})
 				continue
 			}
 			st.relabel(b, r, labelsFor(d, r))
@@ -236,7 +248,7 @@ func (st *stream) refresh() error {
 			st.record(b, a)
 		case ttl > 0 && worthPushing(b.sent, a):
 			st.record(b, a)
-			resp.add(b.id, assignAction(a, ttl))
+			resp.assign(b.id, a, ttl)
 		}
 	}
 	if all || reloaded {
@@ -260,7 +272,7 @@ func (st *stream) refresh() error {
 func (st *stream) sweep(now time.Time) {
 	for key, b := range st.buckets {
 		if now.After(b.expires) {
-			st.drop(key, b)
+			st.drop(key, b, time.Time{})
 		}
 	}
 }
@@ -276,20 +288,55 @@ func (st *stream) send(resp *wireResponse) error {
 	return nil
 }
 
-// add starts holding a bucket reported for the first time, or returns nil
-// when the bounds refuse it.
-func (st *stream) add(key string, id map[string]string) *bucket {
-	if len(id) > MaxBucketEntries || idBytes(id) > MaxBucketIDBytes ||
-		len(st.buckets) >= MaxBucketsPerStream || !st.s.hold(st, key) {
-		st.s.metrics.refused.Inc()
-		return nil
+// add starts holding a bucket reported for the first time, with usage u,
+// and returns it; or returns nil and what the bucket is answered, when it
+// is not held. A bucket id past MaxBucketEntries or MaxBucketIDBytes is
+// refused, and answered nothing. A bucket that no rule of d matches is
+// answered ALLOW_ALL, as RLS answers OK, without being held: it costs no
+// place under any bound, and after a reload its client gets the new
+// rule's assignment at its next report. A bucket past Bounds is refused:
+// a rule that needs no share (unlimited, a ban, shadow mode) answers it
+// still, and a limited one gets the Fallback.
+func (st *stream) add(key string, id map[string]string, d *config.DomainRules, now time.Time, u wireUsage, usage tally) (*bucket, assignment) {
+	if len(id) > MaxBucketEntries || idBytes(id) > MaxBucketIDBytes {
+		st.s.metrics.refuse(boundBucketID)
+		return nil, assignment{}
 	}
-	d := st.ruleset.Domain(st.domain)
 	r := match(d, id)
+	if r == nil {
+		usage.add(labelsFor(d, nil), u.allowed, u.denied)
+		return nil, assignment{kind: kindAllowAll}
+	}
+	bnd := boundStream
+	if len(st.buckets) < st.s.bounds.PerStream {
+		bnd = st.s.hold(st, key, now)
+	}
+	if bnd != "" {
+		st.s.metrics.refuse(bnd)
+		usage.add(labelsFor(d, r), u.allowed, u.denied)
+		if a, ok := st.blanket(r); ok {
+			return nil, a
+		}
+		return nil, st.s.fallback.assignment()
+	}
 	b := &bucket{key: key, id: id, interval: DefaultReportingInterval}
 	st.buckets[key] = b
 	st.relabel(b, r, labelsFor(d, r))
-	return b
+	return b, assignment{}
+}
+
+// blanket returns the assignment of a bucket of rule r that needs no
+// share of a limit (unlimited, a ban, shadow mode), and false for a rule
+// that limits.
+func (st *stream) blanket(r *config.Rule) (assignment, bool) {
+	limit, limited := limitRate(r)
+	switch {
+	case !limited || st.s.shadow || r.ShadowMode:
+		return assignment{kind: kindAllowAll}, true
+	case limit <= 0:
+		return assignment{kind: kindDenyAll}, true
+	}
+	return assignment{}, false
 }
 
 // idBytes returns the bytes of id's keys and values together.
@@ -326,14 +373,15 @@ func (st *stream) unlabel(b *bucket) {
 	b.rate, b.labelled = 0, false
 }
 
-// drop stops holding the bucket key.
-func (st *stream) drop(key string, b *bucket) {
+// drop stops holding the bucket key; its place under the bounds is kept
+// until departs (see Service.release).
+func (st *stream) drop(key string, b *bucket, departs time.Time) {
 	st.mu.Lock()
 	delete(st.views, key)
 	st.mu.Unlock()
 	st.unlabel(b)
 	delete(st.buckets, key)
-	st.s.release(st, key)
+	st.s.release(st, key, departs, st.s.now())
 }
 
 // assign computes b's assignment now, to live ttl, and records it as sent
@@ -345,35 +393,30 @@ func (st *stream) assign(key string, b *bucket, now time.Time, refused bool, ttl
 }
 
 // decide returns b's assignment now, to live ttl. refused tells that the
-// sharer refused the report just made: a limited bucket then gets
-// DENY_ALL, for the shares of the clients it holds already add up to the
-// limit. A bucket the sharer no longer holds otherwise gets no assignment
+// sharer refused the report just made (it holds as many clients as it
+// may): a limited bucket then gets the Fallback, as a bucket past the
+// service's Bounds does. A bucket the sharer no longer holds otherwise gets no assignment
 // (kindNone): its client's entry expired, after the assignment it was sent
 // (see ttlFor), so there is nothing to take back, and it gets a share at
 // its next report. A limited bucket whose grant from the store has lapsed,
 // or would before ttl, gets the Fallback.
 func (st *stream) decide(key string, b *bucket, now time.Time, refused bool, ttl time.Duration) assignment {
-	var a assignment
-	limit, limited := limitRate(b.rule)
-	switch {
-	case !limited || st.s.shadow || b.rule.ShadowMode:
-		a = assignment{kind: kindAllowAll}
-	case limit <= 0:
-		a = assignment{kind: kindDenyAll}
-	case refused:
-		a = assignment{kind: kindDenyAll}
-		st.s.metrics.limit(b.labels, limit)
-	case st.s.pool != nil && st.s.pool.Lapsed(key, now, ttl):
-		a = st.s.fallback.assignment()
-		st.s.metrics.fallbacks.Inc()
-		st.s.metrics.limit(b.labels, limit)
-	default:
-		if share, ok := st.s.sharer.Share(key, st.client, limit, now); ok {
-			a = bucketFor(b.rule, share, limit)
-		}
-		st.s.metrics.limit(b.labels, limit)
+	if a, ok := st.blanket(b.rule); ok {
+		return a
 	}
-	return a
+	limit, _ := limitRate(b.rule)
+	st.s.metrics.limit(b.labels, limit)
+	switch {
+	case refused:
+		return st.s.fallback.assignment()
+	case st.s.pool != nil && st.s.pool.Lapsed(key, now, ttl):
+		st.s.metrics.fallbacks.Inc()
+		return st.s.fallback.assignment()
+	}
+	if share, ok := st.s.sharer.Share(key, st.client, limit, now); ok {
+		return bucketFor(b.rule, share, limit)
+	}
+	return assignment{}
 }
 
 // record records a as b's assignment sent, and keeps the assigned-rate

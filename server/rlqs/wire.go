@@ -3,8 +3,6 @@ package rlqs
 import (
 	"errors"
 	"fmt"
-	"maps"
-	"slices"
 	"time"
 
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
@@ -168,6 +166,30 @@ func eachField(b []byte, f func(num protowire.Number, typ protowire.Type, v []by
 type wireResponse struct {
 	actions []*rlqsv3.RateLimitQuotaResponse_BucketAction
 	ids     []map[string]string
+	shared  map[actionKey]*rlqsv3.RateLimitQuotaResponse_BucketAction // see assign
+}
+
+// actionKey is what makes two assignment actions the same.
+type actionKey struct {
+	a   assignment
+	ttl time.Duration
+}
+
+// assign adds the assignment a, living ttl, for bucket id. The buckets of
+// one response given the same assignment share one action message, which
+// Marshal writes for each: a report of many buckets answered alike (those
+// no rule matches) costs one message, not one each.
+func (w *wireResponse) assign(id map[string]string, a assignment, ttl time.Duration) {
+	k := actionKey{a, ttl}
+	act := w.shared[k]
+	if act == nil {
+		act = assignAction(a, ttl)
+		if w.shared == nil {
+			w.shared = make(map[actionKey]*rlqsv3.RateLimitQuotaResponse_BucketAction)
+		}
+		w.shared[k] = act
+	}
+	w.add(id, act)
 }
 
 // Reset, String and ProtoMessage make wireResponse a protobuf message for
@@ -204,7 +226,8 @@ func (w *wireResponse) Marshal() ([]byte, error) {
 // appendBucketID appends field 1, a BucketId holding id, to b.
 func appendBucketID(b []byte, id map[string]string) []byte {
 	var body []byte
-	for _, k := range slices.Sorted(maps.Keys(id)) {
+	var kbuf [smallID]string
+	for _, k := range sortedKeys(id, kbuf[:0]) {
 		v := id[k]
 		body = protowire.AppendTag(body, 1, protowire.BytesType)
 		body = protowire.AppendVarint(body, uint64(protowire.SizeTag(1)*2+protowire.SizeBytes(len(k))+protowire.SizeBytes(len(v))))
