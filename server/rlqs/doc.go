@@ -98,20 +98,36 @@
 //
 // # Bounds
 //
-// A stream holds at most MaxBucketsPerStream buckets, all the streams
-// together MaxBuckets, and a bucket id has at most MaxBucketEntries keys
-// and MaxBucketIDBytes bytes of keys and values.
-// A bucket not reported within its assignment's time to live is dropped:
-// at its stream's next report or wake-up, and on every stream when a
-// report is refused at MaxBuckets; a client still using it reports it
-// again as a new bucket. A bucket past one of these bounds gets no
-// assignment: the client applies
-// its own no_assignment behaviour, as it would with the service
-// unreachable. A limited bucket the fair-share tracker refuses (it holds
-// as many clients as it may) gets DENY_ALL instead: the tracker's clients
-// already share the whole limit, and the client's no_assignment behaviour
-// (often ALLOW_ALL) would go past it; it tries again at its next report.
-// Both count in ratelimitd_rlqs_buckets_refused_total.
+// No client can fill what the service holds for all of them (Bounds,
+// each a flag of the daemon). A bucket id that no rule matches is
+// answered ALLOW_ALL and held nowhere: it takes no place under any bound,
+// and costs only its answer. A bucket that a rule matches counts, from
+// its first report until its stream drops it, against the bound of its
+// stream (Bounds.PerStream, 1000), of the gRPC connection its stream came
+// on (Bounds.PerConnection, 10,000, all the connection's streams
+// together), of its authenticated peer under mutual TLS (Bounds.PerPeer,
+// 50,000 over all the connections of one client certificate's identity:
+// tlsconfig.PeerIdentity), and of the service (Bounds.Total, 100,000). At
+// most Bounds.StreamsPerBucket (16) streams of one connection, or of one
+// peer, hold the same bucket: each would be a client the limit is divided
+// among. When a stream ends, the buckets whose assignments are still in
+// force stay counted, against the same bounds, until those expire: the
+// fair-share tracker counts their shares that long, so that opening and
+// closing streams cannot hold more than a bound allows.
+//
+// A bucket past a bound is refused, counted in
+// ratelimitd_rlqs_buckets_refused_total by the bound it met, and takes no
+// place from a bucket held already: a rule that needs no share
+// (unlimited, a ban, shadow mode) still answers it; a limited one gets the
+// Fallback, the assignment of the failure mode, as when the store cannot
+// share. So does a limited bucket the fair-share tracker refuses (its
+// clients per bucket are bounded too). A bucket id with more than
+// MaxBucketEntries keys, or MaxBucketIDBytes bytes of keys and values,
+// gets no assignment (the client applies its own no_assignment
+// behaviour). A bucket not reported within its assignment's time to live
+// is dropped: at its stream's next report or wake-up, and on every stream
+// (at most once a second) when a report is refused at the service's
+// bound; a client still using it reports it again as a new bucket.
 //
 // # Across replicas
 //
@@ -119,30 +135,43 @@
 // Redis for many), the replicas divide each bucket's limit among all the
 // clients reporting on it, wherever they report (fairshare.Pool). Each
 // replica keeps one entry per bucket in the store: its clients' demands
-// and the rate the store granted it. Every SyncInterval (a second by
-// default), and at once for a bucket new to it or whose limit changed, a
-// replica asks for what its clients get in the max-min division of the
-// limit over every client it knows of, its own and the other replicas';
-// the store grants that, or what the other replicas' grants leave, in one
-// atomic step, and returns their clients' demands. A replica's clients
-// share its grant. The grants in force never add up to more than the
-// limit, so neither do the shares of all the clients of all the replicas.
-// A replica that learns of a new client elsewhere asks for less at its
-// next exchange, and the newcomer's replica gets the rest at its own:
-// until then the newcomer's share is what its replica's grant leaves,
-// possibly nothing. Shares settle within three exchanges of a change.
+// and the rate the store granted it. A replica asks for what its clients
+// get in the max-min division of the limit over every client it knows of,
+// its own and the other replicas'; the store grants that, or what the
+// other replicas' grants leave, in one atomic step, and returns their
+// clients' demands. A replica's clients share its grant. The grants in
+// force never add up to more than the limit, so neither do the shares of
+// all the clients of all the replicas.
 //
-// A bucket costs one store operation (a script run, on the bucket's node
-// in a Redis Cluster) per replica per SyncInterval while a client of that
-// replica holds an assignment on it, whatever its request rate. A
-// replica's entry lives until the last assignment it made expires, plus
+// A replica exchanges a bucket with the store when something changed,
+// not because it holds it: at once when the bucket is new to it or its
+// limit changed; at the next turn of its loop (every SyncInterval, a
+// second by default) when its clients' demands moved (by more than a
+// tenth), a client came or left, or the store told it that another
+// replica changed its entry on the bucket (Redis publishes the bucket on
+// that replica's channel); and before its entry would lapse while a
+// client may still be handed a share from it. A bucket whose clients
+// report the same demand costs a store operation (a script run, on the
+// bucket's node in a Redis Cluster) every few reporting intervals, and one
+// whose clients have all left, none until its entry goes. A replica that
+// learns of a new client elsewhere asks for less at its next turn, and the
+// newcomer's replica gets the rest at its own: until then the newcomer's
+// share is what its replica's grant leaves, possibly nothing. Shares
+// settle within three turns of a change. Exchanges go in calls of at most
+// fairshare.DefaultChunk buckets, the nearest to lapsing first, each call
+// with its own deadline (the sync interval), so that a flood of buckets
+// cannot make one call time out and every grant lapse.
+//
+// A replica's entry lives until the last assignment it made expires, plus
 // the longest assignment's time to live (for the assignments it may make
-// before its next exchange), so a replica that dies leaves its grant in
-// force at least as long as its clients may enforce what it assigned. Names must be unique per process:
-// the daemon's default is the host name, the gRPC listen address and a
-// random part, so that a restarted replica starts with entries of its
-// own (a process reusing a name would take over the old entry at once,
-// while the assignments made from it may still be in force).
+// before its next exchange), plus, while a client may still report, one
+// more (so that it is renewed every few reports), so a replica that dies
+// leaves its grant in force at least as long as its clients may enforce
+// what it assigned. Names must be unique per process: the daemon's
+// default is the host name, the gRPC listen address and a random part, so
+// that a restarted replica starts with entries of its own (a process
+// reusing a name would take over the old entry at once, while the
+// assignments made from it may still be in force).
 //
 // When the store cannot be reached, a replica keeps to the grants it holds
 // until its entries would expire in the store (after which the others may
