@@ -34,9 +34,10 @@ type ShareStore interface {
 	// answers after the store's timeout, one Cluster node of several
 	// failing).
 	//
-	// A request that changes its replica's entry (adds or removes it, or
-	// changes its grant or demands) notifies the other replicas with an
-	// entry in force on the bucket: see WatchShares.
+	// A request that changes its replica's entry (adds or removes it,
+	// changes its grant or demands, or makes it expire sooner) notifies
+	// the other replicas with an entry in force on the bucket: see
+	// WatchShares.
 	ExchangeShares(ctx context.Context, reqs []ShareRequest, res []ShareResult) error
 
 	// WatchShares calls changed with a bucket's name when another
@@ -89,4 +90,9 @@ type ShareResult struct {
 	// entries are in force, in no particular order. It is appended to
 	// the slice passed in res, so that a caller may reuse it.
 	Others []float64
+	// OthersExpire is how long, from the exchange, until the first of the
+	// other replicas' entries in force expires (on the store's clock),
+	// zero when there is none: the replica may then ask for more, with no
+	// one to tell it (the other replica may be gone).
+	OthersExpire time.Duration
 }

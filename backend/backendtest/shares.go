@@ -143,7 +143,8 @@ func sharesDemands(t *testing.T, newStore NewShareStore) {
 	}
 }
 
-// sharesExpiry: an entry stands for its TTL on the store's clock, and is
+// sharesExpiry: an entry stands for its TTL on the store's clock (the
+// others are told how long: OthersExpire), and is
 // gone (its grant and its demands) from then on.
 func sharesExpiry(t *testing.T, newStore NewShareStore) {
 	clock := NewClock(T0)
@@ -152,12 +153,14 @@ func sharesExpiry(t *testing.T, newStore NewShareStore) {
 	r1.TTL = 10 * s
 	exchange(t, st, r1)
 	clock.Set(T0.Add(9 * s))
-	if got := exchange(t, st, share("b", "r2", 10)); got[0].Granted != 4 || !cmp.Equal(got[0].Others, []float64{7}) {
-		t.Errorf("r2 at 9 s, before r1's entry expires: granted %v, Others %v; want 4, [7]", got[0].Granted, got[0].Others)
+	if got := exchange(t, st, share("b", "r2", 10)); got[0].Granted != 4 || !cmp.Equal(got[0].Others, []float64{7}) || got[0].OthersExpire != s {
+		t.Errorf("r2 at 9 s, before r1's entry expires: granted %v, Others %v, OthersExpire %v; want 4, [7], 1s",
+			got[0].Granted, got[0].Others, got[0].OthersExpire)
 	}
 	clock.Set(T0.Add(10 * s))
-	if got := exchange(t, st, share("b", "r2", 10)); got[0].Granted != 10 || len(got[0].Others) != 0 {
-		t.Errorf("r2 at 10 s, when r1's entry expires: granted %v, Others %v; want 10, none", got[0].Granted, got[0].Others)
+	if got := exchange(t, st, share("b", "r2", 10)); got[0].Granted != 10 || len(got[0].Others) != 0 || got[0].OthersExpire != 0 {
+		t.Errorf("r2 at 10 s, when r1's entry expires: granted %v, Others %v, OthersExpire %v; want 10, none, 0",
+			got[0].Granted, got[0].Others, got[0].OthersExpire)
 	}
 	// r2's own entry (a minute from 10 s) expires too, and r1 then finds
 	// the whole limit.
@@ -363,7 +366,8 @@ func (w *watcher) next(t *testing.T) string {
 }
 
 // sharesWatch: an exchange that changes a replica's entry (adds it,
-// changes its grant or demands, removes it) notifies the other replicas
+// changes its grant or demands, makes it expire sooner, removes it)
+// notifies the other replicas
 // with an entry on the bucket, not itself; one that leaves it as it was
 // notifies nobody. Notifications on one bucket come in order, so the
 // test tells an unchanged renewal by the change sent after it.
@@ -384,6 +388,12 @@ func sharesWatch(t *testing.T, newStore NewShareStore) {
 	exchange(t, st, share(bucket, "a", 7, 1)) // a's grant changes (4 → 6): b hears
 	if got := b.next(t); got != bucket {
 		t.Fatalf("b after a's grant changed: %q, want %q", got, bucket)
+	}
+	shorter := share(bucket, "b", 4, 3)
+	shorter.TTL = time.Second // b's entry expires sooner: a hears
+	exchange(t, st, shorter)
+	if got := a.next(t); got != bucket {
+		t.Fatalf("a after b's entry was made to expire sooner: %q, want %q", got, bucket)
 	}
 	exchange(t, st, backend.ShareRequest{Bucket: bucket, Replica: "b", Limit: 10}) // b leaves: a hears
 	if got := a.next(t); got != bucket {

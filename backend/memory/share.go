@@ -66,11 +66,12 @@ func (s *Store) ExchangeShares(ctx context.Context, reqs []backend.ShareRequest,
 
 // exchange applies req to the entries of its bucket at now (µs), writes
 // its answer into r, and returns the bucket's entries, and whether req
-// changed its replica's entry: added or removed it, or changed its grant
-// or demands.
+// changed its replica's entry: added or removed it, changed its grant or
+// demands, or made it expire sooner.
 func exchange(entries []shareEntry, req *backend.ShareRequest, r *backend.ShareResult, now int64) ([]shareEntry, bool) {
 	entries = slices.DeleteFunc(entries, func(e shareEntry) bool { return e.exp <= now })
 	own, others := -1, 0.0
+	soonest := int64(0)
 	for i := range entries {
 		if entries[i].replica == req.Replica {
 			own = i
@@ -78,6 +79,12 @@ func exchange(entries []shareEntry, req *backend.ShareRequest, r *backend.ShareR
 		}
 		others += entries[i].grant
 		r.Others = append(r.Others, entries[i].demands...)
+		if soonest == 0 || entries[i].exp < soonest {
+			soonest = entries[i].exp
+		}
+	}
+	if soonest > 0 {
+		r.OthersExpire = time.Duration(soonest-now) * time.Microsecond
 	}
 	if req.TTL <= 0 {
 		r.Granted = 0
@@ -93,10 +100,13 @@ func exchange(entries []shareEntry, req *backend.ShareRequest, r *backend.ShareR
 		own = len(entries) - 1
 	}
 	e := &entries[own]
-	changed = changed || e.grant != r.Granted || !slices.Equal(e.demands, req.Demands)
+	exp := now + int64(req.TTL/time.Microsecond)
+	// An entry that expires sooner than it did frees its grant sooner:
+	// the others are told too.
+	changed = changed || e.grant != r.Granted || !slices.Equal(e.demands, req.Demands) || exp < e.exp
 	e.grant = r.Granted
 	e.demands = append(e.demands[:0], req.Demands...)
-	e.exp = now + int64(req.TTL/time.Microsecond)
+	e.exp = exp
 	return entries, changed
 }
 

@@ -35,7 +35,7 @@ var shareScript = goredis.NewScript(shareSource)
 // Sizes of share.lua's binary parts, in bytes.
 const (
 	shareRequestSize = 4 * 8 // '<dddd': limit, want, TTL µs, now µs (0 reads Redis TIME); then the demands
-	shareReplySize   = 8     // '<d': the grant; then the others' demands
+	shareReplySize   = 2 * 8 // '<dd': the grant, µs until the first other entry expires; then the others' demands
 )
 
 var _ backend.ShareStore = (*Store)(nil)
@@ -92,6 +92,7 @@ func (s *Store) ExchangeShares(ctx context.Context, reqs []backend.ShareRequest,
 			return fmt.Errorf("redis: exchange shares: script replied %d bytes for request %d", len(reply), i)
 		}
 		res[i].Granted = float(reply)
+		res[i].OthersExpire = time.Duration(float(reply[8:])) * time.Microsecond
 		for v := reply[shareReplySize:]; len(v) > 0; v = v[8:] {
 			res[i].Others = append(res[i].Others, float(v))
 		}

@@ -4,8 +4,9 @@
 -- the replicas' notification channels, ARGV[2] the bucket's name; then
 -- come the call's requests on the bucket, in order, two arguments each:
 -- the replica's name and REQUEST. The reply is an array, a string per
--- request: the grant ('<d'), then the other live entries' demands, each
--- a '<d'.
+-- request: REPLY (the grant, and the µs until the first of the other live
+-- entries expires, 0 for none), then the other live entries' demands,
+-- each a '<d'.
 -- Numbers travel as binary doubles, never as Lua numbers, which Redis
 -- would truncate to integers (and +Inf with them). Times are µs since
 -- the Unix epoch.
@@ -14,7 +15,8 @@
 -- fields' grants, grants min(want, max(0, limit - others)), writes the
 -- replica's field (or deletes it on a zero TTL), and keeps the key until
 -- its latest field expires. When that changed the replica's field (added
--- or removed it, or changed its grant or demands), it publishes the
+-- or removed it, changed its grant or demands, or made it expire sooner),
+-- it publishes the
 -- bucket's name on the channel of every other replica with a live field
 -- (ARGV[1] .. its name), so that they exchange the bucket again.
 local P = {
@@ -22,6 +24,7 @@ local P = {
   ENTRY = '<dd', -- the grant, the expiry µs; then the demands, each a '<d'
   ENTRY_SIZE = 16, -- bytes of ENTRY before the demands
   REQUEST_SIZE = 32, -- bytes of REQUEST before the demands
+  REPLY = '<dd', -- the grant, the µs until the first other live entry expires (0: none); then the demands
 }
 
 -- GRACE is how many ms the key outlives its latest field when the caller
@@ -40,7 +43,7 @@ local function exchange(key, channels, bucket, replica, arg)
   end
 
   local fields = redis.call('HGETALL', key)
-  local others, latest, own = 0, 0, nil
+  local others, latest, soonest, own = 0, 0, 0, nil
   local out, dead, peers = { '' }, {}, {}
   for i = 1, #fields, 2 do
     local name, v = fields[i], fields[i + 1]
@@ -52,6 +55,9 @@ local function exchange(key, channels, bucket, replica, arg)
     else
       others = others + grant
       latest = math.max(latest, expiry)
+      if soonest == 0 or expiry < soonest then
+        soonest = expiry
+      end
       out[#out + 1] = string.sub(v, P.ENTRY_SIZE + 1)
       peers[#peers + 1] = name
     end
@@ -67,10 +73,14 @@ local function exchange(key, channels, bucket, replica, arg)
     local demands = string.sub(arg, P.REQUEST_SIZE + 1)
     redis.call('HSET', key, replica, struct.pack(P.ENTRY, granted, expiry) .. demands)
     latest = math.max(latest, expiry)
-    -- The grant and the demands as they were: the first 8 bytes of ENTRY
-    -- are the grant, bytes from ENTRY_SIZE on the demands.
-    changed = own == nil or string.sub(own, 1, 8) ~= struct.pack('<d', granted) or
-        string.sub(own, P.ENTRY_SIZE + 1) ~= demands
+    -- The grant, the expiry and the demands as they were: an entry that
+    -- expires sooner frees its grant sooner, which the others must hear.
+    if own == nil then
+      changed = true
+    else
+      local was, lasts = struct.unpack(P.ENTRY, own)
+      changed = was ~= granted or expiry < lasts or string.sub(own, P.ENTRY_SIZE + 1) ~= demands
+    end
   elseif own then
     redis.call('HDEL', key, replica)
     changed = true
@@ -84,7 +94,11 @@ local function exchange(key, channels, bucket, replica, arg)
     -- Whole ms, under 10^13 so that it prints as an integer.
     redis.call('PEXPIRE', key, string.format('%.0f', math.min(math.ceil((latest - now) / 1000), 9e12) + grace))
   end
-  out[1] = struct.pack('<d', granted)
+  local left = 0
+  if soonest > 0 then
+    left = soonest - now
+  end
+  out[1] = struct.pack(P.REPLY, granted, left)
   return table.concat(out)
 end
 

@@ -151,8 +151,12 @@ type entry struct {
 	want    float64
 	demands []float64
 	// forced has the bucket exchanged at the next turn whatever moved:
-	// its limit changed, a client left, another replica changed its entry.
+	// its limit changed, another replica changed its entry.
 	forced bool
+	// othersExpire is when the first of the other replicas' entries
+	// expires, as of the last exchange (zero for none): their grant is
+	// free then, and nobody tells (the replica may be gone).
+	othersExpire time.Time
 	// check is when a check of the bucket is due in Pool.checks, zero for
 	// none.
 	check time.Time
@@ -267,18 +271,35 @@ func (p *Pool) Share(bucket, client string, limit float64, now time.Time) (float
 	return p.Tracker.Share(bucket, client, limit, now)
 }
 
-// Forget is Tracker.Forget; the buckets it changed are exchanged at the
-// loop's next turn, which comes at once: those left without a client in
-// force are removed from the store.
+// Forget is Tracker.Forget; the buckets it changed are looked at in the
+// loop's next turn, which comes at once: those whose clients changed (a
+// client whose share had expired is gone) are exchanged, those left
+// without a client in force are removed from the store. A client whose
+// share is still in force stays counted, and changes nothing yet.
 func (p *Pool) Forget(client string, now time.Time) {
 	buckets := p.Tracker.bucketsOf(client)
 	p.Tracker.Forget(client, now)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, b := range buckets {
-		if e := p.entries[b]; e != nil {
-			p.force(b, e)
+		if p.entries[b] != nil {
+			p.pending[b] = struct{}{}
 		}
+	}
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
+}
+
+// ForgetOn is Tracker.ForgetOn; the bucket is looked at in the next turn,
+// and its entry exchanged if its clients changed.
+func (p *Pool) ForgetOn(bucket, client string, now time.Time) {
+	p.Tracker.ForgetOn(bucket, client, now)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.entries[bucket] != nil {
+		p.pending[bucket] = struct{}{}
 	}
 }
 
@@ -572,7 +593,10 @@ func (p *Pool) exchangeChunk(ctx context.Context, buckets []string, force bool) 
 				keeps = append(keeps, 0)
 			}
 		case force || e.forced || math.IsNaN(e.granted) || e.changed(w.Rate, w.Demands) ||
-			(w.Live && !now.Before(renew)) || (!w.Live && w.Until.After(e.until)):
+			(w.Live && !now.Before(renew)) || (!w.Live && !w.Until.Equal(e.until)) ||
+			(w.Live && !e.othersExpire.IsZero() && !now.Before(e.othersExpire)):
+			// (An entry whose clients all left stands as long as their
+			// shares, no longer: without its slack for shares to come.)
 			ttl := w.Until.Sub(now)
 			if w.Live {
 				// One assignment's lifetime more than the shares in force
@@ -651,6 +675,11 @@ func (p *Pool) exchangeChunk(ctx context.Context, buckets []string, force bool) 
 			p.reapply(r.Bucket, e)
 		}
 		e.local = len(r.Demands)
+		e.othersExpire = time.Time{}
+		if d := res[i].OthersExpire; d > 0 {
+			e.othersExpire = now.Add(d)
+			p.schedule(r.Bucket, e, e.othersExpire)
+		}
 		// The entry covers every share in force until its clients report
 		// again; renew it by then at the latest.
 		renew := e.until.Add(-keeps[i] - p.margin(keeps[i]))

@@ -451,6 +451,33 @@ func (t *Tracker) Forget(client string, now time.Time) {
 	delete(t.byClient, client)
 }
 
+// ForgetOn drops client from bucket alone at now, as Forget does from
+// every bucket: a client whose stream no longer holds the bucket (its
+// assignment expired unrenewed, or was taken back). A share still in force
+// stays counted until it expires.
+func (t *Tracker) ForgetOn(bucket, client string, now time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	b := t.buckets[bucket]
+	if b == nil {
+		return
+	}
+	i, ok := b.index[client]
+	if !ok {
+		return
+	}
+	c := b.clients[i]
+	if c.assigned.After(now) {
+		c.departed, c.until = true, c.assigned
+		b.valid = false
+		return
+	}
+	t.removeClient(b, i)
+	if len(b.clients) == 0 {
+		t.dropBucket(b)
+	}
+}
+
 // SetPool sets what the other replicas sharing bucket's limit hold: the
 // demands of their clients, which the allocation counts beside this
 // Tracker's clients, and the rate granted to this replica, which the

@@ -120,6 +120,9 @@ type Sharer interface {
 	// Forget drops every share of the client at now; a share still in
 	// force stays counted until it expires.
 	Forget(client string, now time.Time)
+	// ForgetOn is Forget on one bucket: the client's stream no longer
+	// holds it.
+	ForgetOn(bucket, client string, now time.Time)
 }
 
 // Fallback is what a limited bucket is assigned while the store grants no
@@ -229,9 +232,12 @@ func New(rules *config.Rules, opts Options) *Service {
 	if s.now == nil {
 		s.now = time.Now
 	}
-	// The tracker holds a client per bucket held, and those of ended
-	// streams while the service counts them: the service's bound is its.
-	tracker := fairshare.Options{MaxBuckets: s.bounds.Total, MaxClients: s.bounds.Total}
+	// The tracker holds a client per bucket held (the streams tell it when
+	// they drop one), each kept as long as its assignment (the keep of
+	// ReportFor, at least MinTTL), as the service counts it against its
+	// bounds. The tracker drops expired clients as it meets them, so its
+	// own bounds, twice the service's, are met only if the service's are.
+	tracker := fairshare.Options{TTL: MinTTL, MaxBuckets: 2 * s.bounds.Total, MaxClients: 2 * s.bounds.Total}
 	switch {
 	case opts.Store != nil:
 		s.pool = fairshare.NewPool(fairshare.PoolOptions{

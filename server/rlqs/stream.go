@@ -376,6 +376,12 @@ func (st *stream) unlabel(b *bucket) {
 // drop stops holding the bucket key; its place under the bounds is kept
 // until departs (see Service.release).
 func (st *stream) drop(key string, b *bucket, departs time.Time) {
+	if departs.IsZero() {
+		// The stream goes on without the bucket (its assignment expired,
+		// or was abandoned): the sharer forgets its client there, so that
+		// it holds no more clients than the service counts.
+		st.s.sharer.ForgetOn(key, st.client, st.s.now())
+	}
 	st.mu.Lock()
 	delete(st.views, key)
 	st.mu.Unlock()
