@@ -90,8 +90,9 @@ type Options struct {
 	// means a random name. It must be unique: two replicas under one name
 	// would take each other's grants for their own.
 	RLQSReplica string
-	// RLQSSyncInterval is how often the replica exchanges its RLQS
-	// buckets with the store; zero means a second.
+	// RLQSSyncInterval is how often the replica looks for RLQS buckets to
+	// exchange with the store (those that changed, or whose entries are
+	// about to lapse); zero means a second.
 	RLQSSyncInterval time.Duration
 	// RLQSBounds limits the RLQS buckets held per stream, per connection,
 	// per authenticated peer and in all; zero fields mean the defaults.
@@ -271,6 +272,7 @@ func New(store backend.Store, rules *config.Rules, opts Options) *Server {
 			Replica: opts.RLQSReplica, SyncInterval: opts.RLQSSyncInterval, Bounds: opts.RLQSBounds,
 			Fallback:   rlqsFallback(opts.FailureMode),
 			ShadowMode: opts.ShadowMode, Registry: reg, Logger: s.log.With("api", "rlqs"), Now: opts.Now,
+			UnknownDomain: s.unknown.observe, // a report for a domain without rules counts as one request
 		}
 		if ss, ok := store.(backend.ShareStore); ok {
 			ro.Store = ss

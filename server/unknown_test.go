@@ -8,7 +8,9 @@ import (
 	"testing"
 	"time"
 
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ratelimitd/ratelimitd/backend/memory"
@@ -226,4 +228,34 @@ func BenchmarkUnknownDomains(b *testing.B) {
 			}
 		})
 	}
+}
+
+// TestUnknownDomainsRLQS: an RLQS report for a domain without rules is
+// answered (ALLOW_ALL) and counted as one request, as on the other APIs.
+func TestUnknownDomainsRLQS(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	h := newHarness(t, parseRules(t, unknownRules), server.Options{Registry: reg, RLQS: true})
+	st, err := rlqsv3.NewRateLimitQuotaServiceClient(h.conn).StreamRateLimitQuotas(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		m := &rlqsv3.RateLimitQuotaUsageReports{BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{
+			{BucketId: &rlqsv3.BucketId{Bucket: map[string]string{"remote_address": "10.0.0.1"}}, NumRequestsAllowed: 5},
+		}}
+		if i == 0 {
+			m.Domain = "edg"
+		}
+		if err := st.Send(m); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := st.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := resp.GetBucketAction()[0].GetQuotaAssignmentAction().GetRateLimitStrategy().GetBlanketRule(); got != typev3.RateLimitStrategy_ALLOW_ALL {
+			t.Fatalf("report %d for edg: %v, want ALLOW_ALL", i, got)
+		}
+	}
+	scrape(t, httpServer(t, h)).Want(t, map[string]float64{"ratelimitd_unknown_domain_requests_total{domain=edg}": 2})
 }

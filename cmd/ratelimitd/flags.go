@@ -276,7 +276,7 @@ func defineFlags(fs *flag.FlagSet, f *flags) {
 	fs.Float64Var(&f.nearLimitRatio, "near-limit-ratio", server.DefaultNearLimitRatio, "share of a limit past which admitted hits count as near the limit (ratelimitd_rule_near_limit_total)")
 	fs.BoolVar(&f.rlqs, "rlqs", true, "serve Envoy's Rate Limit Quota Service on the gRPC port; each bucket's limit is shared, through the store, among the clients of every replica on it")
 	fs.StringVar(&f.rlqsReplica, "rlqs-replica", "", "this replica's `name` among those sharing RLQS limits through the store; unique per process (default: the host name, the gRPC listener's address and a random part)")
-	fs.DurationVar(&f.rlqsSyncInterval, "rlqs-sync-interval", fairshare.DefaultSyncInterval, "how often each replica exchanges its RLQS buckets' demands and grants with the store: one store operation per bucket per replica each time")
+	fs.DurationVar(&f.rlqsSyncInterval, "rlqs-sync-interval", fairshare.DefaultSyncInterval, "how often each replica looks for RLQS buckets to exchange with the store: those whose demands moved, that another replica's change concerns, or whose entry is about to lapse")
 	fs.IntVar(&f.rlqsBounds.Total, "rlqs-max-buckets", rlqs.DefaultMaxBuckets, "most RLQS buckets this replica holds for all its streams together (a bucket no rule matches is answered, never held);\n"+
 		"past a bound a limited bucket gets --failure-mode's assignment, counted in ratelimitd_rlqs_buckets_refused_total")
 	fs.IntVar(&f.rlqsBounds.PerStream, "rlqs-max-buckets-per-stream", rlqs.DefaultMaxBucketsPerStream, "most RLQS buckets one stream holds")

@@ -76,9 +76,10 @@ func reportAll(t *testing.T, ctx context.Context, conn *grpc.ClientConn, m *rlqs
 //   - two connections open 8 streams each, reporting 1000 limited
 //     buckets each, and close them: 16,000 buckets stay counted while
 //     their assignments (10 minutes) are in force, and are exchanged with
-//     the store once, not at every sync interval (100 ms here, in which
-//     16,000 Redis scripts do not fit: the exchanges timed out and the
-//     grants lapsed, with Redis healthy).
+//     the store when reported and when their streams end, not at every
+//     sync interval (100 ms here, in which 16,000 Redis scripts do not
+//     fit: the exchanges timed out and the grants lapsed, with Redis
+//     healthy).
 //
 // Meanwhile a well-behaved client on a connection of its own reports its
 // bucket every 200 ms for 3 s, and gets its token bucket every time,
@@ -119,14 +120,23 @@ func TestRLQSHostileClients(t *testing.T) {
 					}
 				}
 			}
-			// The churned buckets' one exchange happens now, in calls of
-			// 256; wait for it before counting what the next ones cost.
+			// The churned buckets are exchanged when first reported, and
+			// once more when their streams end (their entries shrink to
+			// the shares in force): wait until that is done, before
+			// counting what the next sync intervals cost.
 			metrics := func() metricstest.Families { return metricstest.Scrape(t, nil, "http://"+p.http+"/metrics") }
 			exchanged := func() float64 {
 				v, _ := metrics().Value("ratelimitd_rlqs_store_exchanged_buckets_total", "")
 				return v
 			}
-			eventually(t, "the churned buckets exchanged", func() bool { return exchanged() >= 16_000 })
+			last := -1.0
+			eventually(t, "the churned buckets exchanged, and no more", func() bool {
+				n := exchanged()
+				settled := n >= 32_000 && n == last
+				last = n
+				time.Sleep(300 * time.Millisecond) // three sync intervals
+				return settled
+			})
 
 			victim, err := rlqsv3.NewRateLimitQuotaServiceClient(rlqsConn(t, p.grpc)).StreamRateLimitQuotas(ctx)
 			if err != nil {
@@ -148,11 +158,11 @@ func TestRLQSHostileClients(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				for _, a := range resp.GetBucketAction() {
-					s := a.GetQuotaAssignmentAction().GetRateLimitStrategy()
-					if s.GetTokenBucket() == nil {
-						t.Fatalf("report %d of the well-behaved client: %v, want its token bucket", i, s)
-					}
+				if n := len(resp.GetBucketAction()); n != 1 {
+					t.Fatalf("report %d of the well-behaved client: %d actions, want 1, its bucket's", i, n)
+				}
+				if s := resp.GetBucketAction()[0].GetQuotaAssignmentAction().GetRateLimitStrategy(); s.GetTokenBucket() == nil {
+					t.Fatalf("report %d of the well-behaved client: %v, want its token bucket", i, s)
 				}
 				time.Sleep(200 * time.Millisecond) // the client's reporting interval
 			}

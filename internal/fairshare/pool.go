@@ -55,8 +55,8 @@ type PoolOptions struct {
 	// Changed, when set, is called after an exchange moved a bucket's
 	// grant or the other replicas' demands on it, so that the caller
 	// reassigns its clients' shares. It must not call back into the Pool
-	// while it runs (it runs on the Pool's goroutine); waking another
-	// goroutine is fine.
+	// while it runs (it runs on the Pool's goroutine, or on the caller's
+	// of Exchange); waking another goroutine is fine.
 	Changed func(bucket string)
 	// Observe, when set, is called after each store call, with the number
 	// of buckets it exchanged and its error.
@@ -103,7 +103,8 @@ type PoolOptions struct {
 // shares settle within three turns of a change, as when every bucket was
 // exchanged at every turn. A store call carries at most Chunk buckets, the ones
 // nearest to lapsing first, each call with its own Timeout, so that one
-// slow call fails only its own buckets.
+// slow call fails only its own buckets: in a turn of the loop, those after
+// it are left for the next turn, when the nearest to lapsing go first.
 //
 // When the store cannot be reached, the replica keeps to the grants it
 // holds until their entries expire in the store, when the others may take
@@ -127,6 +128,7 @@ type Pool struct {
 	kick    chan struct{}       // wakes the loop before its tick
 	stop    chan struct{}       // closed by Close
 	done    chan struct{}       // closed by the loop when it returns; nil before it ran
+	loops   sync.WaitGroup      // the loops running: one, and one ending at most
 	closed  bool
 	failing bool // the last store call failed: logged once per outage
 
@@ -233,7 +235,7 @@ func (p *Pool) Exchange(ctx context.Context, needs []Need) error {
 	if len(buckets) == 0 {
 		return nil
 	}
-	return p.exchange(ctx, buckets, true)
+	return p.exchange(ctx, buckets, true, false)
 }
 
 // reapply gives the grant of e back to the Tracker's bucket if the Tracker
@@ -425,11 +427,8 @@ func (p *Pool) Close() {
 		p.closed = true
 		close(p.stop)
 	}
-	done := p.done
 	p.mu.Unlock()
-	if done != nil {
-		<-done
-	}
+	p.loops.Wait() // a loop that was ending when another started included
 }
 
 // ensureLoop starts the loop if it is not running. p.mu must be held.
@@ -439,6 +438,7 @@ func (p *Pool) ensureLoop() {
 	}
 	p.running = true
 	p.done = make(chan struct{})
+	p.loops.Add(1)
 	go p.loop(p.done)
 }
 
@@ -446,6 +446,7 @@ func (p *Pool) ensureLoop() {
 // watches the store for other replicas' changes; it returns when Close
 // is called, or when no bucket is left.
 func (p *Pool) loop(done chan struct{}) {
+	defer p.loops.Done()
 	defer close(done)
 	ctx, cancel := context.WithCancel(context.Background()) // the loop ends by p.stop
 	watched := make(chan struct{})
@@ -518,7 +519,7 @@ func (p *Pool) turn(ctx context.Context, all bool) bool {
 	})
 	p.mu.Unlock()
 	if len(buckets) > 0 {
-		_ = p.exchange(ctx, buckets, all) // logged, observed and retried there
+		_ = p.exchange(ctx, buckets, all, true) // logged, observed and retried there
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -531,27 +532,46 @@ func (p *Pool) turn(ctx context.Context, all bool) bool {
 
 // exchange exchanges buckets with the store, Chunk at a time, each call
 // within the Timeout. It sends each bucket that needs it (all of them when
-// force): see Pool. After a call fails, the rest are left for the next
-// turn, and its error is returned.
-func (p *Pool) exchange(ctx context.Context, buckets []string, force bool) error {
+// force): see Pool. A call that fails leaves its buckets for the next
+// turn; so do the calls after it when stop is set (the loop's turns: the
+// store is slow or down, and the rest, farther from lapsing, can wait),
+// while Exchange, for the buckets a report brings, goes on with them. It
+// returns the first error.
+func (p *Pool) exchange(ctx context.Context, buckets []string, force, stop bool) error {
+	var first error
 	for i := 0; i < len(buckets); i += p.opts.Chunk {
+		if first != nil && stop {
+			p.leave(buckets[i:], force)
+			break
+		}
 		chunk := buckets[i:min(i+p.opts.Chunk, len(buckets))]
-		cctx, cancel := context.WithTimeout(ctx, p.opts.Timeout)
-		err := p.exchangeChunk(cctx, chunk, force)
-		cancel()
+		err := ctx.Err()
+		if err == nil {
+			cctx, cancel := context.WithTimeout(ctx, p.opts.Timeout)
+			err = p.exchangeChunk(cctx, chunk, force)
+			cancel()
+		}
 		if err != nil {
-			p.mu.Lock()
-			for _, b := range buckets[i:] {
-				if e := p.entries[b]; e != nil {
-					p.pending[b] = struct{}{}
-					e.forced = e.forced || force
-				}
+			p.leave(chunk, force)
+			if first == nil {
+				first = err
 			}
-			p.mu.Unlock()
-			return err
 		}
 	}
-	return nil
+	return first
+}
+
+// leave has the buckets looked at again at the next turn, forced if they
+// were (their exchange failed).
+func (p *Pool) leave(buckets []string, forced bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, b := range buckets {
+		if e := p.entries[b]; e != nil {
+			p.pending[b] = struct{}{}
+			e.forced = e.forced || forced
+		}
+	}
 }
 
 // exchangeChunk exchanges the buckets that need it among buckets with the

@@ -509,8 +509,9 @@ func TestPoolRenewsBeforeLapse(t *testing.T) {
 }
 
 // TestPoolChunks: an exchange of many buckets makes calls of at most
-// Chunk buckets; a call that fails leaves its buckets, and those after
-// it, for the next turn, which exchanges them once the store answers.
+// Chunk buckets; in a turn, a call that fails leaves its buckets, and
+// those after it, for the next turn, which exchanges them once the store
+// answers; Exchange goes on past it.
 func TestPoolChunks(t *testing.T) {
 	const n, chunk, limit = 1000, 100, 10.0
 	clk := backendtest.NewClock(t0)
@@ -546,6 +547,30 @@ func TestPoolChunks(t *testing.T) {
 	p.turn(t.Context(), false)
 	if got := store.seen(); len(got) != (n-2*chunk)/chunk {
 		t.Errorf("the next turn made calls of %v buckets, want %d calls", got, (n-2*chunk)/chunk)
+	}
+
+	// The exchange of a report's new buckets goes on past a failed call:
+	// only that call's buckets wait for the loop.
+	fresh := make([]Need, n)
+	for i := range fresh {
+		fresh[i] = Need{Bucket: fmt.Sprintf("edge/new=%d", i), Limit: limit, TTL: time.Minute}
+		p.ReportFor(fresh[i].Bucket, "c", 1, 0, time.Minute, t0)
+	}
+	store.failAt.Store(2)
+	if err := p.Exchange(t.Context(), fresh); err == nil {
+		t.Error("Exchange with a failed call: no error")
+	}
+	if got := store.seen(); len(got) != n/chunk {
+		t.Errorf("Exchange with its second call failing made calls of %v buckets, want all %d", got, n/chunk)
+	}
+	lapsed := 0
+	for _, f := range fresh {
+		if p.Lapsed(f.Bucket, t0, 0) {
+			lapsed++
+		}
+	}
+	if lapsed != chunk {
+		t.Errorf("%d new buckets without a grant, want the failed call's %d", lapsed, chunk)
 	}
 }
 

@@ -57,23 +57,7 @@ func BenchmarkReport(b *testing.B) {
 					NumRequestsDenied:  2,
 				})
 			}
-			wire, err := proto.Marshal(msg)
-			if err != nil {
-				b.Fatal(err)
-			}
-			ds := &discardStream{ctx: b.Context()}
-			st := s.newStream(ds)
-			defer s.endStream(st)
-			st.ruleset = s.rules.Load()
-			report := func() {
-				m := new(wireReports)
-				if err := m.Unmarshal(wire); err != nil {
-					b.Fatal(err)
-				}
-				if err := st.report(m); err != nil {
-					b.Fatal(err)
-				}
-			}
+			report := reporter(b, s, msg)
 			report() // the buckets' first report, and their exchange
 			b.ReportAllocs()
 			b.ResetTimer()
@@ -92,6 +76,28 @@ func BenchmarkReport(b *testing.B) {
 
 var _ grpc.ServerStream = (*discardStream)(nil)
 
+// reporter opens a stream of s that discards its answers, and returns a
+// function that has it take msg, from its wire bytes, as a report; the
+// stream ends with b.
+func reporter(b *testing.B, s *Service, msg *rlqsv3.RateLimitQuotaUsageReports) func() {
+	wire, err := proto.Marshal(msg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	st := s.newStream(&discardStream{ctx: b.Context()})
+	b.Cleanup(func() { s.endStream(st) })
+	st.ruleset = s.rules.Load()
+	return func() {
+		m := new(wireReports)
+		if err := m.Unmarshal(wire); err != nil {
+			b.Fatal(err)
+		}
+		if err := st.report(m); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // BenchmarkReportUnmatched measures the service's CPU per bucket id that
 // no rule matches, in reports of 1000: what a client flooding the service
 // with such bucket ids costs it (they are answered, never held).
@@ -108,23 +114,10 @@ func BenchmarkReportUnmatched(b *testing.B) {
 			NumRequestsAllowed: 1,
 		})
 	}
-	wire, err := proto.Marshal(msg)
-	if err != nil {
-		b.Fatal(err)
-	}
-	ds := &discardStream{ctx: b.Context()}
-	st := s.newStream(ds)
-	defer s.endStream(st)
-	st.ruleset = s.rules.Load()
+	report := reporter(b, s, msg)
 	b.ReportAllocs()
 	for b.Loop() {
-		m := new(wireReports)
-		if err := m.Unmarshal(wire); err != nil {
-			b.Fatal(err)
-		}
-		if err := st.report(m); err != nil {
-			b.Fatal(err)
-		}
+		report()
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/bucket")
 }

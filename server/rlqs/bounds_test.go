@@ -220,3 +220,32 @@ func TestPeerBound(t *testing.T) {
 		t.Errorf("another identity: %v per second, want 100", got)
 	}
 }
+
+// TestTrackerFollowsTheBounds: a client that reports new buckets with a
+// short reporting interval, within every bound at every moment (its
+// buckets expire before it reports the next), fills nothing: the
+// fair-share tracker forgets each client as its stream drops the bucket,
+// and a client on another connection gets its token bucket. (The tracker
+// once kept each client 30 s whatever its assignment's lifetime, and
+// refused every new bucket once it held 30 times the service's bound.)
+func TestTrackerFollowsTheBounds(t *testing.T) {
+	s, addr, clk := serveTCP(t, rulesOf(t, oneRule), Options{Fallback: FallbackDenyAll, Bounds: Bounds{Total: 100, PerStream: 10, PerConnection: 10}})
+	churner := newClient(t, dial(t, addr, nil), clk, "web")
+	for i := range 40 {
+		us := ids("path", fmt.Sprint("/churn-", i, "-"), 10)
+		for j := range us {
+			us[j].elapsed = 500 * time.Millisecond // assignments of MinTTL, 1 s
+		}
+		churner.report(us...)
+		clk.Advance(1100 * time.Millisecond)
+	}
+	victim := newClient(t, dial(t, addr, nil), clk, "web")
+	id := map[string]string{"path": "/victim"}
+	victim.report(usage{id: id, allowed: 1})
+	if got := rate(victim.strategy(id)); got != 100 {
+		t.Errorf("a client on another connection after 400 churned buckets: %v, want its token bucket of 100 per second", victim.strategy(id))
+	}
+	if got := testutil.ToFloat64(s.metrics.refused.WithLabelValues("tracker")); got != 0 {
+		t.Errorf("refused by the tracker: %v, want 0", got)
+	}
+}

@@ -98,8 +98,8 @@
 //
 // # Bounds
 //
-// No client can fill what the service holds for all of them (Bounds,
-// each a flag of the daemon). A bucket id that no rule matches is
+// No stream, connection or authenticated peer can fill what the service
+// holds for all of its clients (Bounds, each a flag of the daemon). A bucket id that no rule matches is
 // answered ALLOW_ALL and held nowhere: it takes no place under any bound,
 // and costs only its answer. A bucket that a rule matches counts, from
 // its first report until its stream drops it, against the bound of its
@@ -113,7 +113,9 @@
 // among. When a stream ends, the buckets whose assignments are still in
 // force stay counted, against the same bounds, until those expire: the
 // fair-share tracker counts their shares that long, so that opening and
-// closing streams cannot hold more than a bound allows.
+// closing streams on a connection, or connections of a peer, cannot hold
+// more than its bound allows. (Without mutual TLS, a client that opens
+// many connections is many clients: only the service's bound holds it.)
 //
 // A bucket past a bound is refused, counted in
 // ratelimitd_rlqs_buckets_refused_total by the bound it met, and takes no

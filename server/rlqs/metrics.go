@@ -47,7 +47,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"domain", "rule", "result"}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ratelimitd_rlqs_buckets_refused_total",
-			Help: "Bucket reports refused, by the bound met: bucket_id (too many keys or bytes; no assignment); stream, connection, peer or service (the buckets held; --rlqs-max-buckets-*); tracker (the fair-share tracker, full). A refused limited bucket gets --failure-mode's assignment.",
+			Help: "Bucket reports refused, by the bound met: bucket_id (too many keys or bytes; no assignment); stream, connection, peer or service (the buckets held; --rlqs-max-buckets-*); tracker (the fair-share tracker's clients of one bucket, or its own bounds). A refused limited bucket gets --failure-mode's assignment.",
 		}, []string{"bound"}),
 		exchanges: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ratelimitd_rlqs_store_exchanges_total",

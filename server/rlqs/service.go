@@ -160,8 +160,9 @@ type Options struct {
 	// Replica names this replica in Store: unique among the replicas
 	// sharing it. Empty means a random name.
 	Replica string
-	// SyncInterval is how often the replica exchanges its buckets' entries
-	// with Store; zero means fairshare.DefaultSyncInterval.
+	// SyncInterval is how often the replica looks for buckets to exchange
+	// with Store (those that changed, or whose entries are about to
+	// lapse); zero means fairshare.DefaultSyncInterval.
 	SyncInterval time.Duration
 	// Fallback is what a limited bucket gets while Store grants it no
 	// share (out of reach): the shares granted before stay in force until
@@ -175,6 +176,10 @@ type Options struct {
 	ShadowMode bool
 	// Bounds limits the buckets the service holds for its clients.
 	Bounds Bounds
+	// UnknownDomain, when set, is called once per report whose domain has
+	// no rules (its buckets are all answered ALLOW_ALL), so that a
+	// mistyped domain is seen.
+	UnknownDomain func(domain string)
 	// Registry, when set, receives the service's metrics.
 	Registry prometheus.Registerer
 	// Logger receives the service's logs; nil discards them.
@@ -191,6 +196,7 @@ type Service struct {
 	pool     *fairshare.Pool // nil unless Options.Store
 	fallback Fallback
 	shadow   bool
+	unknown  func(domain string) // Options.UnknownDomain; never nil
 	log      *slog.Logger
 	now      func() time.Time
 	metrics  *metrics
@@ -216,6 +222,7 @@ func New(rules *config.Rules, opts Options) *Service {
 		sharer:   opts.Sharer,
 		fallback: opts.Fallback,
 		shadow:   opts.ShadowMode,
+		unknown:  opts.UnknownDomain,
 		log:      opts.Logger,
 		now:      opts.Now,
 		metrics:  newMetrics(opts.Registry),
@@ -231,6 +238,9 @@ func New(rules *config.Rules, opts Options) *Service {
 	}
 	if s.now == nil {
 		s.now = time.Now
+	}
+	if s.unknown == nil {
+		s.unknown = func(string) {}
 	}
 	// The tracker holds a client per bucket held (the streams tell it when
 	// they drop one), each kept as long as its assignment (the keep of

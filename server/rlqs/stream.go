@@ -150,6 +150,9 @@ func (st *stream) report(m *wireReports) error {
 	done := make([]reported, 0, len(m.usages))
 	resp := &wireResponse{}
 	d := st.ruleset.Domain(st.domain)
+	if d == nil {
+		st.s.unknown(st.domain)
+	}
 	usage := make(tally)
 	defer usage.count(st.s.metrics)
 	var needs []fairshare.Need
