@@ -493,6 +493,39 @@ func benchTake(b *testing.B, s *memory.Store, l backend.Limit, seq []int32, i in
 	}
 }
 
+// BenchmarkTakeNewKey decides one request on a key new to a full store of
+// 1M keys, each of them asked for once, as the keys of a flood of new
+// keys are: the path of every key past the bound (see Options.MaxKeys),
+// where BenchmarkTake measures that of keys held. The store's clock
+// stands still, so that no counter expires.
+func BenchmarkTakeNewKey(b *testing.B) {
+	const nkeys = 1_000_000
+	l := backend.Limit{Algorithm: backend.SlidingWindow, Requests: 5, Window: time.Minute}
+	clock := backendtest.NewClock(backendtest.T0)
+	s := memory.New(memory.Options{MaxKeys: nkeys, Now: clock.Now})
+	defer s.Close()
+	reqs := []backend.Request{{Limit: l, Hits: 1}}
+	res := make([]backend.Result, 1)
+	ctx := b.Context()
+	var buf []byte
+	i := 0
+	take := func() {
+		buf = appendKey(buf[:0], i, l)
+		reqs[0].Key = unsafe.String(&buf[0], len(buf))
+		i++
+		if err := s.Take(ctx, reqs, res); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for range nkeys + nkeys/10 { // every shard full
+		take()
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		take()
+	}
+}
+
 // BenchmarkMapFloor is the floor under BenchmarkTake/uniform on this
 // machine: a read and a write of a random entry of a bare Go map holding
 // 1M entries the size of the store's.
