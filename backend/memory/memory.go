@@ -292,7 +292,9 @@ func (s *Store) Take(ctx context.Context, reqs []backend.Request, res []backend.
 	var locked [maxShards / 64]uint64 // a bitmap, so shards lock in ascending order
 	for i := range reqs {
 		sl := &slots[i]
-		sl.key = s.hash(reqs[i].Key)
+		// Not s.hash: its cost is over the inliner's budget, and a call
+		// per request shows on the hot path.
+		sl.key = hkey{maphash.String(s.seeds[0], reqs[i].Key), maphash.String(s.seeds[1], reqs[i].Key)}
 		idx := sl.key[0] & s.mask
 		sl.sh = &s.shards[idx]
 		locked[idx/64] |= 1 << (idx % 64)
