@@ -263,11 +263,11 @@ type slot struct {
 	sh       *shard
 	key      hkey
 	alias    int    // index of the first slot of this call with the same key
+	win      uint32 // the key's bucket.win (first of the small fields, so that they pack in 8 bytes)
 	declined bool   // a new key the full shard does not keep
 	refusing bool   // some request on the key left it no room
 	freq     uint8  // how often the key was asked for lately, this call included
 	epoch    uint16 // its shard's sketch.epoch when freq was read
-	win      uint32 // the key's bucket.win
 	st       backend.State
 }
 
