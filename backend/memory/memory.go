@@ -332,7 +332,8 @@ func (s *Store) Take(ctx context.Context, reqs []backend.Request, res []backend.
 	return nil
 }
 
-// hash returns the store's key for a request's key.
+// hash returns the store's key for a request's key or a share bucket's
+// name. Take writes it out rather than call it (see there).
 func (s *Store) hash(key string) hkey {
 	return hkey{maphash.String(s.seeds[0], key), maphash.String(s.seeds[1], key)}
 }
