@@ -2,6 +2,7 @@ package memory_test
 
 import (
 	"net/netip"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -31,9 +32,13 @@ func appendAddressKey(b []byte, addr netip.Addr, l backend.Limit) []byte {
 // flood evict them at random cannot pass by luck: before this store's
 // frequency-aware admission, each victim was evicted with a chance of
 // about one in two.
+//
+// Clients new to the store also come while it is full (see newcomers): a
+// new client is limited from its first call, and keeps its counter once
+// it has been asked for more often than the flood's keys.
 func TestFloodOfNewKeys(t *testing.T) {
 	const (
-		requests   = 30_000
+		requests   = floodRequests
 		perRequest = 64
 		victims    = 100
 		tries      = 100 // per victim, spread over the flood
@@ -63,6 +68,8 @@ func TestFloodOfNewKeys(t *testing.T) {
 			take1(known(i), 1)
 		}
 	}
+
+	nc := newNewcomers(t, s, l)
 
 	reqs := make([]backend.Request, perRequest)
 	res := make([]backend.Result, perRequest)
@@ -107,7 +114,9 @@ func TestFloodOfNewKeys(t *testing.T) {
 				}
 			}
 		}
+		nc.after(r)
 	}
+	nc.check()
 	if admitted > 0 {
 		t.Errorf("victims over their limit were admitted %d times during the flood, want 0", admitted)
 	}
@@ -127,3 +136,134 @@ func TestFloodOfNewKeys(t *testing.T) {
 	}
 	t.Logf("after %d new keys: %d held, %d evicted, %d declined", requests*perRequest, s.Len(), s.Evictions(), s.Declined())
 }
+
+// newcomers are the clients new to the store that TestFloodOfNewKeys
+// brings while the flood keeps it full, each on the flood's 5/min limit,
+// 100 of each kind:
+//
+//   - fast ones make 6 calls 10 flood requests (20 ms) apart: the sixth
+//     must be refused, as it would be without the flood. Before the
+//     admission window, all 6 were admitted: a new key was not counted
+//     until it had been asked for more often than the counter it would
+//     replace.
+//   - slow ones make 7 calls 1,000 flood requests (2 s) apart, so that the
+//     flood pushes each out of the window between its calls: the first
+//     call's count may be lost, no more, so the seventh must be refused.
+//   - probes make one call: each must be held (counted) right after it,
+//     and evicted before the flood ends, having been asked for no more
+//     often than the flood's keys; how long each stays is logged.
+type newcomers struct {
+	t     *testing.T
+	s     *memory.Store
+	l     backend.Limit
+	calls map[int][]newcomerCall // by the flood request they follow
+	over  map[string][]bool      // each client's calls, refused or not
+	since map[string]int         // flood request of each probe's call, while it is held
+	lived []int                  // flood requests each evicted probe stayed
+}
+
+type newcomerKind int
+
+const (
+	fastNewcomer newcomerKind = iota
+	slowNewcomer
+	probe
+)
+
+type newcomerCall struct {
+	key  string
+	kind newcomerKind
+}
+
+const (
+	// floodRequests is the number of TestFloodOfNewKeys's requests, in one
+	// minute.
+	floodRequests = 30_000
+	// newcomersFrom is the flood request after which newcomers come: the
+	// store is full from about the 15,500th on.
+	newcomersFrom = 16_000
+)
+
+func newNewcomers(t *testing.T, s *memory.Store, l backend.Limit) *newcomers {
+	nc := &newcomers{t: t, s: s, l: l, calls: map[int][]newcomerCall{}, over: map[string][]bool{}, since: map[string]int{}}
+	add := func(r int, c newcomerCall) {
+		nc.calls[r] = append(nc.calls[r], c)
+	}
+	key := func(a [4]byte) string { return string(appendAddressKey(nil, netip.AddrFrom4(a), l)) }
+	for i := range 100 {
+		for c := range 6 {
+			add(newcomersFrom+1000+100*i+10*c, newcomerCall{key([4]byte{203, 0, 113, byte(i)}), fastNewcomer})
+		}
+		for c := range 7 {
+			add(newcomersFrom+10*i+1000*c, newcomerCall{key([4]byte{198, 18, 0, byte(i)}), slowNewcomer})
+		}
+		add(newcomersFrom+1050+100*i, newcomerCall{key([4]byte{198, 19, 0, byte(i)}), probe})
+	}
+	return nc
+}
+
+// after makes the calls that follow flood request r, and watches the
+// probes in the store.
+func (nc *newcomers) after(r int) {
+	for key, from := range nc.since {
+		if !memory.Holds(nc.s, key) {
+			nc.lived = append(nc.lived, r-from)
+			delete(nc.since, key)
+		}
+	}
+	for _, c := range nc.calls[r] {
+		res := take(nc.t, nc.s, c.key, nc.l, 1)
+		nc.over[c.key] = append(nc.over[c.key], res.OverLimit)
+		if c.kind == probe {
+			if !memory.Holds(nc.s, c.key) {
+				nc.t.Errorf("new key %q not held after its call: it was not counted", c.key)
+				continue
+			}
+			nc.since[c.key] = r
+		}
+	}
+}
+
+func (nc *newcomers) check() {
+	t := nc.t
+	kinds := map[string]newcomerKind{}
+	for _, calls := range nc.calls {
+		for _, c := range calls {
+			kinds[c.key] = c.kind
+		}
+	}
+	for key, kind := range kinds {
+		over := nc.over[key]
+		switch kind {
+		case fastNewcomer:
+			if want := []bool{false, false, false, false, false, true}; !slices.Equal(over, want) {
+				t.Errorf("fast newcomer %q over limit on calls 1 to 6 = %v, want %v", key, over, want)
+			}
+			if r := take(t, nc.s, key, nc.l, 1); !r.OverLimit {
+				t.Errorf("fast newcomer %q admitted after the flood: its counter was evicted", key)
+			}
+		case slowNewcomer:
+			if len(over) != 7 || !over[6] {
+				t.Errorf("slow newcomer %q over limit on calls 1 to 7 = %v, want the seventh refused", key, over)
+			}
+		}
+	}
+	if len(kinds) != 300 {
+		t.Fatalf("%d newcomers, want 300", len(kinds))
+	}
+	if len(nc.since) > 0 {
+		t.Errorf("%d probes asked for once still held after the flood, want 0", len(nc.since))
+	}
+	slices.Sort(nc.lived)
+	if len(nc.lived) > 0 {
+		n := len(nc.lived)
+		t.Logf("%d probes asked for once stayed %d flood requests (min) / %d (median) / %d (max): %v / %v / %v", n,
+			nc.lived[0], nc.lived[n/2], nc.lived[n-1], flood(nc.lived[0]), flood(nc.lived[n/2]), flood(nc.lived[n-1]))
+		if nc.lived[0] < 20 {
+			t.Errorf("a probe stayed %d flood requests, want at least 20: the window is smaller than it should be", nc.lived[0])
+		}
+	}
+}
+
+// flood returns how long n of TestFloodOfNewKeys's requests take.
+func flood(n int) time.Duration { return time.Duration(n) * time.Minute / floodRequests }

@@ -33,6 +33,10 @@ const (
 	// the one a new key may replace: the more, the rarer it is that all
 	// of them are refusing (see Options.MaxKeys).
 	evictionSamples = 8
+	// windowShare is the share of a shard's keys, in 1/windowShare, that
+	// its admission window holds: 1%, as Caffeine sizes its own by
+	// default (see Options.MaxKeys).
+	windowShare = 100
 	// fullSweepEvery is how often, at most, a full shard sweeps all its
 	// expired keys before it evicts a live one.
 	fullSweepEvery = int64(time.Second / time.Microsecond)
@@ -43,23 +47,32 @@ const (
 
 // Options configures a Store. The zero value means the defaults.
 type Options struct {
-	// MaxKeys bounds the number of counters kept. When a new key finds
-	// its shard full, the store first drops an expired counter. Else it
-	// samples 8 counters and picks the one worth least: a counter that
-	// is not refusing (its last decision left it room for a hit) before
-	// one that is, then the one asked for least often lately, then the
-	// one that expires soonest. The new key takes its place only if it
-	// was itself asked for more often lately (TinyLFU admission), which
-	// counts an eviction: the evicted counter starts again from zero.
-	// Otherwise the new key is declined: its call is decided on a fresh
-	// counter, which is not kept. Zero means DefaultMaxKeys.
+	// MaxKeys bounds the number of counters kept. The store admits and
+	// evicts by W-TinyLFU's rule: each shard keeps about 1% of its keys
+	// (at least one) in an admission window and the rest in its main
+	// region. A new key always gets a counter, so it is limited from its
+	// first call: in the main region while it has room (expired counters
+	// are dropped first), else in the window, in place of the window's
+	// oldest key. That key then leaves the window: into the main region
+	// if it has room, else it competes with the main region's counter
+	// worth least among 8 sampled (a counter that is not refusing, its
+	// last decision having left it room for a hit, before one that is;
+	// then the one asked for least often lately; then the one that
+	// expires soonest). The one asked for more often lately stays and
+	// the other is evicted, starting again from zero; a tie goes to the
+	// main region's counter, but to a refusing counter over one that is
+	// not, and to the window's key at the counts' maximum (15 sightings
+	// since they last halved) unless the main's is refusing. A window key
+	// that loses is declined. Zero means DefaultMaxKeys.
 	//
 	// So a flood of keys seen once cannot push out counters with more
-	// history, and a refusing counter goes only when every counter
-	// sampled is refusing too and the newcomer was asked for more often
-	// than it: one whose key's count is at its maximum (15 sightings
-	// since the counts last halved) is never evicted. What the store
-	// guarantees, and what an attacker can still do, is in
+	// history, a refusing counter in the main region goes only when every
+	// counter sampled is refusing too and the window's key was asked for
+	// more often than it, and one whose count is at its maximum is never
+	// evicted. A call that brings more new keys to one shard than its
+	// window holds admits the excess by the window's rule at once: a key
+	// that loses is decided on a fresh counter, which is not kept. What
+	// the store guarantees, and what an attacker can still do, is in
 	// docs/operations.md ("The memory store's bound").
 	MaxKeys int
 	// SweepInterval is how often a background sweep drops expired
@@ -77,12 +90,13 @@ type Options struct {
 // shards of its keys in ascending order and decides under those locks, so
 // each call is atomic and concurrent calls on other shards do not wait.
 //
-// At its bound (Options.MaxKeys) a shard admits and evicts by TinyLFU's
-// rule, under the same lock: how often keys were asked for lately is
-// kept in their buckets and, for keys not held, in a sketch per shard
-// (see sketch, and for why it is written here rather than taken from a
-// cache library), and whether a counter is refusing is a flag in its
-// bucket.
+// At its bound (Options.MaxKeys) a shard admits and evicts by
+// W-TinyLFU's rule, under the same lock: how often keys were asked for
+// lately is kept in their buckets and, for keys not held, in a sketch
+// per shard (see sketch, and for why it is written here rather than
+// taken from a cache library), whether a counter is refusing is a flag
+// in its bucket, and the admission window is a ring of keys per shard
+// (see shard.win).
 //
 // Store is safe for concurrent use by multiple goroutines. Close stops its
 // sweeper.
@@ -91,13 +105,14 @@ type Store struct {
 	seeds    [2]maphash.Seed
 	shards   []shard
 	mask     uint64
-	perShard int
+	perShard int // keys a shard holds at most
+	mainCap  int // of those, keys in its main region: perShard less its window's
 
 	watchers shareWatchers // see WatchShares
 
 	evictions atomic.Uint64
 	refusing  atomic.Uint64 // evictions of refusing counters
-	declined  atomic.Uint64
+	declined  atomic.Uint64 // new keys not admitted to a main region
 	closed    atomic.Bool
 	closeOnce sync.Once
 	stop      chan struct{} // closed by Close to stop the sweeper
@@ -119,8 +134,17 @@ type shard struct {
 	// bound), so that a sweep before it finds nothing to drop and is
 	// skipped; requires that mu is held.
 	soonest int64
-	freq    sketch   // how often keys were asked for lately; requires that mu is held
-	_       [24]byte // keep shards on separate cache lines (TestShardSize)
+	freq    sketch // how often keys were asked for lately; requires that mu is held
+	// win is the admission window, a FIFO ring of the keys that entered
+	// m while its main region was full; a slot is live while its key's
+	// bucket names it (bucket.win), and hand is the slot of the oldest
+	// key, which the next new key replaces. nwin counts the live slots,
+	// so the main region holds len(m)-nwin keys. All require that mu is
+	// held.
+	win  []hkey
+	hand int
+	nwin int
+	_    [48]byte // keep shards on separate cache lines (TestShardSize)
 }
 
 // hkey is a counter's key as the store keeps it: two 64-bit hashes of the
@@ -144,6 +168,7 @@ type bucket struct {
 	refusing bool
 	freq     uint8  // how often the key was asked for lately, as of halving epoch (see sketch)
 	epoch    uint16 // the shard's sketch.epoch when freq was set
+	win      uint32 // 1 + the key's slot in its shard's window, or 0 in the main region
 }
 
 // New returns a Store and starts its sweeper; call Close to stop it.
@@ -165,12 +190,17 @@ func New(opts Options) *Store {
 	// Enough shards to spread contention, few enough that each holds at
 	// least 64 keys, so that sampled eviction has a choice.
 	n := min(maxShards, 1<<bits.Len(uint(max(maxKeys/64, 1))-1))
+	perShard := maxKeys / n
+	// A window of at least one key, but none in a shard of one key, whose
+	// main region would then hold none.
+	win := min(max(perShard/windowShare, 1), perShard-1)
 	s := &Store{
 		now:      now,
 		seeds:    [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()},
 		shards:   make([]shard, n),
 		mask:     uint64(n - 1),
-		perShard: maxKeys / n,
+		perShard: perShard,
+		mainCap:  perShard - win,
 		stop:     make(chan struct{}),
 		done:     make(chan struct{}),
 	}
@@ -178,7 +208,8 @@ func New(opts Options) *Store {
 		s.shards[i].m = make(map[hkey]bucket)
 		s.shards[i].logs = make(map[hkey]*backend.Log)
 		s.shards[i].shares = make(map[hkey][]shareEntry)
-		s.shards[i].freq = newSketch(s.perShard)
+		s.shards[i].freq = newSketch(perShard)
+		s.shards[i].win = make([]hkey, win)
 	}
 	go s.sweeper(interval)
 	return s
@@ -208,7 +239,8 @@ func (s *Store) Len() int {
 }
 
 // Evictions returns how many live counters were evicted to make room for
-// new ones since New.
+// new ones since New: from a main region, or from a window (see
+// Declined).
 func (s *Store) Evictions() uint64 { return s.evictions.Load() }
 
 // RefusingEvictions returns how many of Evictions were of counters that
@@ -216,9 +248,13 @@ func (s *Store) Evictions() uint64 { return s.evictions.Load() }
 // from zero.
 func (s *Store) RefusingEvictions() uint64 { return s.refusing.Load() }
 
-// Declined returns how many new keys found the store full of counters
-// asked for more often than they were, since New: their calls were
-// decided on fresh counters that were not kept.
+// Declined returns how many new keys were not admitted to a main region
+// since New, its counters being asked for as often as they were or more
+// (see Options.MaxKeys): keys that left the admission window and were
+// evicted (counted in Evictions too), each of which starts again from
+// zero on its next call, and keys of a call that brought more new keys to
+// a shard than its window holds, whose calls were decided on fresh
+// counters that were not kept.
 func (s *Store) Declined() uint64 { return s.declined.Load() }
 
 // slot is one request's counter during a call: a copy of its state,
@@ -227,6 +263,7 @@ type slot struct {
 	sh       *shard
 	key      hkey
 	alias    int    // index of the first slot of this call with the same key
+	win      uint32 // the key's bucket.win (first of the small fields, so that they pack in 8 bytes)
 	declined bool   // a new key the full shard does not keep
 	refusing bool   // some request on the key left it no room
 	freq     uint8  // how often the key was asked for lately, this call included
@@ -255,6 +292,8 @@ func (s *Store) Take(ctx context.Context, reqs []backend.Request, res []backend.
 	var locked [maxShards / 64]uint64 // a bitmap, so shards lock in ascending order
 	for i := range reqs {
 		sl := &slots[i]
+		// Not s.hash: its cost is over the inliner's budget, and a call
+		// per request shows on the hot path.
 		sl.key = hkey{maphash.String(s.seeds[0], reqs[i].Key), maphash.String(s.seeds[1], reqs[i].Key)}
 		idx := sl.key[0] & s.mask
 		sl.sh = &s.shards[idx]
@@ -293,16 +332,23 @@ func (s *Store) Take(ctx context.Context, reqs []backend.Request, res []backend.
 	return nil
 }
 
+// hash returns the store's key for a request's key or a share bucket's
+// name. Take writes it out rather than call it (see there).
+func (s *Store) hash(key string) hkey {
+	return hkey{maphash.String(s.seeds[0], key), maphash.String(s.seeds[1], key)}
+}
+
 // load counts a sighting of sl's key and copies its counter into sl.st. A
 // key its shard does not hold yet is admitted, if need be in place of
-// another, or declined (see admit). It never drops a key that busy (this
-// call's earlier slots) holds.
+// another, or, rarely, declined (see admit). It never drops a key that
+// busy (this call's earlier slots) holds.
 func (s *Store) load(sl *slot, l backend.Limit, now int64, busy []slot) {
 	sh := sl.sh
 	b, ok := sh.m[sl.key]
 	if ok {
 		sh.freq.see()
 		sl.freq = min(sh.freq.aged(b.freq, b.epoch)+1, maxFreq)
+		sl.win = b.win
 	} else {
 		sl.declined = !s.admit(sh, sl, now, busy)
 	}
@@ -319,7 +365,7 @@ func (s *Store) store(sl *slot, l backend.Limit) {
 	exp := st.Expiry(l)
 	sh.m[sl.key] = bucket{
 		t: st.T, n: st.N, p: st.P, tokens: st.Tokens, exp: exp,
-		refusing: sl.refusing, freq: sl.freq, epoch: sl.epoch,
+		refusing: sl.refusing, freq: sl.freq, epoch: sl.epoch, win: sl.win,
 	}
 	sh.soonest = min(sh.soonest, exp)
 	if st.Log != nil {
@@ -358,55 +404,116 @@ func decideLarge(slots []slot, reqs []backend.Request, res []backend.Result, now
 	}
 }
 
-// admit counts a sighting of sl's key, which sh does not hold, makes
-// room for it if sh is full, and holds its place until the call stores
-// its counter, so that the call's other new keys find the shard as full
-// as it will be. It reports whether the key was admitted: false when it
-// was asked for no more often than the counter it would replace (see
-// Options.MaxKeys). Only a full shard counts new keys in its sketch: one
-// with room admits them all.
+// admit counts a sighting of sl's key, which sh does not hold, and gives
+// it a counter: in sh's main region if it has room, else in its window
+// (see enter). It holds the key's place until the call stores its
+// counter, so that the call's other new keys find the shard as full as it
+// will be. It reports false only when every window slot holds a key of
+// this call and the new key, admitted to the main region by the window's
+// rule at once, was asked for no more often than the counter it would
+// replace (see Options.MaxKeys): the key is declined. Only a shard whose
+// main region is full counts new keys in its sketch: one with room admits
+// them all.
 func (s *Store) admit(sh *shard, sl *slot, now int64, busy []slot) bool {
-	if len(sh.m) >= s.perShard {
-		if !inShard(busy, sh) {
-			busy = nil // nothing to spare: the sweep and sample need not look
-		}
-		if now-sh.swept >= fullSweepEvery {
-			sweepLocked(sh, now, busy)
-		}
+	if !inShard(busy, sh) {
+		busy = nil // nothing to spare: the sweep and samples need not look
 	}
-	if len(sh.m) < s.perShard {
+	if s.mainFull(sh) && now-sh.swept >= fullSweepEvery {
+		sweepLocked(sh, now, busy)
+	}
+	if !s.mainFull(sh) {
 		sh.freq.see()
 		sl.freq = min(sh.freq.estimate(sl.key)+1, maxFreq)
-	} else {
-		sl.freq = sh.freq.add(sl.key)
-		if !s.evict(sh, sl.freq, now, busy) {
-			s.declined.Add(1)
-			return false
-		}
+		sh.m[sl.key] = bucket{}
+		return true
+	}
+	sl.freq = sh.freq.add(sl.key)
+	if s.enter(sh, sl, now, busy) {
+		return true
+	}
+	if !s.evict(sh, sl.freq, false, now, busy) {
+		s.declined.Add(1)
+		return false
 	}
 	sh.m[sl.key] = bucket{}
 	return true
 }
 
-// evict makes room in the full shard sh for a new key asked for fk times
-// lately. It drops an expired key if its sample finds one; else it picks
-// the sampled key worth least (see cheaper) and drops it if the new key
-// was asked for more often, or if fk is the maximum and the other's
-// counter is not refusing (ties at the maximum go to the newcomer, but
-// never against a refusing counter); the sketch keeps the evicted key's
-// count. It reports whether it made room, which it also does when the
-// sample finds only busy keys: a call holding more new keys of one shard
-// than the shard holds (64 at least) grows it past its bound.
-func (s *Store) evict(sh *shard, fk uint8, now int64, busy []slot) bool {
+// mainFull reports whether sh's main region holds as many keys as it may.
+func (s *Store) mainFull(sh *shard) bool { return len(sh.m)-sh.nwin >= s.mainCap }
+
+// enter puts sl's new key in sh's window, in the slot of the window's
+// oldest key, which leaves the window (see leave); a key that busy (this
+// call) holds stays, and goes round once more. It reports false, changing
+// nothing, when every slot holds a key of this call, or the window has no
+// slot.
+func (s *Store) enter(sh *shard, sl *slot, now int64, busy []slot) bool {
+	for range sh.win {
+		i := sh.hand
+		if sh.hand++; sh.hand == len(sh.win) {
+			sh.hand = 0
+		}
+		k := sh.win[i]
+		b, live := sh.m[k]
+		live = live && b.win == uint32(i)+1
+		if live && busy != nil && holds(busy, k) {
+			continue
+		}
+		if live {
+			s.leave(sh, k, b, now, busy)
+		}
+		sh.win[i] = sl.key
+		sl.win = uint32(i) + 1
+		sh.m[sl.key] = bucket{win: sl.win}
+		sh.nwin++
+		return true
+	}
+	return false
+}
+
+// leave moves k, whose bucket b is in sh's window, to the main region: at
+// once if the main region has room, else if k wins against the main
+// region's sampled counter (see evict). A key that loses is evicted and
+// declined; the sketch keeps its count, so that it is asked for more
+// often than before if it comes back. An expired key is dropped.
+func (s *Store) leave(sh *shard, k hkey, b bucket, now int64, busy []slot) {
+	if b.exp <= now {
+		drop(sh, k, b)
+		return
+	}
+	f := sh.freq.aged(b.freq, b.epoch)
+	if s.mainFull(sh) && !s.evict(sh, f, b.refusing, now, busy) {
+		drop(sh, k, b)
+		sh.freq.raise(k, f)
+		s.evictions.Add(1)
+		s.declined.Add(1)
+		if b.refusing {
+			s.refusing.Add(1)
+		}
+		return
+	}
+	b.win = 0
+	sh.m[k] = b
+	sh.nwin--
+}
+
+// evict makes room in the full main region of sh for a key asked for fk
+// times lately, refusing if rk. It drops an expired key if its sample
+// finds one; else it picks the sampled key worth least (see cheaper) and
+// drops it if the other key wins (see wins); the sketch keeps the evicted
+// key's count. It reports whether it made room, which it also does when
+// the sample finds only busy keys: a call holding more keys of one shard
+// than its main region holds grows it past its bound.
+func (s *Store) evict(sh *shard, fk uint8, rk bool, now int64, busy []slot) bool {
 	var victim hkey
 	var vb bucket
 	vf, n := uint8(0), 0
 	for k2, b := range sh.m { // map iteration starts at a random place
-		if holds(busy, k2) {
+		if b.win != 0 || holds(busy, k2) {
 			continue
 		}
 		if b.exp <= now {
-			drop(sh, k2)
+			drop(sh, k2, b)
 			return true
 		}
 		if f := sh.freq.aged(b.freq, b.epoch); n == 0 || cheaper(b, f, vb, vf) {
@@ -419,16 +526,29 @@ func (s *Store) evict(sh *shard, fk uint8, now int64, busy []slot) bool {
 	if n == 0 {
 		return true
 	}
-	if fk <= vf && (fk < maxFreq || vb.refusing) {
+	if !wins(fk, rk, vf, vb.refusing) {
 		return false
 	}
-	drop(sh, victim)
+	drop(sh, victim, vb)
 	sh.freq.raise(victim, vf)
 	s.evictions.Add(1)
 	if vb.refusing {
 		s.refusing.Add(1)
 	}
 	return true
+}
+
+// wins reports whether a key asked for fa times lately, refusing if ra,
+// takes the place of a main region's counter asked for fb times, refusing
+// if rb: if it was asked for more often; on a tie, if it is refusing and
+// the other is not (forgetting it would admit its client again), or if
+// the count is at its maximum (else a main region full of counts at the
+// maximum would keep them forever) and the other is not refusing.
+func wins(fa uint8, ra bool, fb uint8, rb bool) bool {
+	if fa != fb {
+		return fa > fb
+	}
+	return !rb && (ra || fa == maxFreq)
 }
 
 // cheaper reports whether forgetting counter a, whose key was asked for
@@ -446,7 +566,11 @@ func cheaper(a bucket, fa uint8, b bucket, fb uint8) bool {
 	return a.exp < b.exp
 }
 
-func drop(sh *shard, k hkey) {
+// drop forgets k, whose bucket b is in sh.
+func drop(sh *shard, k hkey, b bucket) {
+	if b.win != 0 {
+		sh.nwin--
+	}
 	delete(sh.m, k)
 	delete(sh.logs, k)
 }
@@ -527,7 +651,7 @@ func sweepLocked(sh *shard, now int64, busy []slot) {
 		case holds(busy, k):
 			// The call stores it again, and lowers soonest then.
 		case b.exp <= now:
-			drop(sh, k)
+			drop(sh, k, b)
 		default:
 			soonest = min(soonest, b.exp)
 		}

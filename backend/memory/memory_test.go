@@ -64,19 +64,20 @@ func TestMaxKeysBoundsTheStore(t *testing.T) {
 	if got := s.Len(); got != 100 {
 		t.Errorf("Len() = %d after 250 keys, want the cap 100", got)
 	}
-	// Each of the 150 keys past the cap either took a counter's place or
-	// was declined; keys seen once are nearly all declined, as the ones
-	// held were seen once too.
+	// Each of the 150 keys past the cap entered the window and evicted a
+	// counter: the window's oldest key, declined, or, when that key won
+	// against the main region's, the main region's. Keys seen once nearly
+	// all lose, as the ones held were seen once too.
 	evicted, declined := s.Evictions(), s.Declined()
-	if evicted+declined != 150 || declined < 140 {
-		t.Errorf("Evictions() = %d, Declined() = %d, want 150 in all, nearly all declined", evicted, declined)
+	if evicted != 150 || declined < 140 {
+		t.Errorf("Evictions() = %d, Declined() = %d, want 150 evicted, nearly all declined", evicted, declined)
 	}
 	// The store exports them as metrics that promlint accepts.
 	want := fmt.Sprintf(`
-# HELP ratelimitd_memory_declined_keys_total New keys the full memory store did not keep, its counters being asked for more often: each call was decided on a fresh counter.
+# HELP ratelimitd_memory_declined_keys_total New keys the full memory store did not admit past its admission window, its counters being asked for as often or more: each starts again from zero on its next call.
 # TYPE ratelimitd_memory_declined_keys_total counter
 ratelimitd_memory_declined_keys_total %d
-# HELP ratelimitd_memory_evictions_total Live counters the memory store evicted to stay within its maximum number of keys.
+# HELP ratelimitd_memory_evictions_total Live counters the memory store evicted to stay within its maximum number of keys, from its admission window or its main region.
 # TYPE ratelimitd_memory_evictions_total counter
 ratelimitd_memory_evictions_total %d
 # HELP ratelimitd_memory_keys Counters the memory store holds.
@@ -110,36 +111,112 @@ func TestExpiredKeysMakeRoomWithoutEviction(t *testing.T) {
 	if got := s.Len(); got != 100 {
 		t.Errorf("Len() = %d, want the 100 new keys", got)
 	}
+
+	// A key whose counter expired while it was in the window leaves it
+	// without an eviction, even before a sweep (a full shard sweeps once
+	// a second at most).
+	s = newStore(t, memory.Options{MaxKeys: 100, Now: clock.Now})
+	day := backend.Limit{Algorithm: backend.FixedWindow, Requests: 10, Window: 24 * time.Hour}
+	short := backend.Limit{Algorithm: backend.FixedWindow, Requests: 10, Window: 100 * time.Millisecond}
+	clock.Set(backendtest.T0)
+	for i := range 100 { // 99 in the main region, the last in the window
+		take(t, s, "day"+strconv.Itoa(i), day, 1)
+	}
+	take(t, s, "short", short, 1) // day99 leaves the window and loses
+	if e, d := s.Evictions(), s.Declined(); e != 1 || d != 1 {
+		t.Fatalf("Evictions() = %d, Declined() = %d after a new key in a full store, want 1 and 1", e, d)
+	}
+	clock.Set(backendtest.T0.Add(500 * time.Millisecond)) // short's window has ended
+	take(t, s, "new", day, 1)
+	if e, d := s.Evictions(), s.Declined(); e != 1 || d != 1 {
+		t.Errorf("Evictions() = %d, Declined() = %d after an expired key left the window, want still 1 and 1", e, d)
+	}
+	if memory.Holds(s, "short") || !memory.Holds(s, "new") || s.Len() != 100 {
+		t.Errorf("holds short: %v, new: %v, Len() = %d, want false, true and 100", memory.Holds(s, "short"), memory.Holds(s, "new"), s.Len())
+	}
 }
 
-// TestNewKeyAskedAgainIsKept: a store full of counters seen once declines
-// a new key seen once, but keeps it when it comes back, so that a key
-// that keeps asking is limited from its second call on.
-func TestNewKeyAskedAgainIsKept(t *testing.T) {
+// TestCallWithMoreNewKeysThanTheWindow: a call that brings a full shard
+// more new keys than its window holds (here 1) keeps the first in the
+// window; the others are admitted by the window's rule at once, and,
+// asked for less often than the main region's counters, declined: their
+// requests are decided on fresh counters that are not kept.
+func TestCallWithMoreNewKeysThanTheWindow(t *testing.T) {
 	clock := backendtest.NewClock(backendtest.T0)
 	s := newStore(t, memory.Options{MaxKeys: 100, Now: clock.Now})
-	for i := range 100 {
-		take(t, s, "k"+strconv.Itoa(i), minute, 1)
+	for range 3 {
+		for i := range 100 {
+			take(t, s, "k"+strconv.Itoa(i), minute, 1)
+		}
 	}
-	three := backend.Limit{Algorithm: backend.FixedWindow, Requests: 3, Window: time.Minute}
+	reqs := []backend.Request{
+		{Key: "a", Limit: minute, Hits: 1, Group: 0},
+		{Key: "b", Limit: minute, Hits: 1, Group: 1},
+		{Key: "c", Limit: minute, Hits: 1, Group: 2},
+	}
+	res := make([]backend.Result, len(reqs))
+	if err := s.Take(t.Context(), reqs, res); err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range res {
+		if r.OverLimit || r.Remaining != 9 {
+			t.Errorf("Take(%q) = %+v, want admitted with 9 remaining", reqs[i].Key, r)
+		}
+	}
+	if !memory.Holds(s, "a") || memory.Holds(s, "b") || memory.Holds(s, "c") {
+		t.Errorf("holds a, b, c = %v, %v, %v, want true, false, false",
+			memory.Holds(s, "a"), memory.Holds(s, "b"), memory.Holds(s, "c"))
+	}
+	// Declined: k99, pushed out of the window by a and as often asked for
+	// as the main region's counters (evicted), then b and c (never kept).
+	if d, e := s.Declined(), s.Evictions(); d != 3 || e != 1 {
+		t.Errorf("Declined() = %d, Evictions() = %d, want 3 and 1", d, e)
+	}
+	if got := s.Len(); got != 100 {
+		t.Errorf("Len() = %d, want the bound 100", got)
+	}
+}
+
+// TestNewKeyIsLimitedFromItsFirstCall: in a store full of keys with
+// history, a new key gets a counter in the window from its first call, so
+// that its sixth call within a minute against a 5/min limit is refused;
+// asked for more often than the main region's counters by the time newer
+// keys push it out of the window, it takes the place of one and stays
+// limited.
+func TestNewKeyIsLimitedFromItsFirstCall(t *testing.T) {
+	clock := backendtest.NewClock(backendtest.T0)
+	s := newStore(t, memory.Options{MaxKeys: 100, Now: clock.Now})
+	for range 3 {
+		for i := range 100 {
+			take(t, s, "k"+strconv.Itoa(i), minute, 1)
+		}
+	}
+	five := backend.Limit{Algorithm: backend.SlidingWindow, Requests: 5, Window: time.Minute}
 	var got []bool
 	for range 6 {
-		got = append(got, take(t, s, "new", three, 1).OverLimit)
+		got = append(got, take(t, s, "new", five, 1).OverLimit)
 	}
-	// The first call is decided on a fresh counter that is not kept; the
-	// second is kept, with the next two it fills the limit.
-	if want := []bool{false, false, false, false, true, true}; !slices.Equal(got, want) {
+	if want := []bool{false, false, false, false, false, true}; !slices.Equal(got, want) {
 		t.Errorf("over limit on calls 1 to 6 = %v, want %v", got, want)
 	}
-	if d, e := s.Declined(), s.Evictions(); d != 1 || e != 1 {
-		t.Errorf("Declined() = %d, Evictions() = %d, want 1 and 1", d, e)
+	for i := range 10 { // keys seen once push "new" out of the window
+		take(t, s, "once"+strconv.Itoa(i), minute, 1)
+	}
+	if r := take(t, s, "new", five, 1); !r.OverLimit {
+		t.Errorf("call 7 admitted after keys seen once came: the counter was evicted")
+	}
+	// Evicted: k99 (the window's key, asked for as often as the main
+	// region's: declined), the main region's counter "new" took the place
+	// of, and 9 of the keys seen once (declined).
+	if d, e := s.Declined(), s.Evictions(); d != 10 || e != 11 {
+		t.Errorf("Declined() = %d, Evictions() = %d, want 10 and 11", d, e)
 	}
 }
 
 // TestRefusingCountersGoLast: when a full store must evict, it takes a
 // counter that is not refusing over one that is, and counts the eviction
 // of a refusing counter apart; a new key seen no more often than the
-// refusing counters is declined.
+// refusing counters is declined when it leaves the window.
 func TestRefusingCountersGoLast(t *testing.T) {
 	clock := backendtest.NewClock(backendtest.T0)
 	s := newStore(t, memory.Options{MaxKeys: 100, Now: clock.Now})
@@ -150,10 +227,11 @@ func TestRefusingCountersGoLast(t *testing.T) {
 	for i := range 90 {
 		take(t, s, "open"+strconv.Itoa(i), minute, 1)
 	}
-	// 50 keys asked for twice take the places of open counters (but when
-	// a sample finds only refusing ones and new ones seen twice: then
-	// they are declined); a sample of 8 of 100 keys is all refusing with
-	// a chance of about 1 in 10⁹.
+	// 50 keys asked for twice, while in the window, take the places of
+	// open counters when they leave it (but when a sample finds only
+	// refusing ones and new ones seen twice: then they are declined); a
+	// sample of 8 of 99 keys is all refusing with a chance of about 1 in
+	// 10⁹.
 	for i := range 50 {
 		take(t, s, "new"+strconv.Itoa(i), minute, 1)
 		take(t, s, "new"+strconv.Itoa(i), minute, 1)
@@ -170,35 +248,67 @@ func TestRefusingCountersGoLast(t *testing.T) {
 		}
 	}
 
-	// A store of refusing counters only: a new key seen once is declined,
-	// seen more often than them it takes the place of one, and the
-	// metric counts it.
+	// A store of refusing counters only (99 in the main region, the last
+	// in the window). A store that holds nothing but refusals cannot take
+	// a new key without forgetting one: the first new key pushes the
+	// window's refusing counter out, asked for no more often than the
+	// main region's, and it is evicted. New keys seen once then push
+	// each other out of the window, declined, and evict none of the main
+	// region's; a key asked for twice while in the window takes the
+	// place of one when it leaves, and the metric counts it.
 	s = newStore(t, memory.Options{MaxKeys: 100, Now: clock.Now})
 	for i := range 100 {
 		take(t, s, "refusing"+strconv.Itoa(i), one, 1)
 	}
-	take(t, s, "new", minute, 1)
-	if d, e := s.Declined(), s.Evictions(); d != 1 || e != 0 {
-		t.Errorf("after a new key seen once: Declined() = %d, Evictions() = %d, want 1 and 0", d, e)
+	for i := range 20 {
+		take(t, s, "once"+strconv.Itoa(i), minute, 1)
 	}
-	take(t, s, "new", minute, 1)
-	if e, r := s.Evictions(), s.RefusingEvictions(); e != 1 || r != 1 {
-		t.Errorf("after a new key seen twice: Evictions() = %d, RefusingEvictions() = %d, want 1 and 1", e, r)
+	if d, e, r := s.Declined(), s.Evictions(), s.RefusingEvictions(); d != 20 || e != 20 || r != 1 {
+		t.Errorf("after 20 new keys seen once: Declined() = %d, Evictions() = %d, RefusingEvictions() = %d, want 20, 20 and 1", d, e, r)
+	}
+	take(t, s, "twice", minute, 1)
+	take(t, s, "twice", minute, 1)
+	take(t, s, "next", minute, 1) // pushes "twice" out of the window
+	if d, e, r := s.Declined(), s.Evictions(), s.RefusingEvictions(); d != 21 || e != 22 || r != 2 {
+		t.Errorf("after a new key seen twice: Declined() = %d, Evictions() = %d, RefusingEvictions() = %d, want 21, 22 and 2", d, e, r)
 	}
 	want := `
 # HELP ratelimitd_memory_refusing_evictions_total Evicted counters that were refusing: each let a client over its limit start again from zero.
 # TYPE ratelimitd_memory_refusing_evictions_total counter
-ratelimitd_memory_refusing_evictions_total 1
+ratelimitd_memory_refusing_evictions_total 2
 `
 	if err := testutil.CollectAndCompare(s, strings.NewReader(want), "ratelimitd_memory_refusing_evictions_total"); err != nil {
 		t.Errorf("metrics: %v", err)
 	}
 }
 
+// TestRefusingNewKeyStays: a new key that reached its limit in the window
+// takes the place of a main region's counter asked for as often that is
+// not refusing when it leaves, so that it stays refused.
+func TestRefusingNewKeyStays(t *testing.T) {
+	clock := backendtest.NewClock(backendtest.T0)
+	s := newStore(t, memory.Options{MaxKeys: 100, Now: clock.Now})
+	for i := range 100 {
+		take(t, s, "k"+strconv.Itoa(i), minute, 1)
+	}
+	one := backend.Limit{Algorithm: backend.FixedWindow, Requests: 1, Window: time.Minute}
+	if r := take(t, s, "abuser", one, 1); r.OverLimit || r.Remaining != 0 { // asked for once, and refusing
+		t.Fatalf("abuser's first hit = %+v, want admitted with 0 remaining", r)
+	}
+	take(t, s, "next", minute, 1) // pushes abuser out of the window
+	if r := take(t, s, "abuser", one, 1); !r.OverLimit {
+		t.Errorf("abuser admitted after it left the window: its counter was evicted")
+	}
+	if r := s.RefusingEvictions(); r != 0 {
+		t.Errorf("RefusingEvictions() = %d, want 0", r)
+	}
+}
+
 func TestEvictionTakesTheSoonestToExpire(t *testing.T) {
 	// Among counters alike otherwise (none refusing, each seen once), the
 	// one that expires soonest goes first: the second-long ones, here,
-	// before the day-long ones. A store of 8 keys samples all of them.
+	// before the day-long ones. A store of 8 keys has 7 in its main
+	// region, and samples all of them.
 	clock := backendtest.NewClock(backendtest.T0)
 	s := newStore(t, memory.Options{MaxKeys: 8, Now: clock.Now})
 	day := backend.Limit{Algorithm: backend.FixedWindow, Requests: 10, Window: 24 * time.Hour}
@@ -207,10 +317,12 @@ func TestEvictionTakesTheSoonestToExpire(t *testing.T) {
 		take(t, s, "day"+strconv.Itoa(i), day, 1)
 		take(t, s, "sec"+strconv.Itoa(i), sec, 1)
 	}
-	for i := range 4 { // each asked twice, so that it is kept
+	for i := range 4 { // each asked twice, so that it is kept when it leaves the window
 		take(t, s, "more"+strconv.Itoa(i), sec, 0)
 		take(t, s, "more"+strconv.Itoa(i), sec, 1)
 	}
+	// sec3, the window's key when more0 came, declined, and 3 of the
+	// main region's counters for more0 to more2.
 	if got := s.Evictions(); got != 4 {
 		t.Fatalf("Evictions() = %d, want 4", got)
 	}
@@ -378,6 +490,39 @@ func benchTake(b *testing.B, s *memory.Store, l backend.Limit, seq []int32, i in
 		if err := s.Take(ctx, reqs, res); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// BenchmarkTakeNewKey decides one request on a key new to a full store of
+// 1M keys, each of them asked for once, as the keys of a flood of new
+// keys are: the path of every key past the bound (see Options.MaxKeys),
+// where BenchmarkTake measures that of keys held. The store's clock
+// stands still, so that no counter expires.
+func BenchmarkTakeNewKey(b *testing.B) {
+	const nkeys = 1_000_000
+	l := backend.Limit{Algorithm: backend.SlidingWindow, Requests: 5, Window: time.Minute}
+	clock := backendtest.NewClock(backendtest.T0)
+	s := memory.New(memory.Options{MaxKeys: nkeys, Now: clock.Now})
+	defer s.Close()
+	reqs := []backend.Request{{Limit: l, Hits: 1}}
+	res := make([]backend.Result, 1)
+	ctx := b.Context()
+	var buf []byte
+	i := 0
+	take := func() {
+		buf = appendKey(buf[:0], i, l)
+		reqs[0].Key = unsafe.String(&buf[0], len(buf))
+		i++
+		if err := s.Take(ctx, reqs, res); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for range nkeys + nkeys/10 { // every shard full
+		take()
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		take()
 	}
 }
 

@@ -6,16 +6,16 @@ var (
 	keysDesc = prometheus.NewDesc("ratelimitd_memory_keys",
 		"Counters the memory store holds.", nil, nil)
 	evictionsDesc = prometheus.NewDesc("ratelimitd_memory_evictions_total",
-		"Live counters the memory store evicted to stay within its maximum number of keys.", nil, nil)
+		"Live counters the memory store evicted to stay within its maximum number of keys, from its admission window or its main region.", nil, nil)
 	refusingEvictionsDesc = prometheus.NewDesc("ratelimitd_memory_refusing_evictions_total",
 		"Evicted counters that were refusing: each let a client over its limit start again from zero.", nil, nil)
 	declinedDesc = prometheus.NewDesc("ratelimitd_memory_declined_keys_total",
-		"New keys the full memory store did not keep, its counters being asked for more often: each call was decided on a fresh counter.", nil, nil)
+		"New keys the full memory store did not admit past its admission window, its counters being asked for as often or more: each starts again from zero on its next call.", nil, nil)
 )
 
 // Describe implements prometheus.Collector: a Store exports its number of
 // keys, its evictions (and of them, those of refusing counters) and the
-// new keys it declined.
+// new keys it declined (see Store.Declined).
 func (s *Store) Describe(ch chan<- *prometheus.Desc) {
 	ch <- keysDesc
 	ch <- evictionsDesc

@@ -3,7 +3,6 @@ package memory
 import (
 	"context"
 	"fmt"
-	"hash/maphash"
 	"slices"
 	"sync"
 	"time"
@@ -36,7 +35,7 @@ func (s *Store) ExchangeShares(ctx context.Context, reqs []backend.ShareRequest,
 	keys := make([]hkey, len(reqs))
 	var locked [maxShards / 64]uint64
 	for i := range reqs {
-		keys[i] = hkey{maphash.String(s.seeds[0], reqs[i].Bucket), maphash.String(s.seeds[1], reqs[i].Bucket)}
+		keys[i] = s.hash(reqs[i].Bucket)
 		idx := keys[i][0] & s.mask
 		locked[idx/64] |= 1 << (idx % 64)
 	}

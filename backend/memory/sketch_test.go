@@ -154,6 +154,34 @@ func TestCheaper(t *testing.T) {
 	}
 }
 
+// TestWins: a window's key takes the place of a main region's counter if
+// it was asked for more often; on a tie, if it is refusing and the other
+// is not, or at the counts' maximum unless the other is refusing.
+func TestWins(t *testing.T) {
+	for _, c := range []struct {
+		fa     uint8
+		ra     bool
+		fb     uint8
+		rb     bool
+		want   bool
+		reason string
+	}{
+		{2, false, 1, true, true, "asked for more often"},
+		{1, true, 2, false, false, "asked for less often"},
+		{3, false, 3, false, false, "a tie"},
+		{3, true, 3, false, true, "a tie, refusing over open"},
+		{3, false, 3, true, false, "a tie, open under refusing"},
+		{3, true, 3, true, false, "a tie, both refusing"},
+		{maxFreq, false, maxFreq, false, true, "a tie at the maximum"},
+		{maxFreq, true, maxFreq, true, false, "a tie at the maximum, both refusing"},
+		{maxFreq, false, maxFreq, true, false, "a tie at the maximum, open under refusing"},
+	} {
+		if got := wins(c.fa, c.ra, c.fb, c.rb); got != c.want {
+			t.Errorf("wins(%d, %v, %d, %v) = %v, want %v (%s)", c.fa, c.ra, c.fb, c.rb, got, c.want, c.reason)
+		}
+	}
+}
+
 // TestShardSize: shards start on separate cache lines.
 func TestShardSize(t *testing.T) {
 	if n := unsafe.Sizeof(shard{}); n%64 != 0 {
