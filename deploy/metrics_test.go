@@ -60,15 +60,20 @@ func TestMetricsServed(t *testing.T) {
 	bin := daemonBinary(t)
 	rdb := redistest.Start(t)
 	names := namedMetrics(t)
-	var want []string
+	var want, memoryOnly []string
 	for name, where := range names {
 		if exporter, ok := notRatelimitd[name]; ok {
 			t.Logf("%s (%s) is %s's", name, strings.Join(where, ", "), exporter)
 			continue
 		}
+		if strings.HasPrefix(name, "ratelimitd_memory_") { // the memory store's: see the end
+			memoryOnly = append(memoryOnly, name)
+			continue
+		}
 		want = append(want, name)
 	}
 	slices.Sort(want)
+	t.Run("memory store", func(t *testing.T) { memoryMetricsServed(t, bin, memoryOnly, names) })
 
 	dir := t.TempDir()
 	rules := filepath.Join(dir, "rules.yaml")
@@ -164,6 +169,26 @@ func TestMetricsServed(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 	}
 	t.Logf("all %d metrics named by the dashboard and the alerts are served", len(want))
+}
+
+// memoryMetricsServed starts ratelimitd on the memory store and checks
+// that it serves the metrics in want, which only that store has.
+func memoryMetricsServed(t *testing.T, bin string, want []string, names map[string][]string) {
+	dir := t.TempDir()
+	rules := filepath.Join(dir, "rules.yaml")
+	if err := os.WriteFile(rules, []byte(metricsRules), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	httpAddr := freeAddr(t)
+	d := startDaemon(t, bin, dir, nil, "--config", rules, "--grpc-addr", freeAddr(t), "--http-addr", httpAddr, "--log-format", "json")
+	httpc := &http.Client{Timeout: 5 * time.Second}
+	d.waitReady(t, httpc, "http://"+httpAddr+"/readyz")
+	served := scrape(t, httpc, "http://"+httpAddr+"/metrics")
+	for _, name := range want {
+		if !served[name] {
+			t.Errorf("%s, named by %s, is not served by ratelimitd's /metrics on the memory store", name, strings.Join(names[name], ", "))
+		}
+	}
 }
 
 // scrape returns the names of the samples that url serves, in

@@ -245,7 +245,7 @@ func defineFlags(fs *flag.FlagSet, f *flags) {
 		return err
 	})
 	fs.BoolVar(&f.shadowMode, "shadow-mode", false, "refuse nothing: report decisions, count only what fits")
-	fs.IntVar(&f.memoryMaxKeys, "memory-max-keys", memory.DefaultMaxKeys, "most counters the memory store keeps (about 160 bytes each); a new key then replaces a counter asked for less often, refusing ones last, or is decided without being kept")
+	fs.IntVar(&f.memoryMaxKeys, "memory-max-keys", memory.DefaultMaxKeys, "most counters the memory store keeps (about 160 bytes each); a new key then enters a small admission window, and keeps its counter past it only if asked for more often than the one it would replace (refusing ones go last)")
 	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", defaultShutdownTimeout, "how long to drain in-flight requests on SIGTERM")
 	fs.DurationVar(&f.shutdownDelay, "shutdown-delay", 0, "on SIGTERM, how long to keep serving while reporting not ready, so that load balancers stop sending first")
 	fs.StringVar(&f.tls.grpcCert, "grpc-tls-cert", "", "PEM `file` of the gRPC listener's certificate (and chain): serve TLS; reloaded when it changes")
