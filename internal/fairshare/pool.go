@@ -127,7 +127,6 @@ type Pool struct {
 	running bool                // the loop runs
 	kick    chan struct{}       // wakes the loop before its tick
 	stop    chan struct{}       // closed by Close
-	done    chan struct{}       // closed by the loop when it returns; nil before it ran
 	loops   sync.WaitGroup      // the loops running: one, and one ending at most
 	closed  bool
 	failing bool // the last store call failed: logged once per outage
@@ -147,7 +146,6 @@ type entry struct {
 	until   time.Time
 	granted float64
 	others  []float64
-	local   int // this replica's live clients at the last exchange
 	// want and demands are what the store holds of the replica's entry:
 	// the rate asked for and the clients' demands, sorted.
 	want    float64
@@ -437,17 +435,15 @@ func (p *Pool) ensureLoop() {
 		return
 	}
 	p.running = true
-	p.done = make(chan struct{})
 	p.loops.Add(1)
-	go p.loop(p.done)
+	go p.loop()
 }
 
 // loop takes a turn each Interval, and at once when woken, while it
 // watches the store for other replicas' changes; it returns when Close
 // is called, or when no bucket is left.
-func (p *Pool) loop(done chan struct{}) {
+func (p *Pool) loop() {
 	defer p.loops.Done()
-	defer close(done)
 	ctx, cancel := context.WithCancel(context.Background()) // the loop ends by p.stop
 	watched := make(chan struct{})
 	go func() { // ends with the loop, by cancel
@@ -677,6 +673,7 @@ func (p *Pool) exchangeChunk(ctx context.Context, buckets []string, force bool) 
 		}
 		e.forced = false
 		e.until = now.Add(r.TTL)
+		local := len(e.demands) // this replica's clients at the last exchange
 		e.want, e.demands = r.Want, r.Demands
 		g, o := res[i].Granted, res[i].Others
 		switch {
@@ -687,14 +684,13 @@ func (p *Pool) exchangeChunk(ctx context.Context, buckets []string, force bool) 
 			// What to ask for depends on the others' demands: look again
 			// at the next turn.
 			p.pending[r.Bucket] = struct{}{}
-		case len(r.Demands) != e.local:
+		case len(r.Demands) != local:
 			// A client came or went: the others' shares moved.
 			moved = append(moved, r.Bucket)
 			p.reapply(r.Bucket, e)
 		default:
 			p.reapply(r.Bucket, e)
 		}
-		e.local = len(r.Demands)
 		e.othersExpire = time.Time{}
 		if d := res[i].OthersExpire; d > 0 {
 			e.othersExpire = now.Add(d)

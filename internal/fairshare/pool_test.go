@@ -295,15 +295,15 @@ func TestPoolLoopEnds(t *testing.T) {
 	a := &poolClient{id: "a", pool: pools[0], demand: 1000}
 	a.report(t, bucket, limit, time.Second, t0) // a share for 2 s
 	pools[0].mu.Lock()
-	done := pools[0].done
+	running := pools[0].running
 	pools[0].mu.Unlock()
-	if done == nil {
+	if !running {
 		t.Fatal("no loop after the first exchange")
 	}
 	now := t0.Add(3 * time.Second)
 	clk.Set(now)
 	pools[0].Forget("a", now)
-	<-done // the loop removes the entry, then ends
+	pools[0].loops.Wait() // the loop removes the entry, then ends
 	b := &poolClient{id: "b", pool: pools[1], demand: 1000}
 	b.report(t, bucket, limit, time.Second, now)
 	if s, _ := pools[1].Share(bucket, "b", limit, now); s != limit {
