@@ -3,6 +3,7 @@ package rlqs
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"testing"
 	"time"
 
@@ -120,4 +121,42 @@ func BenchmarkReportUnmatched(b *testing.B) {
 		report()
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/bucket")
+}
+
+// BenchmarkBucketMemory measures the heap a bucket held costs, with one
+// client each on the memory store: its stream's entry and view, the
+// tracker's and the pool's entries, the store's share entry. One op holds
+// 10,000 buckets over 10 streams; B/bucket is the heap they keep.
+func BenchmarkBucketMemory(b *testing.B) {
+	const streams, perStream = 10, 1000
+	var perBucket float64
+	for b.Loop() {
+		clk := &clock{now: time.Unix(1_700_000_000, 0)}
+		mem := memory.New(memory.Options{Now: clk.Now})
+		// The benchmark's streams have no connection: one account.
+		s := New(rulesOf(b, oneRule), Options{Store: mem, Replica: "bench", Now: clk.Now, Bounds: Bounds{PerConnection: streams * perStream}})
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		for k := range streams {
+			msg := &rlqsv3.RateLimitQuotaUsageReports{Domain: "web"}
+			for i := range perStream {
+				msg.BucketQuotaUsages = append(msg.BucketQuotaUsages, &rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{
+					BucketId:           &rlqsv3.BucketId{Bucket: map[string]string{"path": fmt.Sprintf("/api/v1/items/%d/%d", k, i)}},
+					TimeElapsed:        durationpb.New(time.Second),
+					NumRequestsAllowed: 40,
+				})
+			}
+			reporter(b, s, msg)()
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		if held(s) != streams*perStream {
+			b.Fatalf("%d buckets held, want %d", held(s), streams*perStream)
+		}
+		perBucket = float64(after.HeapAlloc-before.HeapAlloc) / (streams * perStream)
+		s.EndStreams()
+		mem.Close()
+	}
+	b.ReportMetric(perBucket, "B/bucket")
 }

@@ -102,22 +102,34 @@ func (m *metrics) limit(l ruleLabels, rate float64) {
 	m.rate.WithLabelValues(l.domain, l.rule).Set(rate)
 }
 
-// tally sums the usage one report reports, by rule, for the metrics.
-type tally map[ruleLabels][2]uint64
-
-// add adds a bucket's usage of rule l.
-func (t tally) add(l ruleLabels, allowed, denied uint64) {
-	c := t[l]
-	t[l] = [2]uint64{c[0] + allowed, c[1] + denied}
+// tally sums the usage of consecutive buckets of one rule in a report,
+// so that the metrics count each run of them once, not each bucket: a
+// report's buckets of one rule mostly come one after another.
+type tally struct {
+	m               *metrics
+	l               ruleLabels
+	allowed, denied uint64
+	open            bool // l holds usage not counted yet
 }
 
-// count counts the usage in m: the series of each rule once a report,
-// however many buckets of it the report names.
-func (t tally) count(m *metrics) {
-	for l, c := range t {
-		m.reports.WithLabelValues(l.domain, l.rule, "allowed").Add(float64(c[0]))
-		m.reports.WithLabelValues(l.domain, l.rule, "denied").Add(float64(c[1]))
+// add adds a bucket's usage of rule l.
+func (t *tally) add(l ruleLabels, allowed, denied uint64) {
+	if t.open && l != t.l {
+		t.count()
 	}
+	t.l, t.open = l, true
+	t.allowed += allowed
+	t.denied += denied
+}
+
+// count counts the usage added since the last count in t.m.
+func (t *tally) count() {
+	if !t.open {
+		return
+	}
+	t.m.reports.WithLabelValues(t.l.domain, t.l.rule, "allowed").Add(float64(t.allowed))
+	t.m.reports.WithLabelValues(t.l.domain, t.l.rule, "denied").Add(float64(t.denied))
+	t.allowed, t.denied, t.open = 0, 0, false
 }
 
 // refuse counts a bucket refused at bound b.

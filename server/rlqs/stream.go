@@ -153,8 +153,8 @@ func (st *stream) report(m *wireReports) error {
 	if d == nil {
 		st.s.unknown(st.domain)
 	}
-	usage := make(tally)
-	defer usage.count(st.s.metrics)
+	usage := &tally{m: st.s.metrics}
+	defer usage.count()
 	var needs []fairshare.Need
 	for i, u := range m.usages {
 		id := u.id
@@ -300,7 +300,7 @@ func (st *stream) send(resp *wireResponse) error {
 // rule's assignment at its next report. A bucket past Bounds is refused:
 // a rule that needs no share (unlimited, a ban, shadow mode) answers it
 // still, and a limited one gets the Fallback.
-func (st *stream) add(key string, id map[string]string, d *config.DomainRules, now time.Time, u wireUsage, usage tally) (*bucket, assignment) {
+func (st *stream) add(key string, id map[string]string, d *config.DomainRules, now time.Time, u wireUsage, usage *tally) (*bucket, assignment) {
 	if len(id) > MaxBucketEntries || idBytes(id) > MaxBucketIDBytes {
 		st.s.metrics.refuse(boundBucketID)
 		return nil, assignment{}

@@ -166,30 +166,26 @@ func eachField(b []byte, f func(num protowire.Number, typ protowire.Type, v []by
 type wireResponse struct {
 	actions []*rlqsv3.RateLimitQuotaResponse_BucketAction
 	ids     []map[string]string
-	shared  map[actionKey]*rlqsv3.RateLimitQuotaResponse_BucketAction // see assign
-}
-
-// actionKey is what makes two assignment actions the same.
-type actionKey struct {
-	a   assignment
-	ttl time.Duration
-}
-
-// assign adds the assignment a, living ttl, for bucket id. The buckets of
-// one response given the same assignment share one action message, which
-// Marshal writes for each: a report of many buckets answered alike (those
-// no rule matches) costs one message, not one each.
-func (w *wireResponse) assign(id map[string]string, a assignment, ttl time.Duration) {
-	k := actionKey{a, ttl}
-	act := w.shared[k]
-	if act == nil {
-		act = assignAction(a, ttl)
-		if w.shared == nil {
-			w.shared = make(map[actionKey]*rlqsv3.RateLimitQuotaResponse_BucketAction)
-		}
-		w.shared[k] = act
+	// last is the assignment and lifetime of the last action assign
+	// added (see assign).
+	last struct {
+		a   assignment
+		ttl time.Duration
 	}
-	w.add(id, act)
+}
+
+// assign adds the assignment a, living ttl, for bucket id. A bucket given
+// the same assignment as the one added before it shares its action
+// message, which Marshal writes for each: a report of many buckets
+// answered alike (those no rule matches come one after another) costs one
+// message, not one each.
+func (w *wireResponse) assign(id map[string]string, a assignment, ttl time.Duration) {
+	if n := len(w.actions); n > 0 && w.last.a == a && w.last.ttl == ttl {
+		w.add(id, w.actions[n-1])
+		return
+	}
+	w.last.a, w.last.ttl = a, ttl
+	w.add(id, assignAction(a, ttl))
 }
 
 // Reset, String and ProtoMessage make wireResponse a protobuf message for
