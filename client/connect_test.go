@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"sync"
 	"testing"
 	"time"
 
@@ -34,15 +33,7 @@ func serveOn(t *testing.T, f *fakeRLS, lis net.Listener) func() {
 	f.counts = make(map[string]uint64)
 	g := grpc.NewServer()
 	ratelimitv1.RegisterRateLimitServiceServer(g, f)
-	served := make(chan error, 1)
-	go func() { served <- g.Serve(lis) }()
-	stop := sync.OnceFunc(func() {
-		g.Stop()
-		if err := <-served; err != nil && !errors.Is(err, grpc.ErrServerStopped) {
-			t.Errorf("Serve: %v", err)
-		}
-	})
-	t.Cleanup(stop)
+	stop := serveListener(t, g, lis)
 	f.stop = stop
 	return stop
 }

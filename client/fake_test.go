@@ -65,15 +65,7 @@ func newFakeRLS(t testing.TB, f *fakeRLS) *grpc.ClientConn {
 func serveGRPC(t testing.TB, g *grpc.Server, dialOpts ...grpc.DialOption) (*grpc.ClientConn, func()) {
 	t.Helper()
 	lis := bufconn.Listen(1 << 20)
-	served := make(chan error, 1)
-	go func() { served <- g.Serve(lis) }()
-	stop := sync.OnceFunc(func() {
-		g.Stop()
-		if err := <-served; err != nil && !errors.Is(err, grpc.ErrServerStopped) {
-			t.Errorf("Serve: %v", err)
-		}
-	})
-	t.Cleanup(stop)
+	stop := serveListener(t, g, lis)
 	conn, err := grpc.NewClient("passthrough:///bufnet", append([]grpc.DialOption{
 		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
@@ -83,6 +75,21 @@ func serveGRPC(t testing.TB, g *grpc.Server, dialOpts ...grpc.DialOption) (*grpc
 	}
 	t.Cleanup(func() { conn.Close() })
 	return conn, stop
+}
+
+// serveListener serves g on lis until the test ends, and returns a
+// function that stops g early; stopping twice is safe.
+func serveListener(t testing.TB, g *grpc.Server, lis net.Listener) func() {
+	served := make(chan error, 1)
+	go func() { served <- g.Serve(lis) }()
+	stop := sync.OnceFunc(func() {
+		g.Stop()
+		if err := <-served; err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	t.Cleanup(stop)
+	return stop
 }
 
 // rpcs returns how many requests f received.
