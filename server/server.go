@@ -369,9 +369,6 @@ func (s *Server) GRPCOptions() []grpc.ServerOption {
 		grpc.ChainUnaryInterceptor(unary...),
 		grpc.ChainStreamInterceptor(stream...),
 	}
-	if s.rlqs != nil { // RLQS bounds the buckets of each connection
-		opts = append(opts, grpc.StatsHandler(s.rlqs.StatsHandler()))
-	}
 	if s.opts.TracerProvider != nil {
 		opts = append(opts, grpc.StatsHandler(otelgrpc.NewServerHandler(
 			otelgrpc.WithTracerProvider(s.opts.TracerProvider),

@@ -7,7 +7,6 @@ import (
 
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/peer"
-	"google.golang.org/grpc/stats"
 
 	"github.com/ratelimitd/ratelimitd/internal/tlsconfig"
 )
@@ -75,43 +74,18 @@ func (d *departures) Pop() any {
 	return x
 }
 
-// connKey is the context key of a connection's identity (a *connID),
-// which connTagger puts in the context of every stream of a connection.
-type connKey struct{}
-
-// connID identifies one gRPC connection by its address; it has a size,
-// so that two are never at the same address.
-type connID struct{ _ byte }
-
-// connTagger is the stats.Handler that gives each gRPC connection a
-// connID (see Service.StatsHandler).
-type connTagger struct{}
-
-func (connTagger) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context {
-	return context.WithValue(ctx, connKey{}, new(connID))
-}
-func (connTagger) HandleConn(context.Context, stats.ConnStats)                     {}
-func (connTagger) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context { return ctx }
-func (connTagger) HandleRPC(context.Context, stats.RPCStats)                       {}
-
-// StatsHandler returns the stats.Handler that tells the service which
-// gRPC connection each stream comes on, for Bounds.PerConnection: install
-// it on the gRPC server that serves the service (grpc.StatsHandler).
-// Without it, streams are told apart by their peer's address, which is
-// one connection's over TCP.
-func (s *Service) StatsHandler() stats.Handler { return connTagger{} }
-
 // identify returns the keys of the connection and of the authenticated
-// peer ("" for none) of a stream's context.
+// peer ("" for none) of a stream's context. A connection is told by its
+// peer's address: the daemon's gRPC listener is TCP, and two connections
+// open at once never share a remote address and port (one that reused the
+// port of a closed connection whose buckets are still counted shares their
+// account, which only bounds it sooner).
 func identify(ctx context.Context) (conn any, peerName string) {
-	if id, ok := ctx.Value(connKey{}).(*connID); ok {
-		conn = id
-	}
 	p, ok := peer.FromContext(ctx)
 	if !ok {
-		return conn, ""
+		return nil, ""
 	}
-	if conn == nil && p.Addr != nil {
+	if p.Addr != nil {
 		conn = p.Addr.Network() + "://" + p.Addr.String()
 	}
 	if info, ok := p.AuthInfo.(credentials.TLSInfo); ok {

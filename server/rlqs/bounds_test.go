@@ -19,15 +19,15 @@ import (
 )
 
 // serveTCP serves a Service under rules with opts (its Now the test
-// clock) on a loopback TCP listener, with its StatsHandler, as the daemon
-// does, and returns it, its address and the clock; dial connects to it,
-// each call on a connection of its own.
+// clock) on a loopback TCP listener, as the daemon does, and returns it,
+// its address and the clock; dial connects to it, each call on a
+// connection of its own.
 func serveTCP(t *testing.T, rules *config.Rules, opts Options, srvOpts ...grpc.ServerOption) (*Service, string, *clock) {
 	t.Helper()
 	clk := &clock{now: time.Unix(1_700_000_000, 0)}
 	opts.Now = clk.Now
 	s := New(rules, opts)
-	g := grpc.NewServer(append(srvOpts, grpc.StatsHandler(s.StatsHandler()))...)
+	g := grpc.NewServer(srvOpts...)
 	s.Register(g)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
