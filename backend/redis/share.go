@@ -105,6 +105,7 @@ func (s *Store) ExchangeShares(ctx context.Context, reqs []backend.ShareRequest,
 // after ExchangeShares returns.
 func (s *Store) shareRuns(reqs []backend.ShareRequest) []*shareRun {
 	now := float64(s.nowMicros())
+	channels := s.prefix + shareLayout + shareChannels
 	var runs []*shareRun
 	byKey := make(map[string]*shareRun, len(reqs))
 	for i := range reqs {
@@ -112,7 +113,7 @@ func (s *Store) shareRuns(reqs []backend.ShareRequest) []*shareRun {
 		k := shareKey(s.prefix, r.Bucket)
 		run := byKey[k]
 		if run == nil {
-			run = &shareRun{key: k, args: []any{s.prefix + shareLayout + shareChannels, r.Bucket}}
+			run = &shareRun{key: k, args: []any{channels, r.Bucket}}
 			byKey[k] = run
 			runs = append(runs, run)
 		}
