@@ -344,7 +344,6 @@ func (s *Server) decide(ctx context.Context, sc *scratch) error {
 		if err != nil {
 			return s.storeFailed(ctx, sc, err)
 		}
-		s.storeAnswered()
 		refused = backend.Refused(sc.reqs, sc.res)
 	}
 	s.verdicts(sc, refused)

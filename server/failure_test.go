@@ -21,6 +21,7 @@ import (
 
 	"github.com/ratelimitd/ratelimitd/backend"
 	"github.com/ratelimitd/ratelimitd/backend/backendtest"
+	"github.com/ratelimitd/ratelimitd/backend/memory"
 	ratelimitv1 "github.com/ratelimitd/ratelimitd/gen/ratelimit/v1"
 	"github.com/ratelimitd/ratelimitd/internal/grpctest"
 	"github.com/ratelimitd/ratelimitd/server"
@@ -287,4 +288,47 @@ descriptors:
 // okWith returns a status of code without a limit, as failure answers are.
 func okWith(code rlsv3.RateLimitResponse_Code) *rlsv3.RateLimitResponse_DescriptorStatus {
 	return &rlsv3.RateLimitResponse_DescriptorStatus{Code: code}
+}
+
+// stateStore is a memory store whose state is what state holds, as a
+// Redis store reports "unreached" until Redis first answers.
+type stateStore struct {
+	*memory.Store
+	state atomic.Value // string
+}
+
+func (s *stateStore) State() string { return s.state.Load().(string) }
+
+// TestReadyUntilStoreAnswers: a store that has never answered
+// ("unreached") keeps the server not ready under deny and error (but
+// with ReadyWithoutStore), and ready under allow; once it answers, the
+// server is ready under every mode.
+func TestReadyUntilStoreAnswers(t *testing.T) {
+	for _, c := range []struct {
+		mode              server.FailureMode
+		readyWithoutStore bool
+		readyBefore       bool
+	}{
+		{server.FailDeny, false, false},
+		{server.FailError, false, false},
+		{server.FailAllow, false, true},
+		{server.FailDeny, true, true},
+	} {
+		store := &stateStore{Store: memory.New(memory.Options{})}
+		t.Cleanup(func() { store.Close() })
+		store.state.Store("unreached")
+		srv := server.New(store, parseRules(t, hotRules), server.Options{FailureMode: c.mode, ReadyWithoutStore: c.readyWithoutStore})
+		readyz := func(when string, ready bool, state string) {
+			t.Helper()
+			rec := httptest.NewRecorder()
+			srv.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/readyz", nil))
+			if want := map[bool]int{true: http.StatusOK, false: http.StatusServiceUnavailable}[ready]; rec.Code != want || !strings.Contains(rec.Body.String(), "backend: "+state+"\n") {
+				t.Errorf("%v, ready without store %v, %s: GET /readyz = %d %q, want %d with backend: %s",
+					c.mode, c.readyWithoutStore, when, rec.Code, rec.Body.String(), want, state)
+			}
+		}
+		readyz("unreached", c.readyBefore, "unreached")
+		store.state.Store("ok")
+		readyz("answered", true, "ok")
+	}
 }

@@ -119,17 +119,6 @@ type Options struct {
 	// nearest their limits, served at GET /hotkeys; the zero value turns
 	// them off.
 	HotKeys HotKeysOptions
-	// StoreProbe, when set, checks that the store answers without deciding
-	// anything (the daemon's PINGs Redis), within a bounded time. Until
-	// it first succeeds, or a decision's call to the store does, the store
-	// has never answered: its state is "unreached", and /readyz reports
-	// not ready under FailDeny and FailError unless ReadyWithoutStore.
-	// ProbeStore calls it. Nil: the store counts as answering from the
-	// start (the memory store).
-	StoreProbe func(context.Context) error
-	// StoreProbeInterval is the pause between two probes of a store that
-	// has never answered; zero means DefaultStoreProbeInterval.
-	StoreProbeInterval time.Duration
 	// UnknownDomains bounds the domains without rules that get a label of
 	// their own in ratelimitd_unknown_domain_requests_total, and a log
 	// line each (see unknownDomains); the requests for the others are
@@ -220,7 +209,6 @@ type Server struct {
 	scratches sync.Pool
 	warnings  rate.Sometimes // throttles store failure warnings
 	failures  atomic.Uint64  // requests answered by the failure mode
-	answered  atomic.Bool    // the store answered once (see Options.StoreProbe)
 	now       func() time.Time
 	rlqs      *rlqs.Service     // nil unless Options.RLQS
 	rates     rates             // per-rule rates for /ui/, filled by SampleRates
@@ -263,7 +251,6 @@ func New(store backend.Store, rules *config.Rules, opts Options) *Server {
 		s.now = time.Now
 	}
 	s.scratches.New = func() any { return new(scratch) }
-	s.answered.Store(opts.StoreProbe == nil)
 	s.unknown = newUnknownDomains(opts.UnknownDomains, s.log, s.now, s.rules.Load, reg)
 	s.hot, s.digests = s.newHotKeys()
 	s.healthNames = healthServices
@@ -444,9 +431,6 @@ func (s *Server) ready() (bool, string) {
 	state := "ok"
 	if r, ok := s.store.(StateReporter); ok {
 		state = r.State()
-	}
-	if !s.answered.Load() {
-		state = storeUnreached
 	}
 	storeNeeded := s.opts.FailureMode != FailAllow && !s.opts.ReadyWithoutStore
 	ready := s.rules.Load() != nil && !s.stopping.Load() && (!storeNeeded || state == "ok")

@@ -63,6 +63,9 @@ type ticket struct {
 // the node if the failure opened it.
 func (t ticket) done(err error) {
 	t.report(err)
+	if err == nil {
+		t.s.answered()
+	}
 	if err != nil && t.n.b.State() != gobreaker.StateClosed {
 		t.s.startProbe(t.n)
 	}
@@ -179,7 +182,49 @@ func (s *Store) probeOnce(n *node) bool {
 		err = ping(ctx, client, addr)
 	}
 	done(err)
+	if err == nil {
+		s.answered()
+	}
 	return err == nil
+}
+
+// reach probes Redis from the store's start until it first answers, at
+// once and then every BreakerOpenDelay, with ping: a Redis that has never
+// answered has opened no breaker (no call has failed on it yet), and
+// State reports it "unreached" until it answers, to this probe or to any
+// call.
+func (s *Store) reach() {
+	defer s.inflight.Done()
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for failures := 0; ; failures++ {
+		select {
+		case <-s.base.Done():
+			return
+		case <-t.C:
+		}
+		if s.reached.Load() {
+			return
+		}
+		ctx, cancel := context.WithTimeout(s.base, s.timeout)
+		err := ping(ctx, s.client, s.addr)
+		cancel()
+		if err == nil {
+			s.answered()
+			return
+		}
+		if failures == 0 {
+			s.log.Warn("counter store does not answer yet: the failure mode answers until it does, and /readyz says unreached", "err", err)
+		}
+		t.Reset(s.openDelay)
+	}
+}
+
+// answered records that Redis answered once.
+func (s *Store) answered() {
+	if !s.reached.Load() && s.reached.CompareAndSwap(false, true) { // a load first: every call succeeding comes here
+		s.log.Info("counter store answered")
+	}
 }
 
 // ping checks a node: first on a connection of its own, when its address
@@ -242,9 +287,9 @@ func (s *Store) prune(keep func(name string) bool) {
 	}
 }
 
-// State reports the store's health: "ok" when the circuit breaker of every
-// node in use is closed, else "open" or "half-open" for the worst of
-// them. The breakers of nodes that left the topology (a Cluster's former
+// State reports the store's health: "open" or "half-open" for the worst
+// circuit breaker of the nodes in use that is not closed; else
+// "unreached" until Redis has answered once (see reach), then "ok". The breakers of nodes that left the topology (a Cluster's former
 // masters, the fallback breaker of a start while the Cluster was
 // unreachable) are dropped within one BreakerOpenDelay of their probe,
 // and never count.
@@ -260,10 +305,13 @@ func (s *Store) State() string {
 			worst = st
 		}
 	}
-	if worst == gobreaker.StateClosed {
-		return "ok"
+	switch {
+	case worst != gobreaker.StateClosed:
+		return worst.String()
+	case !s.reached.Load():
+		return "unreached"
 	}
-	return worst.String()
+	return "ok"
 }
 
 // Breakers calls yield with every Redis node in use that the store has

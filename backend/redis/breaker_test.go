@@ -280,3 +280,23 @@ ratelimitd_backend_refund_failures_total 1
 		t.Errorf("refund failure metric: %v", err)
 	}
 }
+
+// TestUnreachedUntilRedisAnswers: a store started while Redis is down is
+// "unreached" (no call has opened a breaker, for none was made), and its
+// own probe finds Redis when it comes up: the state turns "ok" without a
+// call.
+func TestUnreachedUntilRedisAnswers(t *testing.T) {
+	redistest.Require(t)
+	srv := redistest.Start(t)
+	srv.Kill() // its address is dead until Restart
+	s := newStore(t, newClient(t, "redis://"+srv.Addr), redis.Options{BreakerOpenDelay: 20 * time.Millisecond})
+	if got := s.State(); got != "unreached" {
+		t.Fatalf("State() with Redis down from the start = %q, want unreached", got)
+	}
+	srv.Restart(t)
+	for deadline := time.Now().Add(30 * time.Second); s.State() != "ok"; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) { // a bound against hanging, not a timing assertion
+			t.Fatalf("State() 30 s after Redis came up = %q, want ok", s.State())
+		}
+	}
+}

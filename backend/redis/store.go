@@ -94,6 +94,10 @@ type Store struct {
 	mu              sync.Mutex
 	breakers        map[string]*node // by name (see breaker.go); requires mu
 
+	// reached is set once Redis has answered (see reach): until then
+	// State reports "unreached".
+	reached atomic.Bool
+
 	// evalOnly is set once a node has refused FCALL (Redis before 7.0):
 	// scripts then run with EVALSHA.
 	evalOnly atomic.Bool
@@ -182,6 +186,9 @@ func New(client goredis.UniversalClient, opts Options) (*Store, error) {
 			}
 			s.log.Log(context.Background(), level, "redis circuit breaker", "node", name, "from", from.String(), "to", to.String())
 		},
+	}
+	if s.begin() {
+		go s.reach()
 	}
 	return s, nil
 }

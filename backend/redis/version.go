@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -93,10 +94,17 @@ func checkInfo(node, info string) error {
 // every new connection. A failing check fails the connection, so the call
 // on it fails (and counts for the node's breaker); the next connection
 // checks again. A node that refuses INFO (renamed, or denied by an ACL)
-// is not checked.
+// is not checked. Connections opened at once wait for the first one's
+// check (the store's probe and the first calls open theirs together).
 func checkVersion(node string, once bool) func(context.Context, *goredis.Conn) error {
 	var passed atomic.Bool
+	var mu sync.Mutex
 	return func(ctx context.Context, cn *goredis.Conn) error {
+		if passed.Load() {
+			return nil
+		}
+		mu.Lock()
+		defer mu.Unlock()
 		if passed.Load() {
 			return nil
 		}

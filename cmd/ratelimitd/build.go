@@ -111,7 +111,7 @@ func (b *built) servers(ctx context.Context, rules *config.Rules, reg *prometheu
 		log.Error("cannot use the TLS files; not starting", "err", err)
 		return exitError{1}
 	}
-	store, probeStore, closeStore, err := openStore(f, log) //nolint:contextcheck // no I/O: the store is probed under ProbeStore's context
+	store, closeStore, err := openStore(f, log) //nolint:contextcheck // no I/O: the Redis store probes on its own context
 	if err != nil {
 		log.Error("cannot use --backend; not starting", "err", err)
 		return exitError{1}
@@ -165,8 +165,6 @@ func (b *built) servers(ctx context.Context, rules *config.Rules, reg *prometheu
 			ShowValues: f.hotKeys.values == "show", Replica: replica, DigestKey: digestKey,
 		},
 		UnknownDomains:     f.unknownDomains,
-		StoreProbe:         probeStore,
-		StoreProbeInterval: f.redis.breakerOpen, // as the breakers' probes
 		// The reference's probes and tools call /healthcheck and /rlconfig.
 		EnvoyproxyEndpoints: f.compat == compatEnvoyproxy,
 	})

@@ -43,7 +43,6 @@ func (b *built) serve(ctx context.Context) error {
 	}
 	group.Go(func() error { return b.rules.run(gctx) })
 	group.Go(func() error { return b.srv.SampleRates(gctx) })
-	group.Go(func() error { return b.srv.ProbeStore(gctx) })
 	group.Go(func() error {
 		<-gctx.Done()
 		b.drain(context.WithoutCancel(gctx))

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"context"
-	"fmt"
 	"log/slog"
 	"strings"
 
@@ -11,13 +9,14 @@ import (
 	"github.com/ratelimitd/ratelimitd/backend/redis"
 )
 
-// openStore returns the counter store --backend names, a probe that
-// checks that it answers (nil for the memory store, which always does;
-// see server.Options.StoreProbe), and a function that releases it.
-func openStore(f *flags, log *slog.Logger) (_ backend.Store, probe func(context.Context) error, release func(), _ error) {
+// openStore returns the counter store --backend names, and a function
+// that releases it. Redis may come later: the failure mode answers until
+// it does, and the store probes it until it first answers (its state is
+// "unreached" until then).
+func openStore(f *flags, log *slog.Logger) (backend.Store, func(), error) {
 	if f.backend == "memory" {
 		s := memory.New(memory.Options{MaxKeys: f.memoryMaxKeys})
-		return s, nil, func() { s.Close() }, nil
+		return s, func() { s.Close() }, nil
 	}
 	redis.SetLogger(log.With("component", "go-redis"))
 	client, err := redis.NewClient(f.backend, redis.ClientOptions{
@@ -30,7 +29,7 @@ func openStore(f *flags, log *slog.Logger) (_ backend.Store, probe func(context.
 		KeyFile:      f.redis.tlsKey,
 	})
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
 	cache := f.localCacheSize
 	if !f.localCache {
@@ -46,19 +45,9 @@ func openStore(f *flags, log *slog.Logger) (_ backend.Store, probe func(context.
 	})
 	if err != nil {
 		client.Close()
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
-	// Redis may come later: the failure mode answers until it does, and
-	// the server probes it with a PING until it first answers.
-	probe = func(ctx context.Context) error {
-		ctx, cancel := context.WithTimeout(ctx, f.redis.timeout+f.redis.dialTimeout)
-		defer cancel()
-		if err := client.Ping(ctx).Err(); err != nil {
-			return fmt.Errorf("redis %s: %w", redactBackend(f.backend), err)
-		}
-		return nil
-	}
-	return s, probe, func() { s.Close(); client.Close() }, nil
+	return s, func() { s.Close(); client.Close() }, nil
 }
 
 // redactBackend returns a --backend value fit to print: a URL with its
