@@ -259,15 +259,7 @@ func appendKeyPrefix(b []byte, domain string, rule *config.Rule, entries []entry
 	b = backend.AppendKeyPart(b, domain)
 	for j, e := range entries {
 		b = backend.AppendKeyPart(b, e.key)
-		v, digest := e.value, e.digest
-		if rule != nil && j < len(rule.Levels) {
-			switch lv := rule.Levels[j]; {
-			case lv.ShareThreshold && lv.Wildcard:
-				v, digest = lv.Value, false
-			case lv.IPPrefix.Set() && !digest:
-				v = lv.IPPrefix.Apply(v)
-			}
-		}
+		v, digest := levelValue(rule, j, e.value, e.digest)
 		switch {
 		case digest:
 			b = backend.AppendKeyDigest(b, v)
@@ -279,6 +271,23 @@ func appendKeyPrefix(b []byte, domain string, rule *config.Rule, entries []entry
 		}
 	}
 	return b
+}
+
+// levelValue returns the value that rule counts a request's value v at
+// its level j by: the level's own value under share_threshold (every
+// matching value shares its counter), v's network under ip_prefix, else
+// v. digest tells that v is the SHA-256 a request sent for its value, and
+// whether the value returned is one.
+func levelValue(rule *config.Rule, j int, v string, digest bool) (string, bool) {
+	if rule != nil && j < len(rule.Levels) {
+		switch lv := rule.Levels[j]; {
+		case lv.ShareThreshold && lv.Wildcard:
+			return lv.Value, false
+		case lv.IPPrefix.Set() && !digest:
+			return lv.IPPrefix.Apply(v), false
+		}
+	}
+	return v, digest
 }
 
 // printable returns s as valid UTF-8 for the places that echo request

@@ -202,12 +202,14 @@ func lookupPart(value string) hotkeys.Part {
 	return hotkeys.Part{Value: value}
 }
 
-// entryHolds reports whether one of e's values is value, or counts by its
-// digest.
+// entryHolds reports whether one of e's values counts value: as the
+// engine counts it at that level of e's rule (levelValue: its network
+// under ip_prefix), itself or by its digest.
 func entryHolds(e *hotkeys.Entry, value string) bool {
 	_, parts, _ := hotkeys.DecodeKey(e.Key)
-	for _, p := range parts {
-		if hotkeys.Match(p, value, maxEntryBytes) {
+	for j, p := range parts {
+		v, _ := levelValue(e.Rule, j, value, false)
+		if hotkeys.Match(p, v, maxEntryBytes) {
 			return true
 		}
 	}

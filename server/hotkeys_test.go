@@ -288,3 +288,27 @@ func TestHotKeysOff(t *testing.T) {
 		t.Errorf("GET /hotkeys = %d %s, want 404", code, body)
 	}
 }
+
+// TestHotKeysLookupIPPrefix: under an ip_prefix rule, the address a
+// client sends finds the counter of its network, as the engine counts it.
+func TestHotKeysLookupIPPrefix(t *testing.T) {
+	h := newHarness(t, parseRules(t, `
+domain: edge
+descriptors:
+  - key: remote_address
+    ip_prefix: {v4: 24}
+    rate_limit: {unit: minute, requests_per_unit: 5}
+`), server.Options{HotKeys: server.HotKeysOptions{Enabled: true}})
+	ts := httpServer(t, h)
+	for range 8 { // over the limit of 5
+		do(t, ts, "POST", "/json", `{"domain": "edge", "descriptors": [{"entries": [{"key": "remote_address", "value": "10.0.0.7"}]}]}`)
+	}
+	_, v := getHotKeys(t, ts, "/hotkeys?value=10.0.0.7")
+	if v.Lookup == nil || v.Lookup.Found != 2 {
+		t.Errorf("?value=10.0.0.7 under ip_prefix v4 24: lookup %+v, want found 2 (its network's counter, in both lists)", v.Lookup)
+	}
+	_, v = getHotKeys(t, ts, "/hotkeys?value=10.0.1.7")
+	if v.Lookup == nil || v.Lookup.Found != 0 {
+		t.Errorf("?value=10.0.1.7, another network: lookup %+v, want nothing found", v.Lookup)
+	}
+}
