@@ -40,7 +40,9 @@ const (
 // or that has had no request for unknownIdle, gives up its place (and its
 // label) to a new one; a full table looks for such places at most once
 // every unknownRoomEvery, so that a flood of new domains past the bound
-// costs each request a map lookup and an atomic load.
+// costs each request what one domain's does, a map lookup and a few
+// atomic loads and adds, and no copy of the table. The metrics are read
+// from the table's counts when scraped (Collect).
 //
 // Reading the table takes no lock: it is a map replaced whole, under mu,
 // when a domain comes or goes (at most max entries copied).
@@ -49,7 +51,6 @@ type unknownDomains struct {
 	log      *slog.Logger
 	now      func() time.Time
 	rules    func() *config.Rules
-	requests *prometheus.CounterVec
 	table    atomic.Pointer[map[string]*unknownDomain]
 	mu       sync.Mutex   // serializes changes of table
 	nextRoom atomic.Int64 // the Unix nanosecond before which a full table looks for no room
@@ -60,8 +61,7 @@ type unknownDomains struct {
 // An unknownDomain is one domain without rules, or the others together.
 type unknownDomain struct {
 	name     string // as the request sent it
-	counter  prometheus.Counter
-	requests atomic.Uint64
+	requests atomic.Uint64 // the metric's value (see Collect)
 	last     atomic.Int64 // the Unix nanosecond of the latest request, to the second
 	nextLog  atomic.Int64 // the Unix nanosecond before which nothing is logged
 }
@@ -69,34 +69,54 @@ type unknownDomain struct {
 // newUnknownDomains returns the table of s's options; its metrics are
 // registered with reg if not nil.
 func newUnknownDomains(max int, log *slog.Logger, now func() time.Time, rules func() *config.Rules, reg prometheus.Registerer) *unknownDomains {
-	u := &unknownDomains{
-		max: cmp.Or(max, DefaultUnknownDomains), log: log, now: now, rules: rules,
-		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "ratelimitd_unknown_domain_requests_total",
-			Help: "Requests for a domain that has no rules, answered OK with nothing limited, by domain: the first --unknown-domains-max domains seen (see ratelimitd_unknown_domain_requests_untracked_total).",
-		}, []string{"domain"}),
-	}
-	u.others.counter = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "ratelimitd_unknown_domain_requests_untracked_total",
-		Help: "Requests for a domain that has no rules and no label of its own in ratelimitd_unknown_domain_requests_total, --unknown-domains-max being reached.",
-	})
+	u := &unknownDomains{max: cmp.Or(max, DefaultUnknownDomains), log: log, now: now, rules: rules}
 	u.table.Store(&map[string]*unknownDomain{})
 	if reg != nil {
-		reg.MustRegister(u.requests, u.others.counter)
+		reg.MustRegister(u)
 	}
 	return u
+}
+
+// The descriptions of the metrics of unknownDomains, which it collects
+// from its table's counts: a domain's series goes with its place.
+var (
+	unknownRequestsDesc = prometheus.NewDesc("ratelimitd_unknown_domain_requests_total",
+		"Requests for a domain that has no rules, answered OK with nothing limited, by domain: the first --unknown-domains-max domains seen (see ratelimitd_unknown_domain_requests_untracked_total).",
+		[]string{"domain"}, nil)
+	unknownUntrackedDesc = prometheus.NewDesc("ratelimitd_unknown_domain_requests_untracked_total",
+		"Requests for a domain that has no rules and no label of its own in ratelimitd_unknown_domain_requests_total, --unknown-domains-max being reached.",
+		nil, nil)
+)
+
+// Describe implements prometheus.Collector.
+func (u *unknownDomains) Describe(ch chan<- *prometheus.Desc) {
+	ch <- unknownRequestsDesc
+	ch <- unknownUntrackedDesc
+}
+
+// Collect implements prometheus.Collector: a series per domain in the
+// table (two names that print alike share one, their counts summed), and
+// the domains past the bound together.
+func (u *unknownDomains) Collect(ch chan<- prometheus.Metric) {
+	byLabel := make(map[string]uint64)
+	for _, d := range *u.table.Load() {
+		byLabel[printable(d.name)] += d.requests.Load()
+	}
+	for label, n := range byLabel {
+		ch <- prometheus.MustNewConstMetric(unknownRequestsDesc, prometheus.CounterValue, float64(n), label)
+	}
+	ch <- prometheus.MustNewConstMetric(unknownUntrackedDesc, prometheus.CounterValue, float64(u.others.requests.Load()))
 }
 
 // observe counts one request for domain, which has no rules, and logs it
 // if its domain was not logged within unknownLogEvery.
 func (u *unknownDomains) observe(domain string) {
+	now := u.now().UnixNano()
 	d, ok := (*u.table.Load())[domain]
 	if !ok {
-		d = u.add(domain)
+		d = u.add(domain, now)
 	}
-	d.counter.Inc()
 	n := d.requests.Add(1)
-	now := u.now().UnixNano()
 	if last := d.last.Load(); now-last >= int64(time.Second) {
 		d.last.Store(now) // to the second: a hot domain's requests seldom write it
 	}
@@ -106,10 +126,10 @@ func (u *unknownDomains) observe(domain string) {
 }
 
 // add returns the entry of domain, new if the table has room (or makes
-// room), else u.others.
-func (u *unknownDomains) add(domain string) *unknownDomain {
-	if u.full() {
-		return &u.others
+// room), else u.others; now is the request's time, in Unix nanoseconds.
+func (u *unknownDomains) add(domain string, now int64) *unknownDomain {
+	if len(*u.table.Load()) >= u.max && now < u.nextRoom.Load() {
+		return &u.others // full, and looked for room less than unknownRoomEvery ago
 	}
 	u.mu.Lock()
 	defer u.mu.Unlock()
@@ -118,7 +138,6 @@ func (u *unknownDomains) add(domain string) *unknownDomain {
 		return d
 	}
 	if len(old) >= u.max {
-		now := u.now().UnixNano()
 		if now < u.nextRoom.Load() {
 			return &u.others
 		}
@@ -126,46 +145,26 @@ func (u *unknownDomains) add(domain string) *unknownDomain {
 	}
 	table := maps.Clone(old)
 	if len(table) >= u.max {
-		u.makeRoom(table)
+		u.makeRoom(table, now)
 	}
 	if len(table) >= u.max {
 		return &u.others
 	}
-	d := &unknownDomain{name: strings.Clone(domain), counter: u.requests.WithLabelValues(printable(domain))}
-	d.last.Store(u.now().UnixNano()) // not idle while its first request is counted
+	d := &unknownDomain{name: strings.Clone(domain)}
+	d.last.Store(now) // not idle while its first request is counted
 	table[d.name] = d
 	u.table.Store(&table)
 	return d
 }
 
-// full reports, without the lock, whether the table is full and looked
-// for room less than unknownRoomEvery ago.
-func (u *unknownDomains) full() bool {
-	return len(*u.table.Load()) >= u.max && u.now().UnixNano() < u.nextRoom.Load()
-}
-
 // makeRoom drops from table the domains that now have rules, and those
-// idle for unknownIdle, with their labels; u.mu is held.
-func (u *unknownDomains) makeRoom(table map[string]*unknownDomain) {
+// idle for unknownIdle at now, with their series; u.mu is held.
+func (u *unknownDomains) makeRoom(table map[string]*unknownDomain, now int64) {
 	rules := u.rules()
-	idle := u.now().Add(-unknownIdle).UnixNano()
-	var dropped []string
+	idle := now - int64(unknownIdle)
 	for name, d := range table {
 		if rules.Domain(name) != nil || d.last.Load() < idle {
 			delete(table, name)
-			dropped = append(dropped, printable(name))
-		}
-	}
-	if len(dropped) == 0 {
-		return
-	}
-	kept := make(map[string]bool, len(table))
-	for name := range table {
-		kept[printable(name)] = true // two names may print alike, and share a label
-	}
-	for _, label := range dropped {
-		if !kept[label] {
-			u.requests.DeleteLabelValues(label)
 		}
 	}
 }
