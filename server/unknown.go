@@ -60,10 +60,10 @@ type unknownDomains struct {
 
 // An unknownDomain is one domain without rules, or the others together.
 type unknownDomain struct {
-	name     string // as the request sent it
+	name     string        // as the request sent it
 	requests atomic.Uint64 // the metric's value (see Collect)
-	last     atomic.Int64 // the Unix nanosecond of the latest request, to the second
-	nextLog  atomic.Int64 // the Unix nanosecond before which nothing is logged
+	last     atomic.Int64  // the Unix nanosecond of the latest request, to the second
+	nextLog  atomic.Int64  // the Unix nanosecond before which nothing is logged
 }
 
 // newUnknownDomains returns the table of s's options; its metrics are
