@@ -25,12 +25,9 @@ import (
 // indentation differs from its siblings'. When no such line can be
 // found, the parser's own place stands.
 func (d *decoder) syntaxError(data []byte, err error) {
-	msg := strings.TrimPrefix(err.Error(), "yaml: ")
 	var p pos
-	if m := yamlLine.FindStringSubmatch(msg); m != nil {
-		p.line, _ = strconv.Atoi(m[1])
-		msg = msg[len(m[0]):]
-	}
+	var msg string
+	p.line, msg = yamlMessage(err)
 	lines := splitLines(data)
 	if n, ok := faultLine(data, lines, msg); ok {
 		indent := indentOf(lines[n-1].text)
@@ -80,9 +77,10 @@ func splitLines(data []byte) []line {
 // faultLine returns the 1-based number n of the line at fault for the
 // parser's message msg on data: the first n lines fail to parse with msg,
 // the first n-1 do not. A binary search finds it in about log2(lines)
-// parses; ok is false when the search finds no such line (an input the
-// parser does not read as text, or whose failure does not grow with its
-// prefixes).
+// parses; ok is false when no such line can be looked for (an input the
+// parser does not read as text, or whose whole fails otherwise). (The
+// search keeps fails(hi) and, for lo > 1, not fails(lo-1): where it stops,
+// line lo fails and the line before does not.)
 func faultLine(data []byte, lines []line, msg string) (n int, ok bool) {
 	if len(lines) == 0 || bytes.IndexByte(data, 0) >= 0 { // NULs: UTF-16, or binary
 		return 0, false
@@ -100,9 +98,6 @@ func faultLine(data []byte, lines []line, msg string) (n int, ok bool) {
 			lo = mid + 1
 		}
 	}
-	if fails(lo - 1) {
-		return 0, false
-	}
 	return lo, true
 }
 
@@ -117,13 +112,21 @@ func parseFailure(data []byte) string {
 		case errors.Is(err, io.EOF):
 			return ""
 		case err != nil:
-			msg := strings.TrimPrefix(err.Error(), "yaml: ")
-			if m := yamlLine.FindStringSubmatch(msg); m != nil {
-				msg = msg[len(m[0]):]
-			}
+			_, msg := yamlMessage(err)
 			return msg
 		}
 	}
+}
+
+// yamlMessage splits an error of the YAML parser into the line it names
+// (0 for none) and its message, without "yaml: " and "line N: ".
+func yamlMessage(err error) (line int, msg string) {
+	msg = strings.TrimPrefix(err.Error(), "yaml: ")
+	if m := yamlLine.FindStringSubmatch(msg); m != nil {
+		line, _ = strconv.Atoi(m[1])
+		msg = msg[len(m[0]):]
+	}
+	return line, msg
 }
 
 // indentOf returns how many spaces start text.
