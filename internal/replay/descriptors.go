@@ -4,10 +4,10 @@ import (
 	"cmp"
 	"encoding/hex"
 	"slices"
-	"strconv"
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/ratelimitd/ratelimitd/backend"
 	"github.com/ratelimitd/ratelimitd/server"
 	"github.com/ratelimitd/ratelimitd/server/requestlog"
 )
@@ -52,11 +52,13 @@ func (dc *descriptorCounts) add(rec *requestlog.Record, old, neu *server.Decisio
 // get returns the counts of the descriptor of domain and entries; nil
 // when it is not held and the table is full.
 func (dc *descriptorCounts) get(domain string, entries []requestlog.Entry) *DescriptorDiff {
-	k := appendPart(dc.key[:0], domain)
+	k := backend.AppendKeyPart(dc.key[:0], domain)
 	for _, e := range entries {
-		k = appendPart(appendPart(k, e.Key), e.Value)
+		k = backend.AppendKeyPart(k, e.Key)
 		if e.Digest {
-			k = append(k, '#')
+			k = backend.AppendKeyDigest(k, e.Value) // the counter keys' own encoding
+		} else {
+			k = backend.AppendKeyPart(k, e.Value)
 		}
 	}
 	dc.key = k
@@ -75,12 +77,6 @@ func (dc *descriptorCounts) get(domain string, entries []requestlog.Entry) *Desc
 	}
 	dc.m[string(k)] = d
 	return d
-}
-
-// appendPart appends s to the key k, its length first, so that no two
-// descriptors share a key.
-func appendPart(k []byte, s string) []byte {
-	return append(append(strconv.AppendInt(k, int64(len(s)), 10), ':'), s...)
 }
 
 // shown returns s as a report shows it: itself when it is printable text,
