@@ -1,7 +1,6 @@
 package requestlog_test
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"os"
@@ -28,21 +27,23 @@ func record(d string) *requestlog.Record {
 	}}
 }
 
-// domains returns the domains of the lines of the log at path.
+// domains returns the domains of the lines of the log at path, however
+// long, failing on any line that does not decode.
 func domains(t *testing.T, path string) []string {
 	t.Helper()
-	f, err := os.Open(path)
+	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
 	var out []string
 	var dec requestlog.Decoder
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
+	for i, line := range strings.Split(strings.TrimSuffix(string(data), "\n"), "\n") {
+		if line == "" && len(data) == 0 {
+			break
+		}
 		var r requestlog.Record
-		if err := dec.Decode(sc.Bytes(), &r); err != nil {
-			t.Fatalf("%s: %v", path, err)
+		if err := dec.Decode([]byte(line), &r); err != nil {
+			t.Fatalf("%s:%d: %v", path, i+1, err)
 		}
 		out = append(out, r.Domain)
 	}
@@ -261,7 +262,7 @@ func TestMaxRecordChecked(t *testing.T) {
 
 // logFiles returns the domains of the lines of the log at path and of its
 // rotated files, oldest first, and the files' sizes.
-func logFiles(t *testing.T, path string) (domains []string, sizes []int64) {
+func logFiles(t *testing.T, path string) (doms []string, sizes []int64) {
 	t.Helper()
 	ext := filepath.Ext(path)
 	backups, err := filepath.Glob(strings.TrimSuffix(path, ext) + "-*-size" + ext)
@@ -278,32 +279,9 @@ func logFiles(t *testing.T, path string) (domains []string, sizes []int64) {
 			t.Errorf("%s: mode %v, want 0600", f, fi.Mode().Perm())
 		}
 		sizes = append(sizes, fi.Size())
-		domains = append(domains, readDomains(t, f)...)
+		doms = append(doms, domains(t, f)...)
 	}
-	return domains, sizes
-}
-
-// readDomains returns the domains of the lines of the file at path,
-// failing on any line that does not decode.
-func readDomains(t *testing.T, path string) []string {
-	t.Helper()
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	var dec requestlog.Decoder
-	for i, line := range strings.Split(strings.TrimSuffix(string(data), "\n"), "\n") {
-		if line == "" && len(data) == 0 {
-			break
-		}
-		var r requestlog.Record
-		if err := dec.Decode([]byte(line), &r); err != nil {
-			t.Fatalf("%s:%d: %v", path, i+1, err)
-		}
-		out = append(out, r.Domain)
-	}
-	return out
+	return doms, sizes
 }
 
 // TestRotation: with MaxSize, the file is rotated before it would reach
@@ -402,7 +380,7 @@ func TestRotationAndReopen(t *testing.T) {
 	if got := l.Rotations(); got != 3 {
 		t.Errorf("Rotations = %d, want 3", got)
 	}
-	renamed := readDomains(t, path+".1")
+	renamed := domains(t, path+".1")
 	if len(renamed) == 0 || renamed[len(renamed)-1] != "d149" {
 		t.Errorf("the file renamed from outside ends with %v, want d149 last", renamed[max(0, len(renamed)-1):])
 	}

@@ -6,6 +6,7 @@ import (
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -69,30 +70,11 @@ func TestRecordSize(t *testing.T) {
 			}
 			var d Decoder
 			var got Record
-			if err := d.Decode(line[:len(line)-1], &got); err != nil || !recordsEqual(rec, &got) {
+			if err := d.Decode(line[:len(line)-1], &got); err != nil || cmp.Diff(*rec, got) != "" {
 				t.Errorf("Decode(its line) = %v, want the record back", err)
 			}
 		})
 	}
-}
-
-// recordsEqual reports whether a and b hold the same request.
-func recordsEqual(a, b *Record) bool {
-	if !a.Time.Equal(b.Time) || a.Domain != b.Domain || len(a.Descriptors) != len(b.Descriptors) {
-		return false
-	}
-	for i := range a.Descriptors {
-		da, db := a.Descriptors[i], b.Descriptors[i]
-		if da.Hits != db.Hits || da.HasLimit != db.HasLimit || da.Limit != db.Limit || len(da.Entries) != len(db.Entries) {
-			return false
-		}
-		for j := range da.Entries {
-			if da.Entries[j] != db.Entries[j] {
-				return false
-			}
-		}
-	}
-	return true
 }
 
 // BenchmarkRecordSize reports, for each of sizeCases, the bytes of the
