@@ -231,18 +231,12 @@ func TestRequestLogBounded(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	deadline := time.Now().Add(10 * time.Second)
 	var mfs metricstest.Families
-	for {
+	eventually(t, fmt.Sprintf("the log writing %d records", hostile+large), func() bool {
 		mfs = scrapeDaemon(t, d)
-		if n, _ := mfs.Value("ratelimitd_request_log_written_total", ""); n == hostile+large {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the log did not write %d records; logs:\n%s", hostile+large, d.logs)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		n, _ := mfs.Value("ratelimitd_request_log_written_total", "")
+		return n == hostile+large
+	})
 	if n, _ := mfs.Value("ratelimitd_request_log_omitted_total", ""); n != hostile {
 		t.Errorf("omitted_total = %v, want %d", n, hostile)
 	}
@@ -250,16 +244,10 @@ func TestRequestLogBounded(t *testing.T) {
 		t.Errorf("rotations_total = %v, want at least 3 (3.8 MB in files of 1 MiB)", n)
 	}
 	var files []string
-	for { // the rotated files beyond the newest are removed in the background
+	eventually(t, "one rotated file (--request-log-max-backups): the others are removed in the background", func() bool {
 		files, _ = filepath.Glob(filepath.Join(dir, "requests-*-size.log"))
-		if len(files) == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("rotated files %v, want 1 (--request-log-max-backups)", files)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return len(files) == 1
+	})
 	var all []byte
 	for _, f := range append(files, logPath) {
 		b, err := os.ReadFile(f)
