@@ -35,6 +35,7 @@ const DigestPrefix = "hmac:"
 // call NewDigester.
 type Digester struct {
 	key    []byte
+	id     string    // KeyID's answer
 	random bool      // the key was drawn by NewDigester
 	macs   sync.Pool // of HMAC-SHA256 hashes under key: a new one costs its key schedule
 }
@@ -44,12 +45,16 @@ type Digester struct {
 // under a random key of 32 bytes drawn now: its digests then differ from
 // those of every other process.
 func NewDigester(key []byte) *Digester {
+	d := &Digester{key: bytes.Clone(key)}
 	if len(key) == 0 {
-		k := make([]byte, 32)
-		rand.Read(k) // never fails: see crypto/rand.Read
-		return &Digester{key: k, random: true}
+		d.key = make([]byte, 32)
+		rand.Read(d.key) // never fails: see crypto/rand.Read
+		d.random = true
 	}
-	return &Digester{key: bytes.Clone(key)}
+	m := hmac.New(sha256.New, d.key)
+	m.Write([]byte("ratelimitd hot keys digest key id"))
+	d.id = hex.EncodeToString(m.Sum(nil)[:4])
+	return d
 }
 
 // Random reports whether d's key was drawn at random by NewDigester.
@@ -59,11 +64,7 @@ func (d *Digester) Random() bool { return d.random }
 // the HMAC of a fixed text under it. Two processes show the same
 // digests for the same values exactly when their key IDs are the same
 // (but for a chance of 2^-32).
-func (d *Digester) KeyID() string {
-	m := hmac.New(sha256.New, d.key)
-	m.Write([]byte("ratelimitd hot keys digest key id"))
-	return hex.EncodeToString(m.Sum(nil)[:4])
-}
+func (d *Digester) KeyID() string { return d.id }
 
 // Digest returns the digest of p's value: DigestPrefix and 16 hex
 // digits. A value counted by its SHA-256 (Part.Digest) is digested apart
