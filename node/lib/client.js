@@ -295,7 +295,7 @@ class Client {
     this._channel = typeof this._rls.getChannel === 'function' ? this._rls.getChannel() : null;
     this._since = null; // when the current connection attempt began (performance.now), or null while ready
     this._watch = null; // {state, promise}: the one watch of the channel's state that waiting calls share
-    if (this._channel && this._channel.getConnectivityState(true) !== READY) this._since = performance.now();
+    if (this._channel && this._channel.getConnectivityState(true) !== READY) this._since = monotonic();
   }
 
   /** How many calls the failure policy allowed (fail open) since the Client was made. */
@@ -375,7 +375,7 @@ class Client {
       this._since = null;
       return;
     }
-    if (this._since === null) this._since = performance.now();
+    if (this._since === null) this._since = monotonic();
     for (;;) {
       if (state === READY) {
         this._since = null;
@@ -383,7 +383,7 @@ class Client {
       }
       if (state === TRANSIENT_FAILURE || state === SHUTDOWN) return;
       if (state === IDLE) ch.getConnectivityState(true);
-      const left = this._since + this._connectTimeoutMs - performance.now();
+      const left = this._since + this._connectTimeoutMs - monotonic();
       if (left <= 0) return;
       await this._stateChange(ch, state, left, signal);
       state = ch.getConnectivityState(false);

@@ -512,6 +512,21 @@ class _Base:
         """Asks channel to connect, and notes how to learn its state."""
         raise NotImplementedError
 
+    def _wait_left(self, state) -> Optional[float]:
+        """The step of a call waiting for the connection, which is in state:
+        None when the call goes on (the channel is ready, failing or shut
+        down, or the attempt's connect budget is spent), else how long it
+        may still wait. Both clients' waits take their steps from it."""
+        if state is _C.READY:
+            self._since = None
+            return None
+        if state in (_C.TRANSIENT_FAILURE, _C.SHUTDOWN):
+            return None
+        if self._since is None:
+            self._since = time.monotonic()
+        left = self._since + self._connect_timeout - time.monotonic()
+        return left if left > 0 else None
+
     @property
     def local_refusals(self) -> int:
         """How many requests the client refused by itself, from its memory
@@ -675,14 +690,10 @@ class Client(_Base):
             return
         kick = False
         with c.cond:
-            if self._since is None and c.state is not _C.READY:
-                self._since = time.monotonic()
             while True:
                 state = c.state
-                if state is _C.READY:
-                    self._since = None
-                    return
-                if state in (_C.TRANSIENT_FAILURE, _C.SHUTDOWN):
+                left = self._wait_left(state)
+                if left is None:
                     return
                 if state is _C.IDLE and not kick:
                     kick = True
@@ -692,9 +703,6 @@ class Client(_Base):
                     finally:
                         c.cond.acquire()
                     continue
-                left = self._since + self._connect_timeout - time.monotonic()
-                if left <= 0:
-                    return
                 c.cond.wait(left)
 
 
@@ -719,22 +727,12 @@ class AsyncClient(_Base):
         if ch is None or self._connect_timeout is None:
             return
         state = ch.get_state(try_to_connect=False)
-        if state is _C.READY:
-            self._since = None
-            return
-        if self._since is None:
-            self._since = time.monotonic()
         while True:
-            if state is _C.READY:
-                self._since = None
-                return
-            if state in (_C.TRANSIENT_FAILURE, _C.SHUTDOWN):
+            left = self._wait_left(state)
+            if left is None:
                 return
             if state is _C.IDLE:
                 ch.get_state(try_to_connect=True)
-            left = self._since + self._connect_timeout - time.monotonic()
-            if left <= 0:
-                return
             # Polled: grpc.aio's wait_for_state_change has no deadline, and
             # one given up (timed out, cancelled) stays registered until the
             # state changes, then fires into an event loop that may be
