@@ -213,26 +213,34 @@
     return el("div", null, el("h3", null, caption), el("table", null, el("thead", null, head), el("tbody", null, ...rows)));
   }
 
-  function renderHotkeys(res) {
+  // hotkeysInto fills the element id with res, an answer of /hotkeys: the
+  // paragraph intro(h) gives, then each domain's lists (the empty ones
+  // left out with skipEmpty), or the paragraph none without any domain.
+  function hotkeysInto(id, res, intro, skipEmpty, none) {
     if (res.status === 404) {
-      fill("hotkeys", el("p", "notavail", "Hot keys are not available on this server."));
+      fill(id, el("p", "notavail", "Hot keys are not available on this server."));
       return;
     }
     if (res.status !== 200) {
-      fill("hotkeys", el("p", "error", "GET /hotkeys: " + res.status + " " + res.body));
+      fill(id, el("p", "error", "GET /hotkeys: " + res.status + " " + res.body));
       return;
     }
     const h = res.body;
-    const kids = [el("p", "muted", "This replica's view" + (h.replica ? " (" + h.replica + ")" : "") +
-      ", over the last " + h.window_seconds + " s; values " + (h.values === "shown" ? "shown" : "as keyed digests (" +
-      (h.digest_key === "random" ? "a key of this process's own" : "key " + h.digest_key_id) + "): find a value above") + ".")];
+    const kids = [intro(h)];
     for (const d of h.domains || []) {
       kids.push(el("div", "domain", "domain ", el("code", null, d.domain)));
-      kids.push(hotTable("Most refused", d.refused));
-      kids.push(hotTable("Nearest their limit", d.nearest));
+      if (!skipEmpty || d.refused.length) kids.push(hotTable("Most refused", d.refused));
+      if (!skipEmpty || d.nearest.length) kids.push(hotTable("Nearest their limit", d.nearest));
     }
-    if (!(h.domains || []).length) kids.push(el("p", "muted", "No traffic yet."));
-    fill("hotkeys", ...kids);
+    if (!(h.domains || []).length && none) kids.push(none);
+    fill(id, ...kids);
+  }
+
+  function renderHotkeys(res) {
+    hotkeysInto("hotkeys", res, (h) => el("p", "muted", "This replica's view" + (h.replica ? " (" + h.replica + ")" : "") +
+      ", over the last " + h.window_seconds + " s; values " + (h.values === "shown" ? "shown" : "as keyed digests (" +
+      (h.digest_key === "random" ? "a key of this process's own" : "key " + h.digest_key_id) + "): find a value above") + "."),
+    false, el("p", "muted", "No traffic yet."));
   }
 
   // findValue asks /hotkeys for the counters that hold the value typed:
@@ -247,23 +255,8 @@
     fill("hotkeys-found", el("p", "muted", "looking…"));
     try {
       const res = await getJSON("../hotkeys?value=" + encodeURIComponent(value));
-      if (res.status === 404) {
-        fill("hotkeys-found", el("p", "notavail", "Hot keys are not available on this server."));
-        return;
-      }
-      if (res.status !== 200) {
-        fill("hotkeys-found", el("p", "error", "GET /hotkeys: " + res.status + " " + res.body));
-        return;
-      }
-      const h = res.body;
-      const kids = [el("p", null, el("code", "value", value), " shows as ", el("code", "value", h.lookup.value),
-        ": " + (h.lookup.found ? fmtNum(h.lookup.found) + " entries below." : "in no list now."))];
-      for (const d of h.domains || []) {
-        kids.push(el("div", "domain", "domain ", el("code", null, d.domain)));
-        if (d.refused.length) kids.push(hotTable("Most refused", d.refused));
-        if (d.nearest.length) kids.push(hotTable("Nearest their limit", d.nearest));
-      }
-      fill("hotkeys-found", ...kids);
+      hotkeysInto("hotkeys-found", res, (h) => el("p", null, el("code", "value", value), " shows as ", el("code", "value", h.lookup.value),
+        ": " + (h.lookup.found ? fmtNum(h.lookup.found) + " entries below." : "in no list now.")), true, null);
     } catch (e) {
       fill("hotkeys-found", el("p", "error", "GET /hotkeys failed: " + e));
     }
