@@ -164,7 +164,7 @@ func (b *built) servers(ctx context.Context, rules *config.Rules, reg *prometheu
 			Enabled: f.hotKeys.enabled, K: f.hotKeys.k, Window: f.hotKeys.window,
 			ShowValues: f.hotKeys.values == "show", Replica: replica, DigestKey: digestKey,
 		},
-		UnknownDomains:     f.unknownDomains,
+		UnknownDomains: f.unknownDomains,
 		// The reference's probes and tools call /healthcheck and /rlconfig.
 		EnvoyproxyEndpoints: f.compat == compatEnvoyproxy,
 	})
