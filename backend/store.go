@@ -95,6 +95,10 @@ type Result struct {
 	// the limit can ever admit it is the limit's Window (for a ban, the end
 	// of the current window).
 	RetryAfter time.Duration
+	// Cached reports that the store answered this call from a local
+	// cache of recent refusals, without its counters (the Redis store's
+	// local cache); the result is the one the counters gave then.
+	Cached bool
 }
 
 // Refused reports whether a call is refused, given each request's
