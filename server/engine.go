@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -47,6 +48,8 @@ type verdict struct {
 	unlimited bool // the rule is unlimited: nothing was counted
 	limit     backend.Limit
 	name      string // the limit's name, or else the rule's key path
+	named     bool   // name is the limit's own name, not the key path
+	cached    bool   // the store answered from its local cache
 	remaining uint64
 	reset     time.Duration
 	retry     time.Duration
@@ -68,6 +71,9 @@ type desc struct {
 	// metricPath is the rule label when the rule's metrics carry request
 	// values (see metricPath), else "".
 	metricPath string
+	// statKey is, with metricPath and Options.Statsd, the reference's
+	// stat key of the request (see statKey).
+	statKey string
 }
 
 // unlimited reports whether ds passes uncounted: its rule is unlimited
@@ -99,6 +105,7 @@ type scratch struct {
 	replaced []string
 	buf      []byte
 	dec      decision
+	statsd   bool // the server sends statsd: compute each request's statKey
 }
 
 func (sc *scratch) reset() {
@@ -199,6 +206,9 @@ func addDescriptor(sc *scratch, d *config.DomainRules, rd *descriptor) error {
 		ds.shadow = rule.ShadowMode
 		ds.path = rule.Path
 		ds.metricPath = metricPath(rule, entries)
+		if ds.metricPath != "" && sc.statsd {
+			ds.statKey = statKey(sc.req.domain, rule, entries)
+		}
 	}
 	if rd.hasLimit {
 		l, err := overrideLimit(rule, rd.limit)
@@ -436,12 +446,17 @@ func (s *Server) decideBans(sc *scratch) (refused bool) {
 func (s *Server) verdicts(sc *scratch, refused bool) {
 	dec := &sc.dec
 	dec.over = !s.opts.ShadowMode && refused
+	shadowed := false // a descriptor that the global shadow mode let through
 	for i := range sc.descs {
 		ds := &sc.descs[i]
 		v := s.descVerdict(sc, i)
 		s.observeHot(sc, ds, &v)
 		s.countRule(sc.req.domain, ds, v, dec.over)
 		dec.statuses = append(dec.statuses, v)
+		shadowed = shadowed || v.overLimit && !ds.shadow
+	}
+	if shadowed && s.opts.ShadowMode && s.metrics.ref != nil {
+		s.metrics.ref.globalShadowMode.Inc()
 	}
 }
 
@@ -466,13 +481,16 @@ func (s *Server) descVerdict(sc *scratch, i int) verdict {
 
 // limitVerdict is the verdict of ds reporting limit l, whose result is r.
 func (s *Server) limitVerdict(ds *desc, l backend.Limit, r backend.Result) verdict {
+	own := ds.ownName(l)
 	return verdict{
 		over:      r.OverLimit && !ds.shadow,
 		overLimit: r.OverLimit,
 		shadow:    ds.shadow || s.opts.ShadowMode,
 		limited:   true,
 		limit:     l,
-		name:      ds.limitName(l),
+		name:      cmp.Or(own, ds.path),
+		named:     own != "",
+		cached:    r.Cached,
 		remaining: r.Remaining,
 		reset:     r.ResetAfter,
 		retry:     r.RetryAfter,
@@ -504,12 +522,17 @@ func (s *Server) take(ctx context.Context, sc *scratch) error {
 // limitName returns the name of d's limit l: its name, or else the
 // descriptor's key path.
 func (d *desc) limitName(l backend.Limit) string {
+	return cmp.Or(d.ownName(l), d.path)
+}
+
+// ownName returns the name the rule gives d's limit l, "" if none.
+func (d *desc) ownName(l backend.Limit) string {
 	for _, rl := range d.limits() {
 		if rl.Limit == l && rl.Name != "" {
 			return rl.Name
 		}
 	}
-	return d.path
+	return ""
 }
 
 // storeFailed answers a call whose store failed with err: the caller's

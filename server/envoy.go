@@ -101,8 +101,11 @@ type envoyStatus struct {
 	dur durationpb.Duration
 }
 
-// envoyResponse renders sc's decision as Envoy's response.
-func envoyResponse(sc *scratch) *rlsv3.RateLimitResponse {
+// envoyResponse renders sc's decision as Envoy's response. With
+// reference, it answers as envoyproxy/ratelimit does (see
+// Options.EnvoyproxyAnswers): a current_limit named only by the rule's
+// name, and duration_until_reset in whole seconds.
+func envoyResponse(sc *scratch, reference bool) *rlsv3.RateLimitResponse {
 	dec := &sc.dec
 	resp := &rlsv3.RateLimitResponse{OverallCode: envoyCode(dec.over)}
 	arena := make([]envoyStatus, len(dec.statuses))
@@ -120,7 +123,14 @@ func envoyResponse(sc *scratch) *rlsv3.RateLimitResponse {
 			a.lim.Unit = envoyUnit(v.limit.Window)
 			a.st.CurrentLimit = &a.lim
 			a.st.LimitRemaining = uint32(min(v.remaining, math.MaxUint32))
-			setDuration(&a.dur, v.reset)
+			if reference {
+				if !v.named {
+					a.lim.Name = ""
+				}
+				a.dur.Seconds = wholeSeconds(v.reset)
+			} else {
+				setDuration(&a.dur, v.reset)
+			}
 			a.st.DurationUntilReset = &a.dur
 		}
 	}
@@ -195,6 +205,13 @@ func envoyCode(over bool) rlsv3.RateLimitResponse_Code {
 		return rlsv3.RateLimitResponse_OVER_LIMIT
 	}
 	return rlsv3.RateLimitResponse_OK
+}
+
+// wholeSeconds returns d in seconds, rounded up: the reference's
+// duration_until_reset, the window's length less the whole seconds since
+// its start, which is the time to the end of a fixed window rounded up.
+func wholeSeconds(d time.Duration) int64 {
+	return int64((d + time.Second - 1) / time.Second)
 }
 
 func setDuration(d *durationpb.Duration, v time.Duration) {

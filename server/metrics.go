@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	gostats "github.com/lyft/gostats"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ratelimitd/ratelimitd/backend"
@@ -42,6 +43,11 @@ var codeNames = [numCodes]string{codeOK: "ok", codeOverLimit: "over_limit", code
 // not Options.Registry exports them.
 type metrics struct {
 	ruleHits, ruleOver, ruleNear, ruleWithin, ruleShadow *prometheus.CounterVec
+	ruleOverCache                                        *prometheus.CounterVec
+
+	// ref, when not nil, counts in envoyproxy/ratelimit's statsd names
+	// too (Options.Statsd).
+	ref *serviceStats
 
 	decisions      [numAPIs][numCodes]prometheus.Counter
 	duration       [numAPIs]prometheus.Observer
@@ -60,15 +66,16 @@ type metrics struct {
 // ruleCounters are one rule's counters, resolved once, and the domain
 // they are labelled with.
 type ruleCounters struct {
-	hits, over, near, within, shadow prometheus.Counter
-	domain                           string
+	hits, over, near, within, shadow, overCache prometheus.Counter
+	domain                                      string
+	ref                                         *refStats // nil without Options.Statsd
 }
 
 // Buckets of the decision latency histograms, in seconds: from the memory
 // store's tens of microseconds to Redis timeouts.
 var latencyBuckets = []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1}
 
-func newMetrics(reg prometheus.Registerer) *metrics {
+func newMetrics(reg prometheus.Registerer, statsd gostats.Scope) *metrics {
 	rule := func(name, help string) *prometheus.CounterVec {
 		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, []string{"domain", "rule"})
 	}
@@ -78,6 +85,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		ruleNear:   rule("ratelimitd_rule_near_limit_total", "Admitted hits that took a rule's counter past the near-limit ratio of its limit."),
 		ruleWithin: rule("ratelimitd_rule_within_limit_total", "Hits within each rule's limit."),
 		ruleShadow: rule("ratelimitd_rule_shadow_mode_total", "Hits over a limit that shadow mode (the rule's or the daemon's) let through."),
+		ruleOverCache: rule("ratelimitd_rule_over_limit_with_local_cache_total",
+			"Hits over each rule's limit that the Redis store's local cache refused without asking Redis (also in ratelimitd_rule_over_limit_total)."),
 		storeDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "ratelimitd_backend_duration_seconds",
 			Help:    "Time the counter store took to decide a request's counters.",
@@ -129,8 +138,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		m.configLoads.WithLabelValues(result)
 	}
 	m.rules.Store(new(sync.Map))
+	if statsd != nil {
+		m.ref = newServiceStats(statsd)
+	}
 	if reg != nil {
-		reg.MustRegister(m.ruleHits, m.ruleOver, m.ruleNear, m.ruleWithin, m.ruleShadow,
+		reg.MustRegister(m.ruleHits, m.ruleOver, m.ruleNear, m.ruleWithin, m.ruleShadow, m.ruleOverCache,
 			decisions, duration, m.storeDuration, m.storeErrors, m.failureAnswers,
 			m.configLoads, m.configOK, m.configTime)
 	}
@@ -143,12 +155,18 @@ func (m *metrics) loaded() {
 	m.configLoads.WithLabelValues("success").Inc()
 	m.configOK.Set(1)
 	m.configTime.SetToCurrentTime()
+	if m.ref != nil {
+		m.ref.configLoadSuccess.Inc()
+	}
 }
 
 // rejected records a rule set that failed to load.
 func (m *metrics) rejected() {
 	m.configLoads.WithLabelValues("error").Inc()
 	m.configOK.Set(0)
+	if m.ref != nil {
+		m.ref.configError.Inc()
+	}
 }
 
 // decided records a decision that started at start.
@@ -174,6 +192,9 @@ func (m *metrics) storeFailed(err error) {
 		kind = "timeout"
 	}
 	m.storeErrors.WithLabelValues(kind).Inc()
+	if m.ref != nil {
+		m.ref.redisError.Inc()
+	}
 }
 
 // counters returns the counters of ds's rule in domain: resolved once per
@@ -181,25 +202,36 @@ func (m *metrics) storeFailed(err error) {
 // (detailed_metric, value_to_metric).
 func (m *metrics) counters(domain string, ds *desc) *ruleCounters {
 	if ds.metricPath != "" {
-		return m.resolve(domain, ds.metricPath)
+		return m.resolve(domain, ds.metricPath, ds.statKey)
 	}
 	rules := m.rules.Load()
 	if c, ok := rules.Load(ds.rule); ok {
 		return c.(*ruleCounters)
 	}
-	c, _ := rules.LoadOrStore(ds.rule, m.resolve(domain, ds.rule.Path))
+	var key string
+	if m.ref != nil {
+		key = statKey(domain, ds.rule, nil)
+	}
+	c, _ := rules.LoadOrStore(ds.rule, m.resolve(domain, ds.rule.Path, key))
 	return c.(*ruleCounters)
 }
 
-func (m *metrics) resolve(domain, rule string) *ruleCounters {
-	return &ruleCounters{
-		domain: domain,
-		hits:   m.ruleHits.WithLabelValues(domain, rule),
-		over:   m.ruleOver.WithLabelValues(domain, rule),
-		near:   m.ruleNear.WithLabelValues(domain, rule),
-		within: m.ruleWithin.WithLabelValues(domain, rule),
-		shadow: m.ruleShadow.WithLabelValues(domain, rule),
+// resolve returns the counters labelled domain and rule, and with
+// Options.Statsd those of the reference's stat key too.
+func (m *metrics) resolve(domain, rule, statKey string) *ruleCounters {
+	c := &ruleCounters{
+		domain:    domain,
+		hits:      m.ruleHits.WithLabelValues(domain, rule),
+		over:      m.ruleOver.WithLabelValues(domain, rule),
+		near:      m.ruleNear.WithLabelValues(domain, rule),
+		within:    m.ruleWithin.WithLabelValues(domain, rule),
+		shadow:    m.ruleShadow.WithLabelValues(domain, rule),
+		overCache: m.ruleOverCache.WithLabelValues(domain, rule),
 	}
+	if m.ref != nil {
+		c.ref = newRefStats(m.ref.rateLimit, statKey)
+	}
+	return c
 }
 
 // countRule adds ds's hits to its rule's counters, given its verdict v
@@ -214,16 +246,38 @@ func (s *Server) countRule(domain string, ds *desc, v verdict, refused bool) {
 	c := s.metrics.counters(domain, ds)
 	hits := float64(ds.hits)
 	c.hits.Add(hits)
+	var near uint64
 	switch {
 	case v.overLimit:
 		c.over.Add(hits)
 		if v.shadow {
 			c.shadow.Add(hits)
 		}
+		if v.cached {
+			c.overCache.Add(hits)
+		}
 	default:
 		c.within.Add(hits)
-		if near := s.nearLimit(ds.hits, v.limit, v.remaining); near > 0 && !refused {
+		if near = s.nearLimit(ds.hits, v.limit, v.remaining); near > 0 && !refused {
 			c.near.Add(float64(near))
+		} else {
+			near = 0
+		}
+	}
+	if r := c.ref; r != nil {
+		r.hits.Add(ds.hits)
+		switch {
+		case v.overLimit:
+			r.over.Add(ds.hits)
+			if v.shadow {
+				r.shadow.Add(ds.hits)
+			}
+			if v.cached {
+				r.overCache.Add(ds.hits)
+			}
+		default:
+			r.within.Add(ds.hits)
+			r.near.Add(near)
 		}
 	}
 }

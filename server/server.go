@@ -17,6 +17,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
+	gostats "github.com/lyft/gostats"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"go.opentelemetry.io/otel/metric/noop"
@@ -109,6 +110,16 @@ type Options struct {
 	// GET /rlconfig to Handler, for deployments that probe and inspect the
 	// reference's way (see RLConfig).
 	EnvoyproxyEndpoints bool
+	// Statsd, when not nil, receives envoyproxy/ratelimit's statsd series
+	// beside the Prometheus metrics (see statsd.go): the root scope,
+	// "ratelimit" with the reference's extra tags.
+	Statsd gostats.Scope
+	// EnvoyproxyAnswers answers Envoy's RateLimitService (and /json) as
+	// envoyproxy/ratelimit does, for its users' tests and Envoy's draft-03
+	// X-RateLimit-Limit header: a status's current_limit.name is the
+	// rule's name and empty when it has none (not the key path), and
+	// duration_until_reset is in whole seconds, rounded up.
+	EnvoyproxyAnswers bool
 	// Now is the clock of the decisions the server makes without its
 	// store (bans), and of the hot keys; nil means time.Now.
 	Now func() time.Time
@@ -239,7 +250,7 @@ func New(store backend.Store, rules *config.Rules, opts Options) *Server {
 		s.grpcProm = grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram(grpcprom.WithHistogramBuckets(latencyBuckets)))
 		reg.MustRegister(s.grpcProm)
 	}
-	s.metrics = newMetrics(reg)
+	s.metrics = newMetrics(reg, opts.Statsd)
 	if opts.TracerProvider != nil {
 		s.tracer = opts.TracerProvider.Tracer("github.com/ratelimitd/ratelimitd/server")
 	}
@@ -250,7 +261,7 @@ func New(store backend.Store, rules *config.Rules, opts Options) *Server {
 	if s.now == nil {
 		s.now = time.Now
 	}
-	s.scratches.New = func() any { return new(scratch) }
+	s.scratches.New = func() any { return &scratch{statsd: opts.Statsd != nil} }
 	s.unknown = newUnknownDomains(opts.UnknownDomains, s.log, s.now, s.rules.Load, reg)
 	s.hot, s.digests = s.newHotKeys()
 	s.healthNames = healthServices
@@ -472,7 +483,7 @@ func (s *Server) decideEnvoy(ctx context.Context, a api, fill func(*scratch) err
 	if err := s.decide(ctx, sc); err != nil {
 		return nil, err
 	}
-	return envoyResponse(sc), nil
+	return envoyResponse(sc, s.opts.EnvoyproxyAnswers), nil
 }
 
 // grpcError maps an engine error to a gRPC status error.

@@ -167,6 +167,7 @@ func (b *built) servers(ctx context.Context, rules *config.Rules, reg *prometheu
 		UnknownDomains: f.unknownDomains,
 		// The reference's probes and tools call /healthcheck and /rlconfig.
 		EnvoyproxyEndpoints: f.compat == compatEnvoyproxy,
+		EnvoyproxyAnswers:   f.envoyproxyAnswers,
 	})
 	if f.tls.grpcClientCA != "" && f.httpJSON {
 		log.Warn("POST /json on the HTTP listener decides without the gRPC listener's mutual TLS: set --http-json=false, or keep --http-addr private")

@@ -79,6 +79,16 @@ type flags struct {
 	logFormat         string
 	version           bool
 	requestLog        requestLogFlags
+	statsd            statsdFlags
+	envoyproxyAnswers bool
+}
+
+// statsdFlags are the settings of the statsd exporter (--statsd-addr).
+type statsdFlags struct {
+	addr     string // host:port; "" turns statsd off
+	network  string // tcp or udp
+	interval time.Duration
+	tags     map[string]string
 }
 
 // requestLogFlags are the settings of --request-log.
@@ -155,7 +165,25 @@ const (
 	defaultHTTPAddr         = "127.0.0.1:8080"
 	defaultShutdownTimeout  = 10 * time.Second
 	defaultTraceSampleRatio = 0.01
+	// defaultStatsdFlushInterval is envoyproxy/ratelimit's STATS_FLUSH_INTERVAL default.
+	defaultStatsdFlushInterval = 10 * time.Second
 )
+
+// parseStatsdTags reads --statsd-tags: key=value items, comma-separated.
+func parseStatsdTags(v string) (map[string]string, error) {
+	tags := map[string]string{}
+	for item := range strings.SplitSeq(v, ",") {
+		if strings.TrimSpace(item) == "" {
+			continue
+		}
+		k, val, ok := strings.Cut(item, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("%q is not key=value", item)
+		}
+		tags[k] = val
+	}
+	return tags, nil
+}
 
 // maxUnknownDomains bounds --unknown-domains-max: each domain is a series
 // of /metrics.
@@ -305,6 +333,17 @@ func defineFlags(fs *flag.FlagSet, f *flags) {
 		"The exporter's OTEL_EXPORTER_OTLP_* variables (headers, certificates) apply too")
 	fs.BoolVar(&f.tracing.insecure, "otlp-insecure", false, "send traces to --otlp-endpoint without TLS")
 	fs.Float64Var(&f.tracing.sampleRatio, "trace-sample-ratio", defaultTraceSampleRatio, "share of requests without a parent span to trace (a parent's sampling decision is followed)")
+	fs.StringVar(&f.statsd.addr, "statsd-addr", "", "send envoyproxy/ratelimit's statsd series (ratelimit.service.rate_limit.DOMAIN.KEY.total_hits, ...) to this statsd `host:port`,\n"+
+		"beside /metrics, for dashboards built on the reference's; off when empty")
+	fs.StringVar(&f.statsd.network, "statsd-network", "tcp", "how to reach --statsd-addr: tcp or udp")
+	fs.DurationVar(&f.statsd.interval, "statsd-flush-interval", defaultStatsdFlushInterval, "how often the statsd series are sent")
+	fs.Func("statsd-tags", "comma-separated `key=value` tags of every statsd series, as the reference's EXTRA_TAGS (serialized into the names as .__key=value)", func(v string) error {
+		tags, err := parseStatsdTags(v)
+		f.statsd.tags = tags
+		return err
+	})
+	fs.BoolVar(&f.envoyproxyAnswers, "envoyproxy-answers", false, "answer Envoy's RateLimitService as envoyproxy/ratelimit does: current_limit.name only when the rule names its limit,\n"+
+		"duration_until_reset in whole seconds (set by --compat envoyproxy)")
 	fs.TextVar(&f.logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn or error")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
 	fs.BoolVar(&f.version, "version", false, "print the version and exit")
@@ -320,6 +359,14 @@ func defineFlags(fs *flag.FlagSet, f *flags) {
 
 // check returns what is wrong with f, nil if nothing.
 func (f *flags) check() error {
+	if f.statsd.addr != "" {
+		if f.statsd.network != "tcp" && f.statsd.network != "udp" {
+			return fmt.Errorf("--statsd-network %q: want tcp or udp", f.statsd.network)
+		}
+		if f.statsd.interval <= 0 {
+			return fmt.Errorf("--statsd-flush-interval %v: must be positive", f.statsd.interval)
+		}
+	}
 	if f.rlqsSyncInterval <= 0 {
 		return fmt.Errorf("--rlqs-sync-interval %v: must be positive", f.rlqsSyncInterval)
 	}

@@ -4,6 +4,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/ratelimitd/ratelimitd/server"
 )
@@ -58,25 +59,78 @@ func (t *translator) headerNames(names []string) {
 
 // telemetry translates statsd, Prometheus and tracing settings.
 func (t *translator) telemetry() {
-	if t.boolean("USE_STATSD", true) {
-		t.ignore("no statsd: ratelimitd's metrics are Prometheus's, at /metrics on the HTTP listener", "USE_STATSD")
-	} else {
-		t.honour("USE_STATSD")
-	}
-	t.ignore("no statsd: ratelimitd's metrics are Prometheus's, at /metrics on the HTTP listener",
-		"STATSD_HOST", "STATSD_PORT", "STATSD_PROTOCOL", "STATS_FLUSH_INTERVAL", "USE_DOG_STATSD",
-		"USE_DOG_STATSD_MOGRIFIERS", "GOSTATS_FLUSH_INTERVAL_SECONDS", "GOSTATS_LOGGING_SINK_DISABLED",
-		"GOSTATS_USE_RESERVOIR_TIMER", "GOSTATS_PRUNE_IDLE_SECONDS")
-	t.ignore("no constant tags: add labels in the scrape configuration", "EXTRA_TAGS")
+	t.statsd()
 	t.ignore("ratelimitd's metrics are native Prometheus metrics with labels", "PROMETHEUS_MAPPER_YAML")
 	t.ignore("ratelimitd serves its metrics at /metrics on the HTTP listener (HOST:PORT): scrape that",
 		"USE_PROMETHEUS", "PROMETHEUS_ADDR", "PROMETHEUS_PATH")
-	if t.boolean("DISABLE_STATS", false) {
-		t.ignore("ratelimitd always serves /metrics: do not scrape it", "DISABLE_STATS")
-	} else {
-		t.honour("DISABLE_STATS")
-	}
 	t.tracing()
+}
+
+// statsd translates the reference's statsd: on unless USE_STATSD=false or DISABLE_STATS=true, over TCP (gostats's
+// STATSD_PROTOCOL) to STATSD_HOST:STATSD_PORT, flushed every STATS_FLUSH_INTERVAL, tagged with EXTRA_TAGS.
+func (t *translator) statsd() {
+	settings := []string{"STATSD_HOST", "STATSD_PORT", "STATSD_PROTOCOL", "STATS_FLUSH_INTERVAL", "EXTRA_TAGS"}
+	gostats := []string{"GOSTATS_FLUSH_INTERVAL_SECONDS", "GOSTATS_LOGGING_SINK_DISABLED", "GOSTATS_USE_RESERVOIR_TIMER",
+		"GOSTATS_PRUNE_IDLE_SECONDS"}
+	dog := []string{"USE_DOG_STATSD", "USE_DOG_STATSD_MOGRIFIERS"}
+	t.honour("USE_STATSD", "DISABLE_STATS")
+	if t.boolean("DISABLE_STATS", false) || !t.boolean("USE_STATSD", true) {
+		reason := "USE_STATSD is false: no statsd"
+		if t.boolean("DISABLE_STATS", false) {
+			reason = "DISABLE_STATS is true: no statsd (/metrics is served all the same)"
+		}
+		t.ignore(reason, settings...)
+		t.ignore(reason, gostats...)
+		if t.boolean("USE_DOG_STATSD", false) {
+			t.ignore("ratelimitd sends no DogStatsD: its statsd lines are the reference's plain statsd "+
+				"(USE_STATSD=true); or scrape /metrics", dog...)
+		} else {
+			t.honour("USE_DOG_STATSD")
+			t.ignore("USE_DOG_STATSD is not true", "USE_DOG_STATSD_MOGRIFIERS")
+		}
+		return
+	}
+	t.flags["statsd-addr"] = t.hostPort("STATSD_HOST", "STATSD_PORT", 8125, "localhost")
+	switch p := t.str("STATSD_PROTOCOL", "tcp"); p {
+	case "tcp", "udp":
+		t.flags["statsd-network"] = p
+		t.honour("STATSD_PROTOCOL")
+	default:
+		t.fail("STATSD_PROTOCOL", "statsd-network", "%q is not tcp or udp", clip(p))
+	}
+	interval := 10 * time.Second
+	if d, ok := t.duration("STATS_FLUSH_INTERVAL"); ok {
+		if d <= 0 {
+			t.fail("STATS_FLUSH_INTERVAL", "statsd-flush-interval", "%v is not positive", d)
+		}
+		interval = d
+		t.honour("STATS_FLUSH_INTERVAL")
+	}
+	t.flags["statsd-flush-interval"] = interval.String()
+	var tags []string
+	for _, kv := range t.pairs("EXTRA_TAGS") {
+		if strings.ContainsAny(kv[0], "=,") || strings.Contains(kv[1], ",") {
+			t.fail("EXTRA_TAGS", "statsd-tags", "tag %q holds '=' or ','", clip(kv[0]))
+			continue
+		}
+		tags = append(tags, kv[0]+"="+kv[1])
+	}
+	if len(tags) > 0 {
+		t.flags["statsd-tags"] = strings.Join(tags, ",")
+	}
+	t.honour("EXTRA_TAGS")
+	t.ignore("ratelimitd's statsd writes each flush at once, without a flush timer of its own", "GOSTATS_FLUSH_INTERVAL_SECONDS")
+	t.ignore("ratelimitd sends no timers", "GOSTATS_USE_RESERVOIR_TIMER")
+	t.ignore("ratelimitd's statsd has no logging sink", "GOSTATS_LOGGING_SINK_DISABLED")
+	t.ignore("ratelimitd sends a counter only when it changed, and keeps the counters of the rules in force", "GOSTATS_PRUNE_IDLE_SECONDS")
+	if t.boolean("USE_DOG_STATSD", false) {
+		// The reference refuses to start with both.
+		t.fail("USE_DOG_STATSD", "", "true with USE_STATSD: the reference refuses two statsd sinks, and ratelimitd "+
+			"sends only plain statsd; set USE_DOG_STATSD=false")
+	} else {
+		t.honour("USE_DOG_STATSD")
+		t.ignore("USE_DOG_STATSD is not true", "USE_DOG_STATSD_MOGRIFIERS")
+	}
 }
 
 // tracing translates TRACING_*: ratelimitd exports traces over OTLP/gRPC only.

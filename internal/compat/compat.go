@@ -87,6 +87,8 @@ func Envoyproxy(env Lookup) (Result, error) {
 	// The reference's defaults that decide answers: fixed windows, no headers, an error while Redis fails.
 	t.flags["default-algorithm"] = "fixed_window"
 	t.flags["failure-mode"] = "error"
+	// Its answers on the wire: limits named only by their rule's name, resets in whole seconds.
+	t.flags["envoyproxy-answers"] = "true"
 	t.validate()
 	t.listeners()
 	t.logging()

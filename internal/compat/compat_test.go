@@ -51,6 +51,8 @@ var flagNames = []string{
 	"redis-write-timeout", "response-header-names", "response-headers", "shadow-mode", "trace-sample-ratio",
 	"xds-headers", "xds-node-id", "xds-node-metadata", "xds-retry-interval", "xds-server", "xds-tls", "xds-wait-for-rules",
 	"xds-tls-ca", "xds-tls-cert", "xds-tls-key", "xds-tls-server-name",
+	"backend-per-second", "redis-per-second-pool-size", "redis-per-second-timeout", "envoyproxy-answers",
+	"statsd-addr", "statsd-network", "statsd-flush-interval", "statsd-tags",
 }
 
 // checkFlags fails the test if r names a flag outside flagNames, or a variable outside compat.Variables, or is not
@@ -100,6 +102,11 @@ func TestDefaults(t *testing.T) {
 		"backend":           "redis://redis:6379",
 		// The reference stays healthy while Redis is down.
 		"ready-without-store": "true",
+		// Its answers, and its statsd, on by default, to localhost:8125 over TCP every 10s.
+		"envoyproxy-answers":    "true",
+		"statsd-addr":           "localhost:8125",
+		"statsd-network":        "tcp",
+		"statsd-flush-interval": "10s",
 	}
 	if diff := cmp.Diff(want, r.Flags); diff != "" {
 		t.Errorf("Flags mismatch (-want +got):\n%s", diff)

@@ -120,7 +120,12 @@ func TestRedisRefused(t *testing.T) {
 		{"unknown type", map[string]string{"REDIS_TYPE": "ring", "REDIS_URL": "r:1"}, "REDIS_TYPE", "backend"},
 		{"memcache", map[string]string{"BACKEND_TYPE": "memcache", "MEMCACHE_HOST_PORT": "m:11211"}, "BACKEND_TYPE", "backend"},
 		{"unknown backend", map[string]string{"BACKEND_TYPE": "dynamo"}, "BACKEND_TYPE", "backend"},
-		{"per-second Redis", with(tcpRedis, map[string]string{"REDIS_PERSECOND": "true", "REDIS_PERSECOND_URL": "r2:6379"}), "REDIS_PERSECOND", ""},
+		{"per-second Redis at twemproxy's socket, the default", with(tcpRedis, map[string]string{"REDIS_PERSECOND": "true"}),
+			"REDIS_PERSECOND_SOCKET_TYPE", "backend-per-second"},
+		{"per-second Redis, not host:port", with(tcpRedis, map[string]string{"REDIS_PERSECOND": "true",
+			"REDIS_PERSECOND_SOCKET_TYPE": "tcp", "REDIS_PERSECOND_URL": "r2"}), "REDIS_PERSECOND_URL", "backend-per-second"},
+		{"per-second Redis, unknown type", with(tcpRedis, map[string]string{"REDIS_PERSECOND": "true",
+			"REDIS_PERSECOND_TYPE": "ring", "REDIS_PERSECOND_URL": "r2:1"}), "REDIS_PERSECOND_TYPE", "backend-per-second"},
 		{"skip host name only", with(tcpRedis, map[string]string{"REDIS_TLS": "true", "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION": "true"}),
 			"REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "backend"},
 	} {
@@ -184,6 +189,71 @@ func TestRedisSettings(t *testing.T) {
 	}
 	if r := translate(t, with(tcpRedis, map[string]string{"LOCAL_CACHE_SIZE_IN_BYTES": "0"})); r.Flags["local-cache"] != "false" {
 		t.Errorf("0 bytes: local-cache %q, want false", r.Flags["local-cache"])
+	}
+}
+
+// TestPerSecondRedis: with REDIS_PERSECOND, the second Redis's variables become --backend-per-second and its own
+// pool and timeout, read as the main Redis's are; without it they are ignored.
+func TestPerSecondRedis(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		vars map[string]string
+		want string
+	}{
+		{"single", map[string]string{"REDIS_PERSECOND_SOCKET_TYPE": "tcp", "REDIS_PERSECOND_URL": "r2:6380",
+			"REDIS_PERSECOND_AUTH": "u:p@ss"}, "redis://u:p%40ss@r2:6380"},
+		{"single TLS", map[string]string{"REDIS_PERSECOND_SOCKET_TYPE": "tcp", "REDIS_PERSECOND_URL": "r2:6380",
+			"REDIS_PERSECOND_TLS": "true"}, "rediss://r2:6380"},
+		{"unix socket", map[string]string{"REDIS_PERSECOND_URL": "/run/redis2.sock"}, "unix:///run/redis2.sock"},
+		{"cluster", map[string]string{"REDIS_PERSECOND_TYPE": "cluster", "REDIS_PERSECOND_URL": "h1:7000,h2:7001"},
+			"redis-cluster://h1:7000?addr=h2%3A7001"},
+		{"sentinel", map[string]string{"REDIS_PERSECOND_TYPE": "sentinel", "REDIS_PERSECOND_URL": "m2,s1:26379,s2:26379",
+			"REDIS_PERSECOND_AUTH": "pw", "REDIS_PERSECOND_SENTINEL_AUTH": "spw"},
+			"redis-sentinel://:spw@s1:26379?addr=s2%3A26379&master_name=m2&password=pw"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			vars := with(tcpRedis, tt.vars)
+			vars["REDIS_PERSECOND"] = "true"
+			r := translate(t, vars)
+			if got := r.Flags["backend-per-second"]; got != tt.want {
+				t.Errorf("backend-per-second = %q, want %q", got, tt.want)
+			}
+			if r.Flags["backend"] != "redis://redis:6379" {
+				t.Errorf("backend = %q, want the main Redis's", r.Flags["backend"])
+			}
+			c, err := redis.NewClient(r.Flags["backend-per-second"], redis.ClientOptions{})
+			if err != nil {
+				t.Fatalf("backend/redis refuses %q: %v", r.Flags["backend-per-second"], err)
+			}
+			_ = c.Close()
+			for name := range tt.vars {
+				if !slices.Contains(r.Set, name) {
+					t.Errorf("%s not in Set %v", name, r.Set)
+				}
+			}
+		})
+	}
+	r := translate(t, with(tcpRedis, map[string]string{
+		"REDIS_PERSECOND": "1", "REDIS_PERSECOND_SOCKET_TYPE": "tcp", "REDIS_PERSECOND_URL": "r2:6380",
+		"REDIS_PERSECOND_POOL_SIZE": "7", "REDIS_PERSECOND_TIMEOUT": "250ms", "REDIS_PERSECOND_PIPELINE_WINDOW": "1ms",
+		"REDIS_PERSECOND_TLS": "true", "REDIS_TLS_CACERT": "/tls/ca.pem",
+	}))
+	for flag, want := range map[string]string{
+		"redis-per-second-pool-size": "7", "redis-per-second-timeout": "250ms", "redis-tls-ca": "/tls/ca.pem",
+		"backend": "redis://redis:6379", "backend-per-second": "rediss://r2:6380",
+	} {
+		if got := r.Flags[flag]; got != want {
+			t.Errorf("%s = %q, want %q", flag, got, want)
+		}
+	}
+	if !ignored(r, "REDIS_PERSECOND_PIPELINE_WINDOW") || ignored(r, "REDIS_PERSECOND_TIMEOUT") {
+		t.Errorf("ignored %v: want the pipeline window ignored, the timeout honoured", r.Ignored)
+	}
+	// Without REDIS_PERSECOND, the second Redis's variables change nothing.
+	r = translate(t, with(tcpRedis, map[string]string{"REDIS_PERSECOND_URL": "r2:6380", "REDIS_PERSECOND_POOL_SIZE": "7"}))
+	if _, ok := r.Flags["backend-per-second"]; ok || r.Flags["redis-per-second-pool-size"] != "" ||
+		!ignored(r, "REDIS_PERSECOND_URL") || !ignored(r, "REDIS_PERSECOND_POOL_SIZE") {
+		t.Errorf("without REDIS_PERSECOND: flags %v, ignored %v", r.Flags, r.Ignored)
 	}
 }
 

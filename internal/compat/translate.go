@@ -13,9 +13,11 @@ const (
 	defaultRuntimeRoot = "/srv/runtime_data/current"
 	defaultAppDir      = "config"
 	defaultRedisURL    = "/var/run/nutcracker/ratelimit.sock"
-	defaultXDSServer   = "localhost:18000"
-	defaultXDSNodeID   = "default"
-	defaultOTLPGRPC    = "localhost:4317"
+	// defaultPerSecondURL is REDIS_PERSECOND_URL's default, twemproxy's socket too.
+	defaultPerSecondURL = "/var/run/nutcracker/ratelimitpersecond.sock"
+	defaultXDSServer    = "localhost:18000"
+	defaultXDSNodeID    = "default"
+	defaultOTLPGRPC     = "localhost:4317"
 	// BytesPerCacheEntry converts LOCAL_CACHE_SIZE_IN_BYTES to ratelimitd's --local-cache-size, which counts
 	// entries: about what one entry of the reference's cache takes (a 24-byte header, a key of some 60 to 100
 	// bytes naming the domain, descriptor and window, and the count).
@@ -24,9 +26,9 @@ const (
 
 // listeners translates the listen addresses, connection ages and gRPC TLS.
 func (t *translator) listeners() {
-	t.flags["http-addr"] = t.hostPort("HOST", "PORT", 8080)
-	t.flags["grpc-addr"] = t.hostPort("GRPC_HOST", "GRPC_PORT", 8081)
-	t.flags["debug-addr"] = t.hostPort("DEBUG_HOST", "DEBUG_PORT", 6070)
+	t.flags["http-addr"] = t.hostPort("HOST", "PORT", 8080, "0.0.0.0")
+	t.flags["grpc-addr"] = t.hostPort("GRPC_HOST", "GRPC_PORT", 8081, "0.0.0.0")
+	t.flags["debug-addr"] = t.hostPort("DEBUG_HOST", "DEBUG_PORT", 6070, "0.0.0.0")
 	if t.str("GRPC_UDS", "") != "" {
 		t.fail("GRPC_UDS", "", "ratelimitd serves gRPC on TCP only (GRPC_HOST:GRPC_PORT, --grpc-addr): "+
 			"Envoy's cluster would name a socket nobody listens on; point it at a TCP address")
@@ -50,8 +52,8 @@ func (t *translator) listeners() {
 	t.grpcTLS()
 }
 
-// hostPort returns host:port of the two variables, as the reference joins them, the host defaulting to 0.0.0.0.
-func (t *translator) hostPort(hostVar, portVar string, def int64) string {
+// hostPort returns host:port of the two variables, as the reference joins them, the host defaulting to defHost.
+func (t *translator) hostPort(hostVar, portVar string, def int64, defHost string) string {
 	port, ok := t.integer(portVar)
 	if !ok {
 		port = def
@@ -61,7 +63,7 @@ func (t *translator) hostPort(hostVar, portVar string, def int64) string {
 		port = def
 	}
 	t.honour(hostVar, portVar)
-	return net.JoinHostPort(t.str(hostVar, "0.0.0.0"), strconv.FormatInt(port, 10))
+	return net.JoinHostPort(t.str(hostVar, defHost), strconv.FormatInt(port, 10))
 }
 
 // grpcTLS translates the gRPC listener's TLS, which the reference serves only with GRPC_SERVER_USE_TLS.

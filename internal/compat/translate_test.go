@@ -91,6 +91,51 @@ func TestXDSMetadataJSON(t *testing.T) {
 	}
 }
 
+// TestStatsd: the reference's statsd settings become the --statsd-* flags; USE_STATSD=false and DISABLE_STATS=true
+// turn statsd off, and a second sink the reference would refuse is refused.
+func TestStatsd(t *testing.T) {
+	r := translate(t, with(tcpRedis, map[string]string{
+		"STATSD_HOST": "statsd.ns", "STATSD_PORT": "9125", "STATSD_PROTOCOL": "udp", "STATS_FLUSH_INTERVAL": "2s",
+		"EXTRA_TAGS": "env:prod,team:rl",
+	}))
+	for flag, want := range map[string]string{
+		"statsd-addr": "statsd.ns:9125", "statsd-network": "udp", "statsd-flush-interval": "2s",
+		"statsd-tags": "env=prod,team=rl",
+	} {
+		if got := r.Flags[flag]; got != want {
+			t.Errorf("%s = %q, want %q", flag, got, want)
+		}
+	}
+	for _, off := range []map[string]string{{"USE_STATSD": "false", "STATSD_PORT": "9125"}, {"DISABLE_STATS": "true"}} {
+		r := translate(t, with(tcpRedis, off))
+		if _, ok := r.Flags["statsd-addr"]; ok {
+			t.Errorf("%v: statsd-addr %q, want no statsd", off, r.Flags["statsd-addr"])
+		}
+		if _, ok := off["STATSD_PORT"]; ok && !ignored(r, "STATSD_PORT") {
+			t.Errorf("%v: STATSD_PORT not ignored: %v", off, r.Ignored)
+		}
+	}
+	for _, tt := range []struct {
+		vars map[string]string
+		bad  string
+	}{
+		{map[string]string{"USE_DOG_STATSD": "true"}, "USE_DOG_STATSD"},
+		{map[string]string{"STATSD_PROTOCOL": "unix"}, "STATSD_PROTOCOL"},
+		{map[string]string{"STATS_FLUSH_INTERVAL": "0s"}, "STATS_FLUSH_INTERVAL"},
+		{map[string]string{"STATSD_PORT": "70000"}, "STATSD_PORT"},
+	} {
+		_, err := compat.Envoyproxy(env(with(tcpRedis, tt.vars)))
+		if ce, ok := errors.AsType[*compat.Error](err); !ok || ce.Name != tt.bad {
+			t.Errorf("%v: error %v, want one naming %s", tt.vars, err, tt.bad)
+		}
+	}
+	// DogStatsD alone is not sent, and says so.
+	r = translate(t, with(tcpRedis, map[string]string{"USE_STATSD": "false", "USE_DOG_STATSD": "true"}))
+	if !ignored(r, "USE_DOG_STATSD") {
+		t.Errorf("USE_DOG_STATSD alone: not ignored: %v", r.Ignored)
+	}
+}
+
 // TestIgnored: variables that change no decision are named with a reason, and only when set.
 func TestIgnored(t *testing.T) {
 	vars := with(tcpRedis, map[string]string{
@@ -105,10 +150,10 @@ func TestIgnored(t *testing.T) {
 	for _, ig := range r.Ignored {
 		names = append(names, ig.Name)
 	}
-	want := []string{"EXTRA_TAGS", "FORCE_START_WITHOUT_INITIAL_CONFIG", "GOSTATS_FLUSH_INTERVAL_SECONDS",
+	want := []string{"FORCE_START_WITHOUT_INITIAL_CONFIG", "GOSTATS_FLUSH_INTERVAL_SECONDS",
 		"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", "MEMCACHE_HOST_PORT", "PROMETHEUS_ADDR", "PROTO",
-		"RESPONSE_DYNAMIC_METADATA", "RUNTIME_IGNOREDOTFILES", "STATSD_HOST", "STATSD_PORT", "TRACING_SERVICE_NAME",
-		"USE_PROMETHEUS", "USE_STATSD", "XDS_CLIENT_BACKOFF_JITTER"}
+		"RESPONSE_DYNAMIC_METADATA", "RUNTIME_IGNOREDOTFILES", "TRACING_SERVICE_NAME",
+		"USE_PROMETHEUS", "XDS_CLIENT_BACKOFF_JITTER"}
 	if diff := cmp.Diff(want, names); diff != "" {
 		t.Errorf("Ignored mismatch (-want +got):\n%s", diff)
 	}

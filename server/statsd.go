@@ -1,0 +1,111 @@
+package server
+
+import (
+	"regexp"
+	"strings"
+
+	gostats "github.com/lyft/gostats"
+
+	"github.com/ratelimitd/ratelimitd/config"
+)
+
+// envoyproxy/ratelimit's statsd series, which Options.Statsd receives
+// beside the Prometheus metrics, so that dashboards and alerts built on
+// the reference's keep working. Their names are the reference's, under
+// the scope "ratelimit" (with its extra tags):
+//
+//	service.rate_limit.DOMAIN.KEY.{total_hits,over_limit,near_limit,
+//	    within_limit,shadow_mode,over_limit_with_local_cache}
+//	service.config_load_success, service.config_load_error
+//	service.call.should_rate_limit.redis_error
+//	service.global_shadow_mode
+//
+// where KEY is the rule's path as the reference writes it (see statKey).
+// The counts are ratelimitd's, as documented in docs/migrating.md: a
+// refused request's hits count as over_limit only, since none is
+// consumed.
+
+// refStats are one rule's counters in the reference's names.
+type refStats struct {
+	hits, over, near, within, shadow, overCache gostats.Counter
+}
+
+// newRefStats returns the counters of the rule whose stat key is key,
+// under scope (the reference's service.rate_limit).
+func newRefStats(scope gostats.Scope, key string) *refStats {
+	key = sanitizeStatName(key)
+	return &refStats{
+		hits:      scope.NewCounter(key + ".total_hits"),
+		over:      scope.NewCounter(key + ".over_limit"),
+		near:      scope.NewCounter(key + ".near_limit"),
+		within:    scope.NewCounter(key + ".within_limit"),
+		shadow:    scope.NewCounter(key + ".shadow_mode"),
+		overCache: scope.NewCounter(key + ".over_limit_with_local_cache"),
+	}
+}
+
+// serviceStats are the reference's counters of the whole service.
+type serviceStats struct {
+	rateLimit                      gostats.Scope
+	configLoadSuccess, configError gostats.Counter
+	redisError, globalShadowMode   gostats.Counter
+}
+
+func newServiceStats(root gostats.Scope) *serviceStats {
+	service := root.Scope("service")
+	return &serviceStats{
+		rateLimit:         service.Scope("rate_limit"),
+		configLoadSuccess: service.NewCounter("config_load_success"),
+		configError:       service.NewCounter("config_load_error"),
+		redisError:        service.Scope("call.should_rate_limit").NewCounter("redis_error"),
+		globalShadowMode:  service.NewCounter("global_shadow_mode"),
+	}
+}
+
+// ipv4 matches what the reference takes for an IPv4 address in a stat
+// name, whose dots it replaces so that they do not split the name.
+var ipv4 = regexp.MustCompile(`\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}`)
+
+// sanitizeStatName makes s a statsd name as the reference does: ':' and
+// '|', which end a name on the wire, become '_', and so do the dots of
+// IPv4 addresses.
+func sanitizeStatName(s string) string {
+	s = strings.NewReplacer(":", "_", "|", "_").Replace(s)
+	return ipv4.ReplaceAllStringFunc(s, func(ip string) string { return strings.ReplaceAll(ip, ".", "_") })
+}
+
+// statKey returns the key of rule's stats in domain as the reference
+// names it, for a request with entries: the domain, then per level
+// "key", or "key_value" for a rule with a value (its pattern, for a
+// wildcard). With detailed_metric, every level is "key_value" with the
+// request's value, but a share_threshold level keeps its pattern; with
+// value_to_metric on a level, that level carries the request's value.
+// entries may be nil when the rule's stats carry no request value.
+func statKey(domain string, rule *config.Rule, entries []entry) string {
+	var b strings.Builder
+	b.WriteString(domain)
+	for j, lv := range rule.Levels {
+		b.WriteByte('.')
+		b.WriteString(lv.Key)
+		var value string
+		switch {
+		case j >= len(entries):
+			value = lv.Value
+		case lv.ShareThreshold && lv.Wildcard:
+			value = lv.Value
+		case rule.DetailedMetric:
+			b.WriteByte('_') // even for an empty value, as the reference
+			b.WriteString(labelValue(entries[j]))
+			continue
+		case lv.ValueToMetric:
+			value = labelValue(entries[j])
+		default:
+			value = lv.Value
+		}
+		if value != "" {
+			b.WriteByte('_')
+			b.WriteString(value)
+		}
+	}
+	return b.String()
+}
