@@ -142,8 +142,15 @@ func (b *built) servers(ctx context.Context, rules *config.Rules, reg *prometheu
 			return exitError{1}
 		}
 	}
+	stats, stopStatsd, err := startStatsd(f, log, reg, store)
+	if err != nil {
+		log.Error("cannot send statsd; not starting", "err", err)
+		return exitError{1}
+	}
+	b.closers = append(b.closers, stopStatsd)
 	replica := cmp.Or(f.rlqsReplica, defaultReplica(b.grpcLis.Addr().String()))
 	b.srv = server.New(store, rules, server.Options{
+		Statsd:            stats,
 		RequestLog:        reqLog.get(),
 		Headers:           f.headers,
 		LegacyHeaders:     f.headerNames,

@@ -44,8 +44,16 @@ type process struct {
 func startProcess(t *testing.T, args ...string) *process {
 	t.Helper()
 	args = append([]string{"--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--log-format", "json"}, args...)
+	return startProcessEnv(t, os.Environ(), args...)
+}
+
+// startProcessEnv starts ratelimitd as startProcess does, with the
+// environment env and only args: it must log as JSON at level info, so
+// that its "started" line tells the addresses.
+func startProcessEnv(t *testing.T, env []string, args ...string) *process {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], args...)
-	cmd.Env = append(os.Environ(), asDaemon+"=1")
+	cmd.Env = append(slices.Clone(env), asDaemon+"=1")
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,83 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+
+	gostats "github.com/lyft/gostats"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ratelimitd/ratelimitd/backend"
+	"github.com/ratelimitd/ratelimitd/internal/statsd"
+)
+
+// startStatsd starts, with --statsd-addr, the exporter of
+// envoyproxy/ratelimit's statsd series, and returns the scope the server
+// counts in (nil without it) and a function that stops it after a last
+// flush. Besides the server's series it sends, as the reference does,
+// the Go runtime's (ratelimit.go.*) and the local cache's
+// (ratelimit.localcache.*).
+func startStatsd(f *flags, log *slog.Logger, reg prometheus.Registerer, store backend.Store) (gostats.Scope, func(), error) {
+	if f.statsd.addr == "" {
+		return nil, func() {}, nil
+	}
+	exp, err := statsd.New(statsd.Options{
+		Addr:          f.statsd.addr,
+		Network:       f.statsd.network,
+		FlushInterval: f.statsd.interval,
+		Tags:          f.statsd.tags,
+		Logger:        log.With("component", "statsd"),
+		Registerer:    reg,
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	root := exp.Root()
+	exp.Store().AddStatGenerator(gostats.NewRuntimeStats(root.Scope("go")))
+	if c, ok := store.(localCacheCounts); ok {
+		exp.Store().AddStatGenerator(newLocalCacheStats(c, root.Scope("localcache")))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		exp.Run(ctx)
+	}()
+	return root, func() { cancel(); <-done }, nil
+}
+
+// localCacheCounts is a store with a local cache of refusals: the Redis
+// store.
+type localCacheCounts interface {
+	LocalCacheHits() uint64
+	LocalCacheMisses() uint64
+	LocalCacheEntries() int64
+}
+
+// localCacheStats are the reference's gauges of its local cache, which
+// count lookups since the start: a request answered over its limit from
+// the cache is a hit, any other request of a store with a cache a miss.
+type localCacheStats struct {
+	counts                         localCacheCounts
+	hits, misses, lookups, entries gostats.Gauge
+}
+
+func newLocalCacheStats(c localCacheCounts, scope gostats.Scope) *localCacheStats {
+	return &localCacheStats{
+		counts:  c,
+		hits:    scope.NewGauge("hitCount"),
+		misses:  scope.NewGauge("missCount"),
+		lookups: scope.NewGauge("lookupCount"),
+		entries: scope.NewGauge("entryCount"),
+	}
+}
+
+// GenerateStats implements gostats.StatGenerator: it sets the gauges
+// before each flush.
+func (s *localCacheStats) GenerateStats() {
+	hits, misses := s.counts.LocalCacheHits(), s.counts.LocalCacheMisses()
+	s.hits.Set(hits)
+	s.misses.Set(misses)
+	s.lookups.Set(hits + misses)
+	s.entries.Set(uint64(max(0, s.counts.LocalCacheEntries())))
+}
