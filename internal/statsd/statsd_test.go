@@ -41,7 +41,7 @@ type tcpServer struct {
 
 // listenTCP starts a tcpServer on addr ("127.0.0.1:0" for a free port),
 // stopped at the end of the test if not before.
-func listenTCP(t *testing.T, addr string, read bool) *tcpServer {
+func listenTCP(t testing.TB, addr string, read bool) *tcpServer {
 	t.Helper()
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
