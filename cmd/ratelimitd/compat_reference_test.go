@@ -349,6 +349,20 @@ func refBasic(t *testing.T, p *process, st *statsdServer, local bool) {
 	}
 }
 
+// refPassword is the password of startRedisWithPassword's servers.
+const refPassword = "password123"
+
+// startRedisWithPassword starts a redis-server that requires refPassword.
+func startRedisWithPassword(t *testing.T) *redistest.Server {
+	t.Helper()
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	if err := c.ConfigSet(t.Context(), "requirepass", refPassword).Err(); err != nil {
+		t.Fatal(err)
+	}
+	return srv
+}
+
 // TestCompatReferenceRedis: the reference's basic sequence on one Redis,
 // with its local cache, with a key prefix, and with a password.
 func TestCompatReferenceRedis(t *testing.T) {
@@ -356,7 +370,7 @@ func TestCompatReferenceRedis(t *testing.T) {
 		t.Skip("starts Redis and ratelimitd processes: skipped in -short mode")
 	}
 	rds := redistest.Start(t)
-	auth := redistest.Start(t, "--requirepass", "password123")
+	auth := startRedisWithPassword(t)
 	root, _ := refRuntime(t)
 	for _, tt := range []struct {
 		name  string
@@ -366,7 +380,7 @@ func TestCompatReferenceRedis(t *testing.T) {
 		{"redis", map[string]string{"REDIS_URL": rds.Addr}, false},
 		{"local cache", map[string]string{"REDIS_URL": rds.Addr, "LOCAL_CACHE_SIZE_IN_BYTES": "1000"}, true},
 		{"key prefix", map[string]string{"REDIS_URL": rds.Addr, "CACHE_KEY_PREFIX": "prefix:"}, false},
-		{"auth", map[string]string{"REDIS_URL": auth.Addr, "REDIS_AUTH": "password123"}, false},
+		{"auth", map[string]string{"REDIS_URL": auth.Addr, "REDIS_AUTH": refPassword}, false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			st := startStatsdServer(t)
@@ -388,13 +402,13 @@ func TestCompatReferencePerSecond(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts Redis and ratelimitd processes: skipped in -short mode")
 	}
-	main, perSecond := redistest.Start(t, "--requirepass", "password123"), redistest.Start(t, "--requirepass", "password123")
+	main, perSecond := startRedisWithPassword(t), startRedisWithPassword(t)
 	root, _ := refRuntime(t)
 	for _, local := range []bool{false, true} {
 		t.Run("local cache "+strconv.FormatBool(local), func(t *testing.T) {
 			vars := map[string]string{
-				"REDIS_URL": main.Addr, "REDIS_AUTH": "password123",
-				"REDIS_PERSECOND": "true", "REDIS_PERSECOND_URL": perSecond.Addr, "REDIS_PERSECOND_AUTH": "password123",
+				"REDIS_URL": main.Addr, "REDIS_AUTH": refPassword,
+				"REDIS_PERSECOND": "true", "REDIS_PERSECOND_URL": perSecond.Addr, "REDIS_PERSECOND_AUTH": refPassword,
 			}
 			if local {
 				vars["LOCAL_CACHE_SIZE_IN_BYTES"] = "1000"
@@ -410,7 +424,7 @@ func TestCompatReferencePerSecond(t *testing.T) {
 		{perSecond, "*key1*", "*key2*"},
 		{main, "*key2*", "*key1*"},
 	} {
-		c := goredis.NewClient(&goredis.Options{Addr: tt.srv.Addr, Password: "password123"})
+		c := goredis.NewClient(&goredis.Options{Addr: tt.srv.Addr, Password: refPassword})
 		has, err1 := c.Keys(context.Background(), tt.has).Result()
 		lacks, err2 := c.Keys(context.Background(), tt.lacks).Result()
 		c.Close()
