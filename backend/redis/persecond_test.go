@@ -363,8 +363,8 @@ func evalsOn(t *testing.T, srv *redistest.Server) int {
 }
 
 // TestConformancePerSecond runs the conformance suite over a store whose
-// one-second counters are on a second Redis, both standalone, and with a
-// Cluster as the per-second Redis.
+// one-second counters are on a second Redis: both standalone, a Cluster
+// as the per-second Redis, and a Cluster as the main one.
 func TestConformancePerSecond(t *testing.T) {
 	redistest.Require(t)
 	mainSrv, secondSrv := redistest.Start(t), redistest.Start(t)
@@ -412,6 +412,16 @@ func TestConformancePerSecond(t *testing.T) {
 	t.Run("per-second cluster", func(t *testing.T) {
 		c := redistest.StartCluster(t, 3)
 		run(t, "redis://"+mainSrv.Addr, c.URL(), redis.Options{LocalCache: -1})
+		for parity := range 2 {
+			t.Run("split/"+strconv.Itoa(parity), func(t *testing.T) {
+				run(t, "redis://"+mainSrv.Addr, c.URL(), redis.Options{LocalCache: -1},
+					func(st backend.Store) backend.Store { return secondly{st, parity} })
+			})
+		}
+		t.Run("main cluster", func(t *testing.T) {
+			run(t, c.URL(), "redis://"+secondSrv.Addr, redis.Options{LocalCache: -1},
+				func(st backend.Store) backend.Store { return secondly{st, 0} })
+		})
 	})
 }
 
