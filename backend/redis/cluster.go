@@ -11,6 +11,7 @@ import (
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
+	"github.com/sony/gobreaker/v2"
 
 	"github.com/ratelimitd/ratelimitd/backend"
 )
@@ -76,6 +77,15 @@ func (s *Store) partsOf(reqs []backend.Request, idx []int, tags []string) [][]in
 func (s *Store) takeSides(ctx context.Context, reqs []backend.Request, res []backend.Result, tags []string, sides []side) error {
 	if len(sides) == 1 && len(sides[0].parts) == 1 {
 		return sides[0].s.runParts(ctx, opTake, reqs, res, sides[0].parts, tags, nil, nil, true)[0]
+	}
+	if len(sides) > 1 {
+		// A store whose node is known to be down fails the call: the
+		// other store need not decide, then give back, its share.
+		for _, sd := range sides {
+			if err := sd.s.open(ctx, reqs, sd.parts, tags); err != nil {
+				return s.sideError(sd.s, err)
+			}
+		}
 	}
 	stamps := make([]int64, len(reqs))
 	errs := make([][]error, len(sides))
@@ -149,6 +159,19 @@ func (s *Store) takeSides(ctx context.Context, reqs []backend.Request, res []bac
 		})
 	}
 	return errors.Join(failed...)
+}
+
+// open returns ErrUnavailable, wrapped, if the breaker of a node that
+// serves one of parts is not closed (and has the node probed), else nil.
+func (s *Store) open(ctx context.Context, reqs []backend.Request, parts [][]int, tags []string) error {
+	for _, idx := range parts {
+		name := s.nodeOf(ctx, key(s.prefix, tags[idx[0]], reqs[idx[0]].Key))
+		if n := s.node(name); n.b.State() != gobreaker.StateClosed {
+			s.startProbe(n) //nolint:contextcheck // the probe runs on the store's context, never a call's
+			return fmt.Errorf("%w: %s", ErrUnavailable, name)
+		}
+	}
+	return nil
 }
 
 // eachSide runs f on every side, the sides after the first on goroutines

@@ -20,7 +20,8 @@ import (
 // as if the call were admitted, both at once, and what an admitted part
 // took is given back when the whole call is refused or a group is over in
 // another part. Each store keeps its breakers and timeout: if either
-// fails, the call fails, and what the other took is given back. The
+// fails, the call fails, and what the other took is given back; while a
+// breaker of either is open, the call fails before either decides. The
 // store's local cache covers every call, whichever store decided it.
 
 // Where a call's requests are kept.

@@ -282,9 +282,17 @@ func TestPerSecondDown(t *testing.T) {
 			if got := remaining(t, s, survivor); got != 4 {
 				t.Errorf("remaining on the surviving store = %d, want 4: the failed call's hit given back", got)
 			}
+			other := mainSrv
+			if down == "main" {
+				other = secondSrv
+			}
+			before := evalsOn(t, other)
 			_, err := take(t, s, sec, minute)
 			if !errors.Is(err, backend.ErrUnavailable) {
 				t.Errorf("call after the breaker opened: %v, want backend.ErrUnavailable", err)
+			}
+			if got := evalsOn(t, other) - before; got != 0 {
+				t.Errorf("call after the breaker opened ran %d scripts on the other Redis, want none", got)
 			}
 			if got := s.State(); got != "open" {
 				t.Errorf("State() with the %s Redis down = %q, want open", down, got)
