@@ -1,6 +1,7 @@
 package redis_test
 
 import (
+	"runtime"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -172,5 +173,60 @@ func scriptTime(b *testing.B, rdb *goredis.Client) func() {
 		b.ReportMetric((usec-usec0)/float64(b.N), "redis-µs/op")
 		b.ReportMetric((incrby-incrby0)/float64(b.N), "incrby-µs/op")
 		b.ReportMetric(float64(b.N)/max(calls-calls0, 1), "ops/script")
+	}
+}
+
+// BenchmarkPerSecond: calls of two descriptors, one limited per second and
+// one per minute, on one standalone Redis (batched), and over two with a
+// PerSecond store (each call decided in a part on each Redis, in
+// parallel); from 32 concurrent callers, and from one caller at a time
+// (each call's latency).
+func BenchmarkPerSecond(b *testing.B) {
+	mainSrv, secondSrv := redistest.Start(b), redistest.Start(b)
+	sec := backend.Limit{Algorithm: backend.FixedWindow, Requests: 1 << 30, Window: time.Second}
+	minute := backend.Limit{Algorithm: backend.FixedWindow, Requests: 1 << 30, Window: time.Minute}
+	keys := make([][2]string, 10_000)
+	for i := range keys {
+		k := backend.AppendKeyPart(nil, "u"+strconv.Itoa(i))
+		keys[i] = [2]string{string(backend.AppendKeySuffix(k, sec)), string(backend.AppendKeySuffix(k, minute))}
+	}
+	for _, stores := range []string{"one-store", "two-stores"} {
+		for _, callers := range []int{32, 1} {
+			b.Run(stores+"/callers="+strconv.Itoa(callers), func(b *testing.B) {
+				var opts redis.Options
+				if stores == "two-stores" {
+					opts.PerSecond = benchStore(b, secondSrv.Addr, redis.Options{})
+				}
+				s := benchStore(b, mainSrv.Addr, opts)
+				var next atomic.Uint64
+				call := func(reqs []backend.Request, res []backend.Result) error {
+					k := keys[next.Add(1)%uint64(len(keys))]
+					reqs[0] = backend.Request{Key: k[0], Limit: sec, Hits: 1, Group: 0}
+					reqs[1] = backend.Request{Key: k[1], Limit: minute, Hits: 1, Group: 0}
+					return s.Take(b.Context(), reqs, res)
+				}
+				b.ReportAllocs()
+				b.ResetTimer()
+				if callers == 1 {
+					reqs, res := make([]backend.Request, 2), make([]backend.Result, 2)
+					for range b.N {
+						if err := call(reqs, res); err != nil {
+							b.Fatal(err)
+						}
+					}
+					return
+				}
+				b.SetParallelism(callers / runtime.GOMAXPROCS(0))
+				b.RunParallel(func(pb *testing.PB) {
+					reqs, res := make([]backend.Request, 2), make([]backend.Result, 2)
+					for pb.Next() {
+						if err := call(reqs, res); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				})
+			})
+		}
 	}
 }

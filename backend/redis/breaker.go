@@ -289,11 +289,38 @@ func (s *Store) prune(keep func(name string) bool) {
 
 // State reports the store's health: "open" or "half-open" for the worst
 // circuit breaker of the nodes in use that is not closed; else
-// "unreached" until Redis has answered once (see reach), then "ok". The breakers of nodes that left the topology (a Cluster's former
-// masters, the fallback breaker of a start while the Cluster was
-// unreachable) are dropped within one BreakerOpenDelay of their probe,
-// and never count.
+// "unreached" until Redis has answered once (see reach), then "ok". The
+// breakers of nodes that left the topology (a Cluster's former masters,
+// the fallback breaker of a start while the Cluster was unreachable) are
+// dropped within one BreakerOpenDelay of their probe, and never count.
+// With a PerSecond store, it is the worse of the two stores' states.
 func (s *Store) State() string {
+	own := s.ownState()
+	if s.perSecond == nil {
+		return own
+	}
+	other := s.perSecond.ownState()
+	if stateRank(other) > stateRank(own) {
+		return other
+	}
+	return own
+}
+
+// stateRank orders the states State reports, the worst highest.
+func stateRank(state string) int {
+	switch state {
+	case "ok":
+		return 0
+	case "unreached":
+		return 1
+	case "half-open":
+		return 2
+	}
+	return 3 // open
+}
+
+// ownState is State for s's own nodes.
+func (s *Store) ownState() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	worst := gobreaker.StateClosed
@@ -316,8 +343,22 @@ func (s *Store) State() string {
 
 // Breakers calls yield with every Redis node in use that the store has
 // called, by address ("redis" on standalone and Sentinel), and the state of
-// its circuit breaker: "closed", "half-open" or "open".
+// its circuit breaker: "closed", "half-open" or "open". The nodes of its
+// PerSecond store follow, named with perSecondNode before.
 func (s *Store) Breakers(yield func(node, state string)) {
+	s.ownBreakers(yield)
+	if s.perSecond != nil {
+		s.perSecond.ownBreakers(func(node, state string) { yield(perSecondNode+node, state) })
+	}
+}
+
+// perSecondNode starts the names of a PerSecond store's nodes in
+// Breakers, so that they differ from the main store's ("redis" on both
+// standalone stores).
+const perSecondNode = "per-second/"
+
+// ownBreakers is Breakers for s's own nodes.
+func (s *Store) ownBreakers(yield func(node, state string)) {
 	s.mu.Lock()
 	states := make(map[string]string, len(s.breakers))
 	for name, n := range s.breakers {

@@ -272,7 +272,7 @@ func TestClusterRefund(t *testing.T) {
 		t.Errorf("remaining on the free slot %d -> %d after a failed refund, want the refused call's hit to stay counted", before, after)
 	}
 	want := `
-# HELP ratelimitd_backend_refund_failures_total Redis Cluster refunds that failed: a refused call's hits on one slot that stay counted.
+# HELP ratelimitd_backend_refund_failures_total Refunds that failed: a refused call's hits on one part (a Redis Cluster slot, or one of the main and per-second Redis) that stay counted.
 # TYPE ratelimitd_backend_refund_failures_total counter
 ratelimitd_backend_refund_failures_total 1
 `

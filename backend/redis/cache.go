@@ -15,7 +15,11 @@ type cache struct {
 	now     func() time.Time
 	max     int
 	maxHold time.Duration // the longest an entry holds; zero means no bound
-	hits    atomic.Uint64
+	// hits counts the requests answered over their limit from the cache;
+	// misses every other request looked up: those of the calls that went
+	// to Redis, and those within their limit in a refusal the cache
+	// answered (see Store.LocalCacheHits).
+	hits, misses atomic.Uint64
 
 	size atomic.Int64 // len(m), readable without mu: most calls find it empty
 
@@ -46,8 +50,10 @@ func keyOf(r *backend.Request) cacheKey {
 }
 
 // answer decides reqs into res from the cache, if every request has a
-// live entry for the same hits and those entries refuse the call. Calls that record usage
-// past the limit (ConsumeWhenOver) always go to Redis.
+// live entry for the same hits and those entries refuse the call: it then
+// marks every result Cached and counts its hits and misses. Calls that
+// record usage past the limit (ConsumeWhenOver) always go to Redis. A
+// call that the cache does not answer is counted by the caller.
 func (c *cache) answer(reqs []backend.Request, res []backend.Result) bool {
 	if c.size.Load() == 0 {
 		return false // nothing refused lately: no lock on the common path
@@ -76,7 +82,15 @@ func (c *cache) answer(reqs []backend.Request, res []backend.Result) bool {
 	if !backend.Refused(reqs, res) {
 		return false
 	}
-	c.hits.Add(1)
+	over := 0
+	for i := range res {
+		res[i].Cached = true
+		if res[i].OverLimit {
+			over++
+		}
+	}
+	c.hits.Add(uint64(over))
+	c.misses.Add(uint64(len(res) - over))
 	return true
 }
 

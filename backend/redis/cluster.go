@@ -7,9 +7,11 @@ import (
 	"net"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
+	"github.com/sony/gobreaker/v2"
 
 	"github.com/ratelimitd/ratelimitd/backend"
 )
@@ -17,86 +19,176 @@ import (
 // takeCluster decides a call on Redis Cluster. The keys of one descriptor
 // share a hash tag (see tagOf), so one descriptor's limits are decided in
 // one slot, atomically. A call over one tag runs one script, as on
-// standalone; a call over several runs one opPart script per tag, each
-// deciding as if the call were admitted, all of them in one pipeline: one
-// round trip per node, the nodes in parallel (Cluster refuses a script
-// over several slots). If the call is refused after all, an opRefund
-// gives back what the admitted parts took. Admitted hits never exceed a
-// limit, and a refused call leaves no lasting consumption, but a
-// concurrent call may see the hits of a call being refunded. (A group
-// over several tags is decided as several parts, and refunded likewise.)
+// standalone; a call over several is decided in parts (see takeSides).
 func (s *Store) takeCluster(ctx context.Context, reqs []backend.Request, res []backend.Result) error {
 	tags := make([]string, len(reqs))
-	var parts [][]int // request indices per tag, in order of first use
-	for i := range reqs {
+	return s.takeSides(ctx, reqs, res, tags, []side{{s: s, parts: s.partsOf(reqs, nil, tags)}})
+}
+
+// A side is one store's share of a call: the request indices of each of
+// its parts, the requests that one script run decides (see partsOf).
+type side struct {
+	s     *Store
+	parts [][]int
+}
+
+// partsOf divides the requests idx of reqs (all of them if idx is nil)
+// among s's script runs: on Cluster one part per hash tag, in order of
+// first use, writing each request's tag into tags; elsewhere one part,
+// whose keys carry no tag.
+func (s *Store) partsOf(reqs []backend.Request, idx []int, tags []string) [][]int {
+	n := picked(len(reqs), idx)
+	if s.cluster == nil {
+		all := make([]int, n)
+		for k := range n {
+			all[k] = at(idx, k)
+		}
+		return [][]int{all}
+	}
+	var parts [][]int
+	for k := range n {
+		i := at(idx, k)
 		tags[i] = tagOf(&reqs[i])
-		if p := slices.IndexFunc(parts, func(idx []int) bool { return tags[idx[0]] == tags[i] }); p >= 0 {
+		if p := slices.IndexFunc(parts, func(part []int) bool { return tags[part[0]] == tags[i] }); p >= 0 {
 			parts[p] = append(parts[p], i)
 		} else {
 			parts = append(parts, []int{i})
 		}
 	}
-	if len(parts) == 1 {
-		return s.runParts(ctx, opTake, reqs, res, parts, tags, nil, nil, true)[0]
-	}
+	return parts
+}
 
+// takeSides decides a call whose requests are divided in parts, on one
+// store (a Cluster's slots) or two (the main store and its PerSecond
+// store): s is the store the call came to. A call of one part runs one
+// script, as on standalone; a call of several runs one opPart script per
+// part, each deciding as if the call were admitted: on each store all of
+// them in one pipeline (one round trip per node, the nodes in parallel),
+// the stores in parallel, each part under its store's timeout and its
+// node's breaker. If the call is refused after all (a part failed, or
+// the parts' results refuse it), an opRefund gives back what the
+// admitted parts took. Admitted hits never exceed a limit, and a refused
+// call leaves no lasting consumption, but a concurrent call may see the
+// hits of a call being refunded. (A group over several parts is decided
+// as several parts, and refunded likewise.)
+//
+// ctx carries the caller's values; each store bounds its own work by its
+// Timeout.
+func (s *Store) takeSides(ctx context.Context, reqs []backend.Request, res []backend.Result, tags []string, sides []side) error {
+	if len(sides) == 1 && len(sides[0].parts) == 1 {
+		return sides[0].s.runParts(ctx, opTake, reqs, res, sides[0].parts, tags, nil, nil, true)[0]
+	}
+	if len(sides) > 1 {
+		// A store whose node is known to be down fails the call: the
+		// other store need not decide, then give back, its share.
+		for _, sd := range sides {
+			if err := sd.s.open(ctx, reqs, sd.parts, tags); err != nil {
+				return s.sideError(sd.s, err)
+			}
+		}
+	}
 	stamps := make([]int64, len(reqs))
-	errs := s.runParts(ctx, opPart, reqs, res, parts, tags, stamps, nil, true)
-	failed := errors.Join(errs...)
-	refused := failed != nil || backend.Refused(reqs, res)
+	errs := make([][]error, len(sides))
+	eachSide(sides, func(k int, sd side) {
+		sctx, cancel := context.WithTimeout(ctx, sd.s.timeout)
+		defer cancel()
+		errs[k] = sd.s.runParts(sctx, opPart, reqs, res, sd.parts, tags, stamps, nil, true)
+	})
+	var failed []error
+	for k, sd := range sides {
+		for _, err := range errs[k] {
+			if err != nil {
+				failed = append(failed, s.sideError(sd.s, err))
+			}
+		}
+	}
+	refused := len(failed) > 0 || backend.Refused(reqs, res)
 	// Give back what a part took but the whole call does not: all of a
 	// refused call (but consume_when_over usage), and a group over in
 	// another part. A refund runs on a context of its own (the call's may
 	// have run out) and outside the breakers: it is no news of a node's
 	// health. It reports the results of its whole part afresh.
-	var back [][]int
 	var extra []uint8
-	for p, idx := range parts {
-		if errs[p] != nil {
-			continue
-		}
-		give := false
-		for _, i := range idx {
-			r := &reqs[i]
-			took := !r.ConsumeWhenOver && r.Hits > 0 && !r.Limit.Ban() && !groupOver(reqs, res, idx, i)
-			if took && !backend.Consumes(reqs, res, refused, i) {
-				if extra == nil {
-					extra = make([]uint8, len(reqs))
+	back := make([][][]int, len(sides))
+	refund := false
+	for k, sd := range sides {
+		for p, idx := range sd.parts {
+			if errs[k][p] != nil {
+				continue
+			}
+			give := false
+			for _, i := range idx {
+				r := &reqs[i]
+				took := !r.ConsumeWhenOver && r.Hits > 0 && !r.Limit.Ban() && !groupOver(reqs, res, idx, i)
+				if took && !backend.Consumes(reqs, res, refused, i) {
+					if extra == nil {
+						extra = make([]uint8, len(reqs))
+					}
+					extra[i] = flagGiveBack
+					give = true
 				}
-				extra[i] = flagGiveBack
-				give = true
 			}
-		}
-		if !give {
-			continue
-		}
-		for _, i := range idx {
-			if res[i].OverLimit {
-				extra[i] |= flagWasOver
+			if !give {
+				continue
 			}
+			for _, i := range idx {
+				if res[i].OverLimit {
+					extra[i] |= flagWasOver
+				}
+			}
+			back[k] = append(back[k], idx)
+			refund = true
 		}
-		back = append(back, idx)
 	}
-	if len(back) > 0 {
+	if refund {
 		s.refunds.Add(1)
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
-		defer cancel()
-		for _, err := range s.refundRetry(rctx, reqs, res, back, tags, stamps, extra) {
-			if err != nil {
-				// The hits stay counted until their window ends (or the
-				// bucket refills); the call's decision stands.
-				s.refundFailures.Add(1)
-				s.log.Warn("redis cluster refund failed: the refused call's hits on this slot stay counted", "err", err)
+		eachSide(sides, func(k int, sd side) {
+			if len(back[k]) == 0 {
+				return
 			}
-		}
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sd.s.timeout)
+			defer cancel()
+			for _, err := range sd.s.refundRetry(rctx, reqs, res, back[k], tags, stamps, extra) {
+				if err != nil {
+					// The hits stay counted until their window ends (or
+					// the bucket refills); the call's decision stands.
+					s.refundFailures.Add(1)
+					s.log.Warn("redis refund failed: the refused call's hits on this part stay counted", "err", s.sideError(sd.s, err))
+				}
+			}
+		})
 	}
-	return failed
+	return errors.Join(failed...)
 }
 
-// runParts runs op on every part (request indices of reqs sharing a tag)
-// in one pipeline, and returns each part's error. go-redis sends each node
-// its parts in one round trip, the nodes in parallel. With guarded, each
-// part runs under its node's circuit breaker.
+// open returns ErrUnavailable, wrapped, if the breaker of a node that
+// serves one of parts is not closed (and has the node probed), else nil.
+func (s *Store) open(ctx context.Context, reqs []backend.Request, parts [][]int, tags []string) error {
+	for _, idx := range parts {
+		name := s.nodeOf(ctx, key(s.prefix, tags[idx[0]], reqs[idx[0]].Key))
+		if n := s.node(name); n.b.State() != gobreaker.StateClosed {
+			s.startProbe(n) //nolint:contextcheck // the probe runs on the store's context, never a call's
+			return fmt.Errorf("%w: %s", ErrUnavailable, name)
+		}
+	}
+	return nil
+}
+
+// eachSide runs f on every side, the sides after the first on goroutines
+// of their own, and returns once all have.
+func eachSide(sides []side, f func(k int, sd side)) {
+	var wg sync.WaitGroup
+	for k := 1; k < len(sides); k++ {
+		wg.Go(func() { f(k, sides[k]) })
+	}
+	f(0, sides[0])
+	wg.Wait()
+}
+
+// runParts runs op on every part (see partsOf), and returns each part's
+// error: on Cluster in one pipeline, which go-redis sends to each node in
+// one round trip, the nodes in parallel. With guarded, each part runs
+// under its node's circuit breaker.
 func (s *Store) runParts(ctx context.Context, op byte, reqs []backend.Request, res []backend.Result, parts [][]int, tags []string, stamps []int64, extra []uint8, guarded bool) []error {
 	errs := make([]error, len(parts))
 	calls := make([]*call, len(parts))
@@ -130,19 +222,37 @@ func (s *Store) runParts(ctx context.Context, op byte, reqs []backend.Request, r
 			}
 		}
 	}
-	cmds := s.pipeline(ctx, calls, errs)
+	replies := s.send(ctx, calls, errs)
 	for p, idx := range parts {
-		if errs[p] != nil {
-			continue
+		if errs[p] == nil {
+			errs[p] = decode(replies[p], op, res, idx, stamps)
 		}
-		reply, err := cmds[p].Text()
-		if err == nil {
-			err = decode(reply, op, res, idx, stamps)
-		}
-		errs[p] = err
 	}
 	reportTickets(tickets, nodes, errs) //nolint:contextcheck // a probe that done may start runs on the store's context, never a call's
 	return errs
+}
+
+// send runs the calls whose errs are nil, and returns their replies,
+// setting errs of those that failed: on Cluster in one pipeline, else one
+// after the other (a standalone or Sentinel store's share of a call is
+// one part).
+func (s *Store) send(ctx context.Context, calls []*call, errs []error) []string {
+	replies := make([]string, len(calls))
+	if s.cluster == nil {
+		for p, c := range calls {
+			if errs[p] == nil {
+				replies[p], errs[p] = s.run(ctx, c)
+			}
+		}
+		return replies
+	}
+	cmds := s.pipeline(ctx, calls, errs)
+	for p := range calls {
+		if errs[p] == nil {
+			replies[p], errs[p] = cmds[p].Text()
+		}
+	}
+	return replies
 }
 
 // How a pipeline runs a call's script.

@@ -3,6 +3,7 @@ package redis
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"runtime"
@@ -69,6 +70,15 @@ type Options struct {
 	// batching concurrent calls into one script run (standalone and
 	// Sentinel; see batch.go).
 	NoBatch bool
+	// PerSecond, when set, is a second store that keeps the counters of
+	// the requests whose limit's Window is one second (bans aside: they
+	// touch no counter), as envoyproxy/ratelimit's REDIS_PERSECOND does;
+	// the store keeps the others. See persecond.go. The store owns
+	// PerSecond: its Close closes PerSecond (not PerSecond's client).
+	// PerSecond keeps its own Prefix, Timeout, breakers and batches; its
+	// LocalCache is not used: the store's own covers every call. It must
+	// have no PerSecond of its own.
+	PerSecond *Store
 }
 
 // Store is a backend.Store and a backend.ShareStore on Redis.
@@ -78,7 +88,12 @@ type Options struct {
 // (same keys, limits no lower, no consume_when_over) is refused without a
 // Redis round trip, reporting what Redis last said. Entries are keyed with
 // the limit, so a changed limit takes effect at once. On Cluster it
-// remembers a refusal for one second at most.
+// remembers a refusal for one second at most, and so it does with a
+// PerSecond store.
+//
+// With Options.PerSecond, the counters of one-second limits are kept in a
+// second Redis (see persecond.go); Store then reports both stores'
+// breakers, state and refunds, and keeps RLQS shares in its own Redis.
 type Store struct {
 	client  goredis.UniversalClient
 	cluster *goredis.ClusterClient // nil unless client is one
@@ -106,6 +121,9 @@ type Store struct {
 	fastRuns       atomic.Uint64 // script runs on take.lua's lean path (opFast), for tests
 	refundFailures atomic.Uint64
 	batch          *batcher // nil on Cluster or with NoBatch
+	// perSecond keeps the counters of one-second limits (Options.PerSecond),
+	// or nil.
+	perSecond *Store
 	// heavySlots holds a token per heavy call in flight beside the
 	// batches (see heavy): at most half the connection pool, so that
 	// heavy calls cannot take every connection from the batches. Nil
@@ -128,13 +146,17 @@ func New(client goredis.UniversalClient, opts Options) (*Store, error) {
 	if strings.Contains(opts.Prefix, "{") {
 		return nil, fmt.Errorf("redis: key prefix %q must not contain '{'", opts.Prefix)
 	}
+	if ps := opts.PerSecond; ps != nil && ps.perSecond != nil {
+		return nil, errors.New("redis: a per-second store must not have a per-second store of its own")
+	}
 	s := &Store{
-		client:   client,
-		prefix:   cmp.Or(opts.Prefix, DefaultPrefix),
-		timeout:  cmp.Or(opts.Timeout, DefaultTimeout),
-		now:      opts.Now,
-		log:      opts.Logger,
-		breakers: make(map[string]*node),
+		client:    client,
+		prefix:    cmp.Or(opts.Prefix, DefaultPrefix),
+		timeout:   cmp.Or(opts.Timeout, DefaultTimeout),
+		now:       opts.Now,
+		log:       opts.Logger,
+		breakers:  make(map[string]*node),
+		perSecond: opts.PerSecond,
 	}
 	s.base, s.cancel = context.WithCancel(context.Background())
 	if s.log == nil {
@@ -160,10 +182,11 @@ func New(client goredis.UniversalClient, opts Options) (*Store, error) {
 	}
 	if n := cmp.Or(opts.LocalCache, DefaultLocalCache); n > 0 {
 		s.cache = newCache(n, clock)
-		if s.cluster != nil {
-			// A Cluster call over several slots may refuse on hits that
-			// another call gives back a moment later (see takeCluster):
-			// such a refusal must not be remembered for long.
+		if s.cluster != nil || s.perSecond != nil {
+			// A call over several Cluster slots, or over both stores,
+			// may refuse on hits that another call gives back a moment
+			// later (see takeSides): such a refusal must not be
+			// remembered for long.
 			s.cache.maxHold = clusterCacheHold
 		}
 	}
@@ -209,6 +232,9 @@ func (s *Store) Close() error {
 		s.batch.close()
 	}
 	s.inflight.Wait()
+	if s.perSecond != nil {
+		return s.perSecond.Close()
+	}
 	return nil
 }
 
@@ -224,8 +250,10 @@ func (s *Store) begin() bool {
 	return true
 }
 
-// LocalCacheHits reports how many calls the local over-limit cache
-// answered without Redis.
+// LocalCacheHits reports how many requests the local over-limit cache
+// answered over their limit, without Redis: each request of a call the
+// cache refused that was over in the refusal it remembers (as
+// envoyproxy/ratelimit counts its local cache's hits, per descriptor).
 func (s *Store) LocalCacheHits() uint64 {
 	if s.cache == nil {
 		return 0
@@ -233,14 +261,47 @@ func (s *Store) LocalCacheHits() uint64 {
 	return s.cache.hits.Load()
 }
 
-// Refunds reports how many Cluster calls gave back hits that an admitted
-// slot took, because another slot refused.
-func (s *Store) Refunds() uint64 { return s.refunds.Load() }
+// LocalCacheMisses reports how many requests, with the local cache on,
+// it did not answer over their limit: every request of a call that went
+// to Redis, and each request within its limit in a call the cache
+// refused.
+func (s *Store) LocalCacheMisses() uint64 {
+	if s.cache == nil {
+		return 0
+	}
+	return s.cache.misses.Load()
+}
 
-// RefundFailures reports how many Cluster refunds failed (after retries
-// within the store's timeout): the hits of a refused call that stay
-// counted on one slot.
-func (s *Store) RefundFailures() uint64 { return s.refundFailures.Load() }
+// LocalCacheEntries reports how many counters' results the local cache
+// remembers.
+func (s *Store) LocalCacheEntries() int64 {
+	if s.cache == nil {
+		return 0
+	}
+	return s.cache.size.Load()
+}
+
+// Refunds reports how many calls gave back hits that an admitted part
+// took (a Cluster slot, or one of the two stores with PerSecond), because
+// another part refused; the PerSecond store's own included.
+func (s *Store) Refunds() uint64 {
+	n := s.refunds.Load()
+	if s.perSecond != nil {
+		n += s.perSecond.Refunds()
+	}
+	return n
+}
+
+// RefundFailures reports how many refunds of a part failed (after
+// retries within the store's timeout): the hits of a refused call that
+// stay counted on one part; the PerSecond store's own included.
+func (s *Store) RefundFailures() uint64 {
+	n := s.refundFailures.Load()
+	if s.perSecond != nil {
+		n += s.perSecond.RefundFailures()
+	}
+	return n
+}
 
 // Take implements backend.Store.
 //
@@ -261,14 +322,23 @@ func (s *Store) Take(ctx context.Context, reqs []backend.Request, res []backend.
 	if len(reqs) == 0 {
 		return nil
 	}
-	if s.cache != nil && s.cache.answer(reqs, res) {
-		return nil
+	if s.cache != nil {
+		if s.cache.answer(reqs, res) {
+			return nil
+		}
+		s.cache.misses.Add(uint64(len(reqs)))
 	}
 	var err error
-	if s.batch != nil && !heavy(reqs) {
-		err = s.batch.take(ctx, time.Now().Add(s.timeout), s.encode(reqs), res)
-	} else {
-		err = s.detach(ctx, reqs, res)
+	switch s.route(reqs) {
+	case onMain:
+		err = s.decide(ctx, reqs, res)
+	case onPerSecond:
+		err = s.perSecond.decide(ctx, reqs, res)
+		if err != nil {
+			err = s.sideError(s.perSecond, err)
+		}
+	default:
+		err = s.detach(ctx, reqs, res, true)
 	}
 	if err != nil {
 		return fmt.Errorf("redis: take: %w", err)
@@ -279,24 +349,59 @@ func (s *Store) Take(ctx context.Context, reqs []backend.Request, res []backend.
 	return nil
 }
 
-// detach decides the call in a script run of its own (or one per slot on
-// Cluster) on a goroutine, with the store's context, and waits for it or
-// for ctx. The goroutine works on copies of reqs and res: the caller may
-// reuse them once Take has returned.
-func (s *Store) detach(ctx context.Context, reqs []backend.Request, res []backend.Result) error {
-	if err := s.acquireHeavy(ctx); err != nil {
-		return err
+// decide decides a call on s's own counters, without the local cache:
+// batched, or in a script run of its own.
+func (s *Store) decide(ctx context.Context, reqs []backend.Request, res []backend.Result) error {
+	if s.batch != nil && !heavy(reqs) {
+		return s.batch.take(ctx, time.Now().Add(s.timeout), s.encode(reqs), res)
 	}
-	if !s.begin() {
-		s.releaseHeavy()
-		return backend.ErrClosed
+	return s.detach(ctx, reqs, res, false)
+}
+
+// detach decides the call in a script run of its own (or one per slot on
+// Cluster; with across, in parts on both s and its PerSecond store, see
+// takeAcross) on a goroutine, with the stores' context, and waits for it
+// or for ctx. The goroutine works on copies of reqs and res: the caller
+// may reuse them once Take has returned.
+func (s *Store) detach(ctx context.Context, reqs []backend.Request, res []backend.Result, across bool) error {
+	stores := []*Store{s}
+	if across {
+		stores = append(stores, s.perSecond)
+	}
+	release := func(n int) {
+		for _, st := range stores[:n] {
+			st.releaseHeavy()
+		}
+	}
+	for n, st := range stores {
+		if err := st.acquireHeavy(ctx); err != nil {
+			release(n)
+			return s.sideError(st, err)
+		}
+	}
+	for n, st := range stores {
+		if !st.begin() {
+			for _, done := range stores[:n] {
+				done.inflight.Done()
+			}
+			release(len(stores))
+			return backend.ErrClosed
+		}
 	}
 	own := slices.Clone(reqs)
 	out := make([]backend.Result, len(res))
 	done := make(chan error, 1)
 	go func() {
-		defer s.inflight.Done()
-		defer s.releaseHeavy()
+		defer func() {
+			release(len(stores))
+			for _, st := range stores {
+				st.inflight.Done()
+			}
+		}()
+		if across {
+			done <- s.takeAcross(context.WithoutCancel(ctx), own, out)
+			return
+		}
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
 		defer cancel()
 		if s.cluster != nil {

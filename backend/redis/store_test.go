@@ -277,15 +277,25 @@ func TestLocalCache(t *testing.T) {
 	if got := evals() - before; got != 1 {
 		t.Errorf("100 refused calls ran the script %d times, want 1 (then the local cache)", got)
 	}
-	if got := s.LocalCacheHits(); got != 99 {
-		t.Errorf("LocalCacheHits() = %d, want 99", got)
+	// Hits: the over request of each cached refusal. Misses: the two
+	// requests of the two calls Redis decided, and the request within its
+	// limit of each cached refusal.
+	if hits, misses := s.LocalCacheHits(), s.LocalCacheMisses(); hits != 99 || misses != 103 {
+		t.Errorf("LocalCacheHits(), LocalCacheMisses() = %d, %d; want 99, 103", hits, misses)
 	}
 	want := `
-# HELP ratelimitd_local_cache_hits_total Calls the local over-limit cache refused without asking Redis.
+# HELP ratelimitd_local_cache_hits_total Requests (one limit of one descriptor) the local over-limit cache answered over their limit without asking Redis.
 # TYPE ratelimitd_local_cache_hits_total counter
 ratelimitd_local_cache_hits_total 99
+# HELP ratelimitd_local_cache_misses_total Requests the local over-limit cache did not answer over their limit: those of calls that went to Redis, and those within their limit in a refusal the cache answered.
+# TYPE ratelimitd_local_cache_misses_total counter
+ratelimitd_local_cache_misses_total 103
+# HELP ratelimitd_local_cache_entries Counters' results the local over-limit cache remembers.
+# TYPE ratelimitd_local_cache_entries gauge
+ratelimitd_local_cache_entries 2
 `
-	if err := testutil.CollectAndCompare(s, strings.NewReader(want), "ratelimitd_local_cache_hits_total"); err != nil {
+	if err := testutil.CollectAndCompare(s, strings.NewReader(want), "ratelimitd_local_cache_hits_total",
+		"ratelimitd_local_cache_misses_total", "ratelimitd_local_cache_entries"); err != nil {
 		t.Errorf("local cache metrics: %v", err)
 	}
 	if !res[0].OverLimit || res[1].OverLimit || res[1].Remaining != 99 || res[0].RetryAfter != time.Hour {
@@ -306,6 +316,61 @@ ratelimitd_local_cache_hits_total 99
 	clock.Set(backendtest.T0.Add(time.Hour))
 	if res := mustTake(t, s, reqs...); backend.Refused(reqs, res) {
 		t.Errorf("after retry_after: refused %+v", res)
+	}
+}
+
+// TestLocalCacheCounts: the local cache counts its hits and misses per
+// request, as envoyproxy/ratelimit's local cache counts its lookups, and
+// marks the results it answers Cached; off, it counts nothing.
+func TestLocalCacheCounts(t *testing.T) {
+	srv := redistest.Start(t)
+	clock := backendtest.NewClock(backendtest.T0)
+	client := newClient(t, "redis://"+srv.Addr)
+	s := newStore(t, client, redis.Options{Now: clock.Now, Prefix: "counts:"})
+	reqs := descriptors(2, hourly(20))
+	one := reqs[:1]
+	// 21 calls of a descriptor with a limit of 20, then 4 more: 21
+	// misses (Redis decided them), then 4 hits.
+	for i := range 25 {
+		res := mustTake(t, s, one...)
+		if over, cached := res[0].OverLimit, res[0].Cached; over != (i >= 20) || cached != (i >= 21) {
+			t.Errorf("call %d = %+v, want over %v, cached %v", i+1, res[0], i >= 20, i >= 21)
+		}
+	}
+	if hits, misses, entries := s.LocalCacheHits(), s.LocalCacheMisses(), s.LocalCacheEntries(); hits != 4 || misses != 21 || entries != 1 {
+		t.Errorf("after 25 calls: hits %d, misses %d, entries %d; want 4, 21, 1", hits, misses, entries)
+	}
+	// Two descriptors, the first over and cached, the second within: a
+	// first call goes to Redis (2 misses), the second is answered from
+	// the cache (1 hit, 1 miss), every result Cached.
+	mustTake(t, s, reqs...)
+	res := mustTake(t, s, reqs...)
+	if !res[0].OverLimit || res[1].OverLimit || !res[0].Cached || !res[1].Cached {
+		t.Errorf("repeated call of two descriptors = %+v, want both from the cache, the first over", res)
+	}
+	if hits, misses, entries := s.LocalCacheHits(), s.LocalCacheMisses(), s.LocalCacheEntries(); hits != 5 || misses != 24 || entries != 2 {
+		t.Errorf("after the calls of two descriptors: hits %d, misses %d, entries %d; want 5, 24, 2", hits, misses, entries)
+	}
+	// Two descriptors both over: a cached refusal is 2 hits.
+	both := descriptors(2, hourly(1))
+	for i := range both {
+		both[i].Key += ":both"
+	}
+	for range 3 { // admitted, refused by Redis, refused from the cache
+		mustTake(t, s, both...)
+	}
+	if hits, misses, entries := s.LocalCacheHits(), s.LocalCacheMisses(), s.LocalCacheEntries(); hits != 7 || misses != 28 || entries != 4 {
+		t.Errorf("after the calls of two descriptors over: hits %d, misses %d, entries %d; want 7, 28, 4", hits, misses, entries)
+	}
+
+	off := newStore(t, client, redis.Options{Now: clock.Now, Prefix: "off:", LocalCache: -1})
+	for range 25 {
+		if res := mustTake(t, off, one...); res[0].Cached {
+			t.Fatalf("result without a local cache = %+v, want not cached", res[0])
+		}
+	}
+	if hits, misses, entries := off.LocalCacheHits(), off.LocalCacheMisses(), off.LocalCacheEntries(); hits != 0 || misses != 0 || entries != 0 {
+		t.Errorf("without a local cache: hits %d, misses %d, entries %d; want none", hits, misses, entries)
 	}
 }
 
@@ -352,7 +417,7 @@ func TestRedisDown(t *testing.T) {
 		t.Errorf("Breakers() with Redis killed = %v, want %v", breakers, want)
 	}
 	want := `
-# HELP ratelimitd_backend_breaker_state State of each Redis node's circuit breaker: 1 for the state it is in (closed, half-open or open), 0 for the others.
+# HELP ratelimitd_backend_breaker_state State of each Redis node's circuit breaker (the per-second Redis's nodes named per-second/...): 1 for the state it is in (closed, half-open or open), 0 for the others.
 # TYPE ratelimitd_backend_breaker_state gauge
 ratelimitd_backend_breaker_state{node="redis",state="closed"} 0
 ratelimitd_backend_breaker_state{node="redis",state="half-open"} 0

@@ -195,6 +195,9 @@ func (b *built) servers(ctx context.Context, rules *config.Rules, reg *prometheu
 	}
 	b.started = append(b.started, "version", version(), "grpc_tls", tlsMode(grpcTLS != nil, f.tls.grpcClientCA != ""), "http_tls", httpTLS != nil,
 		"backend", redactBackend(f.backend), "failure_mode", f.failureMode.String(), "default_algorithm", f.defaultAlgorithm.String())
+	if f.redis.perSecond != "" {
+		b.started = append(b.started, "backend_per_second", redactBackend(f.redis.perSecond))
+	}
 	return nil
 }
 

@@ -115,6 +115,12 @@ type redisFlags struct {
 	tlsCA, tlsCert, tlsKey   string
 	breakerFailures          int
 	breakerOpen              time.Duration
+	// perSecond is the URL of the Redis that keeps one-second limits'
+	// counters (--backend-per-second), empty for none; its pool size and
+	// timeout, zero for --redis-pool-size's and --redis-timeout's.
+	perSecond        string
+	perSecondPool    int
+	perSecondTimeout time.Duration
 }
 
 // xdsFlags are the settings of rules over xDS (--xds-server).
@@ -255,6 +261,9 @@ func defineFlags(fs *flag.FlagSet, f *flags) {
 	fs.TextVar(&f.failureMode, "failure-mode", server.FailAllow, "answer when the counter store fails: allow (OK, no limit), deny (OVER_LIMIT) or error (Unavailable)")
 	fs.BoolVar(&f.readyWithoutStore, "ready-without-store", false, "stay ready (/readyz, /healthcheck) while the counter store is down, whatever --failure-mode says")
 	fs.BoolVar(&f.localCache, "local-cache", true, "remember refusals of the Redis store until their retry_after, and refuse the same calls without Redis")
+	fs.StringVar(&f.redis.perSecond, "backend-per-second", "", "Redis `URL` (as --backend's) that keeps the counters of one-second limits, apart from --backend's Redis (empty: none)")
+	fs.IntVar(&f.redis.perSecondPool, "redis-per-second-pool-size", 0, "--backend-per-second connections per node (0: as --redis-pool-size)")
+	fs.DurationVar(&f.redis.perSecondTimeout, "redis-per-second-timeout", 0, "longest a decision waits for --backend-per-second's Redis (0: as --redis-timeout)")
 	fs.IntVar(&f.localCacheSize, "local-cache-size", redis.DefaultLocalCache, "most counters the local cache remembers")
 	fs.StringVar(&f.redis.keyPrefix, "redis-key-prefix", redis.DefaultPrefix, "prefix of every Redis key")
 	fs.DurationVar(&f.redis.timeout, "redis-timeout", redis.DefaultTimeout, "longest a decision waits for Redis (then the failure mode answers)")
@@ -392,6 +401,12 @@ func (f *flags) check() error {
 		return fmt.Errorf("--memory-max-keys %d: want at least 1", f.memoryMaxKeys)
 	case f.backend != "memory" && !redis.IsURL(f.backend):
 		return fmt.Errorf("--backend %q: want memory or a redis://, rediss://, redis-cluster://, redis-sentinel:// or unix:// URL", redactBackend(f.backend))
+	case f.redis.perSecond != "" && f.backend == "memory":
+		return errors.New("--backend-per-second needs a Redis --backend: the memory store keeps every counter itself")
+	case f.redis.perSecond != "" && !redis.IsURL(f.redis.perSecond):
+		return fmt.Errorf("--backend-per-second %q: want a redis://, rediss://, redis-cluster://, redis-sentinel:// or unix:// URL", redactBackend(f.redis.perSecond))
+	case f.redis.perSecondPool < 0 || f.redis.perSecondTimeout < 0:
+		return errors.New("--redis-per-second-pool-size and --redis-per-second-timeout must not be negative")
 	case f.localCacheSize <= 0:
 		return fmt.Errorf("--local-cache-size %d: want at least 1", f.localCacheSize)
 	case f.redis.timeout <= 0 || f.redis.dialTimeout <= 0 || f.redis.readTimeout <= 0 || f.redis.writeTimeout <= 0:
