@@ -98,7 +98,7 @@ func TestCompatEnvoyproxyBinary(t *testing.T) {
 		"RUNTIME_ROOT=" + root, "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_WATCH_ROOT=false",
 		"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + rds.Addr,
 		"LIMIT_RESPONSE_HEADERS_ENABLED=true",
-		"USE_STATSD=true",
+		"USE_STATSD=false", "RESPONSE_DYNAMIC_METADATA=true",
 		"LOG_LEVEL=info",
 	}
 	var logs syncBuffer
@@ -218,11 +218,11 @@ func TestCompatEnvoyproxyBinary(t *testing.T) {
 	// supported named in another.
 	eventually(t, "the compat log lines", func() bool {
 		l := logs.String()
-		return strings.Contains(l, "RUNTIME_ROOT") && strings.Contains(l, "USE_STATSD")
+		return strings.Contains(l, "RUNTIME_ROOT") && strings.Contains(l, "RESPONSE_DYNAMIC_METADATA")
 	})
 	for line := range strings.Lines(logs.String()) {
-		if strings.Contains(line, "USE_STATSD") && !strings.Contains(line, "WARN") {
-			t.Errorf("USE_STATSD is named in a line that is no warning: %s", line)
+		if strings.Contains(line, "RESPONSE_DYNAMIC_METADATA") && !strings.Contains(line, "WARN") {
+			t.Errorf("RESPONSE_DYNAMIC_METADATA is named in a line that is no warning: %s", line)
 		}
 	}
 
