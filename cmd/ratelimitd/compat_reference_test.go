@@ -497,3 +497,23 @@ func TestCompatReferenceShareAndReload(t *testing.T) {
 	}
 	st.wait(t, "the removal", map[string]uint64{"ratelimit.service.config_load_success" + tags: 3})
 }
+
+// TestCompatReferenceClusterSentinel: the reference's basic sequence with
+// REDIS_TYPE=cluster for the main counters and a Sentinel's master for
+// the one-second ones.
+func TestCompatReferenceClusterSentinel(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts Redis Cluster, Sentinel and ratelimitd processes: skipped in -short mode")
+	}
+	cluster := redistest.StartCluster(t, 3)
+	sentinel := redistest.StartSentinel(t)
+	root, _ := refRuntime(t)
+	st := startStatsdServer(t)
+	p := startReference(t, root, st, map[string]string{
+		"REDIS_TYPE": "cluster", "REDIS_URL": strings.Join(cluster.Addrs, ","),
+		"REDIS_PERSECOND": "true", "REDIS_PERSECOND_TYPE": "sentinel",
+		"REDIS_PERSECOND_URL": sentinel.MasterName + "," + sentinel.Addr,
+		"LOCAL_CACHE_SIZE_IN_BYTES": "1000",
+	})
+	refBasic(t, p, st, true)
+}
