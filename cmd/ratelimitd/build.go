@@ -142,7 +142,7 @@ func (b *built) servers(ctx context.Context, rules *config.Rules, reg *prometheu
 			return exitError{1}
 		}
 	}
-	stats, stopStatsd, err := startStatsd(f, log, reg, store)
+	stats, stopStatsd, err := startStatsd(f, log, reg, store) //nolint:contextcheck // the exporter runs until the closers stop it, after the drain, to send the last counts
 	if err != nil {
 		log.Error("cannot send statsd; not starting", "err", err)
 		return exitError{1}

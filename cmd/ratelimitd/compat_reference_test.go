@@ -512,7 +512,7 @@ func TestCompatReferenceClusterSentinel(t *testing.T) {
 	p := startReference(t, root, st, map[string]string{
 		"REDIS_TYPE": "cluster", "REDIS_URL": strings.Join(cluster.Addrs, ","),
 		"REDIS_PERSECOND": "true", "REDIS_PERSECOND_TYPE": "sentinel",
-		"REDIS_PERSECOND_URL": sentinel.MasterName + "," + sentinel.Addr,
+		"REDIS_PERSECOND_URL":       sentinel.MasterName + "," + sentinel.Addr,
 		"LOCAL_CACHE_SIZE_IN_BYTES": "1000",
 	})
 	refBasic(t, p, st, true)
