@@ -8,6 +8,7 @@ import (
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	gostats "github.com/lyft/gostats"
 
 	"github.com/ratelimitd/ratelimitd/backend/memory"
 	"github.com/ratelimitd/ratelimitd/server"
@@ -153,4 +154,40 @@ func benchParallelKeys(b *testing.B, envoy rlsv3.RateLimitServiceServer) {
 			}
 		}
 	})
+}
+
+// BenchmarkEnvoyproxyCompat measures what --compat envoyproxy's answers
+// and statsd series cost a decision: Envoy's ShouldRateLimit in-process
+// on the memory store, as BenchmarkShouldRateLimit, with the default
+// options and with EnvoyproxyAnswers and Statsd (a gostats store whose
+// sink discards: the flush is off the decision path).
+func BenchmarkEnvoyproxyCompat(b *testing.B) {
+	for _, bm := range []struct {
+		name string
+		opts server.Options
+	}{
+		{"default", server.Options{}},
+		{"envoyproxy", server.Options{EnvoyproxyAnswers: true, Statsd: gostats.NewStore(gostats.NewNullSink(), false).Scope("ratelimit")}},
+	} {
+		store := memory.New(memory.Options{})
+		b.Cleanup(func() { store.Close() })
+		envoy := server.New(store, parseRules(b, benchRules), bm.opts).Envoy()
+		for _, req := range []struct {
+			name string
+			req  *rlsv3.RateLimitRequest
+		}{
+			{"1desc", request("bench", desc("remote_address", "10.0.0.1"))},
+			{"3desc", request("bench", desc("remote_address", "10.0.0.1"), desc("tenant", "acme", "path", "/v1/search"), desc("api_key", "k-123"))},
+		} {
+			b.Run(bm.name+"/"+req.name, func(b *testing.B) {
+				ctx := b.Context()
+				b.ReportAllocs()
+				for b.Loop() {
+					if _, err := envoy.ShouldRateLimit(ctx, req.req); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
 }
