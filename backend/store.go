@@ -84,6 +84,11 @@ type Request struct {
 type Result struct {
 	// OverLimit reports that this limit could not admit Hits.
 	OverLimit bool
+	// Cached reports that the store answered this call from a local
+	// cache of recent refusals, without its counters (the Redis store's
+	// local cache); the result is the one the counters gave then.
+	// (Beside OverLimit, so that a Result stays 32 bytes.)
+	Cached bool
 	// Remaining is how many more hits the limit would admit now, after
 	// this call's consumption.
 	Remaining uint64
@@ -95,10 +100,6 @@ type Result struct {
 	// the limit can ever admit it is the limit's Window (for a ban, the end
 	// of the current window).
 	RetryAfter time.Duration
-	// Cached reports that the store answered this call from a local
-	// cache of recent refusals, without its counters (the Redis store's
-	// local cache); the result is the one the counters gave then.
-	Cached bool
 }
 
 // Refused reports whether a call is refused, given each request's

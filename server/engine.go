@@ -46,10 +46,10 @@ type verdict struct {
 	shadow    bool // not enforced: a shadow-mode rule, or the daemon in shadow mode
 	limited   bool // a limit applied: limit, name and the counts below are set
 	unlimited bool // the rule is unlimited: nothing was counted
+	named     bool // name is the limit's own name, not the key path
+	cached    bool // the store answered from its local cache
 	limit     backend.Limit
 	name      string // the limit's name, or else the rule's key path
-	named     bool   // name is the limit's own name, not the key path
-	cached    bool   // the store answered from its local cache
 	remaining uint64
 	reset     time.Duration
 	retry     time.Duration
