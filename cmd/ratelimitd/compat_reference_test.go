@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"math/rand/v2"
 	"net"
@@ -16,11 +17,15 @@ import (
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	rlsconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"github.com/google/go-cmp/cmp"
 	goredis "github.com/redis/go-redis/v9"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/protobuf/testing/protocmp"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/ratelimitd/ratelimitd/internal/certtest"
 	"github.com/ratelimitd/ratelimitd/internal/redistest"
 )
 
@@ -516,4 +521,81 @@ func TestCompatReferenceClusterSentinel(t *testing.T) {
 		"LOCAL_CACHE_SIZE_IN_BYTES": "1000",
 	})
 	refBasic(t, p, st, true)
+}
+
+// TestCompatReferenceXDSAndTLS: rules over xDS (CONFIG_TYPE=GRPC_XDS_SOTW),
+// the gRPC listener under mutual TLS with the client's SAN checked
+// (GRPC_SERVER_USE_TLS, GRPC_CLIENT_TLS_CACERT, GRPC_CLIENT_TLS_SAN), and
+// the server's certificate replaced on disk, as the reference's tests do.
+func TestCompatReferenceXDSAndTLS(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts Redis and ratelimitd processes: skipped in -short mode")
+	}
+	rds := redistest.Start(t)
+	xdsAddr, cache := startXDS(t)
+	publish(t, cache, "1", &rlsconf.RateLimitConfig{
+		Name: "basic", Domain: "basic",
+		Descriptors: []*rlsconf.RateLimitDescriptor{{
+			Key: "key1", RateLimit: &rlsconf.RateLimitPolicy{Unit: rlsconf.RateLimitUnit_SECOND, RequestsPerUnit: 50},
+		}},
+	})
+	dir := t.TempDir()
+	serverCA, clientCA := certtest.NewCA(t, "server CA"), certtest.NewCA(t, "client CA")
+	srvCert := serverCA.Server(t, dir, "server", "localhost", "127.0.0.1")
+	client := clientCA.Client(t, dir, "client", "localhost")
+	stranger := clientCA.Client(t, dir, "stranger", "elsewhere.example")
+	root, _ := refRuntime(t)
+	st := startStatsdServer(t)
+	p := startReference(t, root, st, map[string]string{
+		"REDIS_URL":   rds.Addr,
+		"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL": xdsAddr, "CONFIG_GRPC_XDS_NODE_ID": xdsNodeID,
+		"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": srvCert.CertFile, "GRPC_SERVER_TLS_KEY": srvCert.KeyFile,
+		"GRPC_CLIENT_TLS_CACERT": clientCA.WriteCert(t, dir, "client-ca"), "GRPC_CLIENT_TLS_SAN": "localhost",
+	})
+	dial := func(cfg *tls.Config) rlsv3.RateLimitServiceClient {
+		conn, err := grpc.NewClient(p.grpc, grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		return rlsv3.NewRateLimitServiceClient(conn)
+	}
+	rl := dial(serverCA.ClientTLS(client))
+	var resp *rlsv3.RateLimitResponse
+	eventually(t, "the rules over xDS", func() bool {
+		var err error
+		resp, err = rl.ShouldRateLimit(t.Context(), refRequest("basic", "key1", "foo"))
+		return err == nil && resp.GetStatuses()[0].GetCurrentLimit() != nil
+	})
+	expect(t, "key1 over mutual TLS", &rlsv3.RateLimitResponse{OverallCode: refOK, Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{
+		refStatus(refOK, 50, refSecond, 49, resp.GetStatuses()[0]),
+	}}, resp)
+	if _, err := dial(serverCA.ClientTLS(stranger)).ShouldRateLimit(t.Context(), refRequest("basic", "key1", "foo")); err == nil {
+		t.Error("a client certificate without the SAN GRPC_CLIENT_TLS_SAN names was served")
+	}
+	if _, err := dial(serverCA.ClientTLS(nil)).ShouldRateLimit(t.Context(), refRequest("basic", "key1", "foo")); err == nil {
+		t.Error("a client without a certificate was served")
+	}
+
+	// A new certificate, from another CA, renamed over the old files.
+	newCA := certtest.NewCA(t, "new server CA")
+	next := newCA.Server(t, t.TempDir(), "server", "localhost", "127.0.0.1")
+	for from, to := range map[string]string{next.CertFile: srvCert.CertFile, next.KeyFile: srvCert.KeyFile} {
+		if err := os.Rename(from, to); err != nil {
+			t.Fatal(err)
+		}
+	}
+	handshake := func(ca *certtest.CA) error {
+		cfg := ca.ClientTLS(client)
+		cfg.ServerName = "localhost"
+		conn, err := tls.Dial("tcp", p.grpc, cfg)
+		if err == nil {
+			conn.Close()
+		}
+		return err
+	}
+	eventually(t, "the new server certificate", func() bool { return handshake(newCA) == nil })
+	if err := handshake(serverCA); err == nil {
+		t.Error("the old server certificate is still served after the new one")
+	}
 }
