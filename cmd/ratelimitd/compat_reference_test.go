@@ -259,6 +259,15 @@ const (
 	statPrefix = "ratelimit.service.rate_limit."
 )
 
+// awayFromMinuteEnd waits for the next minute in its last 10 seconds: the
+// calls that follow count a 20-a-minute limit, which must not reset
+// among them.
+func awayFromMinuteEnd() {
+	if s := time.Now().Second(); s >= 50 {
+		time.Sleep(time.Duration(61-s) * time.Second)
+	}
+}
+
 // refBasic runs the reference's basic sequence against p: a descriptor
 // without a rule, one per-second limit, 25 calls of a 20-a-minute limit,
 // then 15 calls of two descriptors, 20 a minute and 10 an hour; with
@@ -276,11 +285,6 @@ func refBasic(t *testing.T, p *process, st *statsdServer, local bool) {
 			return n
 		}
 		return 0
-	}
-	// A 20-a-minute limit is counted over 25 calls in one minute: do not
-	// start them in the last seconds of one.
-	if s := time.Now().Second(); s > 55 {
-		time.Sleep(time.Duration(61-s) * time.Second)
 	}
 
 	expect(t, "no rule", &rlsv3.RateLimitResponse{OverallCode: refOK, Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{{Code: refOK}}},
@@ -300,6 +304,7 @@ func refBasic(t *testing.T, p *process, st *statsdServer, local bool) {
 		"ratelimit.localcache.missCount|g":                  cache(1),
 	})
 
+	awayFromMinuteEnd()
 	value := strconv.FormatUint(rand.Uint64(), 10)
 	for i := range 25 {
 		resp := call(t, p, refRequest("another", key("key2"), value))
@@ -320,6 +325,7 @@ func refBasic(t *testing.T, p *process, st *statsdServer, local bool) {
 		"ratelimit.localcache.missCount|g":  cache(22),
 	})
 
+	awayFromMinuteEnd()
 	value = strconv.FormatUint(rand.Uint64(), 10)
 	for i := range 15 {
 		resp := call(t, p, refRequest("another", key("key2"), value, key("key3"), value))
