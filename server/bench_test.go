@@ -167,7 +167,7 @@ func BenchmarkEnvoyproxyCompat(b *testing.B) {
 		opts server.Options
 	}{
 		{"default", server.Options{}},
-		{"envoyproxy", server.Options{EnvoyproxyAnswers: true, Statsd: gostats.NewStore(gostats.NewNullSink(), false).Scope("ratelimit")}},
+		{"envoyproxy", server.Options{EnvoyproxyAnswers: true, Statsd: gostats.NewStore(gostats.NewNullSink(), false)}},
 	} {
 		store := memory.New(memory.Options{})
 		b.Cleanup(func() { store.Close() })

@@ -75,7 +75,7 @@ type ruleCounters struct {
 // store's tens of microseconds to Redis timeouts.
 var latencyBuckets = []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1}
 
-func newMetrics(reg prometheus.Registerer, statsd gostats.Scope) *metrics {
+func newMetrics(reg prometheus.Registerer, statsd gostats.Store, tags map[string]string) *metrics {
 	rule := func(name, help string) *prometheus.CounterVec {
 		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, []string{"domain", "rule"})
 	}
@@ -139,7 +139,7 @@ func newMetrics(reg prometheus.Registerer, statsd gostats.Scope) *metrics {
 	}
 	m.rules.Store(new(sync.Map))
 	if statsd != nil {
-		m.ref = newServiceStats(statsd)
+		m.ref = newServiceStats(statsd.ScopeWithTags("ratelimit", tags), statsd.ScopeWithTags("ratelimit_server", tags))
 	}
 	if reg != nil {
 		reg.MustRegister(m.ruleHits, m.ruleOver, m.ruleNear, m.ruleWithin, m.ruleShadow, m.ruleOverCache,
@@ -180,6 +180,20 @@ func (m *metrics) decided(a api, start time.Time, over bool, err error) {
 		code = codeOverLimit
 	}
 	m.decisions[a][code].Inc()
+}
+
+// envoyCall records, in the reference's statsd names, a call of Envoy's
+// ShouldRateLimit over gRPC that ended with err: the reference counts
+// each in ratelimit_server.ShouldRateLimit.total_requests, and a request
+// it refuses as malformed in service.call.should_rate_limit.service_error.
+func (m *metrics) envoyCall(err error) {
+	if m.ref == nil {
+		return
+	}
+	m.ref.totalRequests.Inc()
+	if _, ok := errors.AsType[*invalidError](err); ok {
+		m.ref.serviceError.Inc()
+	}
 }
 
 // storeFailed records a store error that was not the caller's.

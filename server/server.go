@@ -111,9 +111,11 @@ type Options struct {
 	// reference's way (see RLConfig).
 	EnvoyproxyEndpoints bool
 	// Statsd, when not nil, receives envoyproxy/ratelimit's statsd series
-	// beside the Prometheus metrics (see statsd.go): the root scope,
-	// "ratelimit" with the reference's extra tags.
-	Statsd gostats.Scope
+	// beside the Prometheus metrics (see statsd.go), under the scopes
+	// "ratelimit" and "ratelimit_server", each with StatsdTags, as the
+	// reference names them.
+	Statsd     gostats.Store
+	StatsdTags map[string]string
 	// EnvoyproxyAnswers answers Envoy's RateLimitService (and /json) as
 	// envoyproxy/ratelimit does, for its users' tests and Envoy's draft-03
 	// X-RateLimit-Limit header: a status's current_limit.name is the
@@ -250,7 +252,7 @@ func New(store backend.Store, rules *config.Rules, opts Options) *Server {
 		s.grpcProm = grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram(grpcprom.WithHistogramBuckets(latencyBuckets)))
 		reg.MustRegister(s.grpcProm)
 	}
-	s.metrics = newMetrics(reg, opts.Statsd)
+	s.metrics = newMetrics(reg, opts.Statsd, opts.StatsdTags)
 	if opts.TracerProvider != nil {
 		s.tracer = opts.TracerProvider.Tracer("github.com/ratelimitd/ratelimitd/server")
 	}
@@ -473,6 +475,9 @@ func (s *Server) warnStore(err error) {
 func (s *Server) decideEnvoy(ctx context.Context, a api, fill func(*scratch) error) (resp *rlsv3.RateLimitResponse, err error) {
 	defer func(start time.Time) {
 		s.metrics.decided(a, start, resp.GetOverallCode() == rlsv3.RateLimitResponse_OVER_LIMIT, err)
+		if a == apiEnvoy {
+			s.metrics.envoyCall(err)
+		}
 	}(time.Now())
 	sc := s.getScratch()
 	defer s.putScratch(sc)

@@ -17,8 +17,11 @@ import (
 //	service.rate_limit.DOMAIN.KEY.{total_hits,over_limit,near_limit,
 //	    within_limit,shadow_mode,over_limit_with_local_cache}
 //	service.config_load_success, service.config_load_error
-//	service.call.should_rate_limit.redis_error
+//	service.call.should_rate_limit.redis_error, .service_error
 //	service.global_shadow_mode
+//
+// and, under the scope "ratelimit_server", ShouldRateLimit.total_requests
+// (Envoy's calls over gRPC).
 //
 // where KEY is the rule's path as the reference writes it (see statKey).
 // The counts are ratelimitd's, as documented in docs/migrating.md: a
@@ -48,17 +51,25 @@ func newRefStats(scope gostats.Scope, key string) *refStats {
 type serviceStats struct {
 	rateLimit                      gostats.Scope
 	configLoadSuccess, configError gostats.Counter
-	redisError, globalShadowMode   gostats.Counter
+	redisError, serviceError       gostats.Counter
+	globalShadowMode               gostats.Counter
+	totalRequests                  gostats.Counter
 }
 
-func newServiceStats(root gostats.Scope) *serviceStats {
+// newServiceStats returns the service's counters under root, the scope
+// "ratelimit" with the extra tags. The reference counts its gRPC calls
+// under a scope "ratelimit_server" beside it, with the same tags.
+func newServiceStats(root gostats.Scope, server gostats.Scope) *serviceStats {
 	service := root.Scope("service")
+	call := service.Scope("call.should_rate_limit")
 	return &serviceStats{
 		rateLimit:         service.Scope("rate_limit"),
 		configLoadSuccess: service.NewCounter("config_load_success"),
 		configError:       service.NewCounter("config_load_error"),
-		redisError:        service.Scope("call.should_rate_limit").NewCounter("redis_error"),
+		redisError:        call.NewCounter("redis_error"),
+		serviceError:      call.NewCounter("service_error"),
 		globalShadowMode:  service.NewCounter("global_shadow_mode"),
+		totalRequests:     server.Scope("ShouldRateLimit").NewCounter("total_requests"),
 	}
 }
 

@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -8,6 +9,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	gostats "github.com/lyft/gostats"
 	"github.com/lyft/gostats/mock"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/testing/protocmp"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -102,7 +105,7 @@ func TestEnvoyproxyAnswers(t *testing.T) {
 func TestStatsd(t *testing.T) {
 	sink := mock.NewSink()
 	store := gostats.NewStore(sink, false)
-	h := newHarness(t, parseRules(t, referenceRules), server.Options{Statsd: store.ScopeWithTags("ratelimit", map[string]string{"env": "test"})})
+	h := newHarness(t, parseRules(t, referenceRules), server.Options{Statsd: store, StatsdTags: map[string]string{"env": "test"}})
 	for range 3 {
 		h.should(t, request("basic", desc("key1", "foo")))
 	}
@@ -112,7 +115,18 @@ func TestStatsd(t *testing.T) {
 	h.should(t, request("basic", desc("addr", "10.1.2.3:80|x")))
 	h.should(t, request("basic", desc("free", "x")))
 	h.should(t, request("basic", desc("nothing", "x")))
+	if _, err := h.envoy.ShouldRateLimit(t.Context(), request("basic", desc(strings.Repeat("k", 2000), "x"))); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("a key of 2000 bytes: %v, want InvalidArgument", err)
+	}
 	store.Flush()
+	for name, want := range map[string]uint64{
+		"ratelimit_server.ShouldRateLimit.total_requests.__env=test":        11,
+		"ratelimit.service.call.should_rate_limit.service_error.__env=test": 1,
+	} {
+		if got := sink.Counter(name); got != want {
+			t.Errorf("%s = %d, want %d", name, got, want)
+		}
+	}
 
 	const p = "ratelimit.service.rate_limit.basic."
 	const tag = ".__env=test"
@@ -144,7 +158,7 @@ func TestStatsd(t *testing.T) {
 
 	// Loads, and refusals under the global shadow mode.
 	store2 := gostats.NewStore(sink, false)
-	h = newHarness(t, nil, server.Options{Statsd: store2.Scope("ratelimit"), ShadowMode: true})
+	h = newHarness(t, nil, server.Options{Statsd: store2, ShadowMode: true})
 	h.srv.SetRules(parseRules(t, referenceRules))
 	for range 3 {
 		h.should(t, request("basic", desc("key1", "foo")))

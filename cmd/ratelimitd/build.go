@@ -151,6 +151,7 @@ func (b *built) servers(ctx context.Context, rules *config.Rules, reg *prometheu
 	replica := cmp.Or(f.rlqsReplica, defaultReplica(b.grpcLis.Addr().String()))
 	b.srv = server.New(store, rules, server.Options{
 		Statsd:            stats,
+		StatsdTags:        f.statsd.tags,
 		RequestLog:        reqLog.get(),
 		Headers:           f.headers,
 		LegacyHeaders:     f.headerNames,

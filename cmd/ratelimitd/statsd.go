@@ -12,12 +12,12 @@ import (
 )
 
 // startStatsd starts, with --statsd-addr, the exporter of
-// envoyproxy/ratelimit's statsd series, and returns the scope the server
+// envoyproxy/ratelimit's statsd series, and returns the store the server
 // counts in (nil without it) and a function that stops it after a last
 // flush. Besides the server's series it sends, as the reference does,
 // the Go runtime's (ratelimit.go.*) and the local cache's
 // (ratelimit.localcache.*).
-func startStatsd(f *flags, log *slog.Logger, reg prometheus.Registerer, store backend.Store) (gostats.Scope, func(), error) {
+func startStatsd(f *flags, log *slog.Logger, reg prometheus.Registerer, store backend.Store) (gostats.Store, func(), error) {
 	if f.statsd.addr == "" {
 		return nil, func() {}, nil
 	}
@@ -43,7 +43,7 @@ func startStatsd(f *flags, log *slog.Logger, reg prometheus.Registerer, store ba
 		defer close(done)
 		exp.Run(ctx)
 	}()
-	return root, func() { cancel(); <-done }, nil
+	return exp.Store(), func() { cancel(); <-done }, nil
 }
 
 // localCacheCounts is a store with a local cache of refusals: the Redis
