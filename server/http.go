@@ -25,7 +25,7 @@ import (
 //	GET  /healthz  200 while the process runs
 //	GET  /readyz   200 once rules are loaded, 503 before and during shutdown,
 //	               and while the store is down or has never answered (its
-//	               StateReporter says so) unless the failure mode is allow;
+//	               backend.StateReporter says so) unless the failure mode is allow;
 //	               the body names the store's state
 //	GET  /config   the rules in force, as YAML (503 before any are loaded)
 //	GET  /metrics  Prometheus metrics, when Options.Registry is set

@@ -192,14 +192,6 @@ func ParseFailureMode(s string) (FailureMode, error) {
 	return 0, fmt.Errorf("unknown failure mode %q (want allow, deny or error)", s)
 }
 
-// A StateReporter is a store that reports its health, such as the Redis
-// store: "ok", or a word for what is wrong ("open" for an open circuit
-// breaker). /readyz shows it, and reports not ready when it is not "ok"
-// under FailDeny and FailError.
-type StateReporter interface {
-	State() string
-}
-
 // Server decides rate limits for Envoy's RateLimitService and ratelimitd's
 // native API over one engine, and serves gRPC health and the HTTP /json,
 // /healthz and /readyz endpoints.
@@ -442,7 +434,7 @@ func (s *Server) FailureAnswers() uint64 { return s.failures.Load() }
 // store, one that has answered once; and the store's state.
 func (s *Server) ready() (bool, string) {
 	state := "ok"
-	if r, ok := s.store.(StateReporter); ok {
+	if r, ok := s.store.(backend.StateReporter); ok {
 		state = r.State()
 	}
 	storeNeeded := s.opts.FailureMode != FailAllow && !s.opts.ReadyWithoutStore

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/ratelimitd/ratelimitd/backend"
 	"github.com/ratelimitd/ratelimitd/config"
 )
 
@@ -180,12 +181,6 @@ func (s *Server) serveUIRates(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, s.rates.view(limit), false)
 }
 
-// A BreakerReporter is a store that reports the circuit breaker of each
-// node it calls, such as the Redis store: /ui/api/status lists them.
-type BreakerReporter interface {
-	Breakers(yield func(node, state string))
-}
-
 // uiStatus is the JSON of GET /ui/api/status: what /readyz reports, and
 // more.
 type uiStatus struct {
@@ -229,7 +224,7 @@ func (s *Server) serveUIStatus(w http.ResponseWriter, _ *http.Request) {
 		st.RulesLoaded = true
 		st.Files = rules.Files()
 	}
-	if b, ok := s.store.(BreakerReporter); ok {
+	if b, ok := s.store.(backend.BreakerReporter); ok {
 		b.Breakers(func(node, state string) { st.Breakers = append(st.Breakers, uiBreaker{node, state}) })
 		slices.SortFunc(st.Breakers, func(a, b uiBreaker) int { return strings.Compare(a.Node, b.Node) })
 	}

@@ -34,7 +34,7 @@ func startStatsd(f *flags, log *slog.Logger, reg prometheus.Registerer, store ba
 	}
 	root := exp.Root()
 	exp.Store().AddStatGenerator(gostats.NewRuntimeStats(root.Scope("go")))
-	if c, ok := store.(localCacheCounts); ok {
+	if c, ok := store.(backend.LocalCacheReporter); ok {
 		exp.Store().AddStatGenerator(newLocalCacheStats(c, root.Scope("localcache")))
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -46,23 +46,15 @@ func startStatsd(f *flags, log *slog.Logger, reg prometheus.Registerer, store ba
 	return exp.Store(), func() { cancel(); <-done }, nil
 }
 
-// localCacheCounts is a store with a local cache of refusals: the Redis
-// store.
-type localCacheCounts interface {
-	LocalCacheHits() uint64
-	LocalCacheMisses() uint64
-	LocalCacheEntries() int64
-}
-
 // localCacheStats are the reference's gauges of its local cache, which
 // count lookups since the start: a request answered over its limit from
 // the cache is a hit, any other request of a store with a cache a miss.
 type localCacheStats struct {
-	counts                         localCacheCounts
+	counts                         backend.LocalCacheReporter
 	hits, misses, lookups, entries gostats.Gauge
 }
 
-func newLocalCacheStats(c localCacheCounts, scope gostats.Scope) *localCacheStats {
+func newLocalCacheStats(c backend.LocalCacheReporter, scope gostats.Scope) *localCacheStats {
 	return &localCacheStats{
 		counts:  c,
 		hits:    scope.NewGauge("hitCount"),
