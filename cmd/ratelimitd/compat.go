@@ -8,7 +8,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/ratelimitd/ratelimitd/internal/compat"
+	"github.com/ratelimitd/ratelimitd/cmd/ratelimitd/internal/compat"
 )
 
 // compatEnvoyproxy is the --compat value for envoyproxy/ratelimit's

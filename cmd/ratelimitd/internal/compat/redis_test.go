@@ -9,7 +9,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/ratelimitd/ratelimitd/backend/redis"
-	"github.com/ratelimitd/ratelimitd/internal/compat"
+	"github.com/ratelimitd/ratelimitd/cmd/ratelimitd/internal/compat"
 )
 
 // TestRedisURL: each Redis environment becomes a --backend URL that backend/redis accepts, carrying the same

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ratelimitd/ratelimitd/internal/compat"
+	"github.com/ratelimitd/ratelimitd/cmd/ratelimitd/internal/compat"
 )
 
 // FuzzEnvoyproxy: whatever the values, Envoyproxy neither panics nor sets a flag it may not, and each error names

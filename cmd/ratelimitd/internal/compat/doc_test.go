@@ -9,7 +9,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/ratelimitd/ratelimitd/internal/compat"
+	"github.com/ratelimitd/ratelimitd/cmd/ratelimitd/internal/compat"
 )
 
 // TestMigratingTable: the variables in the first column of docs/migrating.md's tables, under "Environment
