@@ -15,7 +15,7 @@ import (
 // TestMigratingTable: the variables in the first column of docs/migrating.md's tables, under "Environment
 // variables", are exactly those the package knows, so that neither the table nor the package can leave one out.
 func TestMigratingTable(t *testing.T) {
-	b, err := os.ReadFile("../../docs/migrating.md")
+	b, err := os.ReadFile("../../../../docs/migrating.md")
 	if err != nil {
 		t.Fatal(err)
 	}
