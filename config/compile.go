@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ratelimitd/ratelimitd/backend"
+	"github.com/ratelimitd/ratelimitd/internal/envoyunit"
 )
 
 // Compile checks domains, which may come from any number of files, together
@@ -375,11 +376,11 @@ func (c *compiler) rateLimit(rl *RateLimit, inList bool) (rlim RuleLimit, ok boo
 	case rl.Unit != "" && rl.Window != "":
 		fail("window", "unit and window exclude each other: use one")
 	case rl.Unit != "":
-		w, known := units[strings.ToLower(rl.Unit)]
+		u, known := envoyunit.ByName(rl.Unit)
 		if !known {
 			fail("unit", "unknown unit %q (want second, minute, hour, day, week, month or year)", rl.Unit)
 		}
-		l.Window = w
+		l.Window = u.Window
 	case rl.Window != "":
 		w, err := time.ParseDuration(rl.Window)
 		switch {

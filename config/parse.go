@@ -8,7 +8,6 @@ import (
 	"math"
 	"regexp"
 	"strconv"
-	"time"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -672,15 +671,4 @@ func (d *decoder) value(n *yaml.Node, s *src) any {
 		}
 	}
 	return scalarString(n) // strings, timestamps, binary and custom tags
-}
-
-// units maps each unit name to its duration.
-var units = map[string]time.Duration{
-	"second": time.Second,
-	"minute": time.Minute,
-	"hour":   time.Hour,
-	"day":    24 * time.Hour,
-	"week":   7 * 24 * time.Hour,
-	"month":  30 * 24 * time.Hour,
-	"year":   365 * 24 * time.Hour,
 }

@@ -11,7 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/ratelimitd/ratelimitd/backend"
-	"github.com/ratelimitd/ratelimitd/server/requestlog"
+	"github.com/ratelimitd/ratelimitd/internal/envoyunit"
 )
 
 // envoyService is envoy.service.ratelimit.v3.RateLimitService.
@@ -60,9 +60,8 @@ func envoyFromProto(sc *scratch, req *rlsv3.RateLimitRequest) error {
 }
 
 // envoyWindow returns the length of Envoy unit u (a RateLimitUnit of
-// envoy.type.v3), as package requestlog, which reads logged overrides,
-// takes it too.
-func envoyWindow(u int32) (time.Duration, bool) { return requestlog.EnvoyWindow(u) }
+// envoy.type.v3, as a limit override names it).
+func envoyWindow(u int32) (time.Duration, bool) { return envoyunit.OverrideWindow(u) }
 
 // multiply returns w times m, false past backend.MaxWindow.
 func multiply(w time.Duration, m uint32) (time.Duration, bool) {
@@ -74,23 +73,8 @@ func multiply(w time.Duration, m uint32) (time.Duration, bool) {
 
 // envoyUnit returns the unit whose length is w, or UNKNOWN.
 func envoyUnit(w time.Duration) rlsv3.RateLimitResponse_RateLimit_Unit {
-	switch w {
-	case time.Second:
-		return rlsv3.RateLimitResponse_RateLimit_SECOND
-	case time.Minute:
-		return rlsv3.RateLimitResponse_RateLimit_MINUTE
-	case time.Hour:
-		return rlsv3.RateLimitResponse_RateLimit_HOUR
-	case 24 * time.Hour:
-		return rlsv3.RateLimitResponse_RateLimit_DAY
-	case 7 * 24 * time.Hour:
-		return rlsv3.RateLimitResponse_RateLimit_WEEK
-	case 30 * 24 * time.Hour:
-		return rlsv3.RateLimitResponse_RateLimit_MONTH
-	case 365 * 24 * time.Hour:
-		return rlsv3.RateLimitResponse_RateLimit_YEAR
-	}
-	return rlsv3.RateLimitResponse_RateLimit_UNKNOWN
+	u, _ := envoyunit.ByWindow(w) // the zero Unit's number is UNKNOWN's
+	return rlsv3.RateLimitResponse_RateLimit_Unit(u.Envoy)
 }
 
 // envoyStatus holds the messages of one descriptor's status, allocated

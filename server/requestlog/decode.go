@@ -9,6 +9,8 @@ import (
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/ratelimitd/ratelimitd/internal/envoyunit"
 )
 
 // line is a log line as encoding/json reads it; the request is read by
@@ -148,7 +150,7 @@ func fromEnvoy(r *Record, req *rlsv3.RateLimitRequest) error {
 			d.Hits = h.GetValue()
 		}
 		if lo := rd.GetLimit(); lo != nil {
-			w, ok := EnvoyWindow(int32(lo.GetUnit()))
+			w, ok := envoyunit.OverrideWindow(int32(lo.GetUnit()))
 			if !ok {
 				return fmt.Errorf("descriptor %d: limit override has unit %v", i, lo.GetUnit())
 			}

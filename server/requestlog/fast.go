@@ -143,8 +143,8 @@ func (p *parser) uint(max uint64) (uint64, bool) {
 var fastUnits = map[string]time.Duration{}
 
 func init() {
-	for _, u := range envoyUnitsLongestFirst {
-		fastUnits[u.String()] = envoyWindows[u]
+	for _, u := range overrideUnits {
+		fastUnits[u.EnvoyName()] = u.Window
 	}
 }
 

@@ -109,10 +109,10 @@ const timeFormat = "2006-01-02T15:04:05.000000000Z07:00"
 // envoyUnit returns the longest Envoy unit that divides w, and the
 // multiplier; false when w is no whole number of seconds.
 func envoyUnit(w time.Duration) (string, uint64, bool) {
-	for _, u := range envoyUnitsLongestFirst {
-		d := envoyWindows[u]
+	for _, u := range overrideUnits {
+		d := u.Window
 		if w >= d && w%d == 0 && uint64(w/d) <= math.MaxUint32 {
-			return u.String(), uint64(w / d), true
+			return u.EnvoyName(), uint64(w / d), true
 		}
 	}
 	return "", 0, false
