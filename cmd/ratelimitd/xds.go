@@ -2,12 +2,10 @@ package main
 
 import (
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
-	"os"
 	"strings"
 
 	"google.golang.org/grpc/credentials"
@@ -16,6 +14,7 @@ import (
 
 	"github.com/ratelimitd/ratelimitd/config"
 	"github.com/ratelimitd/ratelimitd/config/xds"
+	"github.com/ratelimitd/ratelimitd/internal/tlsconfig"
 	"github.com/ratelimitd/ratelimitd/server"
 )
 
@@ -102,14 +101,11 @@ func (x *xdsFlags) credentials() (credentials.TransportCredentials, error) {
 	}
 	conf := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: x.tlsServerName}
 	if x.tlsCA != "" {
-		pem, err := os.ReadFile(x.tlsCA)
+		pool, err := tlsconfig.LoadCAs(x.tlsCA)
 		if err != nil {
 			return nil, fmt.Errorf("--xds-tls-ca: %w", err)
 		}
-		conf.RootCAs = x509.NewCertPool()
-		if !conf.RootCAs.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("--xds-tls-ca %s: no PEM certificate", x.tlsCA)
-		}
+		conf.RootCAs = pool
 	}
 	if x.tlsCert != "" {
 		cert, err := tls.LoadX509KeyPair(x.tlsCert, x.tlsKey)

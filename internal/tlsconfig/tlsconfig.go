@@ -322,6 +322,22 @@ func checkPEM(data []byte) error {
 	return nil
 }
 
+// LoadCAs returns a pool of the CA certificates in the PEM file at path:
+// the one loader of CA files, for the listeners (New) and the clients
+// (xDS, Redis). It fails if the file cannot be read, a block is corrupt,
+// a certificate does not parse, or there is none.
+func LoadCAs(path string) (*x509.CertPool, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	pool, err := parseCAs(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return pool, nil
+}
+
 // parseCAs returns a pool of the certificates in data's CERTIFICATE
 // blocks, or an error if one does not parse or there are none.
 func parseCAs(data []byte) (*x509.CertPool, error) {

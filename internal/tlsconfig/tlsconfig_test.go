@@ -816,3 +816,32 @@ func TestPeerIdentity(t *testing.T) {
 		}
 	}
 }
+
+// TestLoadCAs: a CA file gives a pool that verifies what the CA issued;
+// a missing file, one without a certificate, or a corrupt one is an error
+// that names the file.
+func TestLoadCAs(t *testing.T) {
+	dir := t.TempDir()
+	ca := certtest.NewCA(t, "ca")
+	srv := ca.Server(t, dir, "server", "localhost")
+	pool, err := tlsconfig.LoadCAs(ca.WriteCert(t, dir, "ca"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := srv.Cert.Verify(x509.VerifyOptions{Roots: pool, DNSName: "localhost"}); err != nil {
+		t.Errorf("the pool does not verify the CA's certificate: %v", err)
+	}
+	empty := filepath.Join(dir, "empty.pem")
+	corrupt := filepath.Join(dir, "corrupt.pem")
+	if err := os.WriteFile(empty, []byte("no PEM here\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(corrupt, append(append([]byte{}, ca.CertPEM...), "-----BEGIN CERTIFICATE-----\nnot base64\n"...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{filepath.Join(dir, "missing.pem"), empty, corrupt} {
+		if _, err := tlsconfig.LoadCAs(path); err == nil || !strings.Contains(err.Error(), filepath.Base(path)) {
+			t.Errorf("LoadCAs(%s) = %v, want an error naming the file", filepath.Base(path), err)
+		}
+	}
+}
