@@ -3,7 +3,6 @@ package main
 import (
 	"cmp"
 	"context"
-	"crypto/rand"
 	"fmt"
 	"io"
 	"log/slog"
@@ -26,6 +25,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/tlsconfig"
 	"github.com/ratelimitd/ratelimitd/server"
 	"github.com/ratelimitd/ratelimitd/server/requestlog"
+	"github.com/ratelimitd/ratelimitd/server/rlqs"
 )
 
 // built is the daemon wired from its flags by build: its store, rules
@@ -148,7 +148,7 @@ func (b *built) servers(ctx context.Context, rules *config.Rules, reg *prometheu
 		return exitError{1}
 	}
 	b.closers = append(b.closers, stopStatsd)
-	replica := cmp.Or(f.rlqsReplica, defaultReplica(b.grpcLis.Addr().String()))
+	replica := cmp.Or(f.rlqsReplica, rlqs.DefaultReplica(b.grpcLis.Addr().String()))
 	b.srv = server.New(store, rules, server.Options{
 		Statsd:            stats,
 		StatsdTags:        f.statsd.tags,
@@ -382,17 +382,4 @@ func newLogger(f *flags, w io.Writer) *slog.Logger {
 		return slog.New(slog.NewJSONHandler(w, opts))
 	}
 	return slog.New(slog.NewTextHandler(w, opts))
-}
-
-// defaultReplica names this replica among those sharing RLQS limits: the
-// host name, the address the gRPC listener got, and a random part, so that
-// a replica restarted in place does not take up the entries its previous
-// process left in the store: they stand until the assignments made from
-// them expire at the clients.
-func defaultReplica(grpcAddr string) string {
-	host, err := os.Hostname()
-	if err != nil {
-		host = "localhost"
-	}
-	return host + "/" + grpcAddr + "/" + rand.Text()[:8]
 }

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"crypto/rand"
 	"log/slog"
+	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -158,7 +159,7 @@ type Options struct {
 	// among this replica's clients only (Sharer).
 	Store backend.ShareStore
 	// Replica names this replica in Store: unique among the replicas
-	// sharing it. Empty means a random name.
+	// sharing it. Empty means DefaultReplica("").
 	Replica string
 	// SyncInterval is how often the replica looks for buckets to exchange
 	// with Store (those that changed, or whose entries are about to
@@ -253,7 +254,7 @@ func New(rules *config.Rules, opts Options) *Service {
 		s.pool = fairshare.NewPool(fairshare.PoolOptions{
 			Tracker:  tracker,
 			Store:    opts.Store,
-			Replica:  cmp.Or(opts.Replica, rand.Text()),
+			Replica:  cmp.Or(opts.Replica, DefaultReplica("")),
 			Interval: opts.SyncInterval,
 			Changed:  s.moved,
 			Observe:  s.metrics.exchange,
@@ -432,4 +433,17 @@ func (s *Service) shifted(st *stream, key string) {
 			o.wake(key)
 		}
 	}
+}
+
+// DefaultReplica names this replica among those sharing RLQS limits, when
+// Options.Replica is empty: the host name, the address the gRPC listener
+// got (if known), and a random part, so that a replica restarted in place
+// does not take up the entries its previous process left in the store:
+// they stand until the assignments made from them expire at the clients.
+func DefaultReplica(grpcAddr string) string {
+	host, err := os.Hostname()
+	if err != nil {
+		host = "localhost"
+	}
+	return host + "/" + grpcAddr + "/" + rand.Text()[:8]
 }
