@@ -5,11 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"net"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/ratelimitd/ratelimitd/backend"
 	"github.com/ratelimitd/ratelimitd/backend/backendtest"
@@ -50,8 +54,8 @@ type chaosLoad struct {
 	mu sync.Mutex
 	// admitted is, per counter, the hits of the calls that were admitted.
 	admitted []uint64 // requires mu
-	// maybe is, per counter, the hits of the calls that failed: each may
-	// or may not have counted.
+	// maybe is, per counter, the hits of the calls that failed in a way
+	// that may have counted them (see mayHaveCounted).
 	maybe []uint64 // requires mu
 	// samples is, per counter, the count that each admitted call of one
 	// descriptor of one limit left on it (Capacity - Remaining), and when
@@ -81,6 +85,7 @@ type chaosSample struct {
 type chaosError struct {
 	start, end time.Time
 	err        error
+	kind       int
 }
 
 // newChaosLoad returns a load of kinds on counters; it does not start.
@@ -133,11 +138,13 @@ func (l *chaosLoad) take(s *redis.Store, k int) {
 	defer l.mu.Unlock()
 	l.calls[k]++
 	if err != nil {
-		l.errs = append(l.errs, chaosError{start: start, end: end, err: err})
+		l.errs = append(l.errs, chaosError{start: start, end: end, err: err, kind: k})
 		l.failed[k]++
 		l.streak[k] = 0
-		for _, c := range idx {
-			l.maybe[c]++
+		if mayHaveCounted(err) {
+			for _, c := range idx {
+				l.maybe[c]++
+			}
 		}
 		return
 	}
@@ -158,6 +165,39 @@ func (l *chaosLoad) take(s *redis.Store, k int) {
 	}
 }
 
+// mayHaveCounted reports whether a failed call may have counted its hits:
+// unless each of its errors says that Redis ran nothing (see notRun).
+func mayHaveCounted(err error) bool {
+	for e := err; e != nil; e = errors.Unwrap(e) {
+		if j, ok := e.(interface{ Unwrap() []error }); ok { //nolint:errorlint // the parts of an errors.Join, each on its own
+			return slices.ContainsFunc(j.Unwrap(), mayHaveCounted)
+		}
+	}
+	return !notRun(err)
+}
+
+// notRun reports whether err, which joins no errors, says that no script
+// ran: the store did not try (backend.ErrUnavailable: an open breaker),
+// the connection was never made, or Redis refused the command before
+// running it: redirected (MOVED, ASK), a slot half moved (TRYAGAIN), or
+// the cluster down.
+func notRun(err error) bool {
+	if errors.Is(err, backend.ErrUnavailable) {
+		return true
+	}
+	if ne, ok := errors.AsType[*net.OpError](err); ok && ne.Op == "dial" {
+		return true
+	}
+	if re, ok := errors.AsType[goredis.Error](err); ok {
+		for _, prefix := range []string{"MOVED ", "ASK ", "TRYAGAIN ", "CLUSTERDOWN "} {
+			if strings.HasPrefix(re.Error(), prefix) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // warm makes one call of each of kinds (all if none) on a patient store
 // on the same client (dialing, version checks and loading the library
 // take longer than chaosTimeout under -race), recorded as any other.
@@ -174,6 +214,28 @@ func (l *chaosLoad) warm(t *testing.T, patient *redis.Store, kinds ...int) {
 	if n := l.errors(); n > 0 {
 		t.Fatalf("warm-up: %d calls failed: %v", n, l.errs[0].err)
 	}
+}
+
+// slotsOf makes one call of each kind, one after the other, as warm does,
+// and returns, per kind, the Cluster slots of the keys its call created
+// (those matching pattern), without knowing how the store names its keys.
+func (l *chaosLoad) slotsOf(t *testing.T, cl *redistest.Cluster, patient *redis.Store, pattern string) [][]int {
+	t.Helper()
+	slots := make([][]int, len(l.kinds))
+	seen := map[string]bool{}
+	for k := range l.kinds {
+		l.warm(t, patient, k)
+		for _, key := range cl.Keys(t, pattern) {
+			if seen[key] {
+				continue
+			}
+			seen[key] = true
+			if slot := cl.Slot(t, key); !slices.Contains(slots[k], slot) {
+				slots[k] = append(slots[k], slot)
+			}
+		}
+	}
+	return slots
 }
 
 // start starts the workers, which call until stopped.
@@ -244,11 +306,15 @@ func count(t *testing.T, s *redis.Store, r backend.Request) uint64 {
 	return r.Limit.Capacity() - mustTake(t, s, r)[0].Remaining
 }
 
-// errorKinds sums errors by the start of their last cause's message
-// ("MOVED", "ASK", "circuit breaker open", ...), for the log.
-func errorKinds(errs []chaosError) map[string]int {
+// errorKinds sums the errors of the calls of kind k (all if k < 0) by the
+// start of their message ("MOVED", "ASK", "CLUSTERDOWN", "circuit
+// breaker open", ...), for the log. It is called once the load halted.
+func (l *chaosLoad) errorKinds(k int) map[string]int {
 	kinds := map[string]int{}
-	for _, e := range errs {
+	for _, e := range l.errs {
+		if k >= 0 && e.kind != k {
+			continue
+		}
 		msg := e.err.Error()
 		switch {
 		case errors.Is(e.err, redis.ErrUnavailable):
@@ -264,6 +330,23 @@ func errorKinds(errs []chaosError) map[string]int {
 		kinds[msg]++
 	}
 	return kinds
+}
+
+// failedBetween returns when the first failed call of kind k started and
+// the last one ended. It is called once the load halted.
+func (l *chaosLoad) failedBetween(k int) (first, last time.Time) {
+	for _, e := range l.errs {
+		if e.kind != k {
+			continue
+		}
+		if first.IsZero() || e.start.Before(first) {
+			first = e.start
+		}
+		if e.end.After(last) {
+			last = e.end
+		}
+	}
+	return first, last
 }
 
 // chaosStore returns a store on the cluster client for these tests, a
@@ -306,22 +389,18 @@ func TestClusterReshardUnderLoad(t *testing.T) {
 	load := newChaosLoad(s, counters, [][]chaosDescriptor{{a}, {b}, {c, a}, {a, b, c}, {d}})
 	const still = 4 // the kind of call on d, whose slot stays where it is
 
-	// The slots that hold the counters, found by their keys: d's first.
-	load.warm(t, patient, still)
-	dKeys := cl.Keys(t, "reshard:*")
-	load.warm(t, patient, 0, 1, 2, 3)
-	dSlot := -1
-	if len(dKeys) == 1 {
-		dSlot = cl.Slot(t, dKeys[0])
-	}
+	// The slots that hold a, b and c move; d's stays.
+	kindSlots := load.slotsOf(t, cl, patient, "reshard:*")
 	var slots []int
-	for _, k := range cl.Keys(t, "reshard:*") {
-		if slot := cl.Slot(t, k); slot != dSlot && !slices.Contains(slots, slot) {
-			slots = append(slots, slot)
+	for _, k := range kindSlots[:still] {
+		for _, slot := range k {
+			if !slices.Contains(slots, slot) {
+				slots = append(slots, slot)
+			}
 		}
 	}
-	if len(slots) < 2 || dSlot < 0 {
-		t.Fatalf("the keys of a, b and c are in slots %v, d's in %d; want several slots, and d's apart", slots, dSlot)
+	if len(slots) < 2 || len(kindSlots[still]) != 1 || slices.Contains(slots, kindSlots[still][0]) {
+		t.Fatalf("the keys of a, b and c are in slots %v, d's in %v; want several slots, and d's apart", slots, kindSlots[still])
 	}
 
 	load.start()
@@ -357,10 +436,10 @@ func TestClusterReshardUnderLoad(t *testing.T) {
 
 	l := load
 	t.Logf("%d moves of %d slots (%v moving, %v in all), %d workers: %d calls decided (%d refused), %d failed %v; refunds %d, refund failures %d",
-		moves, len(slots), moveTime.Round(time.Millisecond), ended.Sub(began).Round(time.Millisecond), chaosWorkers, l.ok, l.refused, len(l.errs), errorKinds(l.errs), s.Refunds(), s.RefundFailures())
+		moves, len(slots), moveTime.Round(time.Millisecond), ended.Sub(began).Round(time.Millisecond), chaosWorkers, l.ok, l.refused, len(l.errs), l.errorKinds(-1), s.Refunds(), s.RefundFailures())
 	t.Logf("every kind of call succeeded 20 times in a row %v after the last move", back.Sub(ended).Round(time.Millisecond))
-	t.Logf("calls on d, whose slot never moved: %d failed of %d; breakers opened %d times",
-		l.failed[still], l.calls[still], logs.count()[slog.LevelWarn])
+	t.Logf("calls on d, whose slot never moved: %d failed of %d (%v); breakers opened %d times",
+		l.failed[still], l.calls[still], l.errorKinds(still), logs.count()[slog.LevelWarn])
 	if s.Refunds() == 0 {
 		t.Error("no call was refunded: the calls over several slots prove nothing")
 	}
@@ -372,7 +451,7 @@ func TestClusterReshardUnderLoad(t *testing.T) {
 	}
 	for i, r := range counters {
 		got := count(t, patient, r)
-		t.Logf("counter %s (%v of %d): admitted %d, counted %d, failed calls on it %d",
+		t.Logf("counter %s (%v of %d): admitted %d, counted %d, failed calls that may have counted %d",
 			r.Tag, r.Limit.Algorithm, r.Limit.Capacity(), l.admitted[i], got, l.maybe[i])
 		if l.admitted[i] > r.Limit.Capacity() {
 			t.Errorf("counter %s: %d hits admitted, over its limit %d", r.Tag, l.admitted[i], r.Limit.Capacity())
@@ -385,4 +464,144 @@ func TestClusterReshardUnderLoad(t *testing.T) {
 				r.Tag, got, l.admitted[i], hi)
 		}
 	}
+}
+
+// TestClusterFailoverUnderLoad: callers keep deciding while the master of
+// their counters is killed and its replica takes over. Calls on its slots
+// fail until the replica is promoted (a second or two: the cluster's own
+// detection), and all calls succeed again soon after. The new master
+// counts what the replica had: hits that the old master admitted but had
+// not yet replicated are lost (Redis Cluster replicates asynchronously),
+// and each lost hit is admitted once more. The test measures them: each
+// admitted call of one hit on a counter that nothing refunds reports the
+// count it left (its Remaining), so a count reported by the old master
+// and again by the new one is a lost hit. It asserts the documented
+// bound, admitted <= limit + lost, and that nothing else was lost or
+// counted twice: the final count is every count reported, plus at most
+// the hits of the calls that failed.
+func TestClusterFailoverUnderLoad(t *testing.T) {
+	cl := redistest.StartClusterWithReplicas(t, 3, 1)
+	// Breakers probe every 100 ms, so that decisions resume soon after
+	// the promotion.
+	s, patient, logs := chaosStore(t, cl.URL(), redis.Options{Prefix: "failover:", BreakerOpenDelay: 100 * time.Millisecond})
+	const limit, big = 1000, 1_000_000
+	counters := []backend.Request{
+		counter("a", hourly(limit)),
+		counter("b", backend.Limit{Algorithm: backend.TokenBucket, Requests: limit, Window: time.Hour}),
+		counter("d", hourly(big)),
+	}
+	load := newChaosLoad(s, counters, [][]chaosDescriptor{{{0}}, {{1}}, {{2}}})
+	const a, b, d = 0, 1, 2 // counters, and the kinds of call on each alone
+
+	// a and b on one master, which fails; d on another.
+	slots := load.slotsOf(t, cl, patient, "failover:*")
+	for k, ss := range slots {
+		if len(ss) != 1 {
+			t.Fatalf("the keys of counter %d are in slots %v, want one", k, ss)
+		}
+	}
+	master := cl.SlotOwner(t, slots[a][0])
+	cl.MoveSlot(t, slots[b][0], master)
+	if cl.SlotOwner(t, slots[d][0]) == master {
+		cl.MoveSlot(t, slots[d][0], cl.Nodes[(slices.Index(cl.Nodes, master)+1)%len(cl.Nodes)])
+	}
+
+	load.start()
+	defer load.halt()
+	const before = 200
+	load.waitFor(t, 10*time.Second, fmt.Sprintf("%d hits admitted on a and on b", before), func() bool {
+		return load.admitted[a] >= before && load.admitted[b] >= before
+	})
+	killed := time.Now()
+	cl.Failover(t, master)
+	promoted := time.Now()
+	back := load.recovered(t, 5*time.Second, 20)
+	load.waitFor(t, 10*time.Second, "counters a and b refusing", func() bool {
+		return !load.refusedAt[a].IsZero() && !load.refusedAt[b].IsZero()
+	})
+	load.halt()
+
+	l := load
+	t.Logf("%d workers: %d calls decided (%d refused), %d failed %v; breakers opened %d times",
+		chaosWorkers, l.ok, l.refused, len(l.errs), l.errorKinds(-1), logs.count()[slog.LevelWarn])
+	resumed := back
+	for _, sm := range l.samples[a] {
+		if sm.start.After(killed) && sm.start.Before(resumed) {
+			resumed = sm.start
+		}
+	}
+	t.Logf("the replica had taken over, and every node agreed, %v after the kill; calls on a resumed %v after the kill, and every kind of call had succeeded 20 times in a row %v after it",
+		promoted.Sub(killed).Round(time.Millisecond), resumed.Sub(killed).Round(time.Millisecond), back.Sub(killed).Round(time.Millisecond))
+	first, last := l.failedBetween(d)
+	t.Logf("calls on d, on a master that stayed up: %d failed of %d, from %v to %v after the kill (%v)",
+		l.failed[d], l.calls[d], first.Sub(killed).Round(time.Millisecond), last.Sub(killed).Round(time.Millisecond), l.errorKinds(d))
+	for _, e := range l.errs {
+		if e.start.Before(killed.Add(-chaosTimeout)) || e.start.After(back) {
+			t.Errorf("a call failed outside the failover and the recovery (started %v after the kill, recovered %v after it): %v",
+				e.start.Sub(killed), back.Sub(killed), e.err)
+		}
+	}
+	for _, c := range []int{a, b} {
+		r := counters[c]
+		lost := failoverCounts(t, r, l.samples[c], killed, count(t, patient, r), l.maybe[c])
+		if lim := r.Limit.Capacity(); l.admitted[c] > lim+lost {
+			t.Errorf("counter %s: %d hits admitted, over its limit %d and the %d hits lost with the old master", r.Tag, l.admitted[c], lim, lost)
+		}
+	}
+	// d's master never failed: nothing lost, nothing counted twice.
+	if got := count(t, patient, counters[d]); got < l.admitted[d] || got > l.admitted[d]+l.maybe[d] {
+		t.Errorf("counter d counts %d, want between the %d hits admitted and %d (those and the failed calls')", got, l.admitted[d], l.admitted[d]+l.maybe[d])
+	}
+}
+
+// failoverCounts checks the counts that the admitted calls on one
+// counter reported (samples) across a failover at killed, against the
+// counter's final count got, and returns how many hits the failover lost:
+// those the old master admitted (calls that started before killed: each
+// call ends within chaosTimeout, before the replica can take over) that
+// the new master admitted again.
+func failoverCounts(t *testing.T, r backend.Request, samples []chaosSample, killed time.Time, got, maybe uint64) uint64 {
+	t.Helper()
+	old, next := map[uint64]bool{}, map[uint64]bool{}
+	for _, sm := range samples {
+		m := next
+		if sm.start.Before(killed) {
+			m = old
+		}
+		if m[sm.count] {
+			t.Errorf("counter %s: count %d reported twice by one master", r.Tag, sm.count)
+		}
+		m[sm.count] = true
+	}
+	if len(old) == 0 || len(next) == 0 {
+		t.Fatalf("counter %s: %d calls admitted before the kill, %d after: the test proves nothing", r.Tag, len(old), len(next))
+	}
+	// The new master started from the replica's count, first reported + 1.
+	from := slices.Min(slices.Collect(maps.Keys(next))) - 1
+	var lost, survived uint64
+	for v := range old {
+		switch {
+		case v > from:
+			lost++
+		case next[v]:
+			t.Errorf("counter %s: count %d, which the replica had, reported again by the new master", r.Tag, v)
+		default:
+			survived++
+		}
+	}
+	distinct := uint64(len(old)) + uint64(len(next))
+	for v := range old {
+		if next[v] {
+			distinct--
+		}
+	}
+	t.Logf("counter %s (%v of %d): %d admitted by the old master, %d by the new one, which started from %d: %d hits lost with the old master; counts %d at the end, failed calls that may have counted %d",
+		r.Tag, r.Limit.Algorithm, r.Limit.Capacity(), len(old), len(next), from, lost, got, maybe)
+	// Every count reported is in the final count (none lost but those),
+	// and beyond them only the failed calls may have counted (none
+	// counted twice).
+	if got < distinct || got > distinct+maybe {
+		t.Errorf("counter %s counts %d, want between the %d counts reported and %d (those and the failed calls')", r.Tag, got, distinct, distinct+maybe)
+	}
+	return lost
 }
