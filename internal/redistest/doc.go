@@ -1,6 +1,9 @@
 // Package redistest starts real redis-server and redis-sentinel processes
-// for tests: a standalone server ([Start]), a Redis Cluster ([StartCluster])
-// and a Sentinel group ([StartSentinel]).
+// for tests: a standalone server ([Start]), a Redis Cluster ([StartCluster],
+// or [StartClusterWithReplicas], whose slots a test can move with
+// [Cluster.MoveSlot] and whose masters it can fail over with
+// [Cluster.Failover] while clients use them) and a Sentinel group
+// ([StartSentinel]).
 //
 // Every process listens on a free loopback port, keeps its data and log in
 // t.TempDir(), persists nothing, and is killed (with any process it forked)

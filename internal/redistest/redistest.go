@@ -385,3 +385,12 @@ func portFree(port int) bool {
 	l.Close()
 	return true
 }
+
+// running reports whether the server's process is up (started and not
+// exited).
+func (s *Server) running() bool {
+	s.mu.Lock()
+	p := s.proc
+	s.mu.Unlock()
+	return p != nil && !p.exited()
+}

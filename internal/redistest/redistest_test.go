@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -294,5 +295,88 @@ func TestFaults(t *testing.T) {
 	defer cancel()
 	if err := f.WaitDelayed(wctx, 2); !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("WaitDelayed(2) with one write delayed = %v, want the context's deadline", err)
+	}
+}
+
+// TestClusterMoveSlotAndFailover: a Cluster with replicas moves a slot
+// with its keys to another master, and a killed master's replica takes
+// over its slots with the keys it had replicated.
+func TestClusterMoveSlotAndFailover(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	begin := time.Now()
+	cl := redistest.StartClusterWithReplicas(t, 3, 1)
+	t.Logf("StartClusterWithReplicas(3, 1) took %v", time.Since(begin))
+	if len(cl.Nodes) != 3 || len(cl.Replicas) != 3 {
+		t.Fatalf("%d masters and %d replicas, want 3 and 3", len(cl.Nodes), len(cl.Replicas))
+	}
+	for _, m := range cl.Nodes {
+		rs := cl.ReplicasOf(m)
+		if len(rs) != 1 {
+			t.Fatalf("master %s has %d replicas, want 1", m.Addr, len(rs))
+		}
+		info := rs[0].Info(t, "replication")
+		if info["role"] != "slave" || !strings.HasSuffix(m.Addr, ":"+info["master_port"]) {
+			t.Errorf("replica %s of %s reports role %q, master port %q", rs[0].Addr, m.Addr, info["role"], info["master_port"])
+		}
+	}
+
+	cc := cl.Client(t)
+	const key = "{moving}k"
+	keys := []string{key, "{moving}other"}
+	for _, k := range keys {
+		if err := cc.Set(ctx, k, "v", time.Hour).Err(); err != nil {
+			t.Fatalf("SET %s: %v", k, err)
+		}
+	}
+	slot := cl.Slot(t, key)
+	from := cl.SlotOwner(t, slot)
+	to := cl.Nodes[(slices.Index(cl.Nodes, from)+1)%3]
+	begin = time.Now()
+	cl.MoveSlot(t, slot, to)
+	t.Logf("MoveSlot of 2 keys took %v", time.Since(begin))
+	if got := cl.SlotOwner(t, slot); got != to {
+		t.Fatalf("after MoveSlot the slot is served by %s, want %s", got.Addr, to.Addr)
+	}
+	for _, k := range keys {
+		if got, err := to.Client(t).Get(ctx, k).Result(); err != nil || got != "v" {
+			t.Errorf("GET %s on the new owner = %q, %v; want v", k, got, err)
+		}
+		if ttl, err := to.Client(t).TTL(ctx, k).Result(); err != nil || ttl <= 0 {
+			t.Errorf("TTL %s on the new owner = %v, %v; want the key's expiry kept", k, ttl, err)
+		}
+		if err := from.Client(t).Get(ctx, k).Err(); err == nil || !strings.HasPrefix(err.Error(), "MOVED") {
+			t.Errorf("GET %s on the former owner: %v, want MOVED", k, err)
+		}
+	}
+	if got := cl.Keys(t, "{moving}*"); len(got) != 2 {
+		t.Errorf("Keys({moving}*) = %v, want the 2 keys once", got)
+	}
+
+	// The replica has the keys (WAIT), and takes over when its master dies.
+	if n, err := to.Client(t).Do(ctx, "WAIT", 1, 1000).Int(); err != nil || n != 1 {
+		t.Fatalf("WAIT 1 on %s = %d, %v", to.Addr, n, err)
+	}
+	replica := cl.ReplicasOf(to)[0]
+	begin = time.Now()
+	next := cl.Failover(t, to)
+	t.Logf("Failover took %v", time.Since(begin))
+	if next != replica || cl.SlotOwner(t, slot) != replica || !slices.Contains(cl.Addrs, replica.Addr) {
+		t.Errorf("after Failover: new master %s, slot owner %s, Addrs %v; want the replica %s", next.Addr, cl.SlotOwner(t, slot).Addr, cl.Addrs, replica.Addr)
+	}
+	if got := cl.ReplicasOf(next); len(got) != 1 || got[0] != to {
+		t.Errorf("ReplicasOf(new master) = %v, want the former master", got)
+	}
+	if got, err := next.Client(t).Get(ctx, key).Result(); err != nil || got != "v" {
+		t.Errorf("GET %s on the promoted replica = %q, %v; want v", key, got, err)
+	}
+
+	// The former master, restarted, rejoins as the new master's replica.
+	begin = time.Now()
+	to.Restart(t)
+	cl.WaitOK(t)
+	t.Logf("Restart of the former master and WaitOK took %v", time.Since(begin))
+	if got := to.Info(t, "replication")["role"]; got != "slave" {
+		t.Errorf("restarted former master reports role %q, want slave", got)
 	}
 }
