@@ -1,23 +1,60 @@
 // Types of the ratelimitd package: a client of ratelimitd's native API
-// (ratelimit.v1), an Express-style HTTP middleware, and the generated gRPC
-// stubs of both its APIs (see gen/).
+// (ratelimit.v1), a quota mode deciding locally over Envoy's Rate Limit
+// Quota Service, an Express-style HTTP middleware, a fake for tests, and
+// the generated gRPC stubs of its APIs (see gen/). The same for require
+// and import (index.d.mts re-exports these).
 
-import type { ChannelCredentials, ChannelOptions, ServiceError } from '@grpc/grpc-js';
+import type { ChannelCredentials, ChannelOptions, Client as GrpcClient, ServiceError } from '@grpc/grpc-js';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import * as ratelimitV1 from './gen/ratelimit/v1/ratelimit';
 import * as envoyRatelimitV3 from './gen/envoy/service/ratelimit/v3/rls';
+import * as rlqsV3 from './gen/envoy/service/rate_limit_quota/v3/rlqs';
 import * as duration from './gen/google/protobuf/duration';
 import * as grpc from '@grpc/grpc-js';
 
-/** The @grpc/grpc-js the stubs use: its credentials and metadata work with them. */
+/**
+ * @grpc/grpc-js, a peer dependency: the application's own instance, which
+ * the stubs use.
+ * @deprecated Import @grpc/grpc-js itself: it is the same instance.
+ */
 export { grpc };
 
 /** The generated stubs of ratelimitd's native API, ratelimit.v1. */
 export { ratelimitV1 };
 /** The generated stubs of Envoy's rate limit service, envoy.service.ratelimit.v3. */
 export { envoyRatelimitV3 };
-/** google.protobuf.Duration, which both APIs use. */
+/** The generated stubs of Envoy's Rate Limit Quota Service, envoy.service.rate_limit_quota.v3 (the quota mode's). */
+export { rlqsV3 };
+/** google.protobuf.Duration, which the APIs use. */
 export { duration };
+
+/**
+ * The error of a malformed request (code 3, INVALID_ARGUMENT), found
+ * before any RPC, and the base of the package's errors. code is a gRPC
+ * status code; details the message without the "ratelimitd: " prefix.
+ */
+export declare class RateLimitError extends Error {
+  constructor(details: string, code: number, options?: { cause?: unknown });
+  readonly code: number;
+  readonly details: string;
+}
+
+/**
+ * Decision.error when a Quota's failure policy decided: a bucket had no
+ * assignment of ratelimitd in force (none received yet, or expired
+ * because ratelimitd could not be reached), or the Quota held maxBuckets
+ * buckets. Code 14 (UNAVAILABLE).
+ */
+export declare class NoAssignmentError extends RateLimitError {
+  constructor();
+}
+
+/** How often, by default, a Quota reports its buckets' use: 5000 ms. */
+export declare const DEFAULT_REPORTING_INTERVAL_MS: number;
+/** How many buckets a Quota holds at most by default: 10000. */
+export declare const DEFAULT_QUOTA_MAX_BUCKETS: number;
+/** How many reporting intervals a bucket may go unused before a Quota forgets it: 3. */
+export declare const QUOTA_IDLE_INTERVALS: number;
 
 /** The default budget of one shouldRateLimit call: 50 ms. */
 export declare const DEFAULT_TIMEOUT_MS: number;
@@ -117,14 +154,15 @@ export interface Decision {
   headers: Header[];
   /**
    * ratelimitd's failure when the failure policy decided (allowed is then
-   * true, or false with failClosed); null when ratelimitd decided.
+   * true, or false with failClosed); a NoAssignmentError for a Quota's;
+   * null when ratelimitd, or its assignment, decided.
    */
   error: ServiceError | Error | null;
   /**
-   * The Client refused by itself, remembering an earlier refusal of the
-   * same request, without calling ratelimitd. Its durations (retryAfterMs,
-   * the statuses' resetAfterMs and retryAfterMs) are counted down to now;
-   * the rest is as remembered.
+   * Decided without calling ratelimitd: a Quota's decision, or the
+   * Client's refusal of a request it remembers refused. A remembered
+   * refusal's durations (retryAfterMs, the statuses' resetAfterMs and
+   * retryAfterMs) are counted down to now; the rest is as remembered.
    */
   local: boolean;
 }
@@ -201,6 +239,19 @@ export interface CallOptions {
 }
 
 /**
+ * What the middleware and code that asks for decisions need: a Client, a
+ * Quota, or a FakeRateLimiter in tests.
+ */
+export interface RateLimiter {
+  /**
+   * Asks whether the work described by descriptors may proceed under the
+   * rules of domain; rejects only for a malformed request (a
+   * RateLimitError with code 3) or when options.signal aborts.
+   */
+  shouldRateLimit(domain: string, descriptors: Descriptor[], options?: CallOptions): Promise<Decision>;
+}
+
+/**
  * A client of ratelimitd's native API (ratelimit.v1). It fails open by
  * default, within a 50 ms budget per call (after waiting up to 1 s for the
  * connection: see connectTimeoutMs), remembers refusals for up to 1 s (see
@@ -209,7 +260,7 @@ export interface CallOptions {
  * expect decisions of the failure policy, first calls included: error
  * set, statuses empty.
  */
-export declare class Client {
+export declare class Client implements RateLimiter {
   /**
    * @param target ratelimitd's gRPC address ("127.0.0.1:8081"), or a
    *   ratelimitV1.RateLimitServiceClient, which the caller keeps and closes.
@@ -279,7 +330,8 @@ export interface MiddlewareOptions {
 }
 
 /**
- * An Express-style middleware asking client, under the rules of domain,
+ * An Express-style middleware asking client (a Client, a Quota, any
+ * RateLimiter), under the rules of domain,
  * whether each request may proceed; with node:http, call it as
  * mw(req, res, () => handler(req, res)). Without descriptor options it
  * counts the client IP and the route. Allowed: ratelimitd's headers are
@@ -295,7 +347,7 @@ export interface MiddlewareOptions {
  * down, without asking ratelimitd.
  */
 export declare function middleware(
-  client: Client,
+  client: RateLimiter,
   domain: string,
   options?: MiddlewareOptions,
 ): (req: IncomingMessage, res: ServerResponse, next: (err?: unknown) => void) => Promise<void>;
@@ -305,3 +357,126 @@ export declare function middleware(
  * the peer is a trusted proxy, the right-most untrusted address of proxyHeader.
  */
 export declare function clientIP(req: IncomingMessage, options?: { trustedProxies?: string[]; proxyHeader?: string }): string | null;
+
+export interface QuotaOptions {
+  /** The domain whose rules decide: required, 1 to 256 bytes of UTF-8. */
+  domain: string;
+  /** How often the Quota reports its use, in ms; 0 or absent: 5000 (DEFAULT_REPORTING_INTERVAL_MS). Assignments live twice as long. */
+  reportingIntervalMs?: number;
+  /** Refuse, instead of allowing (the default, as Client does), the descriptors of buckets without an assignment in force. */
+  failClosed?: boolean;
+  /** The most buckets held; past it new buckets are decided by the failure policy (counted in overflows). 0 or absent: 10000. */
+  maxBuckets?: number;
+  /** Where the stream's failures go (logger.warn); console by default. */
+  logger?: Logger;
+  /** Replaces performance.now for token buckets and times to live (tests): ms, never going back. Reports follow real time. */
+  clock?: () => number;
+  /** Credentials of the connection the Quota makes for an address; insecure by default. */
+  credentials?: ChannelCredentials;
+  /** Options of that connection. */
+  channelOptions?: ChannelOptions;
+}
+
+/**
+ * A Quota decides locally whether work may proceed, under the
+ * assignments ratelimitd sends over Envoy's Rate Limit Quota Service
+ * (RLQS), as the Go client's Quota does. Each descriptor is a bucket,
+ * whose entries (as a map: in any order) are the bucket id. The Quota
+ * reports each bucket's use over one stream, at its first use and every
+ * reportingIntervalMs; ratelimitd answers with the bucket's assignment:
+ * a token bucket (this client's share of the rule's limit), allow all or
+ * deny all, for a time to live (twice the interval), and may abandon a
+ * bucket (forgotten, reported afresh at its next use). A bucket unused
+ * for QUOTA_IDLE_INTERVALS intervals is forgotten. Until a bucket's
+ * assignment arrives, after it expires (ratelimitd unreachable), or past
+ * maxBuckets, the failure policy decides: allow (default) or refuse
+ * (failClosed). The stream waits for the connection and reconnects with
+ * backoff (100 ms doubling to 10 s). The Quota keeps the process alive
+ * until close().
+ */
+export declare class Quota implements RateLimiter {
+  /**
+   * @param target ratelimitd's gRPC address ("127.0.0.1:8081"), or a
+   *   @grpc/grpc-js Client (such as an rlqsV3.RateLimitQuotaServiceClient)
+   *   whose channel to use, which the caller keeps and closes after close().
+   * @throws RateLimitError (code 3) for bad options.
+   */
+  constructor(target: string | GrpcClient, options: QuotaOptions);
+  /** The domain whose rules decide. */
+  readonly domain: string;
+  /** How many calls the failure policy allowed, failing open. */
+  readonly failOpens: number;
+  /** How many calls found maxBuckets held, so that the failure policy decided a new bucket. */
+  readonly overflows: number;
+  /** How many buckets the Quota holds. */
+  readonly size: number;
+  /**
+   * Whether the work may proceed: only if each descriptor's bucket admits
+   * it, and a refused call consumes nothing. A descriptor takes hits
+   * tokens (0 or absent: 1) from a token bucket, a checkOnly one none.
+   * Synchronous, no RPC. Throws a RateLimitError (code 3) for a malformed
+   * call: no descriptors, over 64, a descriptor without entries or over
+   * 32, an empty key, a key twice, or a limit override (which RLQS cannot
+   * carry). Values may be strings or bytes of any kind.
+   */
+  allow(descriptors: Descriptor[]): boolean;
+  /**
+   * allow as a RateLimiter, for the middleware: domain must be the
+   * Quota's. The Decision has no headers and is local; refused by a token
+   * bucket, its retryAfterMs is the time to that bucket's next fill and
+   * the statuses mark the descriptor that refused; decided by the failure
+   * policy, error is a NoAssignmentError.
+   */
+  shouldRateLimit(domain: string, descriptors: Descriptor[], options?: CallOptions): Promise<Decision>;
+  /**
+   * Ends the reporting stream and its timers, and closes the connection
+   * the Quota made (not one it was given). Assignments received still
+   * decide until they expire; new buckets get the failure policy.
+   */
+  close(): void;
+}
+
+/** One answer of a FakeRateLimiter: a Decision, or a promise of one; throwing rejects the call. */
+export type FakeAnswer = (domain: string, descriptors: Descriptor[]) => Decision | Promise<Decision>;
+
+/** One call a FakeRateLimiter answered. */
+export interface FakeCall {
+  domain: string;
+  /** A copy of the caller's. */
+  descriptors: Descriptor[];
+  /** null when the call rejected. */
+  decision: Decision | null;
+  /** What the call rejected with, or null. */
+  error: unknown;
+}
+
+/**
+ * A RateLimiter answering by a script, for the tests of code that takes a
+ * RateLimiter (and the middleware): no ratelimitd. Like a Client, it
+ * rejects a malformed request with its RateLimitError (code 3), and an
+ * aborted call with the signal's reason, before any answer; other calls
+ * take the next queued answer (push), else the default (setDefault),
+ * else allow. Every call is recorded (calls).
+ */
+export declare class FakeRateLimiter implements RateLimiter {
+  constructor();
+  /** An answer allowing the call. */
+  static allow(): FakeAnswer;
+  /** An answer refusing the call, to retry in retryAfterMs, with its Retry-After header. */
+  static refuse(retryAfterMs: number): FakeAnswer;
+  /** A Client failing open: allowed, error set (err, or a RateLimitError with code 14). */
+  static failOpen(err?: Error): FakeAnswer;
+  /** A Client failing closed: refused, error set (err, or a RateLimitError with code 14). */
+  static failClosed(err?: Error): FakeAnswer;
+  /** An answer rejecting the call with err. */
+  static fail(err: unknown): FakeAnswer;
+  /** Queues answers for the next calls, in order. */
+  push(...answers: FakeAnswer[]): void;
+  /** Sets the answer once the queue is empty; null restores allow. */
+  setDefault(answer: FakeAnswer | null): void;
+  /** The calls answered, in order. */
+  readonly calls: FakeCall[];
+  /** Forgets the calls, the queue and the default answer. */
+  reset(): void;
+  shouldRateLimit(domain: string, descriptors: Descriptor[], options?: CallOptions): Promise<Decision>;
+}

@@ -9,6 +9,7 @@ const grpc = require('@grpc/grpc-js');
 const { ratelimitV1: pb } = require('./stubs.js');
 const { Refusals, refusalKey, DEFAULT_REFUSAL_CACHE_MS, DEFAULT_REFUSAL_CACHE_SIZE } = require('./refusals.js');
 const { MAX_VALUE, utf8 } = require('./util.js'); // MAX_VALUE: a longer value is sent as its SHA-256 digest
+const { invalid } = require('./errors.js');
 
 /** The default budget of one shouldRateLimit call, in milliseconds. */
 const DEFAULT_TIMEOUT_MS = 50;
@@ -36,17 +37,6 @@ const ALGORITHMS = {
   [pb.Algorithm.ALGORITHM_TOKEN_BUCKET]: 'token_bucket',
   [pb.Algorithm.ALGORITHM_GCRA]: 'gcra',
 };
-
-/**
- * invalid returns the error of a malformed request: a gRPC-style error
- * with code INVALID_ARGUMENT (3), as ratelimitd would answer it.
- */
-function invalid(msg) {
-  const err = new Error(`ratelimitd: ${msg}`);
-  err.code = grpc.status.INVALID_ARGUMENT;
-  err.details = msg;
-  return err;
-}
 
 /**
  * D returns a descriptor of one hit whose entries are kv, given as key,
@@ -490,6 +480,8 @@ class Client {
 }
 
 module.exports = {
+  check,
+  wellFormed,
   Client,
   D,
   DEFAULT_TIMEOUT_MS,

@@ -8,47 +8,18 @@
 
 const test = require('node:test');
 const assert = require('node:assert/strict');
-const { spawn, execFile } = require('node:child_process');
+const { execFile } = require('node:child_process');
 const fs = require('node:fs');
 const http = require('node:http');
 const os = require('node:os');
 const path = require('node:path');
-const readline = require('node:readline');
 const grpc = require('@grpc/grpc-js');
 const { Client, D, middleware, ratelimitV1, envoyRatelimitV3 } = require('..');
 
-const BIN = process.env.RATELIMITD_BIN;
+const { BIN, startDaemon } = require('./daemon.js');
 const REPO = path.join(__dirname, '..', '..');
 const DOMAIN = 'conformance';
 const LIMIT = 2;
-
-/**
- * startDaemon starts ratelimitd with config on free loopback ports and
- * resolves to its gRPC address, once its log says it started. The daemon
- * is killed after the test t.
- */
-function startDaemon(t, config) {
-  const args = ['--config', config, '--grpc-addr', '127.0.0.1:0', '--http-addr', '127.0.0.1:0', '--log-format', 'json'];
-  const proc = spawn(BIN, args, { stdio: ['ignore', 'pipe', 'pipe'] });
-  t.after(() => proc.kill());
-  const log = [];
-  return new Promise((resolve, reject) => {
-    const onLine = (line) => {
-      log.push(line);
-      let rec;
-      try {
-        rec = JSON.parse(line);
-      } catch {
-        return;
-      }
-      if (rec.msg === 'ratelimitd started' && rec.grpc) resolve(rec.grpc);
-    };
-    readline.createInterface({ input: proc.stdout }).on('line', onLine);
-    readline.createInterface({ input: proc.stderr }).on('line', onLine);
-    proc.on('error', reject);
-    proc.on('exit', (code) => reject(new Error(`ratelimitd exited (${code}) before starting:\n${log.join('\n')}`)));
-  });
-}
 
 /** unary calls a generated stub's method as a promise, with 5 s to answer. */
 function unary(client, method, req) {

@@ -22,6 +22,7 @@ import (
 	"google.golang.org/protobuf/types/descriptorpb"
 
 	// Registered for their descriptors.
+	_ "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	_ "github.com/ratelimitd/ratelimitd/gen/ratelimit/v1"
 )
@@ -32,20 +33,28 @@ var roots = []string{
 	"ratelimit/v1/ratelimit.proto",
 }
 
+// rlqsRoot is the file of the Rate Limit Quota Service, which -rlqs adds.
+const rlqsRoot = "envoy/service/rate_limit_quota/v3/rlqs.proto"
+
 func main() {
 	out := flag.String("o", "", "write the set to `file` (default standard output)")
+	rlqs := flag.Bool("rlqs", false, "add the Rate Limit Quota Service ("+rlqsRoot+") to the set")
 	flag.Parse()
 	if flag.NArg() != 0 {
-		fmt.Fprintln(os.Stderr, "usage: rlsdescriptors [-o file]")
+		fmt.Fprintln(os.Stderr, "usage: rlsdescriptors [-rlqs] [-o file]")
 		os.Exit(2)
 	}
-	if err := run(*out, os.Stdout); err != nil {
+	rs := roots
+	if *rlqs {
+		rs = append(rs[:len(rs):len(rs)], rlqsRoot)
+	}
+	if err := run(*out, rs, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "rlsdescriptors:", err)
 		os.Exit(1)
 	}
 }
 
-func run(out string, stdout io.Writer) error {
+func run(out string, roots []string, stdout io.Writer) error {
 	set, err := build(protoregistry.GlobalFiles, roots)
 	if err != nil {
 		return err

@@ -14,7 +14,7 @@ import (
 
 func TestSet(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "rls.binpb")
-	if err := run(out, nil); err != nil {
+	if err := run(out, append(roots, rlqsRoot), nil); err != nil {
 		t.Fatal(err)
 	}
 	b, err := os.ReadFile(out)
@@ -44,9 +44,10 @@ func TestSet(t *testing.T) {
 	if err != nil {
 		t.Fatalf("protodesc.NewFiles: %v", err)
 	}
-	for _, name := range []protoreflect.FullName{
-		"envoy.service.ratelimit.v3.RateLimitService",
-		"ratelimit.v1.RateLimitService",
+	for name, method := range map[protoreflect.FullName]protoreflect.Name{
+		"envoy.service.ratelimit.v3.RateLimitService":             "ShouldRateLimit",
+		"ratelimit.v1.RateLimitService":                           "ShouldRateLimit",
+		"envoy.service.rate_limit_quota.v3.RateLimitQuotaService": "StreamRateLimitQuotas",
 	} {
 		d, err := files.FindDescriptorByName(name)
 		if err != nil {
@@ -54,18 +55,18 @@ func TestSet(t *testing.T) {
 			continue
 		}
 		sd, ok := d.(protoreflect.ServiceDescriptor)
-		if !ok || sd.Methods().ByName("ShouldRateLimit") == nil {
-			t.Errorf("%s: not a service with ShouldRateLimit", name)
+		if !ok || sd.Methods().ByName(method) == nil {
+			t.Errorf("%s: not a service with %s", name, method)
 		}
 	}
 }
 
 func TestDeterministic(t *testing.T) {
 	var a, b bytes.Buffer
-	if err := run("", &a); err != nil {
+	if err := run("", roots, &a); err != nil {
 		t.Fatal(err)
 	}
-	if err := run("", &b); err != nil {
+	if err := run("", roots, &b); err != nil {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(a.Bytes(), b.Bytes()) {
