@@ -5,8 +5,13 @@
 // is built from the descriptors its Go packages register; protoc
 // (--descriptor_set_in) and @grpc/proto-loader read it to generate or load
 // clients in other languages (see examples/python and examples/node).
+// Each -root names one more file to start from, such as Envoy's Rate Limit
+// Quota Service (envoy/service/rate_limit_quota/v3/rlqs.proto, which the
+// Python package's quota mode speaks); without one, the set is the same
+// as before such files were registered.
 //
 //	go run ./internal/cmd/rlsdescriptors -o rls.binpb
+//	go run ./internal/cmd/rlsdescriptors -root envoy/service/rate_limit_quota/v3/rlqs.proto -o set.binpb
 package main
 
 import (
@@ -22,6 +27,7 @@ import (
 	"google.golang.org/protobuf/types/descriptorpb"
 
 	// Registered for their descriptors.
+	_ "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	_ "github.com/ratelimitd/ratelimitd/gen/ratelimit/v1"
 )
@@ -34,19 +40,24 @@ var roots = []string{
 
 func main() {
 	out := flag.String("o", "", "write the set to `file` (default standard output)")
+	var more []string
+	flag.Func("root", "also start from the registered `file` (repeatable)", func(s string) error {
+		more = append(more, s)
+		return nil
+	})
 	flag.Parse()
 	if flag.NArg() != 0 {
-		fmt.Fprintln(os.Stderr, "usage: rlsdescriptors [-o file]")
+		fmt.Fprintln(os.Stderr, "usage: rlsdescriptors [-o file] [-root file]...")
 		os.Exit(2)
 	}
-	if err := run(*out, os.Stdout); err != nil {
+	if err := run(*out, os.Stdout, more...); err != nil {
 		fmt.Fprintln(os.Stderr, "rlsdescriptors:", err)
 		os.Exit(1)
 	}
 }
 
-func run(out string, stdout io.Writer) error {
-	set, err := build(protoregistry.GlobalFiles, roots)
+func run(out string, stdout io.Writer, more ...string) error {
+	set, err := build(protoregistry.GlobalFiles, append(roots[:len(roots):len(roots)], more...))
 	if err != nil {
 		return err
 	}

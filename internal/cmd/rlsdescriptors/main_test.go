@@ -72,3 +72,43 @@ func TestDeterministic(t *testing.T) {
 		t.Error("two runs wrote different sets")
 	}
 }
+
+// TestMoreRoots: -root adds a registered file and its imports (Envoy's
+// RLQS, for the Python quota mode), while the default set stays without
+// it, as the committed stubs of every language were made from it.
+func TestMoreRoots(t *testing.T) {
+	const rlqs = "envoy/service/rate_limit_quota/v3/rlqs.proto"
+	names := func(more ...string) map[string]bool {
+		t.Helper()
+		var b bytes.Buffer
+		if err := run("", &b, more...); err != nil {
+			t.Fatal(err)
+		}
+		set := &descriptorpb.FileDescriptorSet{}
+		if err := proto.Unmarshal(b.Bytes(), set); err != nil {
+			t.Fatal(err)
+		}
+		m := map[string]bool{}
+		for _, f := range set.GetFile() {
+			m[f.GetName()] = true
+		}
+		return m
+	}
+	plain, with := names(), names(rlqs, rlqs)
+	if plain[rlqs] {
+		t.Errorf("the default set holds %s", rlqs)
+	}
+	for _, f := range []string{rlqs, "envoy/type/v3/ratelimit_strategy.proto", "envoy/service/ratelimit/v3/rls.proto"} {
+		if !with[f] {
+			t.Errorf("with -root %s: no %s", rlqs, f)
+		}
+	}
+	for f := range plain {
+		if !with[f] {
+			t.Errorf("with -root %s: %s dropped", rlqs, f)
+		}
+	}
+	if err := run("", &bytes.Buffer{}, "no/such.proto"); err == nil {
+		t.Error("an unregistered root: no error")
+	}
+}
