@@ -45,10 +45,15 @@ class RateLimitMiddleware:
 
     client: an AsyncClient (or anything whose should_rate_limit is a
     coroutine function taking the same arguments, such as
-    ratelimitd.testing.FakeAsyncClient), or a function returning one,
-    called once on the first request (grpc.aio channels belong to the event
-    loop that made them, which a server starts after the application is
-    built). The blocking Client is refused: it would stall the event loop.
+    ratelimitd.testing.FakeAsyncClient), a quota mode's
+    ratelimitd.quota.AsyncQuota or Quota (both decide locally, without
+    waiting), or a function returning one, called once on the first
+    request (grpc.aio channels belong to the event loop that made them,
+    which a server starts after the application is built). The blocking
+    Client is refused: it would stall the event loop. With a quota, the
+    domain must be the quota's; a refusal has Retry-After (until the
+    token bucket's next fill) but no RateLimit headers, and the failure
+    policy's refusal is the 503 of a failed ratelimitd.
 
     Descriptors, in this order, each request being one hit on each:
 
@@ -201,11 +206,15 @@ class RateLimitMiddleware:
             await self.app(scope, receive, send)
             return
         try:
-            d = self._get_client().should_rate_limit(self.domain, *ds)
-            if not inspect.isawaitable(d):
+            c = self._get_client()
+            d = c.should_rate_limit(self.domain, *ds)
+            if getattr(c, "decides_locally", False) and isinstance(d, Decision):
+                pass  # a Quota's decision, made without waiting
+            elif not inspect.isawaitable(d):
                 raise TypeError(f"ratelimitd: the should_rate_limit of RateLimitMiddleware's client returned a "
                                 f"{type(d).__name__}, not an awaitable")
-            d = await d
+            else:
+                d = await d
         except InvalidRequest as e:
             self._log.error("rate limit request malformed: domain=%r err=%s", self.domain, e)
             await _plain(send, 500, "rate limit: malformed rate limit request")
@@ -244,6 +253,8 @@ def _is_client(c) -> bool:
 def _checked_client(c):
     """c, when it may serve as the middleware's client; raises TypeError
     for a blocking one."""
+    if getattr(c, "decides_locally", False):  # a quota: local decisions, never blocking
+        return c
     if isinstance(c, Client):
         raise TypeError("ratelimitd: RateLimitMiddleware needs an AsyncClient (over a grpc.aio channel), not "
                         "the blocking ratelimitd.Client, whose calls would stall the event loop")
