@@ -17,7 +17,7 @@ import inspect
 import ipaddress
 import json
 import logging
-from typing import Awaitable, Callable, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Awaitable, Callable, Iterable, List, Optional, Sequence, Tuple, Union, cast
 
 from ._common import seconds
 from .client import AsyncClient, Client, D, Decision, Descriptor, InvalidRequest, Status
@@ -120,7 +120,8 @@ class RateLimitMiddleware:
                              "of 1 to 32 and an IPv6 length of 1 to 128")
         self.app = app
         if _is_client(client):
-            self._client, self._new_client = _checked_client(client), None
+            self._client: Any = _checked_client(client)
+            self._new_client: Optional[Callable[[], Any]] = None
         elif callable(client):
             self._client, self._new_client = None, client
         else:
@@ -145,6 +146,7 @@ class RateLimitMiddleware:
 
     def _get_client(self) -> AsyncClient:
         if self._client is None:
+            assert self._new_client is not None  # one of the two is set
             c = self._new_client()
             if not _is_client(c):
                 raise TypeError(f"ratelimitd: RateLimitMiddleware's client function returned a "
@@ -172,10 +174,9 @@ class RateLimitMiddleware:
             r = self._route(scope) if callable(self._route) else scope.get("path", "")
             ds.append(D("path", r, "method", scope.get("method", "")))
         if self._descriptors is not None:
-            more = self._descriptors(scope)
-            if inspect.isawaitable(more):
-                more = await more
-            ds.extend(more)
+            got = self._descriptors(scope)
+            more = await got if inspect.isawaitable(got) else got
+            ds.extend(cast(Sequence[Descriptor], more))
         return ds
 
     async def _attributed(self, scope: Scope):
@@ -207,7 +208,7 @@ class RateLimitMiddleware:
             return
         try:
             c = self._get_client()
-            d = c.should_rate_limit(self.domain, *ds)
+            d: Any = c.should_rate_limit(self.domain, *ds)
             if getattr(c, "decides_locally", False) and isinstance(d, Decision):
                 pass  # a Quota's decision, made without waiting
             elif not inspect.isawaitable(d):
@@ -301,7 +302,7 @@ def _x_ratelimit(sts: Sequence[Status]) -> List[Tuple[bytes, bytes]]:
             tight = s
         elif not s.over_limit and not tight.over_limit and s.remaining < tight.remaining:
             tight = s
-    if tight is None:
+    if tight is None or tight.limit is None:
         return []
     return [(b"x-ratelimit-limit", str(tight.limit.requests).encode()),
             (b"x-ratelimit-remaining", str(tight.remaining).encode()),

@@ -33,7 +33,7 @@ import time
 import weakref
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Callable, Iterable, Optional, Sequence, Tuple, Union
+from typing import Callable, Iterable, Optional, Sequence, Tuple, Union, cast
 
 import grpc
 
@@ -92,8 +92,11 @@ class Algorithm(str, Enum):
     equals its name in the YAML (Algorithm.GCRA == "gcra"), and str() and
     format() give that name."""
 
-    __str__ = str.__str__
-    __format__ = str.__format__
+    def __str__(self) -> str:
+        return str(self.value)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self.value), spec)
 
     SLIDING_WINDOW = "sliding_window"
     FIXED_WINDOW = "fixed_window"
@@ -174,7 +177,9 @@ def D(*kv: Value, hits: Optional[int] = None, check_only: bool = False,
     an odd number of arguments."""
     if len(kv) % 2:
         raise ValueError(f"ratelimitd.D: odd argument count {len(kv)}")
-    return Descriptor(zip(kv[0::2], kv[1::2]), hits=hits, check_only=check_only, limit=limit)
+    # Keys that are not str are refused by check, as the caller's mistake.
+    pairs = cast("Iterable[Tuple[str, Value]]", zip(kv[0::2], kv[1::2]))
+    return Descriptor(pairs, hits=hits, check_only=check_only, limit=limit)
 
 
 @dataclass(frozen=True)
@@ -527,7 +532,7 @@ class _Base:
         if state is _C.READY:
             self._since = None
             return None
-        if state in (_C.TRANSIENT_FAILURE, _C.SHUTDOWN):
+        if state in (_C.TRANSIENT_FAILURE, _C.SHUTDOWN) or self._connect_timeout is None:
             return None
         if self._since is None:
             self._since = time.monotonic()

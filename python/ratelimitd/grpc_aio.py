@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import inspect
 import logging
-from typing import Any, Awaitable, Callable, Iterable, List, Optional, Sequence, Union
+from typing import Any, Awaitable, Callable, Iterable, List, Optional, Sequence, Union, cast
 
 import grpc
 
@@ -72,7 +72,8 @@ class RateLimitInterceptor(grpc.aio.ServerInterceptor):
             raise TypeError("ratelimitd: RateLimitInterceptor needs an AsyncClient (over a grpc.aio channel) or a "
                             "quota, not the blocking ratelimitd.Client, whose calls would stall the event loop")
         if hasattr(client, "should_rate_limit") or isinstance(client, AsyncClient):
-            self._client, self._new = client, None
+            self._client: Any = client
+            self._new: Optional[Callable[[], Any]] = None
         elif callable(client):
             self._client, self._new = None, client
         else:
@@ -101,10 +102,9 @@ class RateLimitInterceptor(grpc.aio.ServerInterceptor):
             if host:
                 ds.append(D(REMOTE_ADDRESS_KEY, host))
         if self._descriptors is not None:
-            more = self._descriptors(method, context)
-            if inspect.isawaitable(more):
-                more = await more
-            ds.extend(more)
+            got = self._descriptors(method, context)
+            more = await got if inspect.isawaitable(got) else got
+            ds.extend(cast(Sequence[Descriptor], more))
         return ds
 
     async def _check(self, method: str, context: grpc.aio.ServicerContext) -> None:
@@ -113,6 +113,7 @@ class RateLimitInterceptor(grpc.aio.ServerInterceptor):
         if not ds:
             return
         if self._client is None:
+            assert self._new is not None  # one of the two is set
             self._client = self._new()
         try:
             d = self._client.should_rate_limit(self.domain, *ds)

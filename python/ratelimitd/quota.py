@@ -296,12 +296,14 @@ class _Core:
             if d.check_only:
                 hits = 0
             else:
-                hits = d.hits
-                if hits is None or hits == 0:
+                h = d.hits
+                if h is None or h == 0:
                     hits = 1
-                elif type(hits) is not int or not 0 < hits <= MAX_HITS:
-                    raise InvalidRequest(f"ratelimitd: quota: descriptor {i}: hits {hits!r} is not a whole "
+                elif type(h) is not int or not 0 < h <= MAX_HITS:
+                    raise InvalidRequest(f"ratelimitd: quota: descriptor {i}: hits {h!r} is not a whole "
                                          f"number from 0 to {MAX_HITS}")
+                else:
+                    hits = h
             wants.append((key, hits))
         now = self._clock()
         new = False
