@@ -5,13 +5,8 @@
 // is built from the descriptors its Go packages register; protoc
 // (--descriptor_set_in) and @grpc/proto-loader read it to generate or load
 // clients in other languages (see examples/python and examples/node).
-// Each -root names one more file to start from, such as Envoy's Rate Limit
-// Quota Service (envoy/service/rate_limit_quota/v3/rlqs.proto, which the
-// Python package's quota mode speaks); without one, the set is the same
-// as before such files were registered.
 //
 //	go run ./internal/cmd/rlsdescriptors -o rls.binpb
-//	go run ./internal/cmd/rlsdescriptors -root envoy/service/rate_limit_quota/v3/rlqs.proto -o set.binpb
 package main
 
 import (
@@ -38,26 +33,29 @@ var roots = []string{
 	"ratelimit/v1/ratelimit.proto",
 }
 
+// rlqsRoot is the file of the Rate Limit Quota Service, which -rlqs adds.
+const rlqsRoot = "envoy/service/rate_limit_quota/v3/rlqs.proto"
+
 func main() {
 	out := flag.String("o", "", "write the set to `file` (default standard output)")
-	var more []string
-	flag.Func("root", "also start from the registered `file` (repeatable)", func(s string) error {
-		more = append(more, s)
-		return nil
-	})
+	rlqs := flag.Bool("rlqs", false, "add the Rate Limit Quota Service ("+rlqsRoot+") to the set")
 	flag.Parse()
 	if flag.NArg() != 0 {
-		fmt.Fprintln(os.Stderr, "usage: rlsdescriptors [-o file] [-root file]...")
+		fmt.Fprintln(os.Stderr, "usage: rlsdescriptors [-rlqs] [-o file]")
 		os.Exit(2)
 	}
-	if err := run(*out, os.Stdout, more...); err != nil {
+	rs := roots
+	if *rlqs {
+		rs = append(rs[:len(rs):len(rs)], rlqsRoot)
+	}
+	if err := run(*out, rs, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "rlsdescriptors:", err)
 		os.Exit(1)
 	}
 }
 
-func run(out string, stdout io.Writer, more ...string) error {
-	set, err := build(protoregistry.GlobalFiles, append(roots[:len(roots):len(roots)], more...))
+func run(out string, roots []string, stdout io.Writer) error {
+	set, err := build(protoregistry.GlobalFiles, roots)
 	if err != nil {
 		return err
 	}

@@ -14,7 +14,7 @@ import (
 
 func TestSet(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "rls.binpb")
-	if err := run(out, nil); err != nil {
+	if err := run(out, append(roots, rlqsRoot), nil); err != nil {
 		t.Fatal(err)
 	}
 	b, err := os.ReadFile(out)
@@ -44,9 +44,10 @@ func TestSet(t *testing.T) {
 	if err != nil {
 		t.Fatalf("protodesc.NewFiles: %v", err)
 	}
-	for _, name := range []protoreflect.FullName{
-		"envoy.service.ratelimit.v3.RateLimitService",
-		"ratelimit.v1.RateLimitService",
+	for name, method := range map[protoreflect.FullName]protoreflect.Name{
+		"envoy.service.ratelimit.v3.RateLimitService":             "ShouldRateLimit",
+		"ratelimit.v1.RateLimitService":                           "ShouldRateLimit",
+		"envoy.service.rate_limit_quota.v3.RateLimitQuotaService": "StreamRateLimitQuotas",
 	} {
 		d, err := files.FindDescriptorByName(name)
 		if err != nil {
@@ -54,61 +55,21 @@ func TestSet(t *testing.T) {
 			continue
 		}
 		sd, ok := d.(protoreflect.ServiceDescriptor)
-		if !ok || sd.Methods().ByName("ShouldRateLimit") == nil {
-			t.Errorf("%s: not a service with ShouldRateLimit", name)
+		if !ok || sd.Methods().ByName(method) == nil {
+			t.Errorf("%s: not a service with %s", name, method)
 		}
 	}
 }
 
 func TestDeterministic(t *testing.T) {
 	var a, b bytes.Buffer
-	if err := run("", &a); err != nil {
+	if err := run("", roots, &a); err != nil {
 		t.Fatal(err)
 	}
-	if err := run("", &b); err != nil {
+	if err := run("", roots, &b); err != nil {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(a.Bytes(), b.Bytes()) {
 		t.Error("two runs wrote different sets")
-	}
-}
-
-// TestMoreRoots: -root adds a registered file and its imports (Envoy's
-// RLQS, for the Python quota mode), while the default set stays without
-// it, as the committed stubs of every language were made from it.
-func TestMoreRoots(t *testing.T) {
-	const rlqs = "envoy/service/rate_limit_quota/v3/rlqs.proto"
-	names := func(more ...string) map[string]bool {
-		t.Helper()
-		var b bytes.Buffer
-		if err := run("", &b, more...); err != nil {
-			t.Fatal(err)
-		}
-		set := &descriptorpb.FileDescriptorSet{}
-		if err := proto.Unmarshal(b.Bytes(), set); err != nil {
-			t.Fatal(err)
-		}
-		m := map[string]bool{}
-		for _, f := range set.GetFile() {
-			m[f.GetName()] = true
-		}
-		return m
-	}
-	plain, with := names(), names(rlqs, rlqs)
-	if plain[rlqs] {
-		t.Errorf("the default set holds %s", rlqs)
-	}
-	for _, f := range []string{rlqs, "envoy/type/v3/ratelimit_strategy.proto", "envoy/service/ratelimit/v3/rls.proto"} {
-		if !with[f] {
-			t.Errorf("with -root %s: no %s", rlqs, f)
-		}
-	}
-	for f := range plain {
-		if !with[f] {
-			t.Errorf("with -root %s: %s dropped", rlqs, f)
-		}
-	}
-	if err := run("", &bytes.Buffer{}, "no/such.proto"); err == nil {
-		t.Error("an unregistered root: no error")
 	}
 }
