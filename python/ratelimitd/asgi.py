@@ -17,7 +17,7 @@ import inspect
 import ipaddress
 import json
 import logging
-from typing import Awaitable, Callable, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Awaitable, Callable, Iterable, List, Optional, Sequence, Tuple, Union, cast
 
 from ._common import seconds
 from .client import AsyncClient, Client, D, Decision, Descriptor, InvalidRequest, Status
@@ -45,10 +45,15 @@ class RateLimitMiddleware:
 
     client: an AsyncClient (or anything whose should_rate_limit is a
     coroutine function taking the same arguments, such as
-    ratelimitd.testing.FakeAsyncClient), or a function returning one,
-    called once on the first request (grpc.aio channels belong to the event
-    loop that made them, which a server starts after the application is
-    built). The blocking Client is refused: it would stall the event loop.
+    ratelimitd.testing.FakeAsyncClient), a quota mode's
+    ratelimitd.quota.AsyncQuota or Quota (both decide locally, without
+    waiting), or a function returning one, called once on the first
+    request (grpc.aio channels belong to the event loop that made them,
+    which a server starts after the application is built). The blocking
+    Client is refused: it would stall the event loop. With a quota, the
+    domain must be the quota's; a refusal has Retry-After (until the
+    token bucket's next fill) but no RateLimit headers, and the failure
+    policy's refusal is the 503 of a failed ratelimitd.
 
     Descriptors, in this order, each request being one hit on each:
 
@@ -115,7 +120,8 @@ class RateLimitMiddleware:
                              "of 1 to 32 and an IPv6 length of 1 to 128")
         self.app = app
         if _is_client(client):
-            self._client, self._new_client = _checked_client(client), None
+            self._client: Any = _checked_client(client)
+            self._new_client: Optional[Callable[[], Any]] = None
         elif callable(client):
             self._client, self._new_client = None, client
         else:
@@ -140,6 +146,7 @@ class RateLimitMiddleware:
 
     def _get_client(self) -> AsyncClient:
         if self._client is None:
+            assert self._new_client is not None  # one of the two is set
             c = self._new_client()
             if not _is_client(c):
                 raise TypeError(f"ratelimitd: RateLimitMiddleware's client function returned a "
@@ -167,10 +174,9 @@ class RateLimitMiddleware:
             r = self._route(scope) if callable(self._route) else scope.get("path", "")
             ds.append(D("path", r, "method", scope.get("method", "")))
         if self._descriptors is not None:
-            more = self._descriptors(scope)
-            if inspect.isawaitable(more):
-                more = await more
-            ds.extend(more)
+            got = self._descriptors(scope)
+            more = await got if inspect.isawaitable(got) else got
+            ds.extend(cast(Sequence[Descriptor], more))
         return ds
 
     async def _attributed(self, scope: Scope):
@@ -201,11 +207,15 @@ class RateLimitMiddleware:
             await self.app(scope, receive, send)
             return
         try:
-            d = self._get_client().should_rate_limit(self.domain, *ds)
-            if not inspect.isawaitable(d):
+            c = self._get_client()
+            d: Any = c.should_rate_limit(self.domain, *ds)
+            if getattr(c, "decides_locally", False) and isinstance(d, Decision):
+                pass  # a Quota's decision, made without waiting
+            elif not inspect.isawaitable(d):
                 raise TypeError(f"ratelimitd: the should_rate_limit of RateLimitMiddleware's client returned a "
                                 f"{type(d).__name__}, not an awaitable")
-            d = await d
+            else:
+                d = await d
         except InvalidRequest as e:
             self._log.error("rate limit request malformed: domain=%r err=%s", self.domain, e)
             await _plain(send, 500, "rate limit: malformed rate limit request")
@@ -244,6 +254,8 @@ def _is_client(c) -> bool:
 def _checked_client(c):
     """c, when it may serve as the middleware's client; raises TypeError
     for a blocking one."""
+    if getattr(c, "decides_locally", False):  # a quota: local decisions, never blocking
+        return c
     if isinstance(c, Client):
         raise TypeError("ratelimitd: RateLimitMiddleware needs an AsyncClient (over a grpc.aio channel), not "
                         "the blocking ratelimitd.Client, whose calls would stall the event loop")
@@ -290,7 +302,7 @@ def _x_ratelimit(sts: Sequence[Status]) -> List[Tuple[bytes, bytes]]:
             tight = s
         elif not s.over_limit and not tight.over_limit and s.remaining < tight.remaining:
             tight = s
-    if tight is None:
+    if tight is None or tight.limit is None:
         return []
     return [(b"x-ratelimit-limit", str(tight.limit.requests).encode()),
             (b"x-ratelimit-remaining", str(tight.remaining).encode()),

@@ -32,7 +32,8 @@ import threading
 import time
 import weakref
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Optional, Sequence, Tuple, Union
+from enum import Enum
+from typing import Callable, Iterable, Optional, Sequence, Tuple, Union, cast
 
 import grpc
 
@@ -86,8 +87,16 @@ class InvalidRequest(ValueError):
         self.rpc_error = rpc_error
 
 
-class Algorithm:
-    """How a limit counts, named as in the rules' YAML."""
+class Algorithm(str, Enum):
+    """How a limit counts, named as in the rules' YAML. A str: each member
+    equals its name in the YAML (Algorithm.GCRA == "gcra"), and str() and
+    format() give that name."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self.value), spec)
 
     SLIDING_WINDOW = "sliding_window"
     FIXED_WINDOW = "fixed_window"
@@ -168,17 +177,20 @@ def D(*kv: Value, hits: Optional[int] = None, check_only: bool = False,
     an odd number of arguments."""
     if len(kv) % 2:
         raise ValueError(f"ratelimitd.D: odd argument count {len(kv)}")
-    return Descriptor(zip(kv[0::2], kv[1::2]), hits=hits, check_only=check_only, limit=limit)
+    # Keys that are not str are refused by check, as the caller's mistake.
+    pairs = cast("Iterable[Tuple[str, Value]]", zip(kv[0::2], kv[1::2]))
+    return Descriptor(pairs, hits=hits, check_only=check_only, limit=limit)
 
 
 @dataclass(frozen=True)
 class Limit:
-    """A configured (or overridden) limit. window is in seconds."""
+    """A configured (or overridden) limit. window is in seconds; algorithm
+    is an Algorithm, or "" for one this client does not know."""
 
     name: str = ""
     requests: int = 0
     window: float = 0.0
-    algorithm: str = ""
+    algorithm: Union[Algorithm, str] = ""
     burst: int = 0
 
 
@@ -520,7 +532,7 @@ class _Base:
         if state is _C.READY:
             self._since = None
             return None
-        if state in (_C.TRANSIENT_FAILURE, _C.SHUTDOWN):
+        if state in (_C.TRANSIENT_FAILURE, _C.SHUTDOWN) or self._connect_timeout is None:
             return None
         if self._since is None:
             self._since = time.monotonic()
@@ -717,6 +729,12 @@ class AsyncClient(_Base):
     and calls do not wait for it to connect."""
 
     def _start_connecting(self, channel: "grpc.aio.Channel") -> None:
+        # Called first thing when made. A blocking channel's calls would not
+        # be awaitable: the first call would fail, far from the mistake.
+        if isinstance(channel, grpc.Channel) or not hasattr(channel, "unary_unary"):
+            raise TypeError(f"ratelimitd: AsyncClient needs a grpc.aio channel (grpc.aio.insecure_channel, "
+                            f"grpc.aio.secure_channel), not a {type(channel).__module__}.{type(channel).__name__}; "
+                            "use ratelimitd.Client over a blocking grpc.Channel")
         self._channel = channel if hasattr(channel, "get_state") else None
         if self._channel is not None and self._channel.get_state(try_to_connect=True) is not _C.READY:
             self._since = time.monotonic()

@@ -31,15 +31,15 @@ daemon = None  # the running Daemon, set by setUpModule
 
 class Daemon:
     """ratelimitd started on free loopback ports with the rules of the
-    directory rules, its JSON log in a temporary file."""
+    directory rules (and more flags), its JSON log in a temporary file."""
 
-    def __init__(self, binary, rules):
+    def __init__(self, binary, rules, *flags):
         self.dir = tempfile.mkdtemp(prefix="ratelimitd-pytest-")
         self.log_path = os.path.join(self.dir, "ratelimitd.log")
         self.log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(
             [binary, "--config", rules, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",
-             "--log-format", "json"], stdout=self.log, stderr=subprocess.STDOUT)
+             "--log-format", "json", *flags], stdout=self.log, stderr=subprocess.STDOUT)
         self.addr = self._wait_started()
 
     def _wait_started(self):
