@@ -366,7 +366,7 @@ func serveFakeOn(t testing.TB, f *fakeRLQS, lis net.Listener, target string, dia
 	}
 	f.push = make(chan []byte)
 	f.ended = make(chan int, 100)
-	g := grpc.NewServer(grpc.ForceServerCodecV2(rawCodec{}), grpc.UnknownServiceHandler(f.handle))
+	g := grpc.NewServer(grpc.ForceServerCodec(rawCodec{}), grpc.UnknownServiceHandler(f.handle))
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
