@@ -16,6 +16,15 @@ help: ## list the targets
 build: ## build bin/ratelimitd
 	$(GO) build -ldflags "-X main.mainVersion=$(VERSION)" -o $(BIN) ./cmd/ratelimitd
 
+.PHONY: dist
+dist: ## the release artifacts into dist/: ratelimitd for linux/amd64 and arm64, the Helm chart, the Python and Node packages, SHA256SUMS (see .ci/dist)
+	rm -rf dist
+	VERSION=$(VERSION) bash .ci/dist dist
+
+.PHONY: test-dist
+test-dist: dist ## install each artifact of make dist in a clean directory and smoke-test it (see .ci/test-dist)
+	VERSION=$(VERSION) bash .ci/test-dist dist
+
 .PHONY: docker
 docker: ## build the container image ratelimitd:$(VERSION) (needs a Docker engine)
 	docker build --build-arg VERSION=$(VERSION) -t ratelimitd:$(VERSION) .
@@ -32,12 +41,15 @@ deps: ## install Redis, Chromium (the page's browser test), promtool (the alerts
 	bash .ci/install-polyglot
 
 .PHONY: test
-test: deps build ## every test: Go with the race detector (the page's screenshot in bin/test-artifacts), the Go client under Go 1.25 too, deploy/ (chart, dashboard, alerts), the Python and Node packages
+test: deps build ## every test: Go with the race detector (the page's screenshot in bin/test-artifacts), the Go client (newest dependencies; Go 1.25 with the lowest), deploy/ (chart, dashboard, alerts), the Python and Node packages, the release artifacts (built in bin/dist)
 	TEST_ARTIFACTS=$(CURDIR)/bin/test-artifacts $(GO) test -race -shuffle=on -count=1 ./...
 	bash .ci/test-go-client
 	RATELIMITD_BIN=$(CURDIR)/$(BIN) bash .ci/test-deploy
 	RATELIMITD_BIN=$(CURDIR)/$(BIN) bash .ci/test-python
 	RATELIMITD_BIN=$(CURDIR)/$(BIN) bash .ci/test-node
+	rm -rf bin/dist
+	VERSION=$(VERSION) bash .ci/dist bin/dist
+	VERSION=$(VERSION) bash .ci/test-dist bin/dist
 
 .PHONY: check
 check: fmt vet lint breaking check-generate tidy ## every static check CI runs
@@ -80,12 +92,13 @@ check-generate: generate ## fail if gen/ is not what proto/ generates
 	@test -z "$$(git status --porcelain -- gen)" || { git status --porcelain -- gen; echo "gen/ has files proto/ does not generate"; exit 1; }
 
 .PHONY: tidy
-tidy: ## fail if a go.mod or go.sum (the product's, gen/'s, client/'s, deploy/'s, golangci-lint's) is not tidy
+tidy: ## fail if a go.mod or go.sum (the product's, gen/'s, client/'s, deploy/'s, golangci-lint's, Helm's) is not tidy
 	$(GO) mod tidy -diff
 	cd gen && $(GO) mod tidy -diff
 	cd client && $(GO) mod tidy -diff
 	cd deploy && $(GO) mod tidy -diff
 	cd tools/lint && $(GO) mod tidy -diff
+	cd tools/helm && $(GO) mod tidy -diff
 
 .PHONY: bench
 bench: ## run the Go benchmarks
@@ -101,4 +114,4 @@ fuzz: ## fuzz the config parser for 30 seconds
 
 .PHONY: clean
 clean: ## remove build output
-	rm -rf bin
+	rm -rf bin dist

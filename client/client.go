@@ -88,7 +88,7 @@ func (o Observation) FailedOpen() bool { return o.Decision.Allowed && o.Decision
 func New(conn grpc.ClientConnInterface, opts ...Option) *Client {
 	o := defaults
 	for _, opt := range opts {
-		opt(&o)
+		opt.applyClient(&o)
 	}
 	c := &Client{rls: ratelimitv1.NewRateLimitServiceClient(conn), opts: o}
 	c.connect.start(conn, o.connectTimeout)

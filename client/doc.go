@@ -50,6 +50,18 @@
 //	// d.Statuses has one Status per descriptor, unless ratelimitd could
 //	// not be asked: then d.Err says why, and d.Statuses is empty.
 //
+// # One shape
+//
+// Constructors take what they require as arguments and the rest as
+// functional options: New(conn, ...Option), NewQuota(conn, domain,
+// ...QuotaOption). The options of the failure policy, the logger and the
+// clock (WithFailClosed, WithLogger, WithClock) are SharedOptions, which
+// both take. Whatever adapts a RateLimiter (a *Client, a *Quota, a
+// clienttest.Fake) to a framework takes the RateLimiter, the domain and
+// its options, in that order: UnaryServerInterceptor,
+// StreamServerInterceptor, UnaryClientInterceptor, StreamClientInterceptor
+// and NewLimiter (InterceptorOptions), HTTPMiddleware (HTTPOptions).
+//
 // # Connecting
 //
 // grpc.NewClient returns an idle connection, which connects when first
@@ -89,7 +101,8 @@
 // unless started with --rlqs=false: each descriptor is a bucket, whose
 // entries are the bucket id (a map: a key may not appear twice, and the
 // order of the entries does not matter). The Quota reports a bucket to
-// ratelimitd on its first use, and then every ReportingInterval with the
+// ratelimitd on its first use, and then every reporting interval
+// (WithReportingInterval; DefaultReportingInterval, 5 s, by default) with the
 // calls it allowed and refused, over one stream that it reopens, with
 // backoff, when it fails. ratelimitd answers each bucket with an
 // assignment, for a time to live (twice the reporting interval, at least
@@ -100,17 +113,17 @@
 // takes no token. A bucket without an assignment in force (before
 // ratelimitd's first answer, or once it has expired because ratelimitd is
 // away) is decided by the failure policy: open by default, as a Client's,
-// or closed with QuotaOptions.FailClosed (which refuses the calls of a new
+// or closed with WithFailClosed (which refuses the calls of a new
 // bucket until ratelimitd's first answer, a round trip later: it suits
 // buckets that are few and long-lived; on a new connection, the first
 // answer also waits for the handshake, which the reporting stream, opened
 // by NewQuota, waits for in the background). So is a bucket past
-// QuotaOptions.MaxBuckets, or past the 1000 buckets ratelimitd assigns on
+// WithMaxBuckets, or past the 1000 buckets ratelimitd assigns on
 // one stream; a bucket unused for QuotaIdleIntervals reporting intervals
 // is forgotten. Counts reported on a stream that then fails may be lost
 // with it.
 //
-//	q, err := client.NewQuota(conn, client.QuotaOptions{Domain: "edge"})
+//	q, err := client.NewQuota(conn, "edge") // or with WithFailClosed(), WithReportingInterval(d)...
 //	if err != nil { ... }
 //	defer q.Close()
 //	ok, err := q.Allow(client.D("tenant", tenant))
@@ -160,8 +173,8 @@
 // peer's address, a function of the caller's) and refuse with
 // ResourceExhausted, RetryInfo and QuotaFailure, sending the rate-limit
 // headers as response metadata. UnaryClientInterceptor and
-// StreamClientInterceptor throttle outbound calls. Client.Limiter plugs into
-// go-grpc-middleware's ratelimit interceptor. HTTPMiddleware protects a
+// StreamClientInterceptor throttle outbound calls. NewLimiter plugs into
+// go-grpc-middleware's ratelimit interceptor, with the same options. HTTPMiddleware protects a
 // net/http handler: it keys by API key, client network (behind trusted
 // proxies: each IPv4 address, and each IPv6 /64, since one IPv6 host
 // commonly holds a whole /64; see WithClientIPPrefix), route and method,

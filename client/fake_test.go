@@ -109,7 +109,7 @@ func (f *fakeRLS) requests() []*ratelimitv1.ShouldRateLimitRequest {
 // ShouldRateLimit implements ratelimitv1.RateLimitServiceServer.
 func (f *fakeRLS) ShouldRateLimit(ctx context.Context, req *ratelimitv1.ShouldRateLimitRequest) (*ratelimitv1.ShouldRateLimitResponse, error) {
 	f.mu.Lock()
-	f.reqs = append(f.reqs, proto.CloneOf(req))
+	f.reqs = append(f.reqs, proto.Clone(req).(*ratelimitv1.ShouldRateLimitRequest)) // not proto.CloneOf: the module requires protobuf v1.33
 	f.mu.Unlock()
 	if f.slow.Load() {
 		<-ctx.Done()

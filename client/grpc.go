@@ -98,7 +98,7 @@ func newInterceptor(rl RateLimiter, domain string, opts []InterceptorOption) *in
 // method's, one per metadata key present, the peer's, and the caller's.
 func (in *interceptor) descriptors(ctx context.Context, fullMethod string, md metadata.MD, server bool) []Descriptor {
 	ds := make([]Descriptor, 0, 2+len(in.o.metadataKeys))
-	if in.o.methodKey != "" {
+	if in.o.methodKey != "" && fullMethod != "" { // no method: a Limiter outside a gRPC call
 		ds = append(ds, D(in.o.methodKey, fullMethod))
 	}
 	for _, k := range in.o.metadataKeys {
@@ -305,7 +305,8 @@ func StreamClientInterceptor(rl RateLimiter, domain string, opts ...InterceptorO
 	}
 }
 
-// A Limiter adapts a Client to go-grpc-middleware's
+// A Limiter adapts a RateLimiter (a *Client, a *Quota, a
+// clienttest.Fake) to go-grpc-middleware's
 // interceptors/ratelimit.Limiter, to plug it into existing chains of
 // interceptors.
 //
@@ -317,29 +318,25 @@ func StreamClientInterceptor(rl RateLimiter, domain string, opts ...InterceptorO
 //
 // A Limiter is safe for concurrent use by multiple goroutines.
 type Limiter struct {
-	in          *interceptor
-	descriptors func(ctx context.Context) []Descriptor
+	in *interceptor
 }
 
 var _ ratelimit.Limiter = (*Limiter)(nil)
 
-// Limiter returns a Limiter asking ratelimitd, under the rules of domain,
-// about the descriptors that descriptors returns for a call's context.
-// When descriptors is nil, a call's only descriptor is [method=<full
-// method>], from grpc.Method(ctx) (none outside a gRPC server call).
+// NewLimiter returns a Limiter asking rl, under the rules of domain,
+// about each call, with the descriptors UnaryServerInterceptor would
+// send, built from the call's context by the same options: [method=<full
+// method>] from grpc.Method(ctx) (WithMethodKey; none outside a gRPC
+// server call), the incoming metadata's WithMetadataKey keys, the peer
+// (WithPeerAddress) and WithDescriptors. For a *Quota, domain must be its
+// own (Quota.Domain).
 //
 // Usage:
 //
 //	grpc.NewServer(grpc.ChainUnaryInterceptor(
-//		ratelimit.UnaryServerInterceptor(rl.Limiter("api", nil))))
-func (c *Client) Limiter(domain string, descriptors func(ctx context.Context) []Descriptor) *Limiter {
-	return NewLimiter(c, domain, descriptors)
-}
-
-// NewLimiter is Client.Limiter for any RateLimiter, such as a
-// clienttest.Fake.
-func NewLimiter(rl RateLimiter, domain string, descriptors func(ctx context.Context) []Descriptor) *Limiter {
-	return &Limiter{in: newInterceptor(rl, domain, nil), descriptors: descriptors}
+//		ratelimit.UnaryServerInterceptor(client.NewLimiter(rl, "api", client.WithMetadataKey("x-api-key")))))
+func NewLimiter(rl RateLimiter, domain string, opts ...InterceptorOption) *Limiter {
+	return &Limiter{in: newInterceptor(rl, domain, opts)}
 }
 
 // Limit returns nil when the call of ctx may proceed, and otherwise the
@@ -350,12 +347,7 @@ func NewLimiter(rl RateLimiter, domain string, descriptors func(ctx context.Cont
 // returns nil without asking.
 func (l *Limiter) Limit(ctx context.Context) error {
 	method, _ := grpc.Method(ctx)
-	var ds []Descriptor
-	if l.descriptors != nil {
-		ds = l.descriptors(ctx)
-	} else if method != "" {
-		ds = []Descriptor{D(MethodKey, method)}
-	}
-	_, err := l.in.decide(ctx, method, ds)
+	md, _ := metadata.FromIncomingContext(ctx)
+	_, err := l.in.decide(ctx, method, l.in.descriptors(ctx, method, md, true))
 	return err
 }

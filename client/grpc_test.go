@@ -143,22 +143,52 @@ func TestClientInterceptors(t *testing.T) {
 	}
 }
 
-// TestLimiter: Limiter plugs into go-grpc-middleware's interceptor; a
-// refusal fails the call with ResourceExhausted.
+// TestLimiter: NewLimiter plugs into go-grpc-middleware's interceptor,
+// building a call's descriptors from its context with the interceptors'
+// options (method, incoming metadata, peer, WithDescriptors, in that
+// order); a refusal fails the call with ResourceExhausted; outside a
+// gRPC call, no method descriptor is made up.
 func TestLimiter(t *testing.T) {
 	f := &fakeRLS{limit: 1}
 	c := client.New(newFakeRLS(t, f), client.WithTimeout(0))
-	tg := newTarget(t, []grpc.ServerOption{grpc.UnaryInterceptor(ratelimit.UnaryServerInterceptor(c.Limiter("grpc", nil)))})
-	if _, err := tg.check(t); err != nil {
+	l := client.NewLimiter(c, "grpc", client.WithMetadataKey("X-Api-Key"), client.WithPeerAddress(),
+		client.WithDescriptors(func(context.Context, string) []client.Descriptor {
+			return []client.Descriptor{client.D("tenant", "acme")}
+		}))
+	tg := newTarget(t, []grpc.ServerOption{grpc.UnaryInterceptor(ratelimit.UnaryServerInterceptor(l))})
+	if _, err := tg.check(t, "x-api-key", "k1"); err != nil {
 		t.Fatalf("first call: %v", err)
 	}
-	_, err := tg.check(t)
+	_, err := tg.check(t, "x-api-key", "k1")
 	wantCode(t, "second call", err, codes.ResourceExhausted)
-	want := []*ratelimitv1.Descriptor{{Entries: []*ratelimitv1.Entry{{Key: "method", Value: checkMethod}}}}
+	want := []*ratelimitv1.Descriptor{
+		{Entries: []*ratelimitv1.Entry{{Key: "method", Value: checkMethod}}},
+		{Entries: []*ratelimitv1.Entry{{Key: "x-api-key", Value: "k1"}}},
+		{Entries: []*ratelimitv1.Entry{{Key: "remote_address", Value: "bufconn"}}},
+		{Entries: []*ratelimitv1.Entry{{Key: "tenant", Value: "acme"}}},
+	}
 	if diff := cmp.Diff(want, f.requests()[0].GetDescriptors(), protocmp.Transform()); diff != "" {
 		t.Errorf("descriptors sent mismatch (-want +got):\n%s", diff)
 	}
-	if err := client.NewLimiter(c, "grpc", func(context.Context) []client.Descriptor { return nil }).Limit(t.Context()); err != nil {
-		t.Errorf("Limit with no descriptors: %v, want nil", err)
+	if got := tg.calls.Load(); got != 1 {
+		t.Errorf("%d calls reached the service, want 1", got)
+	}
+
+	n := len(f.requests())
+	if err := client.NewLimiter(c, "grpc").Limit(t.Context()); err != nil { // no method: no descriptors
+		t.Errorf("Limit outside a call: %v, want nil", err)
+	}
+	if got := len(f.requests()); got != n {
+		t.Errorf("Limit outside a call asked ratelimitd (%d requests, want %d)", got, n)
+	}
+	only := client.NewLimiter(c, "grpc", client.WithMethodKey(""), client.WithDescriptors(func(context.Context, string) []client.Descriptor {
+		return []client.Descriptor{client.D("tenant", "other")}
+	}))
+	if err := only.Limit(t.Context()); err != nil {
+		t.Fatalf("Limit with WithDescriptors: %v", err)
+	}
+	want = []*ratelimitv1.Descriptor{{Entries: []*ratelimitv1.Entry{{Key: "tenant", Value: "other"}}}}
+	if diff := cmp.Diff(want, f.requests()[n].GetDescriptors(), protocmp.Transform()); diff != "" {
+		t.Errorf("WithDescriptors alone: descriptors sent mismatch (-want +got):\n%s", diff)
 	}
 }

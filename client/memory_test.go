@@ -203,3 +203,15 @@ func TestConcurrent(t *testing.T) {
 		t.Errorf("RPCs + local refusals = %d, want 160", got)
 	}
 }
+
+// TestClockNil: WithClock(nil) keeps the real clock, as it does for a
+// Quota, rather than leaving the refusal memory without one.
+func TestClockNil(t *testing.T) {
+	f := &fakeRLS{limit: 1, retryAfter: durationpb.New(time.Minute)}
+	c := client.New(newFakeRLS(t, f), client.WithTimeout(0), client.WithClock(nil))
+	ask(t, c, "api", client.D("api_key", "k1"))
+	ask(t, c, "api", client.D("api_key", "k1")) // refused: remembered
+	if d := ask(t, c, "api", client.D("api_key", "k1")); d.Allowed || !d.Local {
+		t.Errorf("third call: %+v, want refused from the refusal memory", d)
+	}
+}

@@ -21,8 +21,43 @@ const (
 	DefaultRefusalCacheSize = 10000
 )
 
-// An Option configures a Client.
-type Option func(*options)
+// An Option configures a Client (New). WithFailClosed, WithLogger and
+// WithClock configure a Quota too: they are SharedOptions.
+type Option interface {
+	applyClient(o *options)
+}
+
+// A QuotaOption configures a Quota (NewQuota): WithReportingInterval,
+// WithMaxBuckets, and the SharedOptions.
+type QuotaOption interface {
+	applyQuota(c *quotaConfig)
+}
+
+// A SharedOption configures a Client and a Quota alike: it is an Option
+// and a QuotaOption.
+type SharedOption interface {
+	Option
+	QuotaOption
+}
+
+// clientOption is an Option of a Client only.
+type clientOption func(*options)
+
+func (f clientOption) applyClient(o *options) { f(o) }
+
+// quotaOption is a QuotaOption of a Quota only.
+type quotaOption func(*quotaConfig)
+
+func (f quotaOption) applyQuota(c *quotaConfig) { f(c) }
+
+// sharedOption is a SharedOption: the same setting for either.
+type sharedOption struct {
+	client func(*options)
+	quota  func(*quotaConfig)
+}
+
+func (s sharedOption) applyClient(o *options)    { s.client(o) }
+func (s sharedOption) applyQuota(c *quotaConfig) { s.quota(c) }
 
 type options struct {
 	failClosed     bool
@@ -43,11 +78,17 @@ var defaults = options{
 	now:            time.Now,
 }
 
-// WithFailClosed makes the Client refuse (Decision.Allowed false) when
-// ratelimitd fails, instead of allowing. Decision.Err still reports the
-// failure.
-func WithFailClosed() Option {
-	return func(o *options) { o.failClosed = true }
+// WithFailClosed makes the failure policy refuse instead of allowing (the
+// default, as Envoy does). A Client then refuses (Decision.Allowed false)
+// when ratelimitd fails; Decision.Err still reports the failure. A Quota
+// refuses the calls of buckets without an assignment in force (which
+// refuses the calls of a new bucket until ratelimitd's first answer, a
+// round trip later: it suits buckets that are few and long-lived).
+func WithFailClosed() SharedOption {
+	return sharedOption{
+		client: func(o *options) { o.failClosed = true },
+		quota:  func(c *quotaConfig) { c.failClosed = true },
+	}
 }
 
 // WithTimeout sets the budget of one ShouldRateLimit call: if ratelimitd
@@ -57,7 +98,7 @@ func WithFailClosed() Option {
 // context, never extends it. d <= 0 sets no budget: the call
 // lasts as long as ctx allows. The default is DefaultTimeout.
 func WithTimeout(d time.Duration) Option {
-	return func(o *options) { o.timeout = d }
+	return clientOption(func(o *options) { o.timeout = d })
 }
 
 // WithConnectTimeout sets the connect budget: how long, at most, calls
@@ -89,14 +130,14 @@ func WithTimeout(d time.Duration) Option {
 // d <= 0 makes calls never wait (New still starts connecting). The
 // default is DefaultConnectTimeout.
 func WithConnectTimeout(d time.Duration) Option {
-	return func(o *options) { o.connectTimeout = d }
+	return clientOption(func(o *options) { o.connectTimeout = d })
 }
 
 // WithRefusalCache sets how long, at most, the Client refuses by itself a
 // request that ratelimitd refused: min(retry-after, maxAge). maxAge <= 0
 // turns the refusal memory off. The default is DefaultRefusalCache.
 func WithRefusalCache(maxAge time.Duration) Option {
-	return func(o *options) { o.refusalAge = maxAge }
+	return clientOption(func(o *options) { o.refusalAge = maxAge })
 }
 
 // WithRefusalCacheSize sets how many distinct refused requests the Client
@@ -104,24 +145,39 @@ func WithRefusalCache(maxAge time.Duration) Option {
 // arbitrary one. n <= 0 turns the refusal memory off. The default is
 // DefaultRefusalCacheSize.
 func WithRefusalCacheSize(n int) Option {
-	return func(o *options) { o.refusalSize = n }
+	return clientOption(func(o *options) { o.refusalSize = n })
 }
 
-// WithClock makes the Client read the time from now, for its refusal
-// memory (when a remembered refusal expires, and how far its durations
-// have counted down), instead of time.Now: for tests that drive a manual
-// clock, such as one shared with an in-process ratelimitd. Durations
-// reported to WithDecisionHook are measured on the real clock.
-func WithClock(now func() time.Time) Option {
-	return func(o *options) { o.now = now }
+// WithClock makes the Client or the Quota read the time from now instead
+// of time.Now: for tests that drive a manual clock, such as one shared
+// with an in-process ratelimitd. A Client reads it for its refusal memory
+// (when a remembered refusal expires, and how far its durations have
+// counted down); durations reported to WithDecisionHook are measured on
+// the real clock. A Quota reads it for its token buckets and its
+// assignments' times to live, and runs no coarse clock of its own; it
+// still reports every reporting interval of real time. nil keeps
+// time.Now.
+func WithClock(now func() time.Time) SharedOption {
+	return sharedOption{
+		client: func(o *options) {
+			if now != nil {
+				o.now = now
+			}
+		},
+		quota: func(c *quotaConfig) { c.now = now },
+	}
 }
 
-// WithLogger sets the logger of the Client's warnings: when ratelimitd
-// does not implement the native API (see ShouldRateLimit), it logs one
-// error, once per Client. nil, the default, logs to slog.Default() as it
-// is when the warning is logged.
-func WithLogger(l *slog.Logger) Option {
-	return func(o *options) { o.logger = l }
+// WithLogger sets the logger of warnings. A Client logs one error, once,
+// when ratelimitd does not implement the native API (see
+// ShouldRateLimit); a Quota logs the failures of its reporting stream.
+// nil, the default, logs to slog.Default() (a Client's, as it is when the
+// warning is logged).
+func WithLogger(l *slog.Logger) SharedOption {
+	return sharedOption{
+		client: func(o *options) { o.logger = l },
+		quota:  func(c *quotaConfig) { c.logger = l },
+	}
 }
 
 // WithDecisionHook makes the Client call hook after every ShouldRateLimit
@@ -133,5 +189,5 @@ func WithLogger(l *slog.Logger) Option {
 // safe for concurrent use. Observation.Descriptors is the caller's slice:
 // hook must neither modify nor keep it.
 func WithDecisionHook(hook func(ctx context.Context, o Observation)) Option {
-	return func(o *options) { o.hook = hook }
+	return clientOption(func(o *options) { o.hook = hook })
 }

@@ -21,7 +21,7 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// Defaults of QuotaOptions.
+// Defaults of a Quota.
 const (
 	// DefaultReportingInterval is how often, by default, a Quota reports
 	// its buckets' usage to ratelimitd (ratelimitd's assignments then
@@ -41,28 +41,28 @@ const (
 // buckets as it may.
 var ErrNoAssignment = errors.New("client: quota: no assignment in force from ratelimitd")
 
-// QuotaOptions configure a Quota.
-type QuotaOptions struct {
-	// Domain is the domain whose rules decide: required, 1 to 256 bytes
-	// of valid UTF-8.
-	Domain string
-	// ReportingInterval is how often the Quota reports its usage; 0 means
-	// DefaultReportingInterval.
-	ReportingInterval time.Duration
-	// FailClosed makes the failure policy refuse, instead of allowing
-	// (the default, as Client does), the descriptors of buckets without an
-	// assignment in force.
-	FailClosed bool
-	// MaxBuckets bounds the buckets held; past it, new buckets are decided
-	// by the failure policy. 0 means DefaultQuotaMaxBuckets.
-	MaxBuckets int
-	// Logger receives the warnings of the reporting stream's failures;
-	// nil logs to slog.Default().
-	Logger *slog.Logger
-	// Now, when set, replaces time.Now for token buckets and assignments'
-	// times to live: for tests driving a manual clock. Reports are sent
-	// every ReportingInterval of real time.
-	Now func() time.Time
+// quotaConfig is what the QuotaOptions set (nil, 0: the defaults).
+type quotaConfig struct {
+	interval   time.Duration
+	failClosed bool
+	maxBuckets int
+	logger     *slog.Logger
+	now        func() time.Time // nil: time.Now, and the coarse clock
+}
+
+// WithReportingInterval sets how often a Quota reports its buckets' use
+// to ratelimitd (whose assignments then live twice as long, at least
+// 1 s). 0 means DefaultReportingInterval; a negative d makes NewQuota
+// fail.
+func WithReportingInterval(d time.Duration) QuotaOption {
+	return quotaOption(func(c *quotaConfig) { c.interval = d })
+}
+
+// WithMaxBuckets bounds the buckets a Quota holds; past it, new buckets
+// are decided by the failure policy. 0 means DefaultQuotaMaxBuckets; a
+// negative n makes NewQuota fail.
+func WithMaxBuckets(n int) QuotaOption {
+	return quotaOption(func(c *quotaConfig) { c.maxBuckets = n })
 }
 
 // A Quota decides locally whether work may proceed, under assignments
@@ -85,7 +85,7 @@ type Quota struct {
 	maxBuckets int64
 	logger     *slog.Logger
 	now        func() time.Time
-	manual     bool // now is QuotaOptions.Now
+	manual     bool // now is WithClock's
 	epoch      time.Time
 
 	seed    maphash.Seed
@@ -108,30 +108,39 @@ type Quota struct {
 
 var _ RateLimiter = (*Quota)(nil)
 
-// NewQuota returns a Quota speaking RLQS to ratelimitd over conn, which
-// the caller keeps and closes after Close. It starts its goroutines: the
-// reporting stream's, which connects in the background (until a bucket's
-// first assignment arrives, the failure policy decides it), and, without
-// QuotaOptions.Now, the coarse clock's.
-func NewQuota(conn grpc.ClientConnInterface, opts QuotaOptions) (*Quota, error) {
+// NewQuota returns a Quota deciding under the rules of domain (1 to 256
+// bytes of UTF-8), speaking RLQS to ratelimitd over conn, which the
+// caller keeps and closes after Close. By default it fails open, reports
+// every DefaultReportingInterval and holds up to DefaultQuotaMaxBuckets
+// buckets: see WithFailClosed, WithReportingInterval, WithMaxBuckets,
+// WithLogger and WithClock. It starts its goroutines: the reporting
+// stream's, which connects in the background (until a bucket's first
+// assignment arrives, the failure policy decides it), and, without
+// WithClock, the coarse clock's. The error is non-nil only for a bad
+// argument: a nil conn, a malformed domain, a negative interval or bound.
+func NewQuota(conn grpc.ClientConnInterface, domain string, opts ...QuotaOption) (*Quota, error) {
+	var c quotaConfig
+	for _, opt := range opts {
+		opt.applyQuota(&c)
+	}
 	switch {
 	case conn == nil:
 		return nil, errors.New("client: NewQuota: conn is nil")
-	case opts.Domain == "" || len(opts.Domain) > maxDomain || !utf8.ValidString(opts.Domain):
-		return nil, fmt.Errorf("client: NewQuota: QuotaOptions.Domain %q: want 1 to %d bytes of UTF-8", opts.Domain, maxDomain)
-	case opts.ReportingInterval < 0:
-		return nil, fmt.Errorf("client: NewQuota: QuotaOptions.ReportingInterval %v is negative", opts.ReportingInterval)
-	case opts.MaxBuckets < 0:
-		return nil, fmt.Errorf("client: NewQuota: QuotaOptions.MaxBuckets %d is negative", opts.MaxBuckets)
+	case domain == "" || len(domain) > maxDomain || !utf8.ValidString(domain):
+		return nil, fmt.Errorf("client: NewQuota: domain %q: want 1 to %d bytes of UTF-8", domain, maxDomain)
+	case c.interval < 0:
+		return nil, fmt.Errorf("client: NewQuota: WithReportingInterval(%v) is negative", c.interval)
+	case c.maxBuckets < 0:
+		return nil, fmt.Errorf("client: NewQuota: WithMaxBuckets(%d) is negative", c.maxBuckets)
 	}
 	q := &Quota{
 		conn:       conn,
-		domain:     opts.Domain,
-		interval:   cmp.Or(opts.ReportingInterval, DefaultReportingInterval),
-		failClosed: opts.FailClosed,
-		maxBuckets: int64(cmp.Or(opts.MaxBuckets, DefaultQuotaMaxBuckets)),
-		logger:     opts.Logger,
-		now:        opts.Now,
+		domain:     domain,
+		interval:   cmp.Or(c.interval, DefaultReportingInterval),
+		failClosed: c.failClosed,
+		maxBuckets: int64(cmp.Or(c.maxBuckets, DefaultQuotaMaxBuckets)),
+		logger:     c.logger,
+		now:        c.now,
 		seed:       maphash.MakeSeed(),
 		wake:       make(chan struct{}, 1),
 		done:       make(chan struct{}),
@@ -220,13 +229,6 @@ func (q *Quota) ShouldRateLimit(_ context.Context, domain string, descriptors ..
 		d.Statuses[v.refused] = Status{OverLimit: true, RetryAfter: v.retry}
 	}
 	return d, nil
-}
-
-// Limiter returns a go-grpc-middleware Limiter deciding, under the
-// Quota's domain, the descriptors that descriptors returns for a call's
-// context: see Client.Limiter, which it mirrors.
-func (q *Quota) Limiter(descriptors func(ctx context.Context) []Descriptor) *Limiter {
-	return NewLimiter(q, q.domain, descriptors)
 }
 
 // quotaSmall is how many descriptors a call may have without allocating.

@@ -20,7 +20,7 @@ func ExampleQuota() {
 		log.Fatal(err)
 	}
 	defer conn.Close()
-	q, err := client.NewQuota(conn, client.QuotaOptions{Domain: "edge", ReportingInterval: 2 * time.Second})
+	q, err := client.NewQuota(conn, "edge", client.WithReportingInterval(2*time.Second))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -33,7 +33,8 @@ func ExampleQuota() {
 	}
 	log.Printf("allowed: %v", ok)
 
-	// Or wherever a RateLimiter goes: interceptors, Limiter, middleware.
-	protected := client.HTTPMiddleware(q, "edge")(http.NotFoundHandler())
+	// Or wherever a RateLimiter goes, with its domain: the interceptors,
+	// NewLimiter, the middleware.
+	protected := client.HTTPMiddleware(q, q.Domain())(http.NotFoundHandler())
 	_ = protected
 }

@@ -130,7 +130,7 @@ func TestTokensWideMax(t *testing.T) {
 // on a replaced token bucket never fills the new one. Run with -race.
 func TestQuotaReplacementsUnderLoad(t *testing.T) {
 	clk := newClock()
-	q := newQuota(t, serveFake(t, &fakeRLQS{}), QuotaOptions{ReportingInterval: time.Hour, Now: clk.Now})
+	q := newQuota(t, serveFake(t, &fakeRLQS{}), WithReportingInterval(time.Hour), WithClock(clk.Now))
 	d := D("tenant", "acme")
 	allow(t, q, d) // the failure policy's: no assignment yet
 	b := q.find(hashEntries(q.seed, d.Entries), d.Entries)
@@ -366,7 +366,7 @@ func serveFakeOn(t testing.TB, f *fakeRLQS, lis net.Listener, target string, dia
 	}
 	f.push = make(chan []byte)
 	f.ended = make(chan int, 100)
-	g := grpc.NewServer(grpc.ForceServerCodecV2(rawCodec{}), grpc.UnknownServiceHandler(f.handle))
+	g := grpc.NewServer(grpc.ForceServerCodec(rawCodec{}), grpc.UnknownServiceHandler(f.handle))
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -385,16 +385,11 @@ func serveFakeOn(t testing.TB, f *fakeRLQS, lis net.Listener, target string, dia
 	return conn
 }
 
-// newQuota returns a Quota on conn, closed by the test's cleanup.
-func newQuota(t *testing.T, conn grpc.ClientConnInterface, o QuotaOptions) *Quota {
+// newQuota returns a Quota on conn, on the domain "edge", closed by the
+// test's cleanup; it logs nowhere unless opts set a logger.
+func newQuota(t *testing.T, conn grpc.ClientConnInterface, opts ...QuotaOption) *Quota {
 	t.Helper()
-	if o.Domain == "" {
-		o.Domain = "edge"
-	}
-	if o.Logger == nil {
-		o.Logger = slog.New(slog.DiscardHandler)
-	}
-	q, err := NewQuota(conn, o)
+	q, err := NewQuota(conn, "edge", append([]QuotaOption{WithLogger(slog.New(slog.DiscardHandler))}, opts...)...)
 	if err != nil {
 		t.Fatalf("NewQuota: %v", err)
 	}
@@ -459,7 +454,11 @@ func TestQuotaTokenBucketAndTTL(t *testing.T) {
 			f := &fakeRLQS{answer: func(u usage) []byte {
 				return bucketAction(u.entries, false, 0, 2, 1, time.Second, 10*time.Second)
 			}}
-			q := newQuota(t, serveFake(t, f), QuotaOptions{ReportingInterval: time.Hour, FailClosed: failClosed, Now: clk.Now})
+			opts := []QuotaOption{WithReportingInterval(time.Hour), WithClock(clk.Now)}
+			if failClosed {
+				opts = append(opts, WithFailClosed())
+			}
+			q := newQuota(t, serveFake(t, f), opts...)
 			d := D("k", "v\xff")
 			got, err := q.ShouldRateLimit(context.Background(), "edge", d)
 			if err != nil || got.Allowed == failClosed || !errors.Is(got.Err, ErrNoAssignment) {
@@ -507,7 +506,7 @@ func TestQuotaBlanketAndAllOrNothing(t *testing.T) {
 		}
 		return bucketAction(u.entries, false, 0, 1, 1, time.Hour, time.Minute)
 	}}
-	q := newQuota(t, serveFake(t, f), QuotaOptions{ReportingInterval: time.Hour, FailClosed: true})
+	q := newQuota(t, serveFake(t, f), WithReportingInterval(time.Hour), WithFailClosed())
 	one, deny, all := D("one", "x"), D("deny", "x"), D("allow", "x")
 	_, _ = q.Allow(one, deny, all)
 	waitAssigned(t, q, one.Entries...)
@@ -522,7 +521,7 @@ func TestQuotaBlanketAndAllOrNothing(t *testing.T) {
 // TestQuotaMalformed: malformed calls are InvalidArgument errors.
 func TestQuotaMalformed(t *testing.T) {
 	conn := serveFake(t, &fakeRLQS{})
-	q := newQuota(t, conn, QuotaOptions{})
+	q := newQuota(t, conn)
 	for name, ds := range map[string][]Descriptor{
 		"none":          nil,
 		"no entries":    {{}},
@@ -539,12 +538,16 @@ func TestQuotaMalformed(t *testing.T) {
 	if _, err := q.ShouldRateLimit(context.Background(), "other", D("a", "1")); status.Code(err) != codes.InvalidArgument {
 		t.Errorf("another domain: %v, want InvalidArgument", err)
 	}
-	for name, o := range map[string]QuotaOptions{
-		"no domain":         {},
-		"negative interval": {Domain: "d", ReportingInterval: -1},
-		"negative bound":    {Domain: "d", MaxBuckets: -1},
+	for name, c := range map[string]struct {
+		domain string
+		opt    QuotaOption
+	}{
+		"no domain":         {"", WithMaxBuckets(1)},
+		"non-UTF-8 domain":  {"\xff", WithMaxBuckets(1)},
+		"negative interval": {"d", WithReportingInterval(-1)},
+		"negative bound":    {"d", WithMaxBuckets(-1)},
 	} {
-		if _, err := NewQuota(conn, o); err == nil {
+		if _, err := NewQuota(conn, c.domain, c.opt); err == nil {
 			t.Errorf("NewQuota(%s): no error", name)
 		}
 	}
@@ -554,7 +557,7 @@ func TestQuotaMalformed(t *testing.T) {
 // order of its entries); past MaxBuckets, the failure policy decides.
 func TestQuotaOrderAndBounds(t *testing.T) {
 	f := &fakeRLQS{answer: func(u usage) []byte { return bucketAction(u.entries, false, 0, 0, 0, 0, time.Minute) }}
-	q := newQuota(t, serveFake(t, f), QuotaOptions{ReportingInterval: time.Hour, FailClosed: true, MaxBuckets: 2})
+	q := newQuota(t, serveFake(t, f), WithReportingInterval(time.Hour), WithFailClosed(), WithMaxBuckets(2))
 	_, _ = q.Allow(D("a", "1", "b", "2"), D("a", "2", "b", "1"))
 	waitAssigned(t, q, D("b", "2", "a", "1").Entries...)
 	waitAssigned(t, q, D("a", "2", "b", "1").Entries...)
@@ -574,7 +577,7 @@ func TestQuotaOrderAndBounds(t *testing.T) {
 // at its next use.
 func TestQuotaAbandon(t *testing.T) {
 	f := &fakeRLQS{}
-	q := newQuota(t, serveFake(t, f), QuotaOptions{ReportingInterval: time.Hour})
+	q := newQuota(t, serveFake(t, f), WithReportingInterval(time.Hour))
 	d := D("k", "v")
 	allow(t, q, d)
 	for r := f.next(t); len(r.usages) == 0; r = f.next(t) {
@@ -599,7 +602,7 @@ func TestQuotaAbandon(t *testing.T) {
 // each interval; idle buckets are forgotten.
 func TestQuotaReportsAndReconnects(t *testing.T) {
 	f := &fakeRLQS{fail: 2}
-	q := newQuota(t, serveFake(t, f), QuotaOptions{ReportingInterval: 20 * time.Millisecond})
+	q := newQuota(t, serveFake(t, f), WithReportingInterval(20*time.Millisecond))
 	allow(t, q, D("k", "v"))
 	r := f.next(t)
 	if r.stream != 3 || r.domain != "edge" {
@@ -636,7 +639,7 @@ func TestQuotaColdConnection(t *testing.T) {
 	}}
 	conn := serveFakeOn(t, f, lis, "passthrough:///"+lis.Addr().String())
 	var logs warnings
-	q := newQuota(t, conn, QuotaOptions{FailClosed: true, Logger: slog.New(&logs)})
+	q := newQuota(t, conn, WithFailClosed(), WithLogger(slog.New(&logs)))
 	d := D("k", "v")
 	if allow(t, q, d) {
 		t.Errorf("first use allowed, want the failure policy (closed) until the first assignment")
@@ -668,7 +671,7 @@ func (w *warnings) Handle(_ context.Context, r slog.Record) error {
 // again.
 func TestQuotaClose(t *testing.T) {
 	f := &fakeRLQS{}
-	q := newQuota(t, serveFake(t, f), QuotaOptions{})
+	q := newQuota(t, serveFake(t, f))
 	f.next(t)
 	if err := q.Close(); err != nil {
 		t.Fatal(err)
@@ -717,7 +720,7 @@ func BenchmarkQuotaAllow(b *testing.B) {
 	f := &fakeRLQS{reports: make(chan report, 1<<16), answer: func(u usage) []byte {
 		return bucketAction(u.entries, false, 0, 1<<31, 1<<31, time.Millisecond, time.Hour)
 	}}
-	q, err := NewQuota(serveFake(b, f), QuotaOptions{Domain: "edge", ReportingInterval: time.Hour})
+	q, err := NewQuota(serveFake(b, f), "edge", WithReportingInterval(time.Hour))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -771,7 +774,7 @@ func BenchmarkQuotaAllow(b *testing.B) {
 // which ticks while calls come and stops after clockIdleTicks without
 // one; it never runs ahead of the monotonic clock.
 func TestQuotaCoarseClock(t *testing.T) {
-	q := newQuota(t, serveFake(t, &fakeRLQS{}), QuotaOptions{ReportingInterval: time.Hour})
+	q := newQuota(t, serveFake(t, &fakeRLQS{}), WithReportingInterval(time.Hour))
 	waitFor := func(what string, cond func() bool) {
 		t.Helper()
 		for deadline := time.Now().Add(time.Minute); !cond(); time.Sleep(time.Millisecond) {

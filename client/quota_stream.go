@@ -61,7 +61,7 @@ func (q *Quota) stream(ctx context.Context, gen uint64) (answered bool, err erro
 	defer cancel()
 	// WaitForReady: a stream waits for the connection, rather than
 	// failing while it reconnects.
-	cs, err := q.conn.NewStream(ctx, rlqsStream, rlqsMethod, grpc.ForceCodecV2(rawCodec{}), grpc.WaitForReady(true))
+	cs, err := q.conn.NewStream(ctx, rlqsStream, rlqsMethod, grpc.ForceCodec(rawCodec{}), grpc.WaitForReady(true))
 	if err != nil {
 		return false, fmt.Errorf("opening the stream: %w", err)
 	}

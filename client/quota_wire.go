@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
 )
 
@@ -21,24 +20,28 @@ const rlqsMethod = "/envoy.service.rate_limit_quota.v3.RateLimitQuotaService/Str
 
 // rawCodec passes messages through as bytes: the Quota writes and reads
 // them itself. Its name is "proto", the content-subtype ratelimitd serves.
+// It is an encoding.Codec, gRPC's first codec interface, rather than the
+// CodecV2 of gRPC 1.66 and later, which gRPC still takes: so the client
+// builds with gRPC 1.64, the oldest the generated stubs allow.
 type rawCodec struct{}
 
 // Marshal returns the bytes of v, a *[]byte.
-func (rawCodec) Marshal(v any) (mem.BufferSlice, error) {
+func (rawCodec) Marshal(v any) ([]byte, error) {
 	b, ok := v.(*[]byte)
 	if !ok {
 		return nil, fmt.Errorf("client: rlqs codec: cannot marshal %T", v)
 	}
-	return mem.BufferSlice{mem.SliceBuffer(*b)}, nil
+	return *b, nil
 }
 
-// Unmarshal copies data into v, a *[]byte.
-func (rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
+// Unmarshal copies data into v, a *[]byte: gRPC may reuse data's memory
+// once Unmarshal returns.
+func (rawCodec) Unmarshal(data []byte, v any) error {
 	b, ok := v.(*[]byte)
 	if !ok {
 		return fmt.Errorf("client: rlqs codec: cannot unmarshal into %T", v)
 	}
-	*b = data.Materialize()
+	*b = append([]byte(nil), data...)
 	return nil
 }
 

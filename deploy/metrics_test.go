@@ -132,7 +132,7 @@ func TestMetricsServed(t *testing.T) {
 			t.Fatalf("ShouldRateLimit: %v", err)
 		}
 	}
-	q, err := client.NewQuota(conn, client.QuotaOptions{Domain: "deploy", ReportingInterval: 100 * time.Millisecond})
+	q, err := client.NewQuota(conn, "deploy", client.WithReportingInterval(100*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -165,7 +165,7 @@ func sendTraffic(ctx context.Context, t *testing.T, httpAddr, grpcAddr string) {
 	}
 	defer conn.Close()
 	rl := client.New(conn)
-	q, err := client.NewQuota(conn, client.QuotaOptions{Domain: "deploy", ReportingInterval: time.Second}) //nolint:contextcheck // NewQuota takes no context: the deferred Close ends its stream
+	q, err := client.NewQuota(conn, "deploy", client.WithReportingInterval(time.Second)) //nolint:contextcheck // NewQuota takes no context: the deferred Close ends its stream
 	if err != nil {
 		t.Error(err)
 		return

@@ -46,7 +46,7 @@ func newQuotaClient(t *testing.T, addr string, interval time.Duration) *quotaCli
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	q, err := client.NewQuota(conn, client.QuotaOptions{Domain: "quota", ReportingInterval: interval, FailClosed: true})
+	q, err := client.NewQuota(conn, "quota", client.WithReportingInterval(interval), client.WithFailClosed())
 	if err != nil {
 		t.Fatal(err)
 	}

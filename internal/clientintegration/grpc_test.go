@@ -342,7 +342,7 @@ func TestClientInterceptorsServer(t *testing.T) {
 func TestLimiterServer(t *testing.T) {
 	e := newHarnessRules(t, grpcRules)
 	c := e.client(client.WithRefusalCache(0))
-	tg := newTarget(t, []grpc.ServerOption{grpc.UnaryInterceptor(ratelimit.UnaryServerInterceptor(c.Limiter("grpc", nil)))})
+	tg := newTarget(t, []grpc.ServerOption{grpc.UnaryInterceptor(ratelimit.UnaryServerInterceptor(client.NewLimiter(c, "grpc")))})
 	for i := range 2 {
 		if _, err := tg.check(t); err != nil {
 			t.Fatalf("call %d: %v", i, err)
@@ -356,12 +356,14 @@ func TestLimiterServer(t *testing.T) {
 		t.Errorf("Check: details %v, %q; go-grpc-middleware was expected to drop them", retry, subjects)
 	}
 
-	l := c.Limiter("grpc", func(context.Context) []client.Descriptor { return []client.Descriptor{client.D("tenant", "acme")} })
+	l := client.NewLimiter(c, "grpc", client.WithDescriptors(func(context.Context, string) []client.Descriptor {
+		return []client.Descriptor{client.D("tenant", "acme")}
+	}))
 	if err := l.Limit(t.Context()); err != nil {
 		t.Fatalf("Limit: %v", err)
 	}
 	wantRefused(t, "second Limit", l.Limit(t.Context()), time.Minute, "tenants")
-	if err := c.Limiter("grpc", nil).Limit(t.Context()); err != nil { // no method: no descriptors
+	if err := client.NewLimiter(c, "grpc").Limit(t.Context()); err != nil { // no method: no descriptors
 		t.Errorf("Limit outside a call: %v, want nil", err)
 	}
 }

@@ -97,16 +97,15 @@ func (s *rlqsServer) restart() { s.start(s.addr) }
 
 // quota returns a Quota of domain q on a connection to s, both closed by
 // the test's cleanup.
-func (s *rlqsServer) quota(o client.QuotaOptions) *client.Quota {
+func (s *rlqsServer) quota(opts ...client.QuotaOption) *client.Quota {
 	s.t.Helper()
 	conn, err := grpc.NewClient("passthrough:///"+s.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		s.t.Fatalf("grpc.NewClient: %v", err)
 	}
 	s.t.Cleanup(func() { conn.Close() })
-	o.Domain = "q"
-	o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	q, err := client.NewQuota(conn, o)
+	opts = append([]client.QuotaOption{client.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))}, opts...)
+	q, err := client.NewQuota(conn, "q", opts...)
 	if err != nil {
 		s.t.Fatalf("NewQuota: %v", err)
 	}
@@ -169,7 +168,7 @@ func (c *manualClock) add(d time.Duration) {
 func TestQuotaLimited(t *testing.T) {
 	srv := newRLQSServer(t, quotaRules)
 	clk := &manualClock{now: time.Unix(1_000_000, 0)}
-	q := srv.quota(client.QuotaOptions{FailClosed: true, ReportingInterval: time.Minute, Now: clk.Now})
+	q := srv.quota(client.WithFailClosed(), client.WithReportingInterval(time.Minute), client.WithClock(clk.Now))
 	for _, value := range []string{"a", "\xff\xfe"} {
 		d := client.D("limited", value)
 		waitDecided(t, q, d, false)
@@ -200,7 +199,7 @@ func TestQuotaLimited(t *testing.T) {
 // refuses here. A call with one refused descriptor is refused whole.
 func TestQuotaBlanket(t *testing.T) {
 	srv := newRLQSServer(t, quotaRules)
-	q := srv.quota(client.QuotaOptions{FailClosed: true, ReportingInterval: time.Minute})
+	q := srv.quota(client.WithFailClosed(), client.WithReportingInterval(time.Minute))
 	open, banned, none := client.D("open", "x"), client.D("banned", "x"), client.D("no_rule", "x")
 	for _, d := range []client.Descriptor{open, banned, none} {
 		waitDecided(t, q, d, false)
@@ -228,10 +227,10 @@ func TestQuotaBlanket(t *testing.T) {
 // ratelimitd's assignment refuses.
 func TestQuotaLimiter(t *testing.T) {
 	srv := newRLQSServer(t, quotaRules)
-	q := srv.quota(client.QuotaOptions{FailClosed: true, ReportingInterval: time.Minute})
+	q := srv.quota(client.WithFailClosed(), client.WithReportingInterval(time.Minute))
 	banned := client.D("banned", "x")
 	waitDecided(t, q, banned, false)
-	l := q.Limiter(func(context.Context) []client.Descriptor { return []client.Descriptor{banned} })
+	l := client.NewLimiter(q, q.Domain(), client.WithDescriptors(func(context.Context, string) []client.Descriptor { return []client.Descriptor{banned} }))
 	if err := l.Limit(t.Context()); status.Code(err) != codes.ResourceExhausted {
 		t.Errorf("Limit of a banned descriptor: %v, want ResourceExhausted", err)
 	}
@@ -253,7 +252,7 @@ func TestQuotaLimiter(t *testing.T) {
 // ratelimitd is back, the Quota reconnects and assignments decide again.
 func TestQuotaServerStopped(t *testing.T) {
 	srv := newRLQSServer(t, quotaRules)
-	q := srv.quota(client.QuotaOptions{FailClosed: true, ReportingInterval: 100 * time.Millisecond})
+	q := srv.quota(client.WithFailClosed(), client.WithReportingInterval(100*time.Millisecond))
 	open := client.D("open", "x")
 	waitDecided(t, q, open, false)
 	srv.halt()
@@ -273,7 +272,7 @@ func TestQuotaServerStopped(t *testing.T) {
 // admits.
 func TestQuotaHTTPMiddleware(t *testing.T) {
 	srv := newRLQSServer(t, quotaRules)
-	q := srv.quota(client.QuotaOptions{FailClosed: true, ReportingInterval: time.Minute})
+	q := srv.quota(client.WithFailClosed(), client.WithReportingInterval(time.Minute))
 	for _, d := range []client.Descriptor{client.D("banned", "/x"), client.D("open", "/x")} {
 		waitDecided(t, q, d, false)
 	}

@@ -561,8 +561,8 @@ type quotaDecider struct {
 // newQuotaDecider returns a quotaDecider whose Quota talks to the
 // service over cc, able to hold every bucket that the callers use.
 func newQuotaDecider(o *options, vals *values, cc *grpc.ClientConn) (*quotaDecider, error) {
-	q, err := client.NewQuota(cc, client.QuotaOptions{Domain: o.domain, ReportingInterval: o.interval,
-		MaxBuckets: len(vals.users) + len(vals.paths) + len(vals.tenants)})
+	q, err := client.NewQuota(cc, o.domain, client.WithReportingInterval(o.interval),
+		client.WithMaxBuckets(len(vals.users)+len(vals.paths)+len(vals.tenants)))
 	if err != nil {
 		return nil, fmt.Errorf("quota on -domain %q: %w", o.domain, err)
 	}
