@@ -24,9 +24,17 @@ import (
 // set), closed at the end of the test.
 func splitStore(t *testing.T, mainURL, secondURL string, opts redis.Options, secondOpts ...redis.Options) *redis.Store {
 	t.Helper()
+	// The default timeout, 50 ms, is a decision's budget in production;
+	// under -race on a shared machine a call may take longer.
+	if opts.Timeout == 0 {
+		opts.Timeout = 2 * time.Second
+	}
 	so := opts
 	if len(secondOpts) > 0 {
 		so = secondOpts[0]
+		if so.Timeout == 0 {
+			so.Timeout = 2 * time.Second
+		}
 	}
 	so.LocalCache = -1
 	second, err := redis.New(newClient(t, secondURL), so)
