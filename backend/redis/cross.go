@@ -153,7 +153,7 @@ func (s *Store) decideCross(ctx context.Context, reqs []backend.Request, res []b
 	if c == nil {
 		return false, nil
 	}
-	b := s.crossBatcher(master.Options().Addr)
+	b := s.crossBatcher(master.Options().Addr) //nolint:contextcheck // its flusher runs on the store's context, never a call's
 	if b == nil {
 		c.free()
 		return false, nil
@@ -205,7 +205,7 @@ func (s *Store) runPartsCross(ctx context.Context, reqs []backend.Request, res [
 		sh := &shares[k]
 		c, master := s.crossCall(ctx, reqs, sh.idx, tags, true)
 		if c != nil && master.Options().Addr == sh.name {
-			sh.b = s.crossBatcher(sh.name)
+			sh.b = s.crossBatcher(sh.name) //nolint:contextcheck // its flusher runs on the store's context, never a call's
 		}
 		if sh.b == nil {
 			if c != nil {

@@ -198,3 +198,71 @@ func TestClusterMovedSlotWritesNothing(t *testing.T) {
 		t.Errorf("counts after the call: remaining %d, %d; want 98, 99", res[0].Remaining, res[1].Remaining)
 	}
 }
+
+// TestClusterExact: three stores (as three replicas of ratelimitd) on one
+// Cluster, 64 callers each, make calls of one descriptor and of three
+// (over several nodes, decided in parts and refunded when refused) on
+// shared counters, for every algorithm: each counter admits exactly its
+// limit, and no refused call leaves hits behind.
+func TestClusterExact(t *testing.T) {
+	c := redistest.StartCluster(t, 3)
+	stores := make([]*redis.Store, 3)
+	for i := range stores {
+		stores[i] = newStore(t, newClient(t, c.URL()), redis.Options{LocalCache: -1, Timeout: 5 * time.Second})
+	}
+	const n = 50 // the limit
+	for _, alg := range []backend.Algorithm{backend.FixedWindow, backend.SlidingWindow, backend.SlidingLog, backend.TokenBucket, backend.GCRA} {
+		t.Run(alg.String(), func(t *testing.T) {
+			l := backend.Limit{Algorithm: alg, Requests: n, Window: time.Hour}
+			three := descriptors(3, l)
+			for j := range three {
+				three[j].Key = alg.String() + three[j].Key
+			}
+			var admitted, threes sync.Map // by caller: admitted calls
+			var wg sync.WaitGroup
+			for k := range 3 * 64 {
+				wg.Go(func() {
+					s := stores[k%3]
+					reqs := three[:1]
+					if k%2 == 1 {
+						reqs = three
+					}
+					got := 0
+					for range 2 * n / 64 * 3 {
+						res, err := take(t, s, reqs...)
+						if err != nil {
+							t.Errorf("Take() error: %v", err)
+							return
+						}
+						if !backend.Refused(reqs, res) {
+							got++
+						}
+					}
+					if k%2 == 1 {
+						threes.Store(k, got)
+					} else {
+						admitted.Store(k, got)
+					}
+				})
+			}
+			wg.Wait()
+			sum := func(m *sync.Map) (total int) {
+				m.Range(func(_, v any) bool { total += v.(int); return true })
+				return total
+			}
+			ones, calls3 := sum(&admitted), sum(&threes)
+			if ones+calls3 != n {
+				t.Errorf("admitted %d calls on the first counter (%d alone, %d with two others), want exactly %d", ones+calls3, ones, calls3, n)
+			}
+			// The other two counters counted the admitted three-descriptor
+			// calls only: refused ones were given back.
+			for j := 1; j < 3; j++ {
+				r := three[j]
+				r.Hits = 0
+				if got := n - mustTake(t, stores[0], r)[0].Remaining; got != uint64(calls3) {
+					t.Errorf("counter %d counted %d hits, want %d (the admitted calls over three counters)", j, got, calls3)
+				}
+			}
+		})
+	}
+}
