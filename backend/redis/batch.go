@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
+
 	"github.com/ratelimitd/ratelimitd/backend"
 )
 
@@ -81,8 +83,14 @@ type pending struct {
 	deadline time.Time       // the store's Timeout after the call's Take
 	call     *call           // the call's encoding, owned by the batcher once queued
 	res      []backend.Result
-	err      error
-	done     chan struct{}
+	// idx picks the call's requests in res (all of res if nil), and
+	// stamps, for a part of a call on Cluster (see cross.go), receives
+	// their stamps: the part's results are stamped.
+	idx    []int
+	stamps []int64
+	node   *goredis.Client // on Cluster, the master that serves the call's keys
+	err    error
+	done   chan struct{}
 	// state is waiting until the batch claims the call to write its
 	// results, or the caller abandons it (its context ended): res is then
 	// the caller's again, and the batch must not touch it.
@@ -95,16 +103,25 @@ const (
 	abandoned
 )
 
+// A batcher queues calls for a flusher that runs them in batches: on
+// standalone Redis and Sentinel (runTake), and per Cluster node (see
+// cross.go).
 type batcher struct {
 	s     *Store
+	run   func(batch []*pending) // runs a batch and completes its calls
 	queue chan *pending
 	stop  chan struct{}
 	once  sync.Once
 	wg    sync.WaitGroup
 }
 
-func newBatcher(s *Store) *batcher {
-	b := &batcher{s: s, queue: make(chan *pending, flushers*maxBatch), stop: make(chan struct{})}
+// newBatcher returns a batcher whose flushers run batches with run, or
+// with runTake if run is nil.
+func newBatcher(s *Store, run func(batch []*pending)) *batcher {
+	b := &batcher{s: s, run: run, queue: make(chan *pending, flushers*maxBatch), stop: make(chan struct{})}
+	if b.run == nil {
+		b.run = b.runTake
+	}
 	for range flushers {
 		b.wg.Go(b.flush)
 	}
@@ -127,15 +144,9 @@ func (b *batcher) close() {
 	}
 }
 
-// take queues a call, encoded as c, and waits for its batch until ctx ends
-// or deadline passes.
-func (b *batcher) take(ctx context.Context, deadline time.Time, c *call, res []backend.Result) error {
-	select {
-	case <-b.stop:
-		c.free()
-		return backend.ErrClosed
-	default:
-	}
+// take queues p, a call (its encoding, results and, on Cluster, node
+// set), and waits for its batch until ctx ends or deadline passes.
+func (b *batcher) take(ctx context.Context, deadline time.Time, p *pending) error {
 	// The store's deadline is a pooled timer, not a context of its own:
 	// one allocation and one timer less per call.
 	t := timerPool.Get().(*time.Timer)
@@ -144,26 +155,47 @@ func (b *batcher) take(ctx context.Context, deadline time.Time, c *call, res []b
 		t.Stop()
 		timerPool.Put(t)
 	}()
-	p := &pending{ctx: ctx, deadline: deadline, call: c, res: res, done: make(chan struct{})}
+	p.ctx, p.deadline, p.done = ctx, deadline, make(chan struct{})
+	if err := b.put(ctx, t.C, p); err != nil {
+		return err
+	}
+	return b.await(ctx, t.C, p)
+}
+
+// put queues p until ctx ends or timeout ticks; on failure it frees p's
+// call.
+func (b *batcher) put(ctx context.Context, timeout <-chan time.Time, p *pending) error {
+	select {
+	case <-b.stop:
+		p.call.free()
+		return backend.ErrClosed
+	default:
+	}
 	select {
 	case b.queue <- p:
+		return nil
 	case <-b.stop:
-		c.free()
+		p.call.free()
 		return backend.ErrClosed
 	case <-ctx.Done():
-		c.free()
+		p.call.free()
 		return ctx.Err()
-	case <-t.C:
-		c.free()
+	case <-timeout:
+		p.call.free()
 		return context.DeadlineExceeded
 	}
+}
+
+// await waits for p's batch until ctx ends or timeout ticks (nil: never),
+// and returns p's error.
+func (b *batcher) await(ctx context.Context, timeout <-chan time.Time, p *pending) error {
 	var err error
 	select {
 	case <-p.done:
 		return p.err
 	case <-ctx.Done():
 		err = ctx.Err()
-	case <-t.C:
+	case <-timeout:
 		err = context.DeadlineExceeded
 	}
 	if p.state.CompareAndSwap(waiting, abandoned) {
@@ -208,37 +240,14 @@ func (b *batcher) flush() {
 	}
 }
 
-// run decides batch in one script run, until the latest deadline of its
-// calls, and completes its calls.
-func (b *batcher) run(batch []*pending) {
+// runTake decides batch in one script run, until the latest deadline of
+// its calls, and completes its calls.
+func (b *batcher) runTake(batch []*pending) {
 	s := b.s
 	c := getCall()
 	defer c.free()
 	c.header(opTake, s.nowMicros(), 0)
-	now := time.Now()
-	live := batch[:0]
-	var deadline time.Time
-	for _, p := range batch {
-		err := p.ctx.Err()
-		if err == nil && !now.Before(p.deadline) {
-			err = context.DeadlineExceeded
-		}
-		if err != nil || p.state.Load() != waiting {
-			// The caller has gone: nothing to decide.
-			p.call.free()
-			p.err = cmp.Or(err, context.Canceled)
-			close(p.done)
-			continue
-		}
-		c.keys = append(c.keys, p.call.keys...)
-		c.arg = append(c.arg, p.call.arg...)
-		c.general = c.general || p.call.general
-		p.call.free()
-		if p.deadline.After(deadline) {
-			deadline = p.deadline
-		}
-		live = append(live, p)
-	}
+	live, deadline := gather(c, batch)
 	if len(live) == 0 {
 		return
 	}
@@ -269,6 +278,35 @@ func (b *batcher) run(batch []*pending) {
 		}
 		close(p.done)
 	}
+}
+
+// gather appends to c the calls of batch whose callers still wait, and
+// returns them and their latest deadline; it completes the others.
+func gather(c *call, batch []*pending) (live []*pending, deadline time.Time) {
+	now := time.Now()
+	live = batch[:0]
+	for _, p := range batch {
+		err := p.ctx.Err()
+		if err == nil && !now.Before(p.deadline) {
+			err = context.DeadlineExceeded
+		}
+		if err != nil || p.state.Load() != waiting {
+			// The caller has gone: nothing to decide.
+			p.call.free()
+			p.err = cmp.Or(err, context.Canceled)
+			close(p.done)
+			continue
+		}
+		c.keys = append(c.keys, p.call.keys...)
+		c.arg = append(c.arg, p.call.arg...)
+		c.general = c.general || p.call.general
+		p.call.free()
+		if p.deadline.After(deadline) {
+			deadline = p.deadline
+		}
+		live = append(live, p)
+	}
+	return live, deadline
 }
 
 // Abandoned calls are not written; a failed batch writes no results,

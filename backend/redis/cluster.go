@@ -186,10 +186,21 @@ func eachSide(sides []side, f func(k int, sd side)) {
 }
 
 // runParts runs op on every part (see partsOf), and returns each part's
-// error: on Cluster in one pipeline, which go-redis sends to each node in
-// one round trip, the nodes in parallel. With guarded, each part runs
-// under its node's circuit breaker.
+// error. With guarded, each part runs under its node's circuit breaker.
+// On Cluster, guarded opPart parts go through the masters' batchers (see
+// cross.go); the others as runPartsEach runs them.
 func (s *Store) runParts(ctx context.Context, op byte, reqs []backend.Request, res []backend.Result, parts [][]int, tags []string, stamps []int64, extra []uint8, guarded bool) []error {
+	if op == opPart && guarded && s.crossing() {
+		return s.runPartsCross(ctx, reqs, res, parts, tags, stamps)
+	}
+	return s.runPartsEach(ctx, op, reqs, res, parts, tags, stamps, extra, guarded)
+}
+
+// runPartsEach runs op on every part, and returns each part's error: on
+// Cluster in one pipeline, which go-redis sends to each node in one round
+// trip, the nodes in parallel. With guarded, each part runs under its
+// node's circuit breaker.
+func (s *Store) runPartsEach(ctx context.Context, op byte, reqs []backend.Request, res []backend.Result, parts [][]int, tags []string, stamps []int64, extra []uint8, guarded bool) []error {
 	errs := make([]error, len(parts))
 	calls := make([]*call, len(parts))
 	tickets := make(map[string]ticket, len(parts)) // by node; the zero ticket where the breaker refused

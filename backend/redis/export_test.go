@@ -26,3 +26,11 @@ func (s *Store) Compact(reqs []backend.Request) bool { return compact(reqs, nil)
 
 // ShareKey returns the Redis key of a share bucket under prefix.
 func ShareKey(prefix, bucket string) string { return shareKey(prefix, bucket) }
+
+// HashTag returns the hash tag, braces included, of r's counters on
+// Cluster: their slot is CLUSTER KEYSLOT of it.
+func HashTag(r *backend.Request) string { return "{" + tagOf(r) + "}" }
+
+// Elsewhere reports how many calls (or parts) s sent in a batch to a
+// Cluster node that did not serve their keys, and so wrote nothing there.
+func Elsewhere(s *Store) uint64 { return s.elsewhere.Load() }

@@ -37,21 +37,26 @@ import (
 var takeSource string
 
 var (
-	// takeFunction is the function take.lua registers, and
-	// takeLibrary the library that registers it.
-	takeFunction, takeLibrary = library(takeSource)
+	// takeFunction is the function take.lua registers, crossFunction
+	// its function for keys of several slots (see cross.go), and
+	// takeLibrary the library that registers both.
+	takeFunction, crossFunction, takeLibrary = library(takeSource)
 	// takeScript runs take.lua with EVALSHA, on Redis before 7.0.
 	takeScript = goredis.NewScript(takeSource + "\nreturn take(KEYS, ARGV[1])\n")
 )
 
-// library returns the name of the function that src, ended so, registers
-// as a function library, and the library's code.
-func library(src string) (name, code string) {
+// library returns the names of the functions that src, ended so,
+// registers as a function library (take's, and cross's with the
+// allow-cross-slot-keys flag), and the library's code.
+func library(src string) (name, crossName, code string) {
 	sum := sha256.Sum256([]byte(src))
 	name = "ratelimitd_" + hex.EncodeToString(sum[:8])
+	crossName = name + "_cross"
 	code = "#!lua name=" + name + "\n" + src +
-		"\nredis.register_function(" + strconv.Quote(name) + ", function(keys, args) return take(keys, args[1]) end)\n"
-	return name, code
+		"\nredis.register_function(" + strconv.Quote(name) + ", function(keys, args) return take(keys, args[1]) end)\n" +
+		"redis.register_function{function_name = " + strconv.Quote(crossName) +
+		", callback = function(_, args) return cross(args) end, flags = {'allow-cross-slot-keys'}}\n"
+	return name, crossName, code
 }
 
 // Ops, the header's first byte.
@@ -77,6 +82,26 @@ const (
 // record carries only what decides it: flags (the algorithm), requests,
 // window µs and hits.
 const compactBit = 1 << 31
+
+// partCallBit, set too in a cross run's call's number of requests (see
+// cross.go), says that the call is a part of a call over several nodes:
+// decided as opPart decides, its results stamped.
+const partCallBit = 1 << 30
+
+// A cross run's reply to each call starts with a status byte: crossDone,
+// then the call's results; or crossElsewhere, then the length of Redis's
+// error ('<I4') and the error, the call having written nothing.
+const (
+	crossDone      = 0
+	crossElsewhere = 1
+	statusSize     = 1
+	reasonSize     = 4
+)
+
+// notTaken is the stamp of a request of a cross run's part whose hits do
+// not count: no window starts there, so a refund with it gives nothing
+// back.
+const notTaken = -1
 
 // A record's flags: the algorithm, plus modeShift times the mode, plus
 // the bits below.

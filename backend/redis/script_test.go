@@ -23,7 +23,7 @@ func TestScriptProtocol(t *testing.T) {
 	}
 	table := takeSource[start : start+end]
 	lua := map[string]string{}
-	for _, m := range regexp.MustCompile(`([A-Z_]+) = ('[^']*'|[0-9]+)`).FindAllStringSubmatch(table, -1) {
+	for _, m := range regexp.MustCompile(`([A-Z_]+) = ('[^']*'|-?[0-9]+)`).FindAllStringSubmatch(table, -1) {
 		lua[m[1]] = strings.Trim(m[2], "'")
 	}
 	numbers := map[string]int{
@@ -32,7 +32,7 @@ func TestScriptProtocol(t *testing.T) {
 		"SLIDING": int(backend.SlidingWindow), "FIXED": int(backend.FixedWindow), "LOG": int(backend.SlidingLog),
 		"BUCKET": int(backend.TokenBucket), "GCRA": int(backend.GCRA),
 		"ENFORCE": int(backend.Enforce), "SHADOW": int(backend.Shadow), "QUOTA": int(backend.Quota),
-		"MAX_LOG": maxLog,
+		"MAX_LOG": maxLog, "PART_CALL": partCallBit, "DONE": crossDone, "ELSEWHERE": crossElsewhere, "NOT_TAKEN": notTaken,
 	}
 	for name, want := range numbers {
 		if got := lua[name]; got != strconv.Itoa(want) {
@@ -41,6 +41,7 @@ func TestScriptProtocol(t *testing.T) {
 	}
 	sizes := map[string]int{
 		"HEADER": headerSize, "CALL": callSize, "RECORD": recordSize, "COMPACT_RECORD": compactSize, "RESULT": resultSize, "STAMPED": stampedSize,
+		"STATUS": statusSize, "REASON": reasonSize,
 		"STATE": stateSize, "LOG_HEADER": logHeader, "LOG_ENTRY": logEntry,
 	}
 	for name, want := range sizes {

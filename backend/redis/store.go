@@ -66,9 +66,9 @@ type Options struct {
 	Now func() time.Time
 	// Logger receives breaker state changes. Nil means slog.Default().
 	Logger *slog.Logger
-	// NoBatch decides each call in a script run of its own, instead of
-	// batching concurrent calls into one script run (standalone and
-	// Sentinel; see batch.go).
+	// NoBatch decides each call in a script run of its own (one per slot
+	// on Cluster), instead of batching concurrent calls into one script
+	// run (see batch.go, and cross.go on Cluster).
 	NoBatch bool
 	// PerSecond, when set, is a second store that keeps the counters of
 	// the requests whose limit's Window is one second (bans aside: they
@@ -120,7 +120,10 @@ type Store struct {
 	refunds        atomic.Uint64
 	fastRuns       atomic.Uint64 // script runs on take.lua's lean path (opFast), for tests
 	refundFailures atomic.Uint64
-	batch          *batcher // nil on Cluster or with NoBatch
+	elsewhere      atomic.Uint64 // calls a cross run's node did not serve, for tests
+	batch          *batcher      // nil on Cluster or with NoBatch
+	noBatch        bool          // Options.NoBatch
+	cross          crossBatchers // on Cluster, the batchers of its masters
 	// perSecond keeps the counters of one-second limits (Options.PerSecond),
 	// or nil.
 	perSecond *Store
@@ -157,6 +160,7 @@ func New(client goredis.UniversalClient, opts Options) (*Store, error) {
 		log:       opts.Logger,
 		breakers:  make(map[string]*node),
 		perSecond: opts.PerSecond,
+		noBatch:   opts.NoBatch,
 	}
 	s.base, s.cancel = context.WithCancel(context.Background())
 	if s.log == nil {
@@ -169,7 +173,7 @@ func New(client goredis.UniversalClient, opts Options) (*Store, error) {
 		s.addr = c.Options().Addr
 	}
 	if s.cluster == nil && !opts.NoBatch {
-		s.batch = newBatcher(s)
+		s.batch = newBatcher(s, nil)
 		pool := 10 * runtime.GOMAXPROCS(0) // go-redis's default
 		if c, ok := client.(*goredis.Client); ok && c.Options().PoolSize > 0 {
 			pool = c.Options().PoolSize
@@ -231,6 +235,7 @@ func (s *Store) Close() error {
 	if s.batch != nil {
 		s.batch.close()
 	}
+	s.closeCross()
 	s.inflight.Wait()
 	if s.perSecond != nil {
 		return s.perSecond.Close()
@@ -353,7 +358,12 @@ func (s *Store) Take(ctx context.Context, reqs []backend.Request, res []backend.
 // batched, or in a script run of its own.
 func (s *Store) decide(ctx context.Context, reqs []backend.Request, res []backend.Result) error {
 	if s.batch != nil && !heavy(reqs) {
-		return s.batch.take(ctx, time.Now().Add(s.timeout), s.encode(reqs), res)
+		return s.batch.take(ctx, time.Now().Add(s.timeout), &pending{call: s.encode(reqs), res: res})
+	}
+	if s.crossing() {
+		if done, err := s.decideCross(ctx, reqs, res); done {
+			return err
+		}
 	}
 	return s.detach(ctx, reqs, res, false)
 }

@@ -42,6 +42,13 @@ local P = {
   REFUND = 2, -- give back what PART took on GIVE requests; report the results afresh
   FAST = 3, -- TAKE, on calls that are all COMPACT: the lean path (see fast)
   COMPACT = 2147483648, -- set in CALL's number: the call's records are COMPACT_RECORDs
+  -- set too in a CROSS run's CALL: the call is a PART (STAMPED replies)
+  PART_CALL = 1073741824,
+  -- a CROSS run's reply to each call starts with STATUS: DONE, then its
+  -- results; or ELSEWHERE, then REASON and Redis's error, having written
+  -- nothing
+  DONE = 0, ELSEWHERE = 1,
+  NOT_TAKEN = -1, -- the stamp of a CROSS PART request whose hits do not count
   -- a record's flags: algorithm + MODE_SHIFT * mode, plus these bits
   MODE_SHIFT = 8, CWO = 32, GIVE = 64, WAS_OVER = 128,
   SLIDING = 0, FIXED = 1, LOG = 2, BUCKET = 3, GCRA = 4,
@@ -55,6 +62,8 @@ local P = {
   COMPACT_RECORD = '<BI4dd', -- flags (the algorithm), requests, window µs, hits
   RESULT = '<Bddd', -- over, remaining, reset µs, retry µs
   STAMPED = '<Bdddd', -- RESULT, then the stamp a refund needs
+  STATUS = '<B', -- a CROSS run's call status
+  REASON = '<I4', -- the length of the error that follows
   STATE = '<ddd', -- a bucket's or GCRA's T, N, P (the tokens in N for a token bucket)
   LOG_HEADER = '<d', -- the sum of the log's hits
   LOG_ENTRY = '<dd', -- a time and the hits counted then
@@ -645,36 +654,50 @@ local function windows(base, n)
 end
 
 -- The lean path's requests, by index in the run, as parallel arrays
--- reused from run to run: limit, window µs, hits, the name of the window key of now, the window's start, the
--- previous window's count's index in the run's MGET (0 on a fixed
--- window), then as the run decides: the previous window's weighted
--- count, the count before the request's call, whether it is over, and
--- whether INCRBY raised its count.
+-- reused from run to run: limit, window µs, hits, the name of the window
+-- key of now, the window's start, the previous window's count's index in
+-- prevs (0 on a fixed window), then as the run decides: the previous
+-- window's weighted count, the count before the request's call, whether
+-- it is over, and whether INCRBY raised its count.
 local fr, fw, fh, fcur, ft, fpi = {}, {}, {}, {}, {}, {}
 local fwp, fn, fover, fraised = {}, {}, {}, {}
 
 -- fast decides the ncalls calls of a FAST run, compact all (their
--- records from blob's offset off, their counters in keys), as take's
--- general path would, and returns the packed results. A compact call is
--- refused exactly when one of its requests is over, and consumes every
--- hit otherwise; so each request raises its window's count with INCRBY
--- at once, which tells its count, and a refused call gives its hits back.
--- A window key that INCRBY creates gets its window's TTL, as save gives
--- it, or goes again when its call is refused. (A refused call therefore
--- writes each count twice, up and back down, where the general path
--- writes nothing, and Redis replicates both; the store's local cache
--- answers repeated refusals without Redis.) One MGET reads the previous
--- windows of the sliding ones. A request of no hits, or of more than its
--- limit, which INCRBY must not count (nor, past 2^63, could), reads its
--- count with GET. The rare over request's retry falls back to
--- retry_after.
-local prevs, sizes, pcount, results = {}, {}, {}, {} -- fast's, reused too
-function fast(keys, blob, off, ncalls)
+-- records from blob's offset off, the counter of the run's i-th request
+-- in keys[i + ko]), as take's general path would, and returns the packed
+-- results. A compact call is refused exactly when one of its requests is
+-- over, and consumes every hit otherwise; so each request raises its
+-- window's count with INCRBY at once, which tells its count, and a
+-- refused call gives its hits back. A window key that INCRBY creates gets
+-- its window's TTL, as save gives it, or goes again when its call is
+-- refused. (A refused call therefore writes each count twice, up and back
+-- down, where the general path writes nothing, and Redis replicates both;
+-- the store's local cache answers repeated refusals without Redis.) A
+-- request of no hits, or of more than its limit, which INCRBY must not
+-- count (nor, past 2^63, could), reads its count with GET. The rare over
+-- request's retry falls back to retry_after.
+--
+-- On one slot (cross false) one MGET reads the previous windows of the
+-- sliding ones, and the reply is a RESULT per request. A CROSS run
+-- (cross true, see cross) holds keys of many slots, which one command
+-- must not mix: each call first reads its requests' windows, one command
+-- per request (GET, or MGET of both of a sliding window's), before it
+-- writes anything; a read that the node refuses (a key of a slot it does
+-- not serve, or is moving: Redis checks every command of a script) leaves
+-- the call unwritten and its reply ELSEWHERE and Redis's error. Nothing
+-- can move a slot during the run (Redis runs one script at a time), so a
+-- call whose reads pass writes wholly. Each call's reply starts with a
+-- status byte; a PART call's requests reply STAMPED, the stamp of a
+-- request whose hits count being its window's start, else NOT_TAKEN.
+local prevs, sizes, pcount, results, parts, bad = {}, {}, {}, {}, {}, {} -- fast's, reused too
+function fast(keys, blob, off, ncalls, ko, cross)
   local np, total = 0, 0
   for c = 1, ncalls do
     local n
     n, off = unpack(P.CALL, blob, off)
     n = n - P.COMPACT
+    parts[c] = n >= P.PART_CALL
+    if parts[c] then n = n - P.PART_CALL end
     sizes[c] = n
     for _ = 1, n do
       total = total + 1
@@ -682,7 +705,7 @@ function fast(keys, blob, off, ncalls)
       a, fr[i], w, fh[i], off = unpack(P.COMPACT_RECORD, blob, off)
       fw[i] = w
       local sfx = suffix(w)
-      local key = keys[i]
+      local key = keys[i + ko]
       fcur[i], ft[i], fpi[i] = key .. sfx[1], sfx[3], 0
       if a == P.SLIDING then
         np = np + 1
@@ -690,78 +713,108 @@ function fast(keys, blob, off, ncalls)
       end
     end
   end
-  for from = 1, np, MGET_CHUNK do
-    local to = min(from + MGET_CHUNK - 1, np)
-    local got = call('MGET', tunpack(prevs, from, to))
-    for k = from, to do
-      local v = got[k - from + 1]
-      pcount[k] = v and tonumber(v) or 0
+  if not cross then
+    for from = 1, np, MGET_CHUNK do
+      local to = min(from + MGET_CHUNK - 1, np)
+      local got = call('MGET', tunpack(prevs, from, to))
+      for k = from, to do
+        local v = got[k - from + 1]
+        pcount[k] = v and tonumber(v) or 0
+      end
     end
   end
 
-  local last = 0
+  local last, nres = 0, 0
   for c = 1, ncalls do
     local first, refused = last + 1, false
     last = last + sizes[c]
-    for i = first, last do
-      local h, r, wp = fh[i], fr[i], 0
-      if fpi[i] > 0 then
-        local w = fw[i]
-        wp = pcount[fpi[i]] * (w - (now - ft[i])) / w -- now is within the window: now - t in [0, w)
-      end
-      local n, v
-      fraised[i] = h > 0 and h <= r
-      if fraised[i] then v = pcall('INCRBY', fcur[i], int(h)) else v = pcall('GET', fcur[i]) end
-      if type(v) == 'table' then
-        -- A key that does not hold a count (another client's), or one
-        -- past 2^63 (saturated by an older build): give back what the
-        -- call raised, so that no key it created is left without its
-        -- TTL, and fail the run (earlier calls stay counted, as a run cut
-        -- short does).
-        for k = first, i - 1 do
-          if fraised[k] and call('INCRBY', fcur[k], int(-fh[k])) == 0 then call('DEL', fcur[k]) end
+    bad[c] = false
+    if cross then
+      for i = first, last do
+        local v
+        if fpi[i] > 0 then v = pcall('MGET', fcur[i], prevs[fpi[i]]) else v = pcall('GET', fcur[i]) end
+        if type(v) == 'table' and v.err then
+          bad[c] = v.err
+          break
         end
-        error(v)
+        if fpi[i] > 0 then pcount[fpi[i]] = v[2] and tonumber(v[2]) or 0 end
       end
-      if fraised[i] then
-        n = v - h
-      else
-        n = v and tonumber(v) or 0
-      end
-      local over = n + h + wp > r
-      fwp[i], fn[i], fover[i] = wp, n, over
-      refused = refused or over
     end
-    for i = first, last do
-      if fraised[i] then
-        local h = fh[i]
-        if refused then
-          if call('INCRBY', fcur[i], int(-h)) == 0 then call('DEL', fcur[i]) end
-        else
-          local n = fn[i]
-          if n == 0 then
-            local w = fw[i]
-            local expiry = ft[i] + w
-            if fpi[i] > 0 then expiry = expiry + w end
-            call('PEXPIRE', fcur[i], int(ms_until(expiry) + grace))
+    if bad[c] then
+      nres = nres + 1
+      results[nres] = pack(P.STATUS, P.ELSEWHERE) .. pack(P.REASON, #bad[c]) .. bad[c]
+    else
+      for i = first, last do
+        local h, r, wp = fh[i], fr[i], 0
+        if fpi[i] > 0 then
+          local w = fw[i]
+          wp = pcount[fpi[i]] * (w - (now - ft[i])) / w -- now is within the window: now - t in [0, w)
+        end
+        local n, v
+        fraised[i] = h > 0 and h <= r
+        if fraised[i] then v = pcall('INCRBY', fcur[i], int(h)) else v = pcall('GET', fcur[i]) end
+        if type(v) == 'table' then
+          -- A key that does not hold a count (another client's), or one
+          -- past 2^63 (saturated by an older build): give back what the
+          -- call raised, so that no key it created is left without its
+          -- TTL, and fail the run (earlier calls stay counted, as a run cut
+          -- short does).
+          for k = first, i - 1 do
+            if fraised[k] and call('INCRBY', fcur[k], int(-fh[k])) == 0 then call('DEL', fcur[k]) end
           end
-          fn[i] = n + h
+          error(v)
+        end
+        if fraised[i] then
+          n = v - h
+        else
+          n = v and tonumber(v) or 0
+        end
+        local over = n + h + wp > r
+        fwp[i], fn[i], fover[i] = wp, n, over
+        refused = refused or over
+      end
+      for i = first, last do
+        if fraised[i] then
+          local h = fh[i]
+          if refused then
+            if call('INCRBY', fcur[i], int(-h)) == 0 then call('DEL', fcur[i]) end
+          else
+            local n = fn[i]
+            if n == 0 then
+              local w = fw[i]
+              local expiry = ft[i] + w
+              if fpi[i] > 0 then expiry = expiry + w end
+              call('PEXPIRE', fcur[i], int(ms_until(expiry) + grace))
+            end
+            fn[i] = n + h
+          end
         end
       end
-    end
-    for i = first, last do
-      local n, wp, r, w, t, over = fn[i], fwp[i], fr[i], fw[i], ft[i], refused and fover[i]
-      local remaining, left, retry = 0, r - (n + wp), 0
-      if left > 0 then remaining = floor(left) end
-      if over then
-        local f, p = fixed, 0
-        if fpi[i] > 0 then f, p = sliding, pcount[fpi[i]] end
-        retry = retry_after({ t = t, n = n, p = p }, { f = f, w = w, r = r, h = fh[i] }, fh[i])
+      if cross then
+        nres = nres + 1
+        results[nres] = pack(P.STATUS, P.DONE)
       end
-      results[i] = pack(P.RESULT, over and 1 or 0, remaining, t + w - now, retry)
+      for i = first, last do
+        local n, wp, r, w, t, over = fn[i], fwp[i], fr[i], fw[i], ft[i], refused and fover[i]
+        local remaining, left, retry = 0, r - (n + wp), 0
+        if left > 0 then remaining = floor(left) end
+        if over then
+          local f, p = fixed, 0
+          if fpi[i] > 0 then f, p = sliding, pcount[fpi[i]] end
+          retry = retry_after({ t = t, n = n, p = p }, { f = f, w = w, r = r, h = fh[i] }, fh[i])
+        end
+        nres = nres + 1
+        if parts[c] then
+          local stamp = P.NOT_TAKEN
+          if fraised[i] and not refused then stamp = t end
+          results[nres] = pack(P.STAMPED, over and 1 or 0, remaining, t + w - now, retry, stamp)
+        else
+          results[nres] = pack(P.RESULT, over and 1 or 0, remaining, t + w - now, retry)
+        end
+      end
     end
   end
-  return concat(results, '', 1, total)
+  return concat(results, '', 1, nres)
 end
 
 -- prefetch reads into vals, with one MGET per MGET_CHUNK names, the
@@ -796,9 +849,10 @@ local function prefetch(total)
   end
 end
 
--- take decides the calls of blob (ARGV[1]) on the counters keys (KEYS),
--- and returns the packed results.
-local function take(keys, blob)
+-- start binds the library's functions on the first run, and reads a
+-- run's header from blob: it returns the number of calls and the offset
+-- of the first.
+local function start(blob)
   if not floor then
     floor, ceil, min, max, fmod = math.floor, math.ceil, math.min, math.max, math.fmod
     unpack, pack, concat, tunpack, format = struct.unpack, struct.pack, table.concat, _G.unpack, string.format
@@ -811,7 +865,24 @@ local function take(keys, blob)
     local t = call('TIME')
     now, grace = tonumber(t[1]) * 1000000 + tonumber(t[2]), 0
   end
-  if op == P.FAST then return fast(keys, blob, off, ncalls) end
+  return ncalls, off
+end
+
+-- cross decides a CROSS run (see fast): args[1] is the run's argument,
+-- a FAST one, and the counter keys follow, in args rather than in KEYS so
+-- that Redis Cluster does not refuse keys of several slots. Its function
+-- is registered with the allow-cross-slot-keys flag (Redis 7.0 and later),
+-- and the store sends it to the node that serves the keys.
+local function cross(args)
+  local ncalls, off = start(args[1])
+  return fast(args, args[1], off, ncalls, 1, true)
+end
+
+-- take decides the calls of blob (ARGV[1]) on the counters keys (KEYS),
+-- and returns the packed results.
+local function take(keys, blob)
+  local ncalls, off = start(blob)
+  if op == P.FAST then return fast(keys, blob, off, ncalls, 0, false) end
   states, dirty, out, vals = {}, { n = 0 }, {}, {}
 
   -- Read every call's requests, then their counters, then decide.

@@ -12,6 +12,10 @@
 // Redis in ONE go-redis pipeline of INCRBY key hits and EXPIRE key window
 // per descriptor, one round trip per request and no batching across
 // requests; the answer is OVER_LIMIT when any counter exceeds -limit.
+// With -cluster, -redis lists a Redis Cluster's seed nodes and the
+// pipeline is go-redis's Cluster pipeline: each command routed by its
+// key's slot, the commands bound for one node sent together, the nodes in
+// parallel, as the reference pipelines on a Cluster.
 //
 // Usage:
 //
@@ -58,6 +62,7 @@ func main() {
 type options struct {
 	grpcAddr string
 	redis    string
+	cluster  bool
 	limit    uint64
 	window   time.Duration
 }
@@ -69,6 +74,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.grpcAddr, "grpc-addr", "127.0.0.1:8081", "gRPC listen `address` (port 0: any free port)")
 	fs.StringVar(&o.redis, "redis", "127.0.0.1:6379", "Redis: a host:port `address` or a redis:// URL")
+	fs.BoolVar(&o.cluster, "cluster", false, "-redis is a Redis Cluster: a comma-separated list of its nodes' host:port addresses")
 	fs.Uint64Var(&o.limit, "limit", 1_000_000_000, "requests per window of each counter")
 	fs.DurationVar(&o.window, "window", time.Hour, "the fixed window (whole seconds)")
 	if err := fs.Parse(args); err != nil {
@@ -102,11 +108,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	ro, err := redisOptions(o.redis)
-	if err != nil {
-		return err
+	var rdb redis.UniversalClient
+	if o.cluster {
+		rdb = redis.NewClusterClient(&redis.ClusterOptions{Addrs: strings.Split(o.redis, ",")})
+	} else {
+		ro, err := redisOptions(o.redis)
+		if err != nil {
+			return err
+		}
+		rdb = redis.NewClient(ro)
 	}
-	rdb := redis.NewClient(ro)
 	defer rdb.Close()
 	lis, err := net.Listen("tcp", o.grpcAddr)
 	if err != nil {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"strconv"
 	"testing"
 	"time"
 
@@ -64,5 +65,49 @@ func TestShouldRateLimit(t *testing.T) {
 	at = at.Add(time.Hour)
 	if resp, err := s.ShouldRateLimit(ctx, user); err != nil || resp.GetOverallCode() != rlsv3.RateLimitResponse_OK {
 		t.Errorf("next window: %v, %v; want OK", resp, err)
+	}
+}
+
+// TestShouldRateLimitCluster checks, on a real Redis Cluster, that one
+// request's descriptors in different slots are counted each on the node
+// that serves its key, in one pipeline, and that the limit holds.
+func TestShouldRateLimitCluster(t *testing.T) {
+	c := redistest.StartCluster(t, 3)
+	rdb := c.Client(t)
+	at := time.Unix(1732400123, 0)
+	s := &server{rdb: rdb, limit: 2, window: time.Hour, now: func() time.Time { return at }}
+	entry := func(k, v string) *rlv3.RateLimitDescriptor {
+		return &rlv3.RateLimitDescriptor{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: k, Value: v}}}
+	}
+	// A tenant whose counter another node serves than the user's.
+	user := c.NodeForKey(t, "bench_user_u1_1732399200").Addr
+	tenant := ""
+	for i := 0; tenant == ""; i++ {
+		if v := "t" + strconv.Itoa(i); c.NodeForKey(t, "bench_tenant_"+v+"_1732399200").Addr != user {
+			tenant = v
+		}
+	}
+	req := &rlsv3.RateLimitRequest{Domain: "bench", Descriptors: []*rlv3.RateLimitDescriptor{
+		entry("user", "u1"), entry("path", "/p1"), entry("tenant", tenant),
+	}}
+	ctx := context.Background()
+	for i, want := range []rlsv3.RateLimitResponse_Code{rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT} {
+		resp, err := s.ShouldRateLimit(ctx, req)
+		if err != nil {
+			t.Fatalf("call %d: %v", i+1, err)
+		}
+		if got := resp.GetOverallCode(); got != want {
+			t.Errorf("call %d: %v, want %v", i+1, got, want)
+		}
+	}
+	nodes := map[string]bool{}
+	for _, key := range []string{"bench_user_u1_1732399200", "bench_path_/p1_1732399200", "bench_tenant_" + tenant + "_1732399200"} {
+		nodes[c.NodeForKey(t, key).Addr] = true
+		if n, err := rdb.Get(ctx, key).Int(); err != nil || n != 3 {
+			t.Errorf("GET %s = %d, %v; want 3", key, n, err)
+		}
+	}
+	if len(nodes) < 2 {
+		t.Fatal("the three keys are all on one node")
 	}
 }
