@@ -60,8 +60,13 @@ type ticket struct {
 }
 
 // done reports the call's outcome to the breaker, and starts a probe of
-// the node if the failure opened it.
+// the node if the failure opened it. A redirection (a slot that moves, or
+// moved) is no failure of the node: it answered, and a node that serves
+// other slots must not be shut off while one of its slots moves.
 func (t ticket) done(err error) {
+	if redirected(err) {
+		err = nil
+	}
 	t.report(err)
 	if err == nil {
 		t.s.answered()

@@ -451,6 +451,17 @@ func unsent(err error) bool {
 	return false
 }
 
+// redirected reports whether err is a Cluster node's redirection of a
+// command it did not run: MOVED or ASK (the slot is, or is being moved,
+// elsewhere) or TRYAGAIN (its keys are split by a move in progress).
+func redirected(err error) bool {
+	if _, ok := errors.AsType[goredis.Error](err); !ok {
+		return false
+	}
+	msg := err.Error()
+	return strings.HasPrefix(msg, "MOVED ") || strings.HasPrefix(msg, "ASK ") || strings.HasPrefix(msg, "TRYAGAIN ")
+}
+
 // groupOver reports whether a request of reqs[i]'s group among idx (the
 // requests of one part) is over.
 func groupOver(reqs []backend.Request, res []backend.Result, idx []int, i int) bool {

@@ -440,6 +440,11 @@ func TestClusterReshardUnderLoad(t *testing.T) {
 	t.Logf("every kind of call succeeded 20 times in a row %v after the last move", back.Sub(ended).Round(time.Millisecond))
 	t.Logf("calls on d, whose slot never moved: %d failed of %d (%v); breakers opened %d times",
 		l.failed[still], l.calls[still], l.errorKinds(still), logs.count()[slog.LevelWarn])
+	// A redirection is no failure of the node that sends it: a move must
+	// not shut off a node's other slots.
+	if n := l.failed[still]; n != 0 {
+		t.Errorf("%d calls on d, whose slot never moved, failed (%v): a move shut its node off", n, l.errorKinds(still))
+	}
 	if s.Refunds() == 0 {
 		t.Error("no call was refunded: the calls over several slots prove nothing")
 	}
