@@ -4,13 +4,11 @@ import (
 	"cmp"
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/url"
-	"os"
 	"runtime"
 	"strings"
 	"sync/atomic"
@@ -18,6 +16,8 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 	"golang.org/x/time/rate"
+
+	"github.com/ratelimitd/ratelimitd/internal/tlsconfig"
 )
 
 // DefaultIOTimeout is the dial, read and write timeout of a client that
@@ -184,14 +184,11 @@ func (o ClientOptions) tls() (*tls.Config, error) {
 	}
 	c := &tls.Config{MinVersion: tls.VersionTLS12}
 	if o.CAFile != "" {
-		pem, err := os.ReadFile(o.CAFile)
+		pool, err := tlsconfig.LoadCAs(o.CAFile)
 		if err != nil {
 			return nil, fmt.Errorf("redis TLS CA: %w", err)
 		}
-		c.RootCAs = x509.NewCertPool()
-		if !c.RootCAs.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("redis TLS CA %s: no PEM certificate found", o.CAFile)
-		}
+		c.RootCAs = pool
 	}
 	if (o.CertFile == "") != (o.KeyFile == "") {
 		return nil, fmt.Errorf("redis TLS: a client certificate needs both a cert and a key file")

@@ -44,6 +44,8 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
+
+	"github.com/ratelimitd/ratelimitd/internal/envoyunit"
 )
 
 func main() {
@@ -190,15 +192,6 @@ func (s *server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 
 // unit returns the Envoy unit of window w, UNKNOWN when w is not one.
 func unit(w time.Duration) rlsv3.RateLimitResponse_RateLimit_Unit {
-	switch w {
-	case time.Second:
-		return rlsv3.RateLimitResponse_RateLimit_SECOND
-	case time.Minute:
-		return rlsv3.RateLimitResponse_RateLimit_MINUTE
-	case time.Hour:
-		return rlsv3.RateLimitResponse_RateLimit_HOUR
-	case 24 * time.Hour:
-		return rlsv3.RateLimitResponse_RateLimit_DAY
-	}
-	return rlsv3.RateLimitResponse_RateLimit_UNKNOWN
+	u, _ := envoyunit.ByWindow(w) // the zero Unit's number is UNKNOWN's
+	return rlsv3.RateLimitResponse_RateLimit_Unit(u.Envoy)
 }
