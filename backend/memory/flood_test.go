@@ -251,8 +251,17 @@ func (nc *newcomers) check() {
 	if len(kinds) != 300 {
 		t.Fatalf("%d newcomers, want 300", len(kinds))
 	}
-	if len(nc.since) > 0 {
-		t.Errorf("%d probes asked for once still held after the flood, want 0", len(nc.since))
+	// A probe is asked for once, as every flood key is, and must leave.
+	// The frequency sketch's counts can only err upward (a count-min
+	// sketch, under seeds random per process): a probe whose counters
+	// collide with others' can look asked for more often than the key it
+	// would evict, and stay a while: one of the hundred did, once in about
+	// ten runs; more than two would be a window or sketch that keeps
+	// newcomers it should not.
+	if len(nc.since) > 2 {
+		t.Errorf("%d of 100 probes asked for once still held after the flood, want at most 2", len(nc.since))
+	} else if len(nc.since) > 0 {
+		t.Logf("%d of 100 probes asked for once still held after the flood (the sketch over-counted them)", len(nc.since))
 	}
 	slices.Sort(nc.lived)
 	if len(nc.lived) > 0 {
