@@ -1,6 +1,6 @@
 # ratelimitd: `make help` lists the targets.
 GO      ?= go
-TOOL    := $(GO) tool -modfile=tools/go.mod
+TOOL    := $(GO) tool -modfile=tools/buf/go.mod
 LINT    := $(GO) tool -modfile=tools/lint/go.mod
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
 BIN     := bin/ratelimitd

@@ -6,7 +6,7 @@
 // (--descriptor_set_in) and @grpc/proto-loader read it to generate or load
 // clients in other languages (see examples/python and examples/node).
 //
-//	go run ./internal/cmd/rlsdescriptors -o rls.binpb
+//	go run ./tools/rlsdescriptors -o rls.binpb
 package main
 
 import (

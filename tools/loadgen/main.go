@@ -1,11 +1,11 @@
 // Command loadgen drives an Envoy RLS v3 rate limit service (ratelimitd,
-// or the baseline of internal/loadgen/baseline) with closed-loop callers,
+// or the baseline of tools/baseline) with closed-loop callers,
 // and reports the throughput, the latency percentiles, and what the
 // service, Redis and loadgen itself spent per decision.
 //
 // With -mode rpc (the default), each caller sends a ShouldRateLimit
 // request, waits for the answer, and sends the next. A request names the
-// -domain ("bench" of internal/loadgen/bench.yaml by default), with user
+// -domain ("bench" of tools/loadgen/bench.yaml by default), with user
 // u<N> drawn uniformly from -keys values, and with -descriptors 3 also
 // path /p<N%50> and tenant t<N%10>, each its own descriptor. Calls that
 // end during -warmup are not counted; the measured period is the
@@ -40,8 +40,8 @@
 //
 // Usage:
 //
-//	bin/ratelimitd --config internal/loadgen/bench.yaml --backend redis://127.0.0.1:6379 &
-//	go run ./internal/loadgen -addr 127.0.0.1:8081 -descriptors 3 -pid $! \
+//	bin/ratelimitd --config tools/loadgen/bench.yaml --backend redis://127.0.0.1:6379 &
+//	go run ./tools/loadgen -addr 127.0.0.1:8081 -descriptors 3 -pid $! \
 //		-redis-pid $(pidof redis-server) -redis-addr 127.0.0.1:6379
 //
 // With -json, stdout holds one JSON object (the fields of report) and the

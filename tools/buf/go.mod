@@ -1,4 +1,4 @@
-module github.com/ratelimitd/ratelimitd/tools
+module github.com/ratelimitd/ratelimitd/tools/buf
 
 go 1.26.7
 
