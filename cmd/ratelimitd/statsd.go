@@ -8,7 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ratelimitd/ratelimitd/backend"
-	"github.com/ratelimitd/ratelimitd/internal/statsd"
+	"github.com/ratelimitd/ratelimitd/cmd/ratelimitd/internal/statsd"
 )
 
 // startStatsd starts, with --statsd-addr, the exporter of

@@ -18,7 +18,7 @@ import (
 	gostats "github.com/lyft/gostats"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/ratelimitd/ratelimitd/internal/statsd"
+	"github.com/ratelimitd/ratelimitd/cmd/ratelimitd/internal/statsd"
 )
 
 // wait bounds every wait for the server's side in these tests: reaching it

@@ -5,7 +5,7 @@ import (
 	"log/slog"
 	"testing"
 
-	"github.com/ratelimitd/ratelimitd/internal/statsd"
+	"github.com/ratelimitd/ratelimitd/cmd/ratelimitd/internal/statsd"
 )
 
 // drained returns an Exporter sending to a server that reads and discards
