@@ -46,7 +46,7 @@ type verdict struct {
 	shadow    bool // not enforced: a shadow-mode rule, or the daemon in shadow mode
 	limited   bool // a limit applied: limit, name and the counts below are set
 	unlimited bool // the rule is unlimited: nothing was counted
-	named     bool // name is the limit's own name, not the key path
+	named     bool // the rule names this limit (and the request does not override it)
 	cached    bool // the store answered from its local cache
 	limit     backend.Limit
 	name      string // the limit's name, or else the rule's key path
@@ -489,7 +489,7 @@ func (s *Server) limitVerdict(ds *desc, l backend.Limit, r backend.Result) verdi
 		limited:   true,
 		limit:     l,
 		name:      cmp.Or(own, ds.path),
-		named:     own != "",
+		named:     own != "" && !ds.override, // the reference names no override's limit
 		cached:    r.Cached,
 		remaining: r.Remaining,
 		reset:     r.ResetAfter,

@@ -278,7 +278,7 @@ func (s *Server) countRule(domain string, ds *desc, v verdict, refused bool) {
 			near = 0
 		}
 	}
-	if r := c.ref; r != nil {
+	if r := c.ref; r != nil && !ds.unlimited() { // the reference counts no unlimited rule
 		r.hits.Add(ds.hits)
 		switch {
 		case v.overLimit:

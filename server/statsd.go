@@ -79,9 +79,16 @@ var ipv4 = regexp.MustCompile(`\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}`)
 
 // sanitizeStatName makes s a statsd name as the reference does: ':' and
 // '|', which end a name on the wire, become '_', and so do the dots of
-// IPv4 addresses.
+// IPv4 addresses. So do control characters, which the reference keeps: a
+// request value holding a newline would otherwise end the line and
+// forge series of its own.
 func sanitizeStatName(s string) string {
-	s = strings.NewReplacer(":", "_", "|", "_").Replace(s)
+	s = strings.Map(func(r rune) rune {
+		if r == ':' || r == '|' || r < 0x20 || r == 0x7f {
+			return '_'
+		}
+		return r
+	}, s)
 	return ipv4.ReplaceAllStringFunc(s, func(ip string) string { return strings.ReplaceAll(ip, ".", "_") })
 }
 

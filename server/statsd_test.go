@@ -6,6 +6,7 @@ import (
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"github.com/google/go-cmp/cmp"
 	gostats "github.com/lyft/gostats"
 	"github.com/lyft/gostats/mock"
@@ -89,6 +90,17 @@ func TestEnvoyproxyAnswers(t *testing.T) {
 			}
 		})
 	}
+	// A limit override is never named in the reference's answers.
+	overridden := request("basic", override(7, typev3.RateLimitUnit_MINUTE, 0, desc("named", "x")))
+	for _, tt := range []struct {
+		reference bool
+		want      string
+	}{{false, "mine"}, {true, ""}} {
+		h := newHarness(t, rules, server.Options{EnvoyproxyAnswers: tt.reference})
+		if got := h.should(t, overridden).GetStatuses()[0].GetCurrentLimit().GetName(); got != tt.want {
+			t.Errorf("EnvoyproxyAnswers %v: an override's limit named %q, want %q", tt.reference, got, tt.want)
+		}
+	}
 	// At a window's very start, the reference counts the whole window.
 	h := newHarness(t, rules, server.Options{EnvoyproxyAnswers: true})
 	h.at(time.Hour)
@@ -111,6 +123,7 @@ func TestStatsd(t *testing.T) {
 	}
 	h.should(t, request("basic", desc("files", "files/a.pdf"), desc("files", "files/b.csv")))
 	h.should(t, request("basic", desc("client", "acme", "path", "/v1")))
+	h.should(t, request("basic", desc("client", "acme", "path", "/v2\nforged:1|c\r")))
 	h.should(t, request("basic", desc("tenant", "t1", "ip", "10.0.0.1")))
 	h.should(t, request("basic", desc("addr", "10.1.2.3:80|x")))
 	h.should(t, request("basic", desc("free", "x")))
@@ -120,7 +133,7 @@ func TestStatsd(t *testing.T) {
 	}
 	store.Flush()
 	for name, want := range map[string]uint64{
-		"ratelimit_server.ShouldRateLimit.total_requests.__env=test":        10, // 9 decided, 1 refused as malformed
+		"ratelimit_server.ShouldRateLimit.total_requests.__env=test":        11, // 10 decided, 1 refused as malformed
 		"ratelimit.service.call.should_rate_limit.service_error.__env=test": 1,
 	} {
 		if got := sink.Counter(name); got != want {
@@ -139,12 +152,14 @@ func TestStatsd(t *testing.T) {
 		p + "files_files/*.within_limit" + tag:        2,
 		p + "client_acme.path_/v1.total_hits" + tag:   1,
 		p + "client_acme.path_/v1.within_limit" + tag: 1,
-		p + "tenant_t1.ip.total_hits" + tag:           1,
-		p + "tenant_t1.ip.within_limit" + tag:         1,
-		p + "addr_10_1_2_3_80_x.total_hits" + tag:     1,
-		p + "addr_10_1_2_3_80_x.within_limit" + tag:   1,
-		p + "free.total_hits" + tag:                   1,
-		p + "free.within_limit" + tag:                 1,
+		// A value cannot end the line: control characters become '_'.
+		p + "client_acme.path_/v2_forged_1_c_.total_hits" + tag:   1,
+		p + "client_acme.path_/v2_forged_1_c_.within_limit" + tag: 1,
+		p + "tenant_t1.ip.total_hits" + tag:                       1,
+		p + "tenant_t1.ip.within_limit" + tag:                     1,
+		p + "addr_10_1_2_3_80_x.total_hits" + tag:                 1,
+		p + "addr_10_1_2_3_80_x.within_limit" + tag:               1,
+		// "free", an unlimited rule, counts nothing, as in the reference.
 	}
 	got := map[string]uint64{}
 	for name, v := range sink.Counters() {

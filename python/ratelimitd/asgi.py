@@ -20,7 +20,7 @@ import logging
 from typing import Any, Awaitable, Callable, Iterable, List, Optional, Sequence, Tuple, Union, cast
 
 from ._common import seconds
-from .client import AsyncClient, Client, D, Decision, Descriptor, InvalidRequest, Status
+from .client import AsyncClient, Client, D, Decision, Descriptor, InvalidRequest, Status, UnencodableValue
 
 __all__ = ["QUOTA_EXCEEDED", "KeyErrorHandler", "RateLimitMiddleware", "client_ip", "trusted_network"]
 
@@ -216,6 +216,11 @@ class RateLimitMiddleware:
                                 f"{type(d).__name__}, not an awaitable")
             else:
                 d = await d
+        except UnencodableValue as e:  # the request's own bytes: not attributable, not a fault of ours
+            answered = self._key_error(scope, receive, send, e)
+            if inspect.isawaitable(answered):
+                await answered
+            return
         except InvalidRequest as e:
             self._log.error("rate limit request malformed: domain=%r err=%s", self.domain, e)
             await _plain(send, 500, "rate limit: malformed rate limit request")

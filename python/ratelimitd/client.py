@@ -44,14 +44,14 @@ from .proto.ratelimit.v1 import ratelimit_pb2 as pb
 from .proto.ratelimit.v1 import ratelimit_pb2_grpc as pb_grpc
 
 __all__ = [
-    "DEFAULT_CONNECT_TIMEOUT",
-    "DEFAULT_REFUSAL_CACHE",
-    "DEFAULT_REFUSAL_CACHE_SIZE",
-    "DEFAULT_TIMEOUT",
     "Algorithm",
     "AsyncClient",
     "Client",
     "D",
+    "DEFAULT_CONNECT_TIMEOUT",
+    "DEFAULT_REFUSAL_CACHE",
+    "DEFAULT_REFUSAL_CACHE_SIZE",
+    "DEFAULT_TIMEOUT",
     "Decision",
     "Descriptor",
     "Entry",
@@ -59,6 +59,7 @@ __all__ = [
     "Limit",
     "LimitOverride",
     "Status",
+    "UnencodableValue",
 ]
 
 #: The default budget of one call, in seconds.
@@ -85,6 +86,14 @@ class InvalidRequest(ValueError):
     def __init__(self, message: str, rpc_error: Optional[grpc.RpcError] = None):
         super().__init__(message)
         self.rpc_error = rpc_error
+
+
+class UnencodableValue(InvalidRequest):
+    """A descriptor value a Quota cannot carry: bytes that are not UTF-8.
+    Such a value comes from the request being limited (a header, gRPC
+    metadata), not from the program, so the middleware and interceptors
+    answer it as a request they cannot attribute (400, INVALID_ARGUMENT,
+    logged as a warning), not as a malformed configuration."""
 
 
 class Algorithm(str, Enum):

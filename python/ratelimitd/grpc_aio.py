@@ -15,7 +15,7 @@ from typing import Any, Awaitable, Callable, Iterable, List, Optional, Sequence,
 
 import grpc
 
-from .client import AsyncClient, Client, D, Decision, Descriptor, InvalidRequest
+from .client import AsyncClient, Client, D, Decision, Descriptor, InvalidRequest, UnencodableValue
 
 __all__ = ["METHOD_KEY", "REMOTE_ADDRESS_KEY", "RateLimitInterceptor"]
 
@@ -119,6 +119,10 @@ class RateLimitInterceptor(grpc.aio.ServerInterceptor):
             d = self._client.should_rate_limit(self.domain, *ds)
             if inspect.isawaitable(d):
                 d = await d
+        except UnencodableValue as e:  # the caller's own metadata bytes: its error, not ours
+            self._log.warning("rate limit: cannot attribute the call: method=%s err=%s", method, e)
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"ratelimitd: rate limiting {method}: {e}")
+            return
         except InvalidRequest as e:
             self._log.error("rate limit request malformed: domain=%r method=%s err=%s", self.domain, method, e)
             await context.abort(grpc.StatusCode.INTERNAL, f"ratelimitd: rate limiting {method}: {e}")

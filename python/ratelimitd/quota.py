@@ -53,7 +53,7 @@ from typing import Any, Callable, Dict, FrozenSet, Iterator, List, Optional, Seq
 import grpc
 
 from ._common import MAX_DESCRIPTORS, MAX_DOMAIN, MAX_ENTRIES, MAX_HITS
-from .client import Decision, Descriptor, InvalidRequest, Status
+from .client import Decision, Descriptor, InvalidRequest, Status, UnencodableValue
 from .proto.envoy.service.rate_limit_quota.v3 import rlqs_pb2 as pb
 from .proto.envoy.service.rate_limit_quota.v3 import rlqs_pb2_grpc as pb_grpc
 
@@ -135,8 +135,8 @@ def _bucket_key(d: Descriptor, i: int) -> Tuple[BucketKey, Tuple[Tuple[str, str]
             else:
                 raise InvalidRequest(f"ratelimitd: quota: descriptor {i} entry {j}: value is a {type(v).__name__}")
         except UnicodeError:
-            raise InvalidRequest(f"ratelimitd: quota: descriptor {i} entry {j} ({k!r}) is not valid UTF-8, which "
-                                 "a bucket id of the Python client must be") from None
+            raise UnencodableValue(f"ratelimitd: quota: descriptor {i} entry {j} ({k!r}) is not valid UTF-8, which "
+                                   "a bucket id of the Python client must be") from None
         pairs.append((k, v))
     key = (frozenset(pairs), tuple(pairs))
     object.__setattr__(d, "_quota_key", key)  # d is frozen: its entries never change

@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterable, List, Optional, Sequence, Tuple, Uni
 
 from .asgi import IPAddress, Network, _x_ratelimit, client_ip, problem, trusted_network
 from ._common import seconds
-from .client import AsyncClient, D, Decision, Descriptor, InvalidRequest
+from .client import AsyncClient, D, Decision, Descriptor, InvalidRequest, UnencodableValue
 
 __all__ = ["RateLimitMiddleware", "environ_client_ip"]
 
@@ -156,6 +156,8 @@ class RateLimitMiddleware:
             return self.app(environ, start_response)
         try:
             d = self.client.should_rate_limit(self.domain, *ds)
+        except UnencodableValue as e:  # the request's own bytes: not attributable, not a fault of ours
+            return self._key_error(environ, start_response, e)
         except InvalidRequest as e:
             self._log.error("rate limit request malformed: domain=%r err=%s", self.domain, e)
             return _plain(start_response, "500 Internal Server Error", "rate limit: malformed rate limit request")

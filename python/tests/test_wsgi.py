@@ -103,6 +103,22 @@ class WSGITest(unittest.TestCase):
         self.assertGreaterEqual(int(got[2][1]["retry-after"]), 3000)
         self.assertEqual(len(calls), 2)
 
+    def test_quota_unencodable_header(self):
+        # A header whose bytes are not UTF-8 cannot be a Quota's bucket id:
+        # the request is not attributable (400, a warning), not a fault of
+        # the configuration (500, an error).
+        fake = FakeRLQS(lambda u: action(entries_of(u), max_tokens=2, per_fill=1, fill=3600, ttl=60))
+        ch = grpc.insecure_channel(serve(self, fake))
+        self.addCleanup(ch.close)
+        q = Quota(ch, "edge", reporting_interval=3600)
+        self.addCleanup(q.close)
+        calls = []
+        mw = RateLimitMiddleware(app_of(calls), q, "edge", api_key_header="X-API-Key", client_ip=False)
+        with self.assertLogs("ratelimitd", "WARNING") as logs:
+            self.assertEqual(request(mw, x_api_key="caf\xe9")[0], "400 Bad Request")
+        self.assertFalse([r for r in logs.records if r.levelname == "ERROR"], "logged as an error")
+        self.assertEqual(calls, [])
+
 
 if __name__ == "__main__":
     unittest.main()
