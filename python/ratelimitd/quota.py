@@ -627,6 +627,11 @@ class AsyncQuota(_Core):
         while not self._closed:
             gen += 1
             answered, err = await self._stream(gen)
+            if self._closed:
+                # close() cancelled the task, perhaps while the stream's
+                # cleanup awaited its reader, which takes the cancellation:
+                # end now rather than after a backoff.
+                return
             if answered:
                 wait = _BACKOFF_MIN
             self._log.warning("ratelimitd quota: the RLQS stream failed; assignments keep until they expire, "
