@@ -115,9 +115,6 @@ class RateLimitMiddleware:
         x_ratelimit_headers: bool = False,
         logger: Optional[logging.Logger] = None,
     ):
-        if not 1 <= ipv4_prefix <= 32 or not 1 <= ipv6_prefix <= 128:
-            raise ValueError(f"ratelimitd: prefix lengths {ipv4_prefix}, {ipv6_prefix}: want an IPv4 length "
-                             "of 1 to 32 and an IPv6 length of 1 to 128")
         self.app = app
         if _is_client(client):
             self._client: Any = _checked_client(client)
@@ -129,12 +126,8 @@ class RateLimitMiddleware:
                             "AsyncClient, or a function returning one")
         self.domain = domain
         self._api_key = api_key_header.lower().encode("latin-1") if api_key_header else None
-        self._trusted = [trusted_network(p) for p in trusted_proxies]
-        if self._trusted:
-            client_ip = True
-        if not api_key_header and not client_ip and not route and descriptors is None:
-            client_ip, route = True, True
-        self._client_ip = client_ip
+        self._trusted, self._client_ip, route = attribution(api_key_header, client_ip, trusted_proxies, route,
+                                                            descriptors, ipv4_prefix, ipv6_prefix)
         self._proxy_header = proxy_header
         self._v4, self._v6 = ipv4_prefix, ipv6_prefix
         self._route = route
@@ -269,6 +262,23 @@ def _checked_client(c):
         raise TypeError(f"ratelimitd: the should_rate_limit of RateLimitMiddleware's client, a "
                         f"{type(c).__name__}, is not a coroutine function (async def): want an AsyncClient")
     return c
+
+
+def attribution(api_key_header: Optional[str], client_ip: bool, trusted_proxies: Iterable[Union[str, Network]],
+                route: Any, descriptors: Any, ipv4_prefix: int, ipv6_prefix: int) -> Tuple[List[Network], bool, Any]:
+    """The attribution settings the ASGI and WSGI middleware share, checked:
+    the trusted proxies' networks, whether to key by client IP (yes with
+    trusted proxies, and when nothing else keys), and the route option (on
+    when nothing else keys)."""
+    if not 1 <= ipv4_prefix <= 32 or not 1 <= ipv6_prefix <= 128:
+        raise ValueError(f"ratelimitd: prefix lengths {ipv4_prefix}, {ipv6_prefix}: want an IPv4 length "
+                         "of 1 to 32 and an IPv6 length of 1 to 128")
+    trusted = [trusted_network(p) for p in trusted_proxies]
+    if trusted:
+        client_ip = True
+    if not api_key_header and not client_ip and not route and descriptors is None:
+        client_ip, route = True, True
+    return trusted, client_ip, route
 
 
 def trusted_network(p: Union[str, Network]) -> Network:

@@ -18,7 +18,7 @@ import ipaddress
 import logging
 from typing import Any, Callable, Iterable, List, Optional, Sequence, Tuple, Union
 
-from .asgi import IPAddress, Network, _x_ratelimit, client_ip, problem, trusted_network
+from .asgi import IPAddress, Network, _x_ratelimit, attribution, client_ip, problem
 from ._common import seconds
 from .client import AsyncClient, D, Decision, Descriptor, InvalidRequest, UnencodableValue
 
@@ -95,9 +95,6 @@ class RateLimitMiddleware:
         x_ratelimit_headers: bool = False,
         logger: Optional[logging.Logger] = None,
     ):
-        if not 1 <= ipv4_prefix <= 32 or not 1 <= ipv6_prefix <= 128:
-            raise ValueError(f"ratelimitd: prefix lengths {ipv4_prefix}, {ipv6_prefix}: want an IPv4 length "
-                             "of 1 to 32 and an IPv6 length of 1 to 128")
         m = getattr(client, "should_rate_limit", None)
         if isinstance(client, AsyncClient) or not callable(m) or inspect.iscoroutinefunction(m):
             raise TypeError(f"ratelimitd: the WSGI RateLimitMiddleware's client is a {type(client).__name__}: "
@@ -107,12 +104,8 @@ class RateLimitMiddleware:
         self.client = client
         self.domain = domain
         self._api_key = "HTTP_" + api_key_header.upper().replace("-", "_") if api_key_header else None
-        self._trusted = [trusted_network(p) for p in trusted_proxies]
-        if self._trusted:
-            client_ip = True
-        if not api_key_header and not client_ip and not route and descriptors is None:
-            client_ip, route = True, True
-        self._client_ip = client_ip
+        self._trusted, self._client_ip, route = attribution(api_key_header, client_ip, trusted_proxies, route,
+                                                            descriptors, ipv4_prefix, ipv6_prefix)
         self._proxy_header = proxy_header
         self._v4, self._v6 = ipv4_prefix, ipv6_prefix
         self._route = route
