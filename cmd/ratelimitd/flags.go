@@ -175,20 +175,23 @@ const (
 	defaultStatsdFlushInterval = 10 * time.Second
 )
 
-// parseStatsdTags reads --statsd-tags: key=value items, comma-separated.
-func parseStatsdTags(v string) (map[string]string, error) {
-	tags := map[string]string{}
+// parseKeyValues reads a flag of key=value items, comma-separated
+// (--statsd-tags, --xds-headers): blank items are skipped, and keys and
+// values trimmed of spaces.
+func parseKeyValues(v string) (map[string]string, error) {
+	m := map[string]string{}
 	for item := range strings.SplitSeq(v, ",") {
 		if strings.TrimSpace(item) == "" {
 			continue
 		}
 		k, val, ok := strings.Cut(item, "=")
+		k = strings.TrimSpace(k)
 		if !ok || k == "" {
-			return nil, fmt.Errorf("%q is not key=value", item)
+			return nil, fmt.Errorf("%q is not k=v", item)
 		}
-		tags[k] = val
+		m[k] = strings.TrimSpace(val)
 	}
-	return tags, nil
+	return m, nil
 }
 
 // maxUnknownDomains bounds --unknown-domains-max: each domain is a series
@@ -347,7 +350,7 @@ func defineFlags(fs *flag.FlagSet, f *flags) {
 	fs.StringVar(&f.statsd.network, "statsd-network", "tcp", "how to reach --statsd-addr: tcp or udp")
 	fs.DurationVar(&f.statsd.interval, "statsd-flush-interval", defaultStatsdFlushInterval, "how often the statsd series are sent")
 	fs.Func("statsd-tags", "comma-separated `key=value` tags of every statsd series, as the reference's EXTRA_TAGS (serialized into the names as .__key=value)", func(v string) error {
-		tags, err := parseStatsdTags(v)
+		tags, err := parseKeyValues(v)
 		f.statsd.tags = tags
 		return err
 	})

@@ -81,14 +81,13 @@ func (x *xdsFlags) headerMap() (map[string]string, error) {
 	if x.headers == "" {
 		return nil, nil
 	}
-	m := map[string]string{}
-	for pair := range strings.SplitSeq(x.headers, ",") {
-		k, v, ok := strings.Cut(pair, "=")
-		k = strings.ToLower(strings.TrimSpace(k))
-		if !ok || k == "" {
-			return nil, fmt.Errorf("--xds-headers: %q is not k=v", pair)
-		}
-		m[k] = strings.TrimSpace(v)
+	kv, err := parseKeyValues(x.headers)
+	if err != nil {
+		return nil, fmt.Errorf("--xds-headers: %w", err)
+	}
+	m := make(map[string]string, len(kv))
+	for k, v := range kv {
+		m[strings.ToLower(k)] = v // gRPC metadata keys are lower case
 	}
 	return m, nil
 }

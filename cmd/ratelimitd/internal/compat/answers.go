@@ -107,18 +107,9 @@ func (t *translator) statsd() {
 		t.honour("STATS_FLUSH_INTERVAL")
 	}
 	t.flags["statsd-flush-interval"] = interval.String()
-	var tags []string
-	for _, kv := range t.pairs("EXTRA_TAGS") {
-		if strings.ContainsAny(kv[0], "=,") || strings.Contains(kv[1], ",") {
-			t.fail("EXTRA_TAGS", "statsd-tags", "tag %q holds '=' or ','", clip(kv[0]))
-			continue
-		}
-		tags = append(tags, kv[0]+"="+kv[1])
-	}
-	if len(tags) > 0 {
-		t.flags["statsd-tags"] = strings.Join(tags, ",")
-	}
-	t.honour("EXTRA_TAGS")
+	t.keyValues("EXTRA_TAGS", "statsd-tags", "tag", func(k, v string) bool {
+		return strings.ContainsAny(k, "=,") || strings.Contains(v, ",")
+	})
 	t.ignore("ratelimitd's statsd writes each flush at once, without a flush timer of its own", "GOSTATS_FLUSH_INTERVAL_SECONDS")
 	t.ignore("ratelimitd sends no timers", "GOSTATS_USE_RESERVOIR_TIMER")
 	t.ignore("ratelimitd's statsd has no logging sink", "GOSTATS_LOGGING_SINK_DISABLED")

@@ -208,18 +208,9 @@ func (t *translator) xds() {
 		}
 	}
 	t.honour("CONFIG_GRPC_XDS_NODE_METADATA")
-	var headers []string
-	for _, kv := range t.pairs("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS") {
-		if strings.Contains(kv[0], "=") {
-			t.fail("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "", "header name %q holds '='", clip(kv[0]))
-			continue
-		}
-		headers = append(headers, kv[0]+"="+kv[1])
-	}
-	if len(headers) > 0 {
-		t.flags["xds-headers"] = strings.Join(headers, ",")
-	}
-	t.honour("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS")
+	t.keyValues("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "xds-headers", "header name", func(k, _ string) bool {
+		return strings.Contains(k, "=")
+	})
 	if d, ok := t.duration("CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL"); ok {
 		t.flags["xds-retry-interval"] = d.String()
 		t.honour("CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL")

@@ -102,3 +102,22 @@ func clip(s string) string {
 	}
 	return s[:most] + "..."
 }
+
+// keyValues gives flag, a ratelimitd flag of k=v items, the k:v pairs of the
+// variable name (see pairs), and honours name; a pair that bad says the flag
+// cannot carry (a separator in it) fails name, naming the item as what,
+// unless flag is set explicitly (see Moot).
+func (t *translator) keyValues(name, flag, what string, bad func(k, v string) bool) {
+	var items []string
+	for _, kv := range t.pairs(name) {
+		if bad(kv[0], kv[1]) {
+			t.fail(name, flag, "%s %q holds a separator ('=' or ',')", what, clip(kv[0]))
+			continue
+		}
+		items = append(items, kv[0]+"="+kv[1])
+	}
+	if len(items) > 0 {
+		t.flags[flag] = strings.Join(items, ",")
+	}
+	t.honour(name)
+}
