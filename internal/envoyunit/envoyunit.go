@@ -22,6 +22,8 @@ import (
 type Unit struct {
 	// Name is the unit in rule files, lower case: "second" ... "year".
 	Name string
+	// EnvoyName is its name in Envoy's protos: "SECOND" ... "YEAR".
+	EnvoyName string
 	// Envoy is its number in Envoy's protos: 1 for SECOND ... 7 for WEEK.
 	Envoy int32
 	// Window is its length.
@@ -31,20 +33,17 @@ type Unit struct {
 	Override bool
 }
 
-// EnvoyName returns the unit's name in Envoy's protos: "SECOND" ...
-func (u Unit) EnvoyName() string { return strings.ToUpper(u.Name) }
-
 const day = 24 * time.Hour
 
 // units are Envoy's units, longest first.
 var units = [...]Unit{
-	{Name: "year", Envoy: 6, Window: 365 * day, Override: true},
-	{Name: "month", Envoy: 5, Window: 30 * day, Override: true},
-	{Name: "week", Envoy: 7, Window: 7 * day},
-	{Name: "day", Envoy: 4, Window: day, Override: true},
-	{Name: "hour", Envoy: 3, Window: time.Hour, Override: true},
-	{Name: "minute", Envoy: 2, Window: time.Minute, Override: true},
-	{Name: "second", Envoy: 1, Window: time.Second, Override: true},
+	{Name: "year", EnvoyName: "YEAR", Envoy: 6, Window: 365 * day, Override: true},
+	{Name: "month", EnvoyName: "MONTH", Envoy: 5, Window: 30 * day, Override: true},
+	{Name: "week", EnvoyName: "WEEK", Envoy: 7, Window: 7 * day},
+	{Name: "day", EnvoyName: "DAY", Envoy: 4, Window: day, Override: true},
+	{Name: "hour", EnvoyName: "HOUR", Envoy: 3, Window: time.Hour, Override: true},
+	{Name: "minute", EnvoyName: "MINUTE", Envoy: 2, Window: time.Minute, Override: true},
+	{Name: "second", EnvoyName: "SECOND", Envoy: 1, Window: time.Second, Override: true},
 }
 
 // All returns Envoy's units, longest first.

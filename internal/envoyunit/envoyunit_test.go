@@ -14,11 +14,11 @@ import (
 // but for the week, in overrides.
 func TestNumbers(t *testing.T) {
 	for _, u := range envoyunit.All() {
-		if got := rlsv3.RateLimitResponse_RateLimit_Unit(u.Envoy).String(); got != u.EnvoyName() {
+		if got := rlsv3.RateLimitResponse_RateLimit_Unit(u.Envoy).String(); got != u.EnvoyName {
 			t.Errorf("%s: response unit %d is %s", u.Name, u.Envoy, got)
 		}
 		name, known := typev3.RateLimitUnit_name[u.Envoy]
-		if known != u.Override || known && name != u.EnvoyName() {
+		if known != u.Override || known && name != u.EnvoyName {
 			t.Errorf("%s: override unit %d is %q (known %v), want Override %v", u.Name, u.Envoy, name, known, u.Override)
 		}
 	}

@@ -144,7 +144,7 @@ var fastUnits = map[string]time.Duration{}
 
 func init() {
 	for _, u := range overrideUnits {
-		fastUnits[u.EnvoyName()] = u.Window
+		fastUnits[u.EnvoyName] = u.Window
 	}
 }
 

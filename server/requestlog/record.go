@@ -112,7 +112,7 @@ func envoyUnit(w time.Duration) (string, uint64, bool) {
 	for _, u := range overrideUnits {
 		d := u.Window
 		if w >= d && w%d == 0 && uint64(w/d) <= math.MaxUint32 {
-			return u.EnvoyName(), uint64(w / d), true
+			return u.EnvoyName, uint64(w / d), true
 		}
 	}
 	return "", 0, false
