@@ -482,6 +482,9 @@ class Client {
 module.exports = {
   check,
   wellFormed,
+  MAX_DOMAIN,
+  MAX_DESCRIPTORS,
+  MAX_ENTRIES,
   Client,
   D,
   DEFAULT_TIMEOUT_MS,

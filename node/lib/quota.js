@@ -9,7 +9,8 @@ const grpc = require('@grpc/grpc-js');
 const { BinaryReader, BinaryWriter } = require('@bufbuild/protobuf/wire');
 const { rlqsV3 } = require('./stubs.js');
 const { invalid, NoAssignmentError } = require('./errors.js');
-const { wellFormed } = require('./client.js');
+// ratelimitd's bounds on a request, as the Client checks them.
+const { wellFormed, MAX_DOMAIN, MAX_DESCRIPTORS, MAX_ENTRIES } = require('./client.js');
 
 /** How often, by default, a Quota reports its buckets' use, in ms (ratelimitd's assignments then live twice as long). */
 const DEFAULT_REPORTING_INTERVAL_MS = 5000;
@@ -23,10 +24,6 @@ const QUOTA_IDLE_INTERVALS = 3;
 const BACKOFF_MIN = 100;
 const BACKOFF_MAX = 10000;
 
-// ratelimitd's bounds on a request, as the Client checks them.
-const MAX_DOMAIN = 256;
-const MAX_DESCRIPTORS = 64;
-const MAX_ENTRIES = 32;
 // setInterval's longest delay.
 const MAX_INTERVAL_MS = 0x7fffffff;
 
