@@ -3,6 +3,7 @@ module github.com/ratelimitd/ratelimitd/client
 go 1.25.0
 
 require (
+	github.com/cenkalti/backoff/v5 v5.0.3
 	github.com/dunglas/httpsfv v1.1.2
 	github.com/google/go-cmp v0.7.0
 	github.com/grpc-ecosystem/go-grpc-middleware/v2 v2.1.0

@@ -597,6 +597,31 @@ func TestQuotaAbandon(t *testing.T) {
 	}
 }
 
+// TestQuotaBackoff: the reporting stream waits between attempts from
+// quotaBackoffMin, doubling up to quotaBackoffMax, each wait within 20% of
+// its step; an answered stream starts the doubling again.
+func TestQuotaBackoff(t *testing.T) {
+	within := func(t *testing.T, step int, got, base time.Duration) {
+		t.Helper()
+		// cenkalti/backoff draws from [base-20%, base+20%+1ns).
+		if lo, hi := base-base/5, base+base/5+1; got < lo || got > hi {
+			t.Errorf("wait %d = %v, want %v ±20%% [%v, %v]", step, got, base, lo, hi)
+		}
+	}
+	b := newQuotaBackoff()
+	base := quotaBackoffMin
+	for i := range 12 { // 100 ms to 10 s takes 8 doublings
+		within(t, i, b.NextBackOff(), base)
+		base = min(2*base, quotaBackoffMax)
+	}
+	if base != quotaBackoffMax {
+		t.Fatalf("the test never reached the cap: %v", base)
+	}
+	b.Reset()
+	within(t, 0, b.NextBackOff(), quotaBackoffMin)
+	within(t, 1, b.NextBackOff(), 2*quotaBackoffMin)
+}
+
 // TestQuotaReportsAndReconnects: after failed streams, the Quota
 // reconnects, names the domain again, and reports its buckets' counts
 // each interval; idle buckets are forgotten.

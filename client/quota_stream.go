@@ -3,9 +3,9 @@ package client
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"time"
 
+	"github.com/cenkalti/backoff/v5"
 	"google.golang.org/grpc"
 )
 
@@ -15,6 +15,21 @@ const (
 	quotaBackoffMin = 100 * time.Millisecond
 	quotaBackoffMax = 10 * time.Second
 )
+
+// newQuotaBackoff returns the reporting stream's reconnection backoff. It
+// is cenkalti/backoff's, as the daemon's Redis share watch uses: gRPC's own
+// connection backoff (google.golang.org/grpc/backoff) is only a Config,
+// its computation being internal to gRPC, and it already paces the
+// connection under a stream opened with WaitForReady; this one paces the
+// streams themselves, which fail while the connection stays up.
+func newQuotaBackoff() *backoff.ExponentialBackOff {
+	return &backoff.ExponentialBackOff{
+		InitialInterval:     quotaBackoffMin,
+		RandomizationFactor: 0.2,
+		Multiplier:          2,
+		MaxInterval:         quotaBackoffMax,
+	}
+}
 
 // rlqsStream describes StreamRateLimitQuotas.
 var rlqsStream = &grpc.StreamDesc{
@@ -28,7 +43,7 @@ var rlqsStream = &grpc.StreamDesc{
 func (q *Quota) run(ctx context.Context) {
 	defer close(q.done)
 	var gen uint64
-	wait := quotaBackoffMin
+	wait := newQuotaBackoff()
 	for {
 		gen++
 		answered, err := q.stream(ctx, gen)
@@ -36,18 +51,18 @@ func (q *Quota) run(ctx context.Context) {
 			return
 		}
 		if answered {
-			wait = quotaBackoffMin
+			wait.Reset()
 		}
+		retryIn := wait.NextBackOff()
 		q.logger.Warn("ratelimitd quota: the RLQS stream failed; assignments keep until they expire, then the failure policy decides",
-			"domain", q.domain, "retry_in", wait, "err", err)
-		t := time.NewTimer(time.Duration(float64(wait) * (0.8 + 0.4*rand.Float64()))) //nolint:gosec // jitter
+			"domain", q.domain, "retry_in", retryIn, "err", err)
+		t := time.NewTimer(retryIn)
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return
 		case <-t.C:
 		}
-		wait = min(2*wait, quotaBackoffMax)
 	}
 }
 
