@@ -10,6 +10,15 @@ import (
 // goroutine keeps a coarse copy of it, which calls read instead; after
 // clockIdleTicks ticks without a call it stops ticking, and the next call
 // reads the clock itself and wakes it.
+//
+// The daemon has a coarse clock too, for hot-key observation
+// (internal/hotkeys/clock.go in the main module). They are two because
+// they live in two modules: this one cannot import the main module, and
+// sharing one would put a clock in the client's public API (or a module
+// of its own) for some forty lines. Their needs differ as well: a Quota's
+// token buckets want a millisecond and a goroutine that Close ends (see
+// runClock), hot-key rates a tenth of a second and a goroutine that stops
+// when unread.
 const (
 	// clockTick is how often the coarse clock is updated while in use: how
 	// far behind the monotonic clock, scheduling delays aside, it may be.

@@ -13,6 +13,12 @@ const tick = 100 * time.Millisecond
 // 100 ns, as much as the rest of an observation. The goroutine runs while
 // the clock is read: it ends at the first tick after which nobody read it,
 // and the next read starts it again.
+//
+// The Go client's Quota keeps a coarse clock of its own
+// (client/quota_clock.go): the client is a module of its own, which
+// cannot import this one, and this one would need that clock exported in
+// the client's public API. Theirs ticks every millisecond, for token
+// buckets, and its goroutine ends with the Quota's Close.
 type coarseClock struct {
 	base    time.Time
 	now     atomic.Int64 // nanoseconds since base, at the last tick
