@@ -12,6 +12,27 @@ import (
 
 // refusals remembers ratelimitd's refusals for a while, so that the same
 // request is refused again without an RPC.
+//
+// It follows the design of the daemon's local over-limit cache
+// (backend/redis/cache.go, in the main module, which this one cannot
+// import): a map under one lock, bounded (WithRefusalCacheSize, as
+// --local-cache-size there); each entry holds until the refusal's
+// retry-after, capped (WithRefusalCache, maxHold there), and counts its
+// durations down from when it was made; when full, expired entries are
+// swept, at most once per interval. It differs where its job does:
+//
+//   - An entry is a whole request (domain, descriptors, hits, overrides:
+//     see refusalKey), not a counter: the client knows neither
+//     ratelimitd's rules nor its counters, only what it asked and what
+//     ratelimitd answered, headers included (see localHeaders).
+//   - Full of live refusals, it forgets an arbitrary one to remember the
+//     newest (TestRefusalMemoryBounded holds it), where the daemon's cache
+//     leaves the new call to Redis: the daemon must store all of a call's
+//     counters or none, while here the request just refused, one entry,
+//     is the one a flood repeats.
+//   - Reaching the bound is counted by no metric: the client has no
+//     metrics of its own, and a counter would add to its public API; the
+//     daemon's cache reports its entries (LocalCacheEntries).
 type refusals struct {
 	maxAge time.Duration
 	size   int
