@@ -321,6 +321,7 @@ func TestClientIP(t *testing.T) {
 		{"IPv4-mapped trusted prefix", "[::ffff:172.16.0.5]:80", "X-Forwarded-For", "203.0.113.1", "203.0.113.1"},
 		{"IPv4-mapped trusted host", "172.16.9.9:80", "X-Forwarded-For", "203.0.113.1, ::ffff:192.168.1.1", "203.0.113.1"},
 		{"IPv4-mapped short prefix", "100.64.0.1:80", "X-Forwarded-For", "203.0.113.1", "100.64.0.1"},
+		{"another list header", "10.0.0.1:80", "X-Client-Chain", "198.51.100.1, 203.0.113.1, 10.1.1.1", "203.0.113.1"},
 	}
 	for _, tc := range tests {
 		r := request("GET", "/", tc.remote, "X-Forwarded-For", "192.0.2.99")
