@@ -142,7 +142,10 @@ func seconds(d time.Duration) int64 {
 const maxDigits = 15
 
 // deltaSeconds parses s as a non-negative number of seconds: 1 to
-// maxDigits decimal digits, nothing else.
+// maxDigits decimal digits, nothing else. Retry-After is no Structured
+// Field, for httpsfv to read: it is an HTTP-date or delta-seconds (RFC 9110
+// §10.2.3); the legacy RateLimit-Reset, as ratelimitd writes it, is the
+// same digits.
 func deltaSeconds(s string) (int64, bool) {
 	if s == "" || len(s) > maxDigits {
 		return 0, false
@@ -164,6 +167,17 @@ func deltaSeconds(s string) (int64, bool) {
 // when nothing changes (secs <= 0, no t, or all at 0). Anything it does
 // not recognise (Strings, whose quotes and escapes it skips, inner lists,
 // other parameters, negative or non-Integer t) is copied unchanged.
+//
+// It scans v rather than going through httpsfv, the Structured Fields
+// parser this module already requires, because it runs on every request
+// refused from memory, a flood's path: httpsfv parses a field into values
+// and serializes them anew, some 35 allocations and 1.7 KB for a field of
+// three members, where countDownT allocates nothing when nothing changes
+// and the new value only otherwise (TestCountDownTAllocs); and httpsfv
+// writes the canonical form, where countDownT keeps every byte it does not
+// lower (`"a"; t=50` keeps its space, TestCountDownT). httpsfv is its
+// reference instead: FuzzCountDownT checks that on every field httpsfv
+// reads as a List, the two lower the same parameters alike.
 func countDownT(v string, secs int64) string {
 	if secs <= 0 {
 		return v

@@ -140,6 +140,44 @@ func TestCountDownT(t *testing.T) {
 	}
 }
 
+// FuzzCountDownT: on every field that httpsfv parses as a List, countDownT
+// agrees with sfCountDown, the same count-down through httpsfv, and keeps a
+// List; no time elapsed changes no field; and no field makes it panic.
+func FuzzCountDownT(f *testing.F) {
+	for _, v := range []string{
+		`"a";r=0;t=45`, `"a";r=0;t=100, "b";r=5, "c";t=7;r=1, "d"`, `"a"; t=50`,
+		"\"a\";t=50\t,\t\"b\";t=60", `"x\";t=50\\";t=50, "y\\";t=9`, `a/b:c;t=50`,
+		`:dDs1MA==:;t=50`, `%"t;t=%22";t=50`, `("a";t=50 "b";t=60);t=70, "c";t=80`,
+		`"a";t=-5;u=1`, `"a";t=4.5`, `"a";t=?1`, `"a";t=999999999999999`,
+	} {
+		f.Add(v, int64(20))
+	}
+	f.Fuzz(func(t *testing.T, v string, secs int64) {
+		got := client.CountDownT(v, secs)
+		if secs <= 0 {
+			if got != v {
+				t.Fatalf("CountDownT(%q, %d) = %q, want it unchanged", v, secs, got)
+			}
+			return
+		}
+		want, err := sfCountDown(v, secs)
+		if err != nil {
+			return // not a Structured Fields List: TestCountDownT says what is lowered
+		}
+		gotList, err := httpsfv.UnmarshalList([]string{got})
+		if err != nil {
+			t.Fatalf("CountDownT(%q, %d) = %q, not a Structured Fields List: %v", v, secs, got, err)
+		}
+		gotSF, err := httpsfv.Marshal(gotList)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if gotSF != want {
+			t.Fatalf("CountDownT(%q, %d) = %q, which parses as %q, want %q", v, secs, got, gotSF, want)
+		}
+	})
+}
+
 // sfCountDown is countDownT through a Structured Fields parser: it parses
 // v, lowers the non-negative Integer t parameters of its members by secs
 // (not below 0), and serializes the result.
