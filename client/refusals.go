@@ -171,13 +171,14 @@ func deltaSeconds(s string) (int64, bool) {
 // It scans v rather than going through httpsfv, the Structured Fields
 // parser this module already requires, because it runs on every request
 // refused from memory, a flood's path: httpsfv parses a field into values
-// and serializes them anew, some 35 allocations and 1.7 KB for a field of
-// three members, where countDownT allocates nothing when nothing changes
-// and the new value only otherwise (TestCountDownTAllocs); and httpsfv
-// writes the canonical form, where countDownT keeps every byte it does not
-// lower (`"a"; t=50` keeps its space, TestCountDownT). httpsfv is its
-// reference instead: FuzzCountDownT checks that on every field httpsfv
-// reads as a List, the two lower the same parameters alike.
+// and serializes them anew, 35 allocations and 1.7 KB for a field of three
+// members, some 40 times countDownT's time (BenchmarkCountDownT), where
+// countDownT allocates nothing when nothing changes and the new value only
+// otherwise (TestCountDownTAllocs); and httpsfv writes the canonical
+// form, where countDownT keeps every byte it does not lower (`"a"; t=50`
+// keeps its space, TestCountDownT). httpsfv is its reference instead:
+// FuzzCountDownT checks that on every field httpsfv reads as a List, the
+// two lower the same parameters alike.
 func countDownT(v string, secs int64) string {
 	if secs <= 0 {
 		return v

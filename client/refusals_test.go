@@ -226,6 +226,27 @@ func TestCountDownTAllocs(t *testing.T) {
 	}
 }
 
+// BenchmarkCountDownT measures the count-down of a remembered refusal's
+// RateLimit field by countDownT's scan and, for comparison, through
+// httpsfv (sfCountDown: parse, lower, serialize).
+func BenchmarkCountDownT(b *testing.B) {
+	v := `"api_key";r=0;t=3600, "login";r=0;t=0, "search";r=12`
+	b.Run("scan", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			client.CountDownT(v, 5)
+		}
+	})
+	b.Run("httpsfv", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := sfCountDown(v, 5); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
 // TestSeconds: durations in whole seconds, rounded up, never negative and
 // never wrapping, even for the saturated durations that a far-off
 // retry-after decodes to.
