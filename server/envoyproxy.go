@@ -53,7 +53,7 @@ func (s *Server) serveHealthcheck(w http.ResponseWriter, _ *http.Request) {
 // rule's modes. 503 before any rules are loaded.
 func (s *Server) RLConfig() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		rules := s.rules.Load()
+		rules := s.eng.Rules()
 		if rules == nil {
 			http.Error(w, "no rules loaded", http.StatusServiceUnavailable)
 			return

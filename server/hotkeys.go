@@ -9,70 +9,9 @@ import (
 	"time"
 
 	"github.com/ratelimitd/ratelimitd/internal/hotkeys"
+
+	"github.com/ratelimitd/ratelimitd/server/internal/engine"
 )
-
-// HotKeysOptions configures the hot keys: per domain, the counters most
-// refused and those nearest their limits, served at GET /hotkeys. The
-// zero value turns them off.
-type HotKeysOptions struct {
-	// Enabled tracks the hot keys and serves /hotkeys.
-	Enabled bool
-	// K is how many counters each list of a domain holds; zero means
-	// hotkeys.DefaultK.
-	K int
-	// Window is how far back the lists look; zero means
-	// hotkeys.DefaultWindow.
-	Window time.Duration
-	// ShowValues shows request values as they are; otherwise /hotkeys
-	// shows each value's keyed digest, "hmac:" and the first 16 hex
-	// digits of its HMAC-SHA256 under DigestKey, so that values that are
-	// personal data (IP addresses, API keys) are not on view and cannot be
-	// recovered by trying every value, while an operator can still find
-	// a value they know (GET /hotkeys?value=).
-	ShowValues bool
-	// DigestKey is the key of the digests, at least
-	// hotkeys.MinDigestKeyBytes long (hotkeys.ReadDigestKey reads one
-	// from a file): replicas given the same key show the same digests.
-	// Empty means a random key drawn by New, so that each process shows
-	// digests of its own.
-	DigestKey []byte
-	// Replica names this replica in /hotkeys: each replica sees only the
-	// decisions it made. Empty means the host name.
-	Replica string
-}
-
-// newHotKeys returns the hot keys tracker of s's options and the
-// digester of their values, nils when off. A domain that leaves the
-// rules leaves the hot keys.
-func (s *Server) newHotKeys() (*hotkeys.Tracker, *hotkeys.Digester) {
-	o := s.opts.HotKeys
-	if !o.Enabled {
-		return nil, nil
-	}
-	return hotkeys.New(hotkeys.Options{
-		K: o.K, Window: o.Window, Now: s.opts.Now,
-		Live: func(domain string) bool { return s.rules.Load().Domain(domain) != nil },
-	}), hotkeys.NewDigester(o.DigestKey)
-}
-
-// observeHot records the verdict v on ds in the hot keys, if tracked. It
-// is the engine's one call into them: for a decision that changes
-// neither list it costs a hash and a few atomic loads.
-func (s *Server) observeHot(sc *scratch, ds *desc, v *verdict) {
-	if s.hot == nil || !v.limited {
-		return
-	}
-	s.hot.Observe(sc.req.domain, sc.keys[ds.key[0]:ds.key[1]], &hotkeys.Observation{
-		Rule:      ds.rule,
-		Path:      ds.path,
-		Hits:      ds.hits,
-		Refused:   v.overLimit,
-		Shadow:    v.shadow,
-		Limit:     v.limit,
-		Remaining: v.remaining,
-		Reset:     v.reset,
-	})
-}
 
 // hotKeysView is the body of GET /hotkeys.
 type hotKeysView struct {
@@ -141,23 +80,23 @@ type hotKeyPart struct {
 // counts by V's digest), and says how V shows: an operator finds there a
 // value a customer reports without the digests' key.
 func (s *Server) serveHotKeys(w http.ResponseWriter, r *http.Request) {
-	if s.hot == nil {
+	if s.hotTracker() == nil {
 		http.Error(w, "hot keys are off (--hotkeys=false)", http.StatusNotFound)
 		return
 	}
 	show := s.opts.HotKeys.ShowValues
 	v := hotKeysView{
 		Replica:       s.hotReplica(),
-		WindowSeconds: s.hot.Window().Seconds(),
-		K:             s.hot.K(),
+		WindowSeconds: s.hotTracker().Window().Seconds(),
+		K:             s.hotTracker().K(),
 		Values:        "digest",
 		Domains:       []hotKeysDomain{},
 	}
 	if show {
 		v.Values = "shown"
 	} else {
-		v.DigestKey, v.DigestKeyID = "file", s.digests.KeyID()
-		if s.digests.Random() {
+		v.DigestKey, v.DigestKeyID = "file", s.hotDigests().KeyID()
+		if s.hotDigests().Random() {
 			v.DigestKey = "random"
 		}
 	}
@@ -169,8 +108,8 @@ func (s *Server) serveHotKeys(w http.ResponseWriter, r *http.Request) {
 		keep = func(e *hotkeys.Entry) bool { return entryHolds(e, lookup) }
 	}
 	now := s.now()
-	for _, d := range s.hot.View() {
-		hd := hotKeysDomain{Domain: printable(d.Name), Refused: []hotKeyEntry{}, Nearest: []hotKeyEntry{}}
+	for _, d := range s.hotTracker().View() {
+		hd := hotKeysDomain{Domain: engine.Printable(d.Name), Refused: []hotKeyEntry{}, Nearest: []hotKeyEntry{}}
 		for i := range d.Refused {
 			if keep(&d.Refused[i]) {
 				hd.Refused = append(hd.Refused, s.hotEntry(&d.Refused[i], show, now))
@@ -193,9 +132,9 @@ func (s *Server) serveHotKeys(w http.ResponseWriter, r *http.Request) {
 }
 
 // lookupPart returns the part that value counts as in a counter key: the
-// value, or its SHA-256 when it is over maxEntryBytes (appendKeyPrefix).
+// value, or its SHA-256 when it is over engine.MaxEntryBytes (appendKeyPrefix).
 func lookupPart(value string) hotkeys.Part {
-	if len(value) > maxEntryBytes {
+	if len(value) > engine.MaxEntryBytes {
 		sum := sha256.Sum256([]byte(value))
 		return hotkeys.Part{Value: string(sum[:]), Digest: true}
 	}
@@ -208,8 +147,8 @@ func lookupPart(value string) hotkeys.Part {
 func entryHolds(e *hotkeys.Entry, value string) bool {
 	_, parts, _ := hotkeys.DecodeKey(e.Key)
 	for j, p := range parts {
-		v, _ := levelValue(e.Rule, j, value, false)
-		if hotkeys.Match(p, v, maxEntryBytes) {
+		v, _ := engine.LevelValue(e.Rule, j, value, false)
+		if hotkeys.Match(p, v, engine.MaxEntryBytes) {
 			return true
 		}
 	}
@@ -232,7 +171,7 @@ func (s *Server) hotReplica() string {
 // from now.
 func (s *Server) hotEntry(e *hotkeys.Entry, show bool, now time.Time) hotKeyEntry {
 	he := hotKeyEntry{
-		Rule:         printable(e.Path),
+		Rule:         engine.Printable(e.Path),
 		Truncated:    e.Truncated,
 		Hits:         e.Hits,
 		Refused:      e.Refused,
@@ -261,7 +200,7 @@ func (s *Server) hotEntry(e *hotkeys.Entry, show bool, now time.Time) hotKeyEntr
 	_, parts, complete := hotkeys.DecodeKey(e.Key)
 	he.Truncated = he.Truncated || !complete
 	for _, p := range parts {
-		he.Descriptor = append(he.Descriptor, hotKeyPart{Key: printable(p.Key), Value: s.hotValue(p, show)})
+		he.Descriptor = append(he.Descriptor, hotKeyPart{Key: engine.Printable(p.Key), Value: s.hotValue(p, show)})
 	}
 	return he
 }
@@ -272,9 +211,15 @@ func (s *Server) hotEntry(e *hotkeys.Entry, show bool, now time.Time) hotKeyEntr
 func (s *Server) hotValue(p hotkeys.Part, show bool) string {
 	switch {
 	case !show:
-		return s.digests.Digest(p)
+		return s.hotDigests().Digest(p)
 	case p.Digest:
 		return "sha256:" + hex.EncodeToString([]byte(p.Value))
 	}
-	return printable(p.Value)
+	return engine.Printable(p.Value)
 }
+
+// hotTracker returns the engine's hot keys tracker, nil when off.
+func (s *Server) hotTracker() *hotkeys.Tracker { t, _ := s.eng.HotKeys(); return t }
+
+// hotDigests returns the digester of the hot keys' values.
+func (s *Server) hotDigests() *hotkeys.Digester { _, d := s.eng.HotKeys(); return d }

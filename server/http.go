@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/ratelimitd/ratelimitd/config"
+	"github.com/ratelimitd/ratelimitd/server/internal/engine"
 )
 
 // Handler returns the server's HTTP endpoints, operators' and callers'
@@ -36,7 +37,7 @@ import (
 //	               counters are unavailable
 //	POST /explain  the /json body; answers, as JSON, the rules, limits
 //	               and counters a decision would use, and what it would
-//	               decide, without consuming anything (see explain.go)
+//	               decide, without consuming anything (see engine.Engine.Explain)
 //	GET  /rlqs     with Options.RLQS, the RLQS buckets held and their
 //	               assignments, as JSON (rlqs.View)
 //	GET  /ui/      the operator's page, and its JSON under /ui/api/ (see
@@ -203,7 +204,7 @@ func normalHost(hostport string) string {
 // serveConfig writes the rules in force as YAML, preceded by a comment
 // that names their files.
 func (s *Server) serveConfig(w http.ResponseWriter, _ *http.Request) {
-	rules := s.rules.Load()
+	rules := s.eng.Rules()
 	if rules == nil {
 		http.Error(w, "no rules loaded", http.StatusServiceUnavailable)
 		return
@@ -264,14 +265,34 @@ func readRateLimitRequest(w http.ResponseWriter, r *http.Request) (*rlsv3.RateLi
 
 // httpCode maps an engine error to an HTTP status code.
 func httpCode(err error) int {
-	var inv *invalidError
 	switch {
-	case errors.As(err, &inv):
+	case engine.IsInvalid(err):
 		return http.StatusBadRequest
-	case errors.Is(err, errStoreUnavailable), errors.Is(err, errShuttingDown):
+	case errors.Is(err, engine.ErrStoreUnavailable), errors.Is(err, engine.ErrShuttingDown):
 		return http.StatusServiceUnavailable
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return http.StatusGatewayTimeout
 	}
 	return http.StatusInternalServerError
+}
+
+// serveExplain answers POST /explain: the body is /json's, the answer an
+// explanation as JSON (see docs/operations.md).
+func (s *Server) serveExplain(w http.ResponseWriter, r *http.Request) {
+	req, ok := readRateLimitRequest(w, r)
+	if !ok {
+		return
+	}
+	sc := s.getScratch()
+	defer s.putScratch(sc)
+	if err := envoyFromProto(sc, req); err != nil {
+		http.Error(w, err.Error(), httpCode(err))
+		return
+	}
+	ex, err := s.eng.Explain(r.Context(), &sc.Scratch)
+	if err != nil {
+		http.Error(w, err.Error(), httpCode(err))
+		return
+	}
+	writeJSON(w, ex, true)
 }

@@ -90,7 +90,7 @@ func (s *Server) sampleRates(now time.Time) {
 		}
 		return true
 	})
-	s.rates.sample(now.Unix(), current, s.rules.Load())
+	s.rates.sample(now.Unix(), current, s.eng.Rules())
 }
 
 // counterValue returns the value of c.

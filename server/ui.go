@@ -10,6 +10,8 @@ import (
 
 	"github.com/ratelimitd/ratelimitd/backend"
 	"github.com/ratelimitd/ratelimitd/config"
+
+	"github.com/ratelimitd/ratelimitd/server/internal/engine"
 )
 
 // uiFiles are the operator's page: hand-written HTML, CSS and JavaScript,
@@ -121,7 +123,7 @@ type uiLimit struct {
 // serveUIRules writes the rules in force as a tree per domain, domains
 // in name order (503 before any are loaded).
 func (s *Server) serveUIRules(w http.ResponseWriter, _ *http.Request) {
-	rules := s.rules.Load()
+	rules := s.eng.Rules()
 	if rules == nil {
 		http.Error(w, "no rules loaded", http.StatusServiceUnavailable)
 		return
@@ -198,8 +200,8 @@ type uiStatus struct {
 	// first Options.UnknownDomains), the most requested first: their
 	// requests are answered OK with nothing limited. UnknownUntracked
 	// counts the requests for the others.
-	UnknownDomains   []unknownView `json:"unknown_domains"`
-	UnknownUntracked uint64        `json:"unknown_domains_untracked"`
+	UnknownDomains   []engine.UnknownView `json:"unknown_domains"`
+	UnknownUntracked uint64               `json:"unknown_domains_untracked"`
 }
 
 // uiBreaker is one node's circuit breaker.
@@ -216,11 +218,11 @@ func (s *Server) serveUIStatus(w http.ResponseWriter, _ *http.Request) {
 		FailureAnswers: s.FailureAnswers(), ReadyWithoutStore: s.opts.ReadyWithoutStore, ShadowMode: s.opts.ShadowMode,
 		Files: []string{},
 	}
-	st.UnknownDomains, st.UnknownUntracked = s.unknown.view()
+	st.UnknownDomains, st.UnknownUntracked = s.eng.UnknownDomains()
 	if s.rlqs != nil {
 		st.Replica = s.opts.RLQSReplica
 	}
-	if rules := s.rules.Load(); rules != nil {
+	if rules := s.eng.Rules(); rules != nil {
 		st.RulesLoaded = true
 		st.Files = rules.Files()
 	}
