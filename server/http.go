@@ -16,7 +16,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/protobuf/encoding/protojson"
 
-	"github.com/ratelimitd/ratelimitd/config"
 	"github.com/ratelimitd/ratelimitd/server/internal/engine"
 )
 
@@ -88,7 +87,6 @@ func (s *Server) routes(split bool) *routeMux {
 		}
 		fmt.Fprintf(w, "%s\nbackend: %s\nfailure_mode: %s\n", word, state, s.opts.FailureMode)
 	})
-	mux.HandleFunc("GET /config", s.serveConfig)
 	if s.opts.Registry != nil {
 		mux.Handle("GET /metrics", promhttp.InstrumentMetricHandler(s.opts.Registry,
 			promhttp.HandlerFor(s.opts.Registry, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelError)})))
@@ -96,13 +94,11 @@ func (s *Server) routes(split bool) *routeMux {
 	if !s.opts.DisableJSON {
 		mux.HandleFunc("POST /json", s.serveJSON)
 	}
-	mux.HandleFunc("POST /explain", s.serveExplain)
 	if s.rlqs != nil {
 		mux.Handle("GET /rlqs", s.rlqs)
 	}
-	mux.HandleFunc("GET /hotkeys", s.serveHotKeys)
+	s.admin.Routes(mux) // /config, /explain, /hotkeys, /ui/
 	s.envoyproxyRoutes(mux)
-	s.uiRoutes(mux)
 	return mux
 }
 
@@ -201,25 +197,6 @@ func normalHost(hostport string) string {
 	return strings.TrimSuffix(strings.ToLower(host), ".")
 }
 
-// serveConfig writes the rules in force as YAML, preceded by a comment
-// that names their files.
-func (s *Server) serveConfig(w http.ResponseWriter, _ *http.Request) {
-	rules := s.eng.Rules()
-	if rules == nil {
-		http.Error(w, "no rules loaded", http.StatusServiceUnavailable)
-		return
-	}
-	out, err := config.Marshal(rules.Domains())
-	if err != nil {
-		http.Error(w, "encoding rules: "+err.Error(), http.StatusInternalServerError)
-		return
-	}
-	w.Header().Set("Content-Type", "application/yaml; charset=utf-8")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	fmt.Fprintf(w, "# the rules in force, loaded from %s\n", strings.Join(rules.Files(), ", "))
-	w.Write(out)
-}
-
 func (s *Server) serveJSON(w http.ResponseWriter, r *http.Request) {
 	req, ok := readRateLimitRequest(w, r)
 	if !ok {
@@ -274,25 +251,4 @@ func httpCode(err error) int {
 		return http.StatusGatewayTimeout
 	}
 	return http.StatusInternalServerError
-}
-
-// serveExplain answers POST /explain: the body is /json's, the answer an
-// explanation as JSON (see docs/operations.md).
-func (s *Server) serveExplain(w http.ResponseWriter, r *http.Request) {
-	req, ok := readRateLimitRequest(w, r)
-	if !ok {
-		return
-	}
-	sc := s.getScratch()
-	defer s.putScratch(sc)
-	if err := envoyFromProto(sc, req); err != nil {
-		http.Error(w, err.Error(), httpCode(err))
-		return
-	}
-	ex, err := s.eng.Explain(r.Context(), &sc.Scratch)
-	if err != nil {
-		http.Error(w, err.Error(), httpCode(err))
-		return
-	}
-	writeJSON(w, ex, true)
 }

@@ -7,7 +7,9 @@ import (
 
 	gostats "github.com/lyft/gostats"
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
+	"github.com/ratelimitd/ratelimitd/config"
 	"github.com/ratelimitd/ratelimitd/server/internal/engine"
 )
 
@@ -320,4 +322,23 @@ func (u unknownCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(unknownRequestsDesc, prometheus.CounterValue, float64(n), label)
 	}
 	ch <- prometheus.MustNewConstMetric(unknownUntrackedDesc, prometheus.CounterValue, float64(untracked))
+}
+
+// ruleCounts calls f with the counts of every rule hit since the rules
+// were loaded, for the rates of the operators' page (admin.Options).
+func (m *metrics) ruleCounts(f func(domain, rule string, within, over, shadow uint64)) {
+	m.rules.Load().Range(func(k, v any) bool {
+		rule, c := k.(*config.Rule), v.(*ruleCounters)
+		f(c.domain, rule.Path, counterValue(c.within), counterValue(c.over), counterValue(c.shadow))
+		return true
+	})
+}
+
+// counterValue returns the value of c.
+func counterValue(c prometheus.Counter) uint64 {
+	var d dto.Metric
+	if c.Write(&d) != nil {
+		return 0
+	}
+	return uint64(d.GetCounter().GetValue())
 }

@@ -31,6 +31,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/backend"
 	"github.com/ratelimitd/ratelimitd/config"
 	ratelimitv1 "github.com/ratelimitd/ratelimitd/gen/ratelimit/v1"
+	"github.com/ratelimitd/ratelimitd/server/admin"
 	"github.com/ratelimitd/ratelimitd/server/internal/engine"
 	"github.com/ratelimitd/ratelimitd/server/requestlog"
 	"github.com/ratelimitd/ratelimitd/server/rlqs"
@@ -166,6 +167,10 @@ const (
 	DefaultNearLimitRatio = engine.DefaultNearLimitRatio
 	// DefaultUnknownDomains is Options.UnknownDomains when zero.
 	DefaultUnknownDomains = engine.DefaultUnknownDomains
+
+	// RateSeconds is how many seconds of per-rule rates the server keeps
+	// for the page at /ui/ (see package admin).
+	RateSeconds = admin.RateSeconds
 )
 
 // ParseFailureMode returns the FailureMode named s.
@@ -203,7 +208,7 @@ type Server struct {
 	scratches sync.Pool
 	now       func() time.Time
 	rlqs      *rlqs.Service // nil unless Options.RLQS
-	rates     rates         // per-rule rates for /ui/, filled by SampleRates
+	admin     *admin.Admin  // the operators' pages
 	// healthNames are the service names grpc.health.v1 answers for:
 	// healthServices, and RLQS's when served.
 	healthNames []string
@@ -262,6 +267,16 @@ func New(store backend.Store, rules *config.Rules, opts Options) *Server {
 		s.rlqs = rlqs.New(rules, ro)
 		s.healthNames = append(slices.Clone(healthServices), rlqsv3.RateLimitQuotaService_ServiceDesc.ServiceName)
 	}
+	ao := admin.Options{
+		Ready: s.ready, FailureMode: opts.FailureMode, ReadyWithoutStore: opts.ReadyWithoutStore,
+		ShadowMode: opts.ShadowMode, HotKeysShowValues: opts.HotKeys.ShowValues, HotKeysReplica: opts.HotKeys.Replica,
+		RuleCounts: s.metrics.ruleCounts, Explain: s.explainEnvoy,
+		ReadRequest: readRateLimitRequest, HTTPStatus: httpCode,
+	}
+	if s.rlqs != nil {
+		ao.Replica = opts.RLQSReplica
+	}
+	s.admin = admin.New(s.eng, ao)
 	if rules != nil {
 		s.SetRules(rules)
 	} else {
@@ -476,6 +491,22 @@ func (s *Server) decideEnvoy(ctx context.Context, a api, fill func(*scratch) err
 		return nil, err
 	}
 	return envoyResponse(sc, s.opts.EnvoyproxyAnswers), nil
+}
+
+// SampleRates samples the rule counters once a second into the rates
+// the page at /ui/ draws, until ctx is done. Without it, the page shows
+// no rates. It returns nil.
+func (s *Server) SampleRates(ctx context.Context) error { return s.admin.SampleRates(ctx) }
+
+// explainEnvoy explains a decoded Envoy request: POST /explain's answer
+// (see package admin).
+func (s *Server) explainEnvoy(ctx context.Context, req *rlsv3.RateLimitRequest) (*engine.Explanation, error) {
+	sc := s.getScratch()
+	defer s.putScratch(sc)
+	if err := envoyFromProto(sc, req); err != nil {
+		return nil, err
+	}
+	return s.eng.Explain(ctx, &sc.Scratch)
 }
 
 // grpcError maps an engine error to a gRPC status error.

@@ -1,4 +1,4 @@
-package server
+package admin
 
 import (
 	"crypto/sha256"
@@ -79,24 +79,24 @@ type hotKeyPart struct {
 // With ?value=V, it keeps only the counters one of whose values is V (or
 // counts by V's digest), and says how V shows: an operator finds there a
 // value a customer reports without the digests' key.
-func (s *Server) serveHotKeys(w http.ResponseWriter, r *http.Request) {
-	if s.hotTracker() == nil {
+func (a *Admin) serveHotKeys(w http.ResponseWriter, r *http.Request) {
+	if a.hotTracker() == nil {
 		http.Error(w, "hot keys are off (--hotkeys=false)", http.StatusNotFound)
 		return
 	}
-	show := s.opts.HotKeys.ShowValues
+	show := a.opts.HotKeysShowValues
 	v := hotKeysView{
-		Replica:       s.hotReplica(),
-		WindowSeconds: s.hotTracker().Window().Seconds(),
-		K:             s.hotTracker().K(),
+		Replica:       a.hotReplica(),
+		WindowSeconds: a.hotTracker().Window().Seconds(),
+		K:             a.hotTracker().K(),
 		Values:        "digest",
 		Domains:       []hotKeysDomain{},
 	}
 	if show {
 		v.Values = "shown"
 	} else {
-		v.DigestKey, v.DigestKeyID = "file", s.hotDigests().KeyID()
-		if s.hotDigests().Random() {
+		v.DigestKey, v.DigestKeyID = "file", a.hotDigests().KeyID()
+		if a.hotDigests().Random() {
 			v.DigestKey = "random"
 		}
 	}
@@ -104,20 +104,20 @@ func (s *Server) serveHotKeys(w http.ResponseWriter, r *http.Request) {
 	lookup, looking := q.Get("value"), q.Has("value")
 	keep := func(*hotkeys.Entry) bool { return true }
 	if looking {
-		v.Lookup = &hotKeysLookup{Value: s.hotValue(lookupPart(lookup), show)}
+		v.Lookup = &hotKeysLookup{Value: a.hotValue(lookupPart(lookup), show)}
 		keep = func(e *hotkeys.Entry) bool { return entryHolds(e, lookup) }
 	}
-	now := s.now()
-	for _, d := range s.hotTracker().View() {
+	now := a.eng.Now()
+	for _, d := range a.hotTracker().View() {
 		hd := hotKeysDomain{Domain: engine.Printable(d.Name), Refused: []hotKeyEntry{}, Nearest: []hotKeyEntry{}}
 		for i := range d.Refused {
 			if keep(&d.Refused[i]) {
-				hd.Refused = append(hd.Refused, s.hotEntry(&d.Refused[i], show, now))
+				hd.Refused = append(hd.Refused, a.hotEntry(&d.Refused[i], show, now))
 			}
 		}
 		for i := range d.Nearest {
 			if keep(&d.Nearest[i]) {
-				hd.Nearest = append(hd.Nearest, s.hotEntry(&d.Nearest[i], show, now))
+				hd.Nearest = append(hd.Nearest, a.hotEntry(&d.Nearest[i], show, now))
 			}
 		}
 		if looking {
@@ -156,8 +156,8 @@ func entryHolds(e *hotkeys.Entry, value string) bool {
 }
 
 // hotReplica returns the name /hotkeys labels this replica's view with.
-func (s *Server) hotReplica() string {
-	if r := s.opts.HotKeys.Replica; r != "" {
+func (a *Admin) hotReplica() string {
+	if r := a.opts.HotKeysReplica; r != "" {
 		return r
 	}
 	host, err := os.Hostname()
@@ -169,7 +169,7 @@ func (s *Server) hotReplica() string {
 
 // hotEntry renders e, its values shown or digested, its reset counted
 // from now.
-func (s *Server) hotEntry(e *hotkeys.Entry, show bool, now time.Time) hotKeyEntry {
+func (a *Admin) hotEntry(e *hotkeys.Entry, show bool, now time.Time) hotKeyEntry {
 	he := hotKeyEntry{
 		Rule:         engine.Printable(e.Path),
 		Truncated:    e.Truncated,
@@ -200,7 +200,7 @@ func (s *Server) hotEntry(e *hotkeys.Entry, show bool, now time.Time) hotKeyEntr
 	_, parts, complete := hotkeys.DecodeKey(e.Key)
 	he.Truncated = he.Truncated || !complete
 	for _, p := range parts {
-		he.Descriptor = append(he.Descriptor, hotKeyPart{Key: engine.Printable(p.Key), Value: s.hotValue(p, show)})
+		he.Descriptor = append(he.Descriptor, hotKeyPart{Key: engine.Printable(p.Key), Value: a.hotValue(p, show)})
 	}
 	return he
 }
@@ -208,10 +208,10 @@ func (s *Server) hotEntry(e *hotkeys.Entry, show bool, now time.Time) hotKeyEntr
 // hotValue returns how /hotkeys shows p's value: itself (see printable)
 // when show, else its keyed digest (hotkeys.Digester). A value counted by
 // its SHA-256 shows, when show, as "sha256:" and that digest in hex.
-func (s *Server) hotValue(p hotkeys.Part, show bool) string {
+func (a *Admin) hotValue(p hotkeys.Part, show bool) string {
 	switch {
 	case !show:
-		return s.hotDigests().Digest(p)
+		return a.hotDigests().Digest(p)
 	case p.Digest:
 		return "sha256:" + hex.EncodeToString([]byte(p.Value))
 	}
@@ -219,7 +219,7 @@ func (s *Server) hotValue(p hotkeys.Part, show bool) string {
 }
 
 // hotTracker returns the engine's hot keys tracker, nil when off.
-func (s *Server) hotTracker() *hotkeys.Tracker { t, _ := s.eng.HotKeys(); return t }
+func (a *Admin) hotTracker() *hotkeys.Tracker { t, _ := a.eng.HotKeys(); return t }
 
 // hotDigests returns the digester of the hot keys' values.
-func (s *Server) hotDigests() *hotkeys.Digester { _, d := s.eng.HotKeys(); return d }
+func (a *Admin) hotDigests() *hotkeys.Digester { _, d := a.eng.HotKeys(); return d }
