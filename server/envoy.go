@@ -12,7 +12,6 @@ import (
 
 	"github.com/ratelimitd/ratelimitd/backend"
 	"github.com/ratelimitd/ratelimitd/internal/envoyunit"
-
 	"github.com/ratelimitd/ratelimitd/server/internal/engine"
 )
 
@@ -28,6 +27,28 @@ type envoyService struct {
 func (e envoyService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	resp, err := e.s.decideEnvoy(ctx, apiEnvoy, func(sc *scratch) error { return envoyFromProto(sc, req) })
 	return resp, grpcError(err)
+}
+
+// decideEnvoy runs an Envoy request through the engine, fill decoding it
+// into the scratch: shared by the gRPC face and /json. Its errors are the
+// engine's; each face maps them.
+func (s *Server) decideEnvoy(ctx context.Context, a api, fill func(*scratch) error) (resp *rlsv3.RateLimitResponse, err error) {
+	defer func(start time.Time) {
+		s.metrics.decided(a, start, resp.GetOverallCode() == rlsv3.RateLimitResponse_OVER_LIMIT, err)
+		if a == apiEnvoy {
+			s.metrics.envoyCall(err)
+		}
+	}(time.Now())
+	sc := s.getScratch()
+	defer s.putScratch(sc)
+	if err := fill(sc); err != nil {
+		return nil, err
+	}
+	s.logRequest(sc)
+	if err := s.eng.Decide(ctx, &sc.Scratch); err != nil {
+		return nil, err
+	}
+	return envoyResponse(sc, s.opts.EnvoyproxyAnswers), nil
 }
 
 // envoyFromProto fills sc.Req from a decoded Envoy request, whose strings

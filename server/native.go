@@ -12,7 +12,6 @@ import (
 
 	"github.com/ratelimitd/ratelimitd/backend"
 	ratelimitv1 "github.com/ratelimitd/ratelimitd/gen/ratelimit/v1"
-
 	"github.com/ratelimitd/ratelimitd/server/internal/engine"
 )
 

@@ -471,28 +471,6 @@ func (sc *scratch) reset() {
 	sc.envoy = sc.envoy[:0]
 }
 
-// decideEnvoy runs an Envoy request through the engine, fill decoding it
-// into the scratch: shared by the gRPC face and /json. Its errors are the
-// engine's; each face maps them.
-func (s *Server) decideEnvoy(ctx context.Context, a api, fill func(*scratch) error) (resp *rlsv3.RateLimitResponse, err error) {
-	defer func(start time.Time) {
-		s.metrics.decided(a, start, resp.GetOverallCode() == rlsv3.RateLimitResponse_OVER_LIMIT, err)
-		if a == apiEnvoy {
-			s.metrics.envoyCall(err)
-		}
-	}(time.Now())
-	sc := s.getScratch()
-	defer s.putScratch(sc)
-	if err := fill(sc); err != nil {
-		return nil, err
-	}
-	s.logRequest(sc)
-	if err := s.eng.Decide(ctx, &sc.Scratch); err != nil {
-		return nil, err
-	}
-	return envoyResponse(sc, s.opts.EnvoyproxyAnswers), nil
-}
-
 // SampleRates samples the rule counters once a second into the rates
 // the page at /ui/ draws, until ctx is done. Without it, the page shows
 // no rates. It returns nil.

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/ratelimitd/ratelimitd/internal/hotkeys"
-
 	"github.com/ratelimitd/ratelimitd/server/internal/engine"
 )
 

@@ -9,7 +9,6 @@ import (
 
 	"github.com/ratelimitd/ratelimitd/backend"
 	"github.com/ratelimitd/ratelimitd/config"
-
 	"github.com/ratelimitd/ratelimitd/server/internal/engine"
 )
 
