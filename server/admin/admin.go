@@ -1,12 +1,3 @@
-// Package admin is ratelimitd's operators' pages, in one place: the page
-// at /ui/ and the JSON it reads, GET /hotkeys, GET /config, POST /explain's
-// handler and envoyproxy/ratelimit's GET /rlconfig. They read the decision
-// engine (package engine) and the server's state, and change nothing:
-// this is where a runtime overrides API would go.
-//
-// Package server builds an Admin and registers its routes with the others
-// (on the admin listener when operators have one of their own: see
-// server.Handlers); the faces that decide are server's.
 package admin
 
 import (
