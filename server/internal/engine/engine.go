@@ -562,7 +562,7 @@ func (e *Engine) storeFailed(ctx context.Context, sc *Scratch, err error) error 
 		return ErrShuttingDown
 	}
 	e.warnStore(err)
-	e.metrics.StoreFailed(StoreErrorKind(err), e.opts.FailureMode)
+	e.metrics.StoreFailed(storeErrorKind(err), e.opts.FailureMode)
 	refused := e.decideBans(sc)
 	if e.opts.FailureMode == FailError && !refused {
 		return ErrStoreUnavailable

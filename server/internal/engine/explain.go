@@ -122,7 +122,7 @@ func (e *Engine) Explain(ctx context.Context, sc *Scratch) (*Explanation, error)
 	}
 	ex := &Explanation{
 		Domain:      Printable(sc.Req.Domain),
-		Overall:     CodeName(!e.opts.ShadowMode && backend.Refused(sc.reqs, sc.res)),
+		Overall:     codeName(!e.opts.ShadowMode && backend.Refused(sc.reqs, sc.res)),
 		ShadowMode:  e.opts.ShadowMode,
 		Descriptors: make([]DescriptorExplanation, len(sc.descs)),
 	}
@@ -226,7 +226,7 @@ func (e *Engine) explainDescriptor(sc *Scratch, read []backend.Result, i int) De
 	case v.Unlimited:
 		de.Decision = "UNLIMITED"
 	default:
-		de.Decision = CodeName(v.Over)
+		de.Decision = codeName(v.Over)
 	}
 	return de
 }
@@ -270,8 +270,8 @@ func retryAfter(l backend.Limit, hits uint64, st backend.Result) (time.Duration,
 	return 0, false
 }
 
-// CodeName names a code as Envoy's JSON does.
-func CodeName(over bool) string {
+// codeName names a code as Envoy's JSON does.
+func codeName(over bool) string {
 	if over {
 		return "OVER_LIMIT"
 	}

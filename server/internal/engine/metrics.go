@@ -23,7 +23,7 @@ type Metrics interface {
 	// StoreTook records how long the counter store took to decide.
 	StoreTook(d time.Duration)
 	// StoreFailed records a store failure that was not the caller's, of
-	// kind (see StoreErrorKind), answered by mode.
+	// kind (see storeErrorKind), answered by mode.
 	StoreFailed(kind string, mode FailureMode)
 	// Rule records the hits of one descriptor on its rule.
 	Rule(domain string, c RuleCount)
@@ -59,10 +59,10 @@ func (nopMetrics) StoreFailed(string, FailureMode) {}
 func (nopMetrics) Rule(string, RuleCount)          {}
 func (nopMetrics) GlobalShadowMode()               {}
 
-// StoreErrorKind names the kind of a store error, the "kind" label of
+// storeErrorKind names the kind of a store error, the "kind" label of
 // ratelimitd_backend_errors_total: breaker_open (not tried), timeout or
 // error.
-func StoreErrorKind(err error) string {
+func storeErrorKind(err error) string {
 	switch {
 	case errors.Is(err, backend.ErrUnavailable):
 		return "breaker_open"
