@@ -83,7 +83,7 @@ func (e *Engine) countRule(domain string, ds *desc, v Verdict, refused bool) {
 	}
 	c := RuleCount{
 		Rule: ds.rule, MetricPath: ds.metricPath, StatKey: ds.statKey,
-		Hits: ds.hits, Over: v.OverLimit, Shadow: v.Shadow, Cached: v.Cached,
+		Hits: ds.hits, Over: v.OverLimit, Shadow: v.OverLimit && v.Shadow, Cached: v.OverLimit && v.Cached,
 		Unlimited: ds.unlimited(),
 	}
 	if !v.OverLimit && !refused {
