@@ -52,7 +52,7 @@ test: deps build ## every test: Go with the race detector (the page's screenshot
 	VERSION=$(VERSION) bash .ci/test-dist bin/dist
 
 .PHONY: check
-check: fmt vet lint breaking check-generate tidy ## every static check CI runs
+check: fmt vet lint breaking check-generate tidy layers ## every static check CI runs
 
 .PHONY: fmt
 fmt: ## fail if gofmt would change a file (of every module, client/ included; gen/ is generated)
@@ -85,6 +85,10 @@ generate: ## regenerate gen/: the Go stubs from proto/, the Python and Node stub
 	$(TOOL) buf generate
 	bash .ci/generate-python
 	bash .ci/generate-node
+
+.PHONY: layers
+layers: ## fail if a package imports what its floor must not: the engine (server/internal/engine) neither gRPC nor net/http (see .ci/check-layers)
+	bash .ci/check-layers
 
 .PHONY: check-generate
 check-generate: generate ## fail if gen/ is not what proto/ generates

@@ -12,6 +12,7 @@ import (
 
 	"github.com/ratelimitd/ratelimitd/backend"
 	"github.com/ratelimitd/ratelimitd/internal/envoyunit"
+	"github.com/ratelimitd/ratelimitd/server/internal/engine"
 )
 
 // envoyService is envoy.service.ratelimit.v3.RateLimitService.
@@ -28,23 +29,45 @@ func (e envoyService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitR
 	return resp, grpcError(err)
 }
 
-// envoyFromProto fills sc.req from a decoded Envoy request, whose strings
+// decideEnvoy runs an Envoy request through the engine, fill decoding it
+// into the scratch: shared by the gRPC face and /json. Its errors are the
+// engine's; each face maps them.
+func (s *Server) decideEnvoy(ctx context.Context, a api, fill func(*scratch) error) (resp *rlsv3.RateLimitResponse, err error) {
+	defer func(start time.Time) {
+		s.metrics.decided(a, start, resp.GetOverallCode() == rlsv3.RateLimitResponse_OVER_LIMIT, err)
+		if a == apiEnvoy {
+			s.metrics.envoyCall(err)
+		}
+	}(time.Now())
+	sc := s.getScratch()
+	defer s.putScratch(sc)
+	if err := fill(sc); err != nil {
+		return nil, err
+	}
+	s.logRequest(sc)
+	if err := s.eng.Decide(ctx, &sc.Scratch); err != nil {
+		return nil, err
+	}
+	return envoyResponse(sc, s.opts.EnvoyproxyAnswers), nil
+}
+
+// envoyFromProto fills sc.Req from a decoded Envoy request, whose strings
 // are valid UTF-8 (/json's, or a Go caller's).
 func envoyFromProto(sc *scratch, req *rlsv3.RateLimitRequest) error {
-	r := &sc.req
-	r.domain = req.GetDomain()
+	r := &sc.Req
+	r.Domain = req.GetDomain()
 	for i, rd := range req.GetDescriptors() {
-		if i == maxDescriptors {
-			return checkRequest(r.domain, len(req.GetDescriptors()))
+		if i == engine.MaxDescriptors {
+			return engine.CheckRequest(r.Domain, len(req.GetDescriptors()))
 		}
-		if n := len(rd.GetEntries()); n > maxEntries {
-			return checkEntryCount(i, n)
+		if n := len(rd.GetEntries()); n > engine.MaxEntries {
+			return engine.CheckEntryCount(i, n)
 		}
-		d := envoyDesc{entries: [2]int{len(r.entries), len(r.entries)}, negative: rd.GetIsNegativeHits()}
+		d := envoyDesc{entries: [2]int{len(r.Entries), len(r.Entries)}, negative: rd.GetIsNegativeHits()}
 		for _, e := range rd.GetEntries() {
-			r.entries = append(r.entries, entry{key: e.GetKey(), value: e.GetValue()})
+			r.Entries = append(r.Entries, engine.Entry{Key: e.GetKey(), Value: e.GetValue()})
 		}
-		d.entries[1] = len(r.entries)
+		d.entries[1] = len(r.Entries)
 		if h := rd.GetHitsAddend(); h != nil {
 			d.hasHits, d.hits = true, h.GetValue()
 		}
@@ -90,38 +113,38 @@ type envoyStatus struct {
 // Options.EnvoyproxyAnswers): a current_limit named only by the rule's
 // name, and duration_until_reset in whole seconds.
 func envoyResponse(sc *scratch, reference bool) *rlsv3.RateLimitResponse {
-	dec := &sc.dec
-	resp := &rlsv3.RateLimitResponse{OverallCode: envoyCode(dec.over)}
-	arena := make([]envoyStatus, len(dec.statuses))
-	resp.Statuses = make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(dec.statuses))
-	for i, v := range dec.statuses {
+	dec := &sc.Dec
+	resp := &rlsv3.RateLimitResponse{OverallCode: envoyCode(dec.Over)}
+	arena := make([]envoyStatus, len(dec.Statuses))
+	resp.Statuses = make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(dec.Statuses))
+	for i, v := range dec.Statuses {
 		a := &arena[i]
 		resp.Statuses[i] = &a.st
-		a.st.Code = envoyCode(v.over)
+		a.st.Code = envoyCode(v.Over)
 		switch {
-		case v.unlimited:
+		case v.Unlimited:
 			a.st.LimitRemaining = math.MaxUint32
-		case v.limited:
-			a.lim.Name = v.name
-			a.lim.RequestsPerUnit = uint32(v.limit.Requests)
-			a.lim.Unit = envoyUnit(v.limit.Window)
+		case v.Limited:
+			a.lim.Name = v.Name
+			a.lim.RequestsPerUnit = uint32(v.Limit.Requests)
+			a.lim.Unit = envoyUnit(v.Limit.Window)
 			a.st.CurrentLimit = &a.lim
-			a.st.LimitRemaining = uint32(min(v.remaining, math.MaxUint32))
+			a.st.LimitRemaining = uint32(min(v.Remaining, math.MaxUint32))
 			if reference {
-				if !v.named {
+				if !v.Named {
 					a.lim.Name = ""
 				}
-				a.dur.Seconds = wholeSeconds(v.reset)
+				a.dur.Seconds = wholeSeconds(v.Reset)
 			} else {
-				setDuration(&a.dur, v.reset)
+				setDuration(&a.dur, v.Reset)
 			}
 			a.st.DurationUntilReset = &a.dur
 		}
 	}
-	if len(dec.headers) > 0 {
-		resp.ResponseHeadersToAdd = pointers[corev3.HeaderValue](len(dec.headers))
-		for i, h := range dec.headers {
-			resp.ResponseHeadersToAdd[i].Key, resp.ResponseHeadersToAdd[i].Value = h.name, h.value
+	if len(dec.Headers) > 0 {
+		resp.ResponseHeadersToAdd = pointers[corev3.HeaderValue](len(dec.Headers))
+		for i, h := range dec.Headers {
+			resp.ResponseHeadersToAdd[i].Key, resp.ResponseHeadersToAdd[i].Value = h.Name, h.Value
 		}
 	}
 	resp.DynamicMetadata = metadata(sc)
@@ -134,9 +157,9 @@ func envoyResponse(sc *scratch, reference bool) *rlsv3.RateLimitResponse {
 // dynamic metadata. It returns nil when no such rule has metadata.
 func metadata(sc *scratch) *structpb.Struct {
 	var merged map[string]any
-	for i := range sc.descs {
-		r := sc.descs[i].rule
-		if r == nil || len(r.Metadata) == 0 || sc.dec.statuses[i].over {
+	for i := range sc.Dec.Statuses {
+		r := sc.Rule(i)
+		if r == nil || len(r.Metadata) == 0 || sc.Dec.Statuses[i].Over {
 			continue
 		}
 		if merged == nil {

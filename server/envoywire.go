@@ -11,6 +11,8 @@ import (
 	protocodec "google.golang.org/grpc/encoding/proto"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/ratelimitd/ratelimitd/server/internal/engine"
 )
 
 // Envoy copies request headers into descriptor values, and a header may
@@ -119,22 +121,22 @@ type envoyDesc struct {
 }
 
 // decodeEnvoy decodes the wire form of an Envoy RateLimitRequest into
-// sc.req, reading it as protobuf-go would (the last value of a scalar
+// sc.Req, reading it as protobuf-go would (the last value of a scalar
 // wins, messages merge, fields of an unexpected wire type and unknown
 // fields are skipped), except that strings may hold any bytes. Keys and
 // values point into b.
 func decodeEnvoy(sc *scratch, b string) error {
-	r := &sc.req
+	r := &sc.Req
 	var hits uint64
-	extra := 0 // descriptors past maxDescriptors
+	extra := 0 // descriptors past engine.MaxDescriptors
 	err := fields(b, func(num protowire.Number, typ protowire.Type, v uint64, m string) error {
 		switch {
 		case num == reqDomain && typ == protowire.BytesType:
-			r.domain = m
+			r.Domain = m
 		case num == reqHitsAddend && typ == protowire.VarintType:
 			hits = uint64(uint32(v))
 		case num == reqDescriptors && typ == protowire.BytesType:
-			if len(sc.envoy) == maxDescriptors { // refused below: count, but keep no more
+			if len(sc.envoy) == engine.MaxDescriptors { // refused below: count, but keep no more
 				extra++
 				return nil
 			}
@@ -146,15 +148,15 @@ func decodeEnvoy(sc *scratch, b string) error {
 		return err
 	}
 	if extra > 0 {
-		return checkRequest(r.domain, maxDescriptors+extra)
+		return engine.CheckRequest(r.Domain, engine.MaxDescriptors+extra)
 	}
 	return envoyRequest(sc, hits)
 }
 
 func decodeEnvoyDesc(sc *scratch, b string) error {
-	r := &sc.req
-	d := envoyDesc{entries: [2]int{len(r.entries), len(r.entries)}}
-	extra := 0 // entries past maxEntries
+	r := &sc.Req
+	d := envoyDesc{entries: [2]int{len(r.Entries), len(r.Entries)}}
+	extra := 0 // entries past engine.MaxEntries
 	err := fields(b, func(num protowire.Number, typ protowire.Type, v uint64, m string) error {
 		if typ == protowire.VarintType {
 			if num == descNegative {
@@ -167,22 +169,22 @@ func decodeEnvoyDesc(sc *scratch, b string) error {
 		}
 		switch num {
 		case descEntries:
-			if d.entries[1]-d.entries[0] == maxEntries { // refused below: count, but keep no more
+			if d.entries[1]-d.entries[0] == engine.MaxEntries { // refused below: count, but keep no more
 				extra++
 				return nil
 			}
-			var e entry
+			var e engine.Entry
 			err := fields(m, func(num protowire.Number, typ protowire.Type, _ uint64, m string) error {
 				switch {
 				case num == entryKey && typ == protowire.BytesType:
-					e.key = m
+					e.Key = m
 				case num == entryValue && typ == protowire.BytesType:
-					e.value = m
+					e.Value = m
 				}
 				return nil
 			})
-			r.entries = append(r.entries, e)
-			d.entries[1] = len(r.entries)
+			r.Entries = append(r.Entries, e)
+			d.entries[1] = len(r.Entries)
 			return err
 		case descLimit:
 			d.hasLimit = true
@@ -208,7 +210,7 @@ func decodeEnvoyDesc(sc *scratch, b string) error {
 		return err
 	}
 	if extra > 0 {
-		return checkEntryCount(len(sc.envoy), maxEntries+extra)
+		return engine.CheckEntryCount(len(sc.envoy), engine.MaxEntries+extra)
 	}
 	sc.envoy = append(sc.envoy, d)
 	return nil
@@ -237,7 +239,7 @@ func fields(b string, f func(num protowire.Number, typ protowire.Type, v uint64,
 			return malformed(n)
 		}
 		if !num.IsValid() { // ConsumeTag takes numbers up to 2^31-1
-			return invalid("malformed RateLimitRequest: invalid field number %d", num)
+			return engine.Invalid("malformed RateLimitRequest: invalid field number %d", num)
 		}
 		off += n
 		var v uint64
@@ -267,45 +269,45 @@ func fields(b string, f func(num protowire.Number, typ protowire.Type, v uint64,
 }
 
 func malformed(n int) error {
-	return invalid("malformed RateLimitRequest: %v", protowire.ParseError(n))
+	return engine.Invalid("malformed RateLimitRequest: %v", protowire.ParseError(n))
 }
 
 // envoyRequest checks what sc.envoy holds of an Envoy request's
-// descriptors and turns them into sc.req's, hits being the request's
+// descriptors and turns them into sc.Req's, hits being the request's
 // hits_addend. Shared by gRPC and /json.
 func envoyRequest(sc *scratch, hits uint64) error {
 	if hits == 0 {
 		hits = 1
 	}
-	r := &sc.req
+	r := &sc.Req
 	for i := range sc.envoy {
 		ed := &sc.envoy[i]
 		if ed.negative {
-			return invalid("descriptor %d: is_negative_hits is not supported", i)
+			return engine.Invalid("descriptor %d: is_negative_hits is not supported", i)
 		}
 		h := hits
 		if ed.hasHits {
 			h = ed.hits // 0 checks without consuming
 		}
-		r.descs = append(r.descs, descriptor{entries: ed.entries, hits: h})
+		r.Descs = append(r.Descs, engine.Descriptor{Entries: ed.entries, Hits: h})
 		if !ed.hasLimit {
 			continue
 		}
 		w, ok := envoyWindow(ed.unit)
 		if !ok {
-			return invalid("descriptor %d: limit override has unit %v", i, envoyUnitName(ed.unit))
+			return engine.Invalid("descriptor %d: limit override has unit %v", i, envoyUnitName(ed.unit))
 		}
 		if ed.hasMult {
 			if ed.mult == 0 {
-				return invalid("descriptor %d: limit override unit_multiplier is 0", i)
+				return engine.Invalid("descriptor %d: limit override unit_multiplier is 0", i)
 			}
 			if w, ok = multiply(w, ed.mult); !ok {
-				return invalid("descriptor %d: limit override window of %d × %v is over the maximum of 100 years", i, ed.mult, envoyUnitName(ed.unit))
+				return engine.Invalid("descriptor %d: limit override window of %d × %v is over the maximum of 100 years", i, ed.mult, envoyUnitName(ed.unit))
 			}
 		}
-		d := &r.descs[len(r.descs)-1]
-		d.hasLimit = true
-		d.limit = override{requests: uint64(ed.rpu), window: w}
+		d := &r.Descs[len(r.Descs)-1]
+		d.HasLimit = true
+		d.Limit = engine.Override{Requests: uint64(ed.rpu), Window: w}
 	}
 	return nil
 }

@@ -11,6 +11,8 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/ratelimitd/ratelimitd/server/internal/engine"
 )
 
 // FuzzDecodeEnvoy checks decodeEnvoy against protobuf-go: any message
@@ -58,8 +60,7 @@ func FuzzDecodeEnvoy(f *testing.F) {
 			}
 			return
 		}
-		opt := cmp.AllowUnexported(request{}, descriptor{}, entry{}, override{})
-		if diff := cmp.Diff(want.req, got.req, opt); diff != "" {
+		if diff := cmp.Diff(want.Req, got.Req); diff != "" {
 			t.Errorf("decodeEnvoy mismatch (-protobuf-go +decodeEnvoy):\n%s", diff)
 		}
 	})
@@ -136,8 +137,8 @@ func TestDecodeEnvoyBounded(t *testing.T) {
 			if err == nil || err.Error() != tt.want {
 				t.Errorf("decodeEnvoy = %v, want %q", err, tt.want)
 			}
-			if cap(sc.envoy) > maxDescriptors || cap(sc.req.entries) > maxDescriptors*maxEntries {
-				t.Errorf("decodeEnvoy kept %d descriptors and %d entries", cap(sc.envoy), cap(sc.req.entries))
+			if cap(sc.envoy) > engine.MaxDescriptors || cap(sc.Req.Entries) > engine.MaxDescriptors*engine.MaxEntries {
+				t.Errorf("decodeEnvoy kept %d descriptors and %d entries", cap(sc.envoy), cap(sc.Req.Entries))
 			}
 		})
 	}

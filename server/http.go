@@ -1,8 +1,6 @@
 package server
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -12,11 +10,7 @@ import (
 	"strconv"
 	"strings"
 
-	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"google.golang.org/protobuf/encoding/protojson"
-
-	"github.com/ratelimitd/ratelimitd/config"
 )
 
 // Handler returns the server's HTTP endpoints, operators' and callers'
@@ -36,7 +30,7 @@ import (
 //	               counters are unavailable
 //	POST /explain  the /json body; answers, as JSON, the rules, limits
 //	               and counters a decision would use, and what it would
-//	               decide, without consuming anything (see explain.go)
+//	               decide, without consuming anything (see engine.Engine.Explain)
 //	GET  /rlqs     with Options.RLQS, the RLQS buckets held and their
 //	               assignments, as JSON (rlqs.View)
 //	GET  /ui/      the operator's page, and its JSON under /ui/api/ (see
@@ -87,7 +81,6 @@ func (s *Server) routes(split bool) *routeMux {
 		}
 		fmt.Fprintf(w, "%s\nbackend: %s\nfailure_mode: %s\n", word, state, s.opts.FailureMode)
 	})
-	mux.HandleFunc("GET /config", s.serveConfig)
 	if s.opts.Registry != nil {
 		mux.Handle("GET /metrics", promhttp.InstrumentMetricHandler(s.opts.Registry,
 			promhttp.HandlerFor(s.opts.Registry, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelError)})))
@@ -95,13 +88,11 @@ func (s *Server) routes(split bool) *routeMux {
 	if !s.opts.DisableJSON {
 		mux.HandleFunc("POST /json", s.serveJSON)
 	}
-	mux.HandleFunc("POST /explain", s.serveExplain)
 	if s.rlqs != nil {
 		mux.Handle("GET /rlqs", s.rlqs)
 	}
-	mux.HandleFunc("GET /hotkeys", s.serveHotKeys)
+	s.admin.Routes(mux) // /config, /explain, /hotkeys, /ui/
 	s.envoyproxyRoutes(mux)
-	s.uiRoutes(mux)
 	return mux
 }
 
@@ -198,80 +189,4 @@ func normalHost(hostport string) string {
 		host = strings.TrimSuffix(strings.TrimPrefix(hostport, "["), "]")
 	}
 	return strings.TrimSuffix(strings.ToLower(host), ".")
-}
-
-// serveConfig writes the rules in force as YAML, preceded by a comment
-// that names their files.
-func (s *Server) serveConfig(w http.ResponseWriter, _ *http.Request) {
-	rules := s.rules.Load()
-	if rules == nil {
-		http.Error(w, "no rules loaded", http.StatusServiceUnavailable)
-		return
-	}
-	out, err := config.Marshal(rules.Domains())
-	if err != nil {
-		http.Error(w, "encoding rules: "+err.Error(), http.StatusInternalServerError)
-		return
-	}
-	w.Header().Set("Content-Type", "application/yaml; charset=utf-8")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	fmt.Fprintf(w, "# the rules in force, loaded from %s\n", strings.Join(rules.Files(), ", "))
-	w.Write(out)
-}
-
-func (s *Server) serveJSON(w http.ResponseWriter, r *http.Request) {
-	req, ok := readRateLimitRequest(w, r)
-	if !ok {
-		return
-	}
-	resp, err := s.decideEnvoy(r.Context(), apiJSON, func(sc *scratch) error { return envoyFromProto(sc, req) })
-	if err != nil {
-		http.Error(w, err.Error(), httpCode(err))
-		return
-	}
-	out, err := protojson.Marshal(resp)
-	if err != nil {
-		http.Error(w, "encoding response: "+err.Error(), http.StatusInternalServerError)
-		return
-	}
-	w.Header().Set("Content-Type", "application/json")
-	if resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
-		w.WriteHeader(http.StatusTooManyRequests)
-	}
-	w.Write(out)
-}
-
-// readRateLimitRequest reads r's body, a protojson RateLimitRequest (of
-// /json and /explain). When it cannot, it answers the error itself and
-// returns false.
-func readRateLimitRequest(w http.ResponseWriter, r *http.Request) (*rlsv3.RateLimitRequest, bool) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxRecvMsgSize))
-	if err != nil {
-		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
-			http.Error(w, "request body over 1 MiB", http.StatusRequestEntityTooLarge)
-			return nil, false
-		}
-		http.Error(w, "reading request: "+err.Error(), http.StatusBadRequest)
-		return nil, false
-	}
-	req := new(rlsv3.RateLimitRequest)
-	if err := protojson.Unmarshal(body, req); err != nil {
-		http.Error(w, "invalid RateLimitRequest: "+err.Error(), http.StatusBadRequest)
-		return nil, false
-	}
-	return req, true
-}
-
-// httpCode maps an engine error to an HTTP status code.
-func httpCode(err error) int {
-	var inv *invalidError
-	switch {
-	case errors.As(err, &inv):
-		return http.StatusBadRequest
-	case errors.Is(err, errStoreUnavailable), errors.Is(err, errShuttingDown):
-		return http.StatusServiceUnavailable
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return http.StatusGatewayTimeout
-	}
-	return http.StatusInternalServerError
 }

@@ -1,20 +1,16 @@
 package server
 
 import (
-	"context"
-	"errors"
-	"math"
-	"os"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	gostats "github.com/lyft/gostats"
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
-	"github.com/ratelimitd/ratelimitd/backend"
 	"github.com/ratelimitd/ratelimitd/config"
+	"github.com/ratelimitd/ratelimitd/server/internal/engine"
 )
 
 // An api is the face a decision came through, the "api" label.
@@ -128,7 +124,7 @@ func newMetrics(reg prometheus.Registerer, statsd gostats.Store, tags map[string
 		}
 		m.duration[a] = duration.WithLabelValues(apiNames[a])
 	}
-	for _, mode := range failureModeNames {
+	for _, mode := range engine.FailureModeNames {
 		m.failureAnswers.WithLabelValues(mode)
 	}
 	for _, kind := range []string{"timeout", "breaker_open", "error"} {
@@ -191,43 +187,52 @@ func (m *metrics) envoyCall(err error) {
 		return
 	}
 	m.ref.totalRequests.Inc()
-	if _, ok := errors.AsType[*invalidError](err); ok {
+	if engine.IsInvalid(err) {
 		m.ref.serviceError.Inc()
 	}
 }
 
-// storeFailed records a store error that was not the caller's.
-func (m *metrics) storeFailed(err error) {
-	kind := "error"
-	switch {
-	case errors.Is(err, backend.ErrUnavailable):
-		kind = "breaker_open"
-	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded):
-		kind = "timeout"
+// metrics is the engine's engine.Metrics.
+var _ engine.Metrics = (*metrics)(nil)
+
+// StoreTook implements engine.Metrics.
+func (m *metrics) StoreTook(d time.Duration) { m.storeDuration.Observe(d.Seconds()) }
+
+// GlobalShadowMode implements engine.Metrics: only the reference's
+// statsd names count it.
+func (m *metrics) GlobalShadowMode() {
+	if m.ref != nil {
+		m.ref.globalShadowMode.Inc()
 	}
+}
+
+// StoreFailed implements engine.Metrics: a store error that was not the
+// caller's, answered by mode.
+func (m *metrics) StoreFailed(kind string, mode engine.FailureMode) {
 	m.storeErrors.WithLabelValues(kind).Inc()
 	if m.ref != nil {
 		m.ref.redisError.Inc()
 	}
+	m.failureAnswers.WithLabelValues(mode.String()).Inc()
 }
 
-// counters returns the counters of ds's rule in domain: resolved once per
+// counters returns the counters of c's rule in domain: resolved once per
 // rule, or per request for rules whose metrics carry request values
 // (detailed_metric, value_to_metric).
-func (m *metrics) counters(domain string, ds *desc) *ruleCounters {
-	if ds.metricPath != "" {
-		return m.resolve(domain, ds.metricPath, ds.statKey)
+func (m *metrics) counters(domain string, c *engine.RuleCount) *ruleCounters {
+	if c.MetricPath != "" {
+		return m.resolve(domain, c.MetricPath, c.StatKey)
 	}
 	rules := m.rules.Load()
-	if c, ok := rules.Load(ds.rule); ok {
-		return c.(*ruleCounters)
+	if rc, ok := rules.Load(c.Rule); ok {
+		return rc.(*ruleCounters)
 	}
 	var key string
 	if m.ref != nil {
-		key = statKey(domain, ds.rule, nil)
+		key = engine.StatKey(domain, c.Rule, nil)
 	}
-	c, _ := rules.LoadOrStore(ds.rule, m.resolve(domain, ds.rule.Path, key))
-	return c.(*ruleCounters)
+	rc, _ := rules.LoadOrStore(c.Rule, m.resolve(domain, c.Rule.Path, key))
+	return rc.(*ruleCounters)
 }
 
 // resolve returns the counters labelled domain and rule, and with
@@ -248,96 +253,92 @@ func (m *metrics) resolve(domain, rule, statKey string) *ruleCounters {
 	return c
 }
 
-// countRule adds ds's hits to its rule's counters, given its verdict v
-// in a call that refused is the overall verdict of: over the limit (and
-// then in shadow mode or not), or within it and, if the call was
-// admitted, perhaps near it. Descriptors that matched no rule are not
-// counted, so that request values never become labels unasked.
-func (s *Server) countRule(domain string, ds *desc, v verdict, refused bool) {
-	if ds.rule == nil || (!v.limited && !ds.unlimited()) {
-		return
-	}
-	c := s.metrics.counters(domain, ds)
-	hits := float64(ds.hits)
+// Rule implements engine.Metrics: it adds one descriptor's hits to its
+// rule's counters, as the engine worked them out.
+func (m *metrics) Rule(domain string, rc engine.RuleCount) {
+	c := m.counters(domain, &rc)
+	hits := float64(rc.Hits)
 	c.hits.Add(hits)
-	var near uint64
 	switch {
-	case v.overLimit:
+	case rc.Over:
 		c.over.Add(hits)
-		if v.shadow {
+		if rc.Shadow {
 			c.shadow.Add(hits)
 		}
-		if v.cached {
+		if rc.Cached {
 			c.overCache.Add(hits)
 		}
 	default:
 		c.within.Add(hits)
-		if near = s.nearLimit(ds.hits, v.limit, v.remaining); near > 0 && !refused {
-			c.near.Add(float64(near))
-		} else {
-			near = 0
+		if rc.Near > 0 {
+			c.near.Add(float64(rc.Near))
 		}
 	}
-	if r := c.ref; r != nil && !ds.unlimited() { // the reference counts no unlimited rule
-		r.hits.Add(ds.hits)
+	if r := c.ref; r != nil && !rc.Unlimited { // the reference counts no unlimited rule
+		r.hits.Add(rc.Hits)
 		switch {
-		case v.overLimit:
-			r.over.Add(ds.hits)
-			if v.shadow {
-				r.shadow.Add(ds.hits)
+		case rc.Over:
+			r.over.Add(rc.Hits)
+			if rc.Shadow {
+				r.shadow.Add(rc.Hits)
 			}
-			if v.cached {
-				r.overCache.Add(ds.hits)
+			if rc.Cached {
+				r.overCache.Add(rc.Hits)
 			}
 		default:
-			r.within.Add(ds.hits)
-			r.near.Add(near)
+			r.within.Add(rc.Hits)
+			r.near.Add(rc.Near)
 		}
 	}
 }
 
-// nearLimit returns how many of hits, admitted under l with remaining
-// left, took the counter past the near-limit threshold: the hits above
-// NearLimitRatio of the limit's capacity.
-func (s *Server) nearLimit(hits uint64, l backend.Limit, remaining uint64) uint64 {
-	capacity := l.Capacity()
-	if hits == 0 || capacity == 0 || remaining > capacity {
-		return 0
-	}
-	used := capacity - remaining
-	threshold := uint64(math.Floor(s.nearRatio * float64(capacity)))
-	if used <= threshold {
-		return 0
-	}
-	return min(hits, used-threshold)
+// unknownCollector collects the unknown domains' metrics from the
+// engine's table when scraped: a domain's series goes with its place.
+type unknownCollector struct{ eng *engine.Engine }
+
+// The descriptions of the unknown domains' metrics.
+var (
+	unknownRequestsDesc = prometheus.NewDesc("ratelimitd_unknown_domain_requests_total",
+		"Requests for a domain that has no rules, answered OK with nothing limited, by domain: the first --unknown-domains-max domains seen (see ratelimitd_unknown_domain_requests_untracked_total).",
+		[]string{"domain"}, nil)
+	unknownUntrackedDesc = prometheus.NewDesc("ratelimitd_unknown_domain_requests_untracked_total",
+		"Requests for a domain that has no rules and no label of its own in ratelimitd_unknown_domain_requests_total, --unknown-domains-max being reached.",
+		nil, nil)
+)
+
+// Describe implements prometheus.Collector.
+func (unknownCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- unknownRequestsDesc
+	ch <- unknownUntrackedDesc
 }
 
-// metricPath returns the rule label of a request that matched rule with
-// entries, when its metrics carry request values: with detailed_metric,
-// every entry as key=value; with value_to_metric on a level, that level's
-// value from the request. It returns "" for the usual label, rule.Path.
-func metricPath(rule *config.Rule, entries []entry) string {
-	values := rule.DetailedMetric
-	for _, lv := range rule.Levels {
-		values = values || lv.ValueToMetric
+// Collect implements prometheus.Collector: a series per domain in the
+// table (two names that print alike share one, their counts summed), and
+// the domains past the bound together.
+func (u unknownCollector) Collect(ch chan<- prometheus.Metric) {
+	byLabel := make(map[string]uint64)
+	untracked := u.eng.UnknownCounts(func(domain string, n uint64) { byLabel[engine.Printable(domain)] += n })
+	for label, n := range byLabel {
+		ch <- prometheus.MustNewConstMetric(unknownRequestsDesc, prometheus.CounterValue, float64(n), label)
 	}
-	if !values {
-		return ""
+	ch <- prometheus.MustNewConstMetric(unknownUntrackedDesc, prometheus.CounterValue, float64(untracked))
+}
+
+// ruleCounts calls f with the counts of every rule hit since the rules
+// were loaded, for the rates of the operators' page (admin.Options).
+func (m *metrics) ruleCounts(f func(domain, rule string, within, over, shadow uint64)) {
+	m.rules.Load().Range(func(k, v any) bool {
+		rule, c := k.(*config.Rule), v.(*ruleCounters)
+		f(c.domain, rule.Path, counterValue(c.within), counterValue(c.over), counterValue(c.shadow))
+		return true
+	})
+}
+
+// counterValue returns the value of c.
+func counterValue(c prometheus.Counter) uint64 {
+	var d dto.Metric
+	if c.Write(&d) != nil {
+		return 0
 	}
-	var b strings.Builder
-	for j, e := range entries {
-		if j > 0 {
-			b.WriteByte('.')
-		}
-		b.WriteString(printable(e.key))
-		switch {
-		case rule.DetailedMetric || (j < len(rule.Levels) && rule.Levels[j].ValueToMetric):
-			b.WriteByte('=')
-			b.WriteString(labelValue(e))
-		case j < len(rule.Levels) && rule.Levels[j].Value != "":
-			b.WriteByte('=')
-			b.WriteString(rule.Levels[j].Value)
-		}
-	}
-	return b.String()
+	return uint64(d.GetCounter().GetValue())
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/ratelimitd/ratelimitd/backend"
 	ratelimitv1 "github.com/ratelimitd/ratelimitd/gen/ratelimit/v1"
+	"github.com/ratelimitd/ratelimitd/server/internal/engine"
 )
 
 // nativeService is ratelimit.v1.RateLimitService.
@@ -32,58 +33,58 @@ func (n nativeService) ShouldRateLimit(ctx context.Context, req *ratelimitv1.Sho
 		return nil, grpcError(err)
 	}
 	s.logRequest(sc)
-	if err := s.decide(ctx, sc); err != nil {
+	if err := s.eng.Decide(ctx, &sc.Scratch); err != nil {
 		return nil, grpcError(err)
 	}
 	return nativeResponse(sc), nil
 }
 
-// nativeRequest fills sc.req from a native request.
+// nativeRequest fills sc.Req from a native request.
 func nativeRequest(sc *scratch, req *ratelimitv1.ShouldRateLimitRequest) error {
-	if req.GetHits() > maxHits {
-		return invalid("hits %d over the maximum %d", req.GetHits(), uint64(maxHits))
+	if req.GetHits() > engine.MaxHits {
+		return engine.Invalid("hits %d over the maximum %d", req.GetHits(), uint64(engine.MaxHits))
 	}
 	hits := req.GetHits()
 	if hits == 0 {
 		hits = 1
 	}
-	if err := checkRequest(req.GetDomain(), len(req.GetDescriptors())); err != nil {
+	if err := engine.CheckRequest(req.GetDomain(), len(req.GetDescriptors())); err != nil {
 		return err
 	}
-	r := &sc.req
-	r.domain = req.GetDomain()
+	r := &sc.Req
+	r.Domain = req.GetDomain()
 	for i, rd := range req.GetDescriptors() {
-		if err := checkEntryCount(i, len(rd.GetEntries())); err != nil {
+		if err := engine.CheckEntryCount(i, len(rd.GetEntries())); err != nil {
 			return err
 		}
-		from := len(r.entries)
+		from := len(r.Entries)
 		for j, e := range rd.GetEntries() {
-			ent := entry{key: e.GetKey(), value: e.GetValue()}
+			ent := engine.Entry{Key: e.GetKey(), Value: e.GetValue()}
 			raw, sum := e.GetRawValue(), e.GetValueSha256()
 			switch {
-			case len(raw) > 0 && (ent.value != "" || len(sum) > 0), len(sum) > 0 && ent.value != "":
-				return invalid("descriptor %d entry %d: set one of value, raw_value and value_sha256", i, j)
+			case len(raw) > 0 && (ent.Value != "" || len(sum) > 0), len(sum) > 0 && ent.Value != "":
+				return engine.Invalid("descriptor %d entry %d: set one of value, raw_value and value_sha256", i, j)
 			case len(raw) > 0:
-				ent.value = string(raw)
+				ent.Value = string(raw)
 			case len(sum) > 0:
 				if len(sum) != sha256.Size {
-					return invalid("descriptor %d entry %d: value_sha256 is %d bytes, want %d", i, j, len(sum), sha256.Size)
+					return engine.Invalid("descriptor %d entry %d: value_sha256 is %d bytes, want %d", i, j, len(sum), sha256.Size)
 				}
-				ent.value, ent.digest = string(sum), true
+				ent.Value, ent.Digest = string(sum), true
 			}
-			r.entries = append(r.entries, ent)
+			r.Entries = append(r.Entries, ent)
 		}
 		h := hits
 		if rd != nil && rd.Hits != nil {
 			h = rd.GetHits() // 0 checks without consuming
 		}
-		d := r.add(from, h)
+		d := r.Add(from, h)
 		if lo := rd.GetLimit(); lo != nil {
 			if err := lo.GetWindow().CheckValid(); err != nil {
-				return invalid("descriptor %d: limit override window: %v", i, err)
+				return engine.Invalid("descriptor %d: limit override window: %v", i, err)
 			}
-			d.hasLimit = true
-			d.limit = override{requests: uint64(lo.GetRequests()), window: lo.GetWindow().AsDuration()}
+			d.HasLimit = true
+			d.Limit = engine.Override{Requests: uint64(lo.GetRequests()), Window: lo.GetWindow().AsDuration()}
 		}
 	}
 	return nil
@@ -100,41 +101,41 @@ type nativeStatus struct {
 
 // nativeResponse renders sc's decision as the native response.
 func nativeResponse(sc *scratch) *ratelimitv1.ShouldRateLimitResponse {
-	dec := &sc.dec
-	resp := &ratelimitv1.ShouldRateLimitResponse{Code: nativeCode(dec.over)}
-	arena := make([]nativeStatus, len(dec.statuses))
-	resp.Statuses = make([]*ratelimitv1.DescriptorStatus, len(dec.statuses))
-	for i, v := range dec.statuses {
+	dec := &sc.Dec
+	resp := &ratelimitv1.ShouldRateLimitResponse{Code: nativeCode(dec.Over)}
+	arena := make([]nativeStatus, len(dec.Statuses))
+	resp.Statuses = make([]*ratelimitv1.DescriptorStatus, len(dec.Statuses))
+	for i, v := range dec.Statuses {
 		a := &arena[i]
 		resp.Statuses[i] = &a.st
-		a.st.Code = nativeCode(v.over)
-		if v.unlimited {
+		a.st.Code = nativeCode(v.Over)
+		if v.Unlimited {
 			a.st.Unlimited = true
 			a.st.Remaining = math.MaxUint32 // as Envoy's limit_remaining says it
 		}
-		if !v.limited {
+		if !v.Limited {
 			continue
 		}
-		a.lim.Requests = uint32(v.limit.Requests)
-		setDuration(&a.window, v.limit.Window)
+		a.lim.Requests = uint32(v.Limit.Requests)
+		setDuration(&a.window, v.Limit.Window)
 		a.lim.Window = &a.window
-		a.lim.Algorithm = nativeAlgorithm(v.limit.Algorithm)
-		a.lim.Name = v.name
-		a.lim.Burst = uint32(v.limit.Requests)
-		if v.limit.Burst != 0 {
-			a.lim.Burst = uint32(v.limit.Burst)
+		a.lim.Algorithm = nativeAlgorithm(v.Limit.Algorithm)
+		a.lim.Name = v.Name
+		a.lim.Burst = uint32(v.Limit.Requests)
+		if v.Limit.Burst != 0 {
+			a.lim.Burst = uint32(v.Limit.Burst)
 		}
 		a.st.Limit = &a.lim
-		a.st.Remaining = v.remaining
-		setDuration(&a.reset, v.reset)
+		a.st.Remaining = v.Remaining
+		setDuration(&a.reset, v.Reset)
 		a.st.ResetAfter = &a.reset
-		setDuration(&a.retry, v.retry)
+		setDuration(&a.retry, v.Retry)
 		a.st.RetryAfter = &a.retry
 	}
-	if len(dec.headers) > 0 {
-		resp.Headers = pointers[ratelimitv1.Header](len(dec.headers))
-		for i, h := range dec.headers {
-			resp.Headers[i].Name, resp.Headers[i].Value = h.name, h.value
+	if len(dec.Headers) > 0 {
+		resp.Headers = pointers[ratelimitv1.Header](len(dec.Headers))
+		for i, h := range dec.Headers {
+			resp.Headers[i].Name, resp.Headers[i].Value = h.Name, h.Value
 		}
 	}
 	return resp
@@ -179,7 +180,7 @@ func (n nativeService) Explain(ctx context.Context, req *ratelimitv1.ExplainRequ
 	if err := nativeRequest(sc, req.GetRequest()); err != nil {
 		return nil, grpcError(err)
 	}
-	ex, err := s.explain(ctx, sc)
+	ex, err := s.eng.Explain(ctx, &sc.Scratch)
 	if err != nil {
 		return nil, grpcError(err)
 	}
@@ -195,7 +196,7 @@ var nativeDecisions = map[string]ratelimitv1.Decision{
 }
 
 // nativeExplanation renders an explanation as the native response.
-func nativeExplanation(ex *explanation) *ratelimitv1.ExplainResponse {
+func nativeExplanation(ex *engine.Explanation) *ratelimitv1.ExplainResponse {
 	resp := &ratelimitv1.ExplainResponse{
 		Code:        nativeCode(ex.Overall == "OVER_LIMIT"),
 		ShadowMode:  ex.ShadowMode,
@@ -224,13 +225,13 @@ func nativeExplanation(ex *explanation) *ratelimitv1.ExplainResponse {
 }
 
 // nativeLimitExplanation renders one explained limit.
-func nativeLimitExplanation(l *explainLimit) *ratelimitv1.LimitExplanation {
-	burst := l.limit.Capacity()
+func nativeLimitExplanation(l *engine.ExplainLimit) *ratelimitv1.LimitExplanation {
+	burst := l.Lim.Capacity()
 	nl := &ratelimitv1.LimitExplanation{
 		Limit: &ratelimitv1.Limit{
-			Requests:  uint32(l.limit.Requests),
-			Window:    durationpb.New(l.limit.Window),
-			Algorithm: nativeAlgorithm(l.limit.Algorithm),
+			Requests:  uint32(l.Lim.Requests),
+			Window:    durationpb.New(l.Lim.Window),
+			Algorithm: nativeAlgorithm(l.Lim.Algorithm),
 			Name:      l.Name,
 			Burst:     uint32(burst),
 		},
@@ -242,9 +243,9 @@ func nativeLimitExplanation(l *explainLimit) *ratelimitv1.LimitExplanation {
 	if l.Replaced {
 		return nl
 	}
-	nl.ResetAfter = durationpb.New(l.reset)
-	if l.hasRetry {
-		nl.RetryAfter = durationpb.New(l.retry)
+	nl.ResetAfter = durationpb.New(l.ResetIn)
+	if l.HasRetry {
+		nl.RetryAfter = durationpb.New(l.RetryIn)
 	}
 	return nl
 }

@@ -1,10 +1,8 @@
 package server
 
 import (
-	"cmp"
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"runtime"
 	"runtime/debug"
@@ -23,7 +21,6 @@ import (
 	"go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
-	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
@@ -34,7 +31,8 @@ import (
 	"github.com/ratelimitd/ratelimitd/backend"
 	"github.com/ratelimitd/ratelimitd/config"
 	ratelimitv1 "github.com/ratelimitd/ratelimitd/gen/ratelimit/v1"
-	"github.com/ratelimitd/ratelimitd/internal/hotkeys"
+	"github.com/ratelimitd/ratelimitd/server/admin"
+	"github.com/ratelimitd/ratelimitd/server/internal/engine"
 	"github.com/ratelimitd/ratelimitd/server/requestlog"
 	"github.com/ratelimitd/ratelimitd/server/rlqs"
 )
@@ -42,9 +40,6 @@ import (
 // MaxRecvMsgSize is the largest request the gRPC server accepts (see
 // GRPCOptions), and the largest body /json accepts.
 const MaxRecvMsgSize = 1 << 20
-
-// DefaultNearLimitRatio is Options.NearLimitRatio when zero.
-const DefaultNearLimitRatio = 0.8
 
 // Options configures a Server. The zero value means the defaults.
 type Options struct {
@@ -134,63 +129,64 @@ type Options struct {
 	HotKeys HotKeysOptions
 	// UnknownDomains bounds the domains without rules that get a label of
 	// their own in ratelimitd_unknown_domain_requests_total, and a log
-	// line each (see unknownDomains); the requests for the others are
+	// line each (see package engine); the requests for the others are
 	// counted together. Zero means DefaultUnknownDomains.
 	UnknownDomains int
 }
 
-// FailureMode says how the server answers when its store fails
-// (unreachable, timed out, circuit breaker open).
-type FailureMode uint8
-
-const (
-	// FailAllow answers OK, every descriptor {code: OK} with no limit:
-	// traffic flows while the counters are away. /readyz stays ready, so
-	// that a store blip does not drain every replica at once.
-	FailAllow FailureMode = iota
-	// FailDeny answers OVER_LIMIT on every descriptor a limit applies to,
-	// so that Envoy refuses even with its default failure_mode_deny:
-	// false. /readyz reports not ready while the store is down, unless
-	// Options.ReadyWithoutStore.
-	FailDeny
-	// FailError answers Unavailable and lets the client's own failure
-	// policy decide. /readyz reports not ready while the store is down,
-	// unless Options.ReadyWithoutStore.
-	FailError
+// The engine's types and defaults, under the names the command and
+// Options use.
+type (
+	// FailureMode says how the server answers when its store fails
+	// (unreachable, timed out, circuit breaker open): see engine.FailureMode.
+	FailureMode = engine.FailureMode
+	// HeaderMode chooses the response headers: see engine.HeaderMode.
+	HeaderMode = engine.HeaderMode
+	// LegacyHeaderNames names the fields of HeadersLegacy: see
+	// engine.LegacyHeaderNames.
+	LegacyHeaderNames = engine.LegacyHeaderNames
+	// HotKeysOptions configures the hot keys: see engine.HotKeysOptions.
+	HotKeysOptions = engine.HotKeysOptions
+	// Decision is the server's decision on a request of the request log:
+	// see engine.Decision.
+	Decision = engine.Decision
+	// DescriptorDecision is the decision on one descriptor.
+	DescriptorDecision = engine.DescriptorDecision
 )
 
-var failureModeNames = [...]string{FailAllow: "allow", FailDeny: "deny", FailError: "error"}
+// The failure modes and header modes: see package engine.
+const (
+	FailAllow     = engine.FailAllow
+	FailDeny      = engine.FailDeny
+	FailError     = engine.FailError
+	HeadersIETF   = engine.HeadersIETF
+	HeadersLegacy = engine.HeadersLegacy
+	HeadersOff    = engine.HeadersOff
 
-// String returns the flag value of m: "allow", "deny" or "error".
-func (m FailureMode) String() string {
-	if int(m) < len(failureModeNames) {
-		return failureModeNames[m]
-	}
-	return fmt.Sprintf("FailureMode(%d)", m)
-}
+	// DefaultNearLimitRatio is Options.NearLimitRatio when zero.
+	DefaultNearLimitRatio = engine.DefaultNearLimitRatio
+	// DefaultUnknownDomains is Options.UnknownDomains when zero.
+	DefaultUnknownDomains = engine.DefaultUnknownDomains
 
-// MarshalText implements encoding.TextMarshaler.
-func (m FailureMode) MarshalText() ([]byte, error) { return []byte(m.String()), nil }
-
-// UnmarshalText implements encoding.TextUnmarshaler.
-func (m *FailureMode) UnmarshalText(b []byte) error {
-	v, err := ParseFailureMode(string(b))
-	if err != nil {
-		return err
-	}
-	*m = v
-	return nil
-}
+	// RateSeconds is how many seconds of per-rule rates the server keeps
+	// for the page at /ui/ (see package admin).
+	RateSeconds = admin.RateSeconds
+)
 
 // ParseFailureMode returns the FailureMode named s.
-func ParseFailureMode(s string) (FailureMode, error) {
-	for m, name := range failureModeNames {
-		if s == name {
-			return FailureMode(m), nil
-		}
-	}
-	return 0, fmt.Errorf("unknown failure mode %q (want allow, deny or error)", s)
+func ParseFailureMode(s string) (FailureMode, error) { return engine.ParseFailureMode(s) }
+
+// ParseHeaderMode returns the HeaderMode named s.
+func ParseHeaderMode(s string) (HeaderMode, error) { return engine.ParseHeaderMode(s) }
+
+// ParseLegacyHeaderNames parses "limit,remaining,reset".
+func ParseLegacyHeaderNames(s string) (LegacyHeaderNames, error) {
+	return engine.ParseLegacyHeaderNames(s)
 }
+
+// IsInvalid reports whether err is a request the server refused to
+// decide, whatever its rules (gRPC's InvalidArgument).
+func IsInvalid(err error) bool { return engine.IsInvalid(err) }
 
 // Server decides rate limits for Envoy's RateLimitService and ratelimitd's
 // native API over one engine, and serves gRPC health and the HTTP /json,
@@ -198,28 +194,21 @@ func ParseFailureMode(s string) (FailureMode, error) {
 //
 // Server is safe for concurrent use by multiple goroutines.
 type Server struct {
+	eng    *engine.Engine // decides; the faces below decode into it
 	store  backend.Store
 	opts   Options
 	log    *slog.Logger
-	rules  atomic.Pointer[config.Rules]
 	health *health.Server
 
 	metrics   *metrics
 	grpcProm  *grpcprom.ServerMetrics // nil without Options.Registry
-	tracer    trace.Tracer            // nil without Options.TracerProvider
-	nearRatio float64
 	stopping  atomic.Bool
 	stopOnce  sync.Once
 	stopped   chan struct{} // closed by EndHealthWatches
 	scratches sync.Pool
-	warnings  rate.Sometimes // throttles store failure warnings
-	failures  atomic.Uint64  // requests answered by the failure mode
 	now       func() time.Time
-	rlqs      *rlqs.Service     // nil unless Options.RLQS
-	rates     rates             // per-rule rates for /ui/, filled by SampleRates
-	unknown   *unknownDomains   // requests for domains without rules
-	hot       *hotkeys.Tracker  // nil unless Options.HotKeys.Enabled
-	digests   *hotkeys.Digester // of the hot keys' values; nil when hot is
+	rlqs      *rlqs.Service // nil unless Options.RLQS
+	admin     *admin.Admin  // the operators' pages
 	// healthNames are the service names grpc.health.v1 answers for:
 	// healthServices, and RLQS's when served.
 	healthNames []string
@@ -230,13 +219,11 @@ type Server struct {
 // unknown, /readyz reports not ready and gRPC health NOT_SERVING.
 func New(store backend.Store, rules *config.Rules, opts Options) *Server {
 	s := &Server{
-		store:     store,
-		opts:      opts,
-		log:       opts.Logger,
-		health:    health.NewServer(),
-		stopped:   make(chan struct{}),
-		warnings:  rate.Sometimes{First: 1, Interval: 10 * time.Second},
-		nearRatio: cmp.Or(opts.NearLimitRatio, DefaultNearLimitRatio),
+		store:   store,
+		opts:    opts,
+		log:     opts.Logger,
+		health:  health.NewServer(),
+		stopped: make(chan struct{}),
 	}
 	var reg prometheus.Registerer // nil unless a Registry is set
 	if opts.Registry != nil {
@@ -245,9 +232,6 @@ func New(store backend.Store, rules *config.Rules, opts Options) *Server {
 		reg.MustRegister(s.grpcProm)
 	}
 	s.metrics = newMetrics(reg, opts.Statsd, opts.StatsdTags)
-	if opts.TracerProvider != nil {
-		s.tracer = opts.TracerProvider.Tracer("github.com/ratelimitd/ratelimitd/server")
-	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -255,16 +239,27 @@ func New(store backend.Store, rules *config.Rules, opts Options) *Server {
 	if s.now == nil {
 		s.now = time.Now
 	}
-	s.scratches.New = func() any { return &scratch{statsd: opts.Statsd != nil} }
-	s.unknown = newUnknownDomains(opts.UnknownDomains, s.log, s.now, s.rules.Load, reg)
-	s.hot, s.digests = s.newHotKeys()
+	eo := engine.Options{
+		Headers: opts.Headers, LegacyHeaders: opts.LegacyHeaders, ShadowMode: opts.ShadowMode,
+		Logger: s.log, FailureMode: opts.FailureMode, NearLimitRatio: opts.NearLimitRatio,
+		Now: opts.Now, HotKeys: opts.HotKeys, UnknownDomains: opts.UnknownDomains,
+		Metrics: s.metrics, StatKeys: opts.Statsd != nil,
+	}
+	if opts.TracerProvider != nil {
+		eo.Tracer = opts.TracerProvider.Tracer("github.com/ratelimitd/ratelimitd/server")
+	}
+	s.eng = engine.New(store, nil, eo)
+	if reg != nil {
+		reg.MustRegister(unknownCollector{s.eng})
+	}
+	s.scratches.New = func() any { return new(scratch) }
 	s.healthNames = healthServices
 	if opts.RLQS {
 		ro := rlqs.Options{
 			Replica: opts.RLQSReplica, SyncInterval: opts.RLQSSyncInterval, Bounds: opts.RLQSBounds,
 			Fallback:   rlqsFallback(opts.FailureMode),
 			ShadowMode: opts.ShadowMode, Registry: reg, Logger: s.log.With("api", "rlqs"), Now: opts.Now,
-			UnknownDomain: s.unknown.observe, // a report for a domain without rules counts as one request
+			UnknownDomain: s.eng.ObserveUnknown, // a report for a domain without rules counts as one request
 		}
 		if ss, ok := store.(backend.ShareStore); ok {
 			ro.Store = ss
@@ -272,6 +267,16 @@ func New(store backend.Store, rules *config.Rules, opts Options) *Server {
 		s.rlqs = rlqs.New(rules, ro)
 		s.healthNames = append(slices.Clone(healthServices), rlqsv3.RateLimitQuotaService_ServiceDesc.ServiceName)
 	}
+	ao := admin.Options{
+		Ready: s.ready, FailureMode: opts.FailureMode, ReadyWithoutStore: opts.ReadyWithoutStore,
+		ShadowMode: opts.ShadowMode, HotKeysShowValues: opts.HotKeys.ShowValues, HotKeysReplica: opts.HotKeys.Replica,
+		RuleCounts: s.metrics.ruleCounts, Explain: s.explainEnvoy,
+		ReadRequest: readRateLimitRequest, HTTPStatus: httpCode,
+	}
+	if s.rlqs != nil {
+		ao.Replica = opts.RLQSReplica
+	}
+	s.admin = admin.New(s.eng, ao)
 	if rules != nil {
 		s.SetRules(rules)
 	} else {
@@ -298,7 +303,7 @@ func rlqsFallback(m FailureMode) rlqs.Fallback {
 // SetRules replaces the rules in force. Requests in flight finish under
 // the rules they started with; readers never wait.
 func (s *Server) SetRules(r *config.Rules) {
-	s.rules.Store(r)
+	s.eng.SetRules(r)
 	s.metrics.loaded()
 	if s.rlqs != nil {
 		s.rlqs.SetRules(r)
@@ -335,7 +340,7 @@ func (s *Server) RejectRules(err error) {
 func (s *Server) CountRejectedRules() { s.metrics.rejected() }
 
 // Rules returns the rules in force, nil if none were set.
-func (s *Server) Rules() *config.Rules { return s.rules.Load() }
+func (s *Server) Rules() *config.Rules { return s.eng.Rules() }
 
 // GRPCOptions returns the options a grpc.Server serving s should have,
 // and must have for Register: the codec that takes Envoy's requests as
@@ -427,7 +432,7 @@ func (s *Server) EndHealthWatches() {
 
 // FailureAnswers reports how many requests the server answered by its
 // FailureMode because the store failed.
-func (s *Server) FailureAnswers() uint64 { return s.failures.Load() }
+func (s *Server) FailureAnswers() uint64 { return s.eng.FailureAnswers() }
 
 // ready reports whether the server has rules, is not shutting down and,
 // unless it fails open or is ready without its store, has a healthy
@@ -438,49 +443,48 @@ func (s *Server) ready() (bool, string) {
 		state = r.State()
 	}
 	storeNeeded := s.opts.FailureMode != FailAllow && !s.opts.ReadyWithoutStore
-	ready := s.rules.Load() != nil && !s.stopping.Load() && (!storeNeeded || state == "ok")
+	ready := s.eng.Rules() != nil && !s.stopping.Load() && (!storeNeeded || state == "ok")
 	return ready, state
+}
+
+// A scratch is a request's working memory on its way through a face and
+// the engine: the engine's, and what Envoy's faces decode first.
+type scratch struct {
+	engine.Scratch
+	envoy []envoyDesc // Envoy's descriptors, while an Envoy face decodes
 }
 
 func (s *Server) getScratch() *scratch { return s.scratches.Get().(*scratch) }
 
 func (s *Server) putScratch(sc *scratch) {
-	// Do not pool the memory of a huge request. (Decoding stops past the
-	// bounds on descriptors and entries, which keep the others small.)
-	if cap(sc.keys) > 64<<10 || cap(sc.req.entries) > maxDescriptors*maxEntries {
+	// Do not pool the memory of a huge request.
+	if sc.Oversized() {
 		return
 	}
 	sc.reset()
 	s.scratches.Put(sc)
 }
 
-// warnStore logs a store failure, at most once every 10 seconds.
-func (s *Server) warnStore(err error) {
-	s.warnings.Do(func() {
-		s.log.Warn("counter store failed", "failure_mode", s.opts.FailureMode.String(), "err", err)
-	})
+// reset empties sc for the next request, keeping its memory.
+func (sc *scratch) reset() {
+	sc.Reset()
+	sc.envoy = sc.envoy[:0]
 }
 
-// decideEnvoy runs an Envoy request through the engine, fill decoding it
-// into the scratch: shared by the gRPC face and /json. Its errors are the
-// engine's; each face maps them.
-func (s *Server) decideEnvoy(ctx context.Context, a api, fill func(*scratch) error) (resp *rlsv3.RateLimitResponse, err error) {
-	defer func(start time.Time) {
-		s.metrics.decided(a, start, resp.GetOverallCode() == rlsv3.RateLimitResponse_OVER_LIMIT, err)
-		if a == apiEnvoy {
-			s.metrics.envoyCall(err)
-		}
-	}(time.Now())
+// SampleRates samples the rule counters once a second into the rates
+// the page at /ui/ draws, until ctx is done. Without it, the page shows
+// no rates. It returns nil.
+func (s *Server) SampleRates(ctx context.Context) error { return s.admin.SampleRates(ctx) }
+
+// explainEnvoy explains a decoded Envoy request: POST /explain's answer
+// (see package admin).
+func (s *Server) explainEnvoy(ctx context.Context, req *rlsv3.RateLimitRequest) (*engine.Explanation, error) {
 	sc := s.getScratch()
 	defer s.putScratch(sc)
-	if err := fill(sc); err != nil {
+	if err := envoyFromProto(sc, req); err != nil {
 		return nil, err
 	}
-	s.logRequest(sc)
-	if err := s.decide(ctx, sc); err != nil {
-		return nil, err
-	}
-	return envoyResponse(sc, s.opts.EnvoyproxyAnswers), nil
+	return s.eng.Explain(ctx, &sc.Scratch)
 }
 
 // grpcError maps an engine error to a gRPC status error.
@@ -490,11 +494,11 @@ func grpcError(err error) error {
 	}
 	// errors.AsType, not errors.As: As's target would be moved to the heap
 	// on every call, and every decision passes through here.
-	if inv, ok := errors.AsType[*invalidError](err); ok {
-		return status.Error(codes.InvalidArgument, inv.msg)
+	if inv, ok := errors.AsType[*engine.InvalidError](err); ok {
+		return status.Error(codes.InvalidArgument, inv.Error())
 	}
 	switch {
-	case errors.Is(err, errStoreUnavailable), errors.Is(err, errShuttingDown):
+	case errors.Is(err, engine.ErrStoreUnavailable), errors.Is(err, engine.ErrShuttingDown):
 		return status.Error(codes.Unavailable, err.Error())
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return status.FromContextError(err).Err()

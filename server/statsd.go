@@ -5,8 +5,6 @@ import (
 	"strings"
 
 	gostats "github.com/lyft/gostats"
-
-	"github.com/ratelimitd/ratelimitd/config"
 )
 
 // envoyproxy/ratelimit's statsd series, which Options.Statsd receives
@@ -23,7 +21,7 @@ import (
 // and, under the scope "ratelimit_server", ShouldRateLimit.total_requests
 // (Envoy's calls over gRPC).
 //
-// where KEY is the rule's path as the reference writes it (see statKey).
+// where KEY is the rule's path as the reference writes it (see engine.StatKey).
 // The counts are ratelimitd's, as documented in docs/migrating.md: a
 // refused request's hits count as over_limit only, since none is
 // consumed.
@@ -90,40 +88,4 @@ func sanitizeStatName(s string) string {
 		return r
 	}, s)
 	return ipv4.ReplaceAllStringFunc(s, func(ip string) string { return strings.ReplaceAll(ip, ".", "_") })
-}
-
-// statKey returns the key of rule's stats in domain as the reference
-// names it, for a request with entries: the domain, then per level
-// "key", or "key_value" for a rule with a value (its pattern, for a
-// wildcard). With detailed_metric, every level is "key_value" with the
-// request's value, but a share_threshold level keeps its pattern; with
-// value_to_metric on a level, that level carries the request's value.
-// entries may be nil when the rule's stats carry no request value.
-func statKey(domain string, rule *config.Rule, entries []entry) string {
-	var b strings.Builder
-	b.WriteString(domain)
-	for j, lv := range rule.Levels {
-		b.WriteByte('.')
-		b.WriteString(lv.Key)
-		var value string
-		switch {
-		case j >= len(entries):
-			value = lv.Value
-		case lv.ShareThreshold && lv.Wildcard:
-			value = lv.Value
-		case rule.DetailedMetric:
-			b.WriteByte('_') // even for an empty value, as the reference
-			b.WriteString(labelValue(entries[j]))
-			continue
-		case lv.ValueToMetric:
-			value = labelValue(entries[j])
-		default:
-			value = lv.Value
-		}
-		if value != "" {
-			b.WriteByte('_')
-			b.WriteString(value)
-		}
-	}
-	return b.String()
 }

@@ -1,36 +1,35 @@
-package server
+package engine
 
 import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
-	"net/http"
 	"slices"
 	"time"
 
 	"github.com/ratelimitd/ratelimitd/backend"
 )
 
-// An explanation says how the rules in force would decide a request, and
+// An Explanation says how the rules in force would decide a request, and
 // on which counters, without deciding it: POST /explain's answer, and
 // the native Explain RPC's (see nativeExplanation).
-type explanation struct {
+type Explanation struct {
 	Domain string `json:"domain"`
 	// Overall is the call's code, "OK" or "OVER_LIMIT", as a decision
 	// made now would report it.
 	Overall string `json:"overall"`
 	// ShadowMode: the daemon runs in shadow mode and refuses nothing.
 	ShadowMode  bool                    `json:"shadow_mode"`
-	Descriptors []descriptorExplanation `json:"descriptors"`
+	Descriptors []DescriptorExplanation `json:"descriptors"`
 }
 
-// A descriptorExplanation is one request descriptor's part of an
-// explanation.
-type descriptorExplanation struct {
-	Entries []explainEntry `json:"entries"`
+// A DescriptorExplanation is one request descriptor's part of an
+// Explanation.
+type DescriptorExplanation struct {
+	Entries []ExplainEntry `json:"entries"`
 	// Rule is the rule that matched, nil when none did.
-	Rule       *explainRule `json:"rule"`
+	Rule       *ExplainRule `json:"rule"`
 	Unlimited  bool         `json:"unlimited"`
 	ShadowMode bool         `json:"shadow_mode"`
 	QuotaMode  bool         `json:"quota_mode"`
@@ -42,26 +41,26 @@ type descriptorExplanation struct {
 	// Decision is "OK", "OVER_LIMIT", "UNLIMITED" or "NO_RULE".
 	Decision string         `json:"decision"`
 	Hits     uint64         `json:"hits"`
-	Limits   []explainLimit `json:"limits"`
+	Limits   []ExplainLimit `json:"limits"`
 }
 
-// An explainEntry is one entry as the request sent it (a value over
+// An ExplainEntry is one entry as the request sent it (a value over
 // 1024 bytes by its digest, bytes that are not UTF-8 in hex).
-type explainEntry struct {
+type ExplainEntry struct {
 	Key   string `json:"key"`
 	Value string `json:"value"`
 }
 
-// An explainRule names a rule and where it is defined.
-type explainRule struct {
+// An ExplainRule names a rule and where it is defined.
+type ExplainRule struct {
 	Path string `json:"path"`
 	File string `json:"file"`
 	Line int    `json:"line"`
 }
 
-// An explainLimit is one limit of a descriptor, its counter and what the
+// An ExplainLimit is one limit of a descriptor, its counter and what the
 // descriptor's hits would do to it.
-type explainLimit struct {
+type ExplainLimit struct {
 	Name            string `json:"name"`
 	Algorithm       string `json:"algorithm"`
 	RequestsPerUnit uint64 `json:"requests_per_unit"`
@@ -83,43 +82,24 @@ type explainLimit struct {
 	// retryAfter).
 	RetryAfter string `json:"retry_after,omitempty"`
 
-	limit    backend.Limit // for the native rendering
-	reset    time.Duration
-	retry    time.Duration
-	hasRetry bool
+	// For the native rendering, out of the JSON: the limit, and the
+	// durations of Reset and RetryAfter (when HasRetry).
+	Lim      backend.Limit `json:"-"`
+	ResetIn  time.Duration `json:"-"`
+	RetryIn  time.Duration `json:"-"`
+	HasRetry bool          `json:"-"`
 }
 
-// serveExplain answers POST /explain: the body is /json's, the answer an
-// explanation as JSON (see docs/operations.md).
-func (s *Server) serveExplain(w http.ResponseWriter, r *http.Request) {
-	req, ok := readRateLimitRequest(w, r)
-	if !ok {
-		return
-	}
-	sc := s.getScratch()
-	defer s.putScratch(sc)
-	if err := envoyFromProto(sc, req); err != nil {
-		http.Error(w, err.Error(), httpCode(err))
-		return
-	}
-	ex, err := s.explain(r.Context(), sc)
-	if err != nil {
-		http.Error(w, err.Error(), httpCode(err))
-		return
-	}
-	writeJSON(w, ex, true)
-}
-
-// explain explains sc.req: it matches it and builds its store requests
+// Explain explains sc.Req: it matches it and builds its store requests
 // as decide does, reads their counters with zero hits, which checks
 // without consuming, and works out from what it read what a decision
 // made now would answer. It returns decide's errors, but answers no
-// failure mode: a store that cannot be read is errStoreUnavailable.
-func (s *Server) explain(ctx context.Context, sc *scratch) (*explanation, error) {
-	if _, err := s.match(sc); err != nil {
+// failure mode: a store that cannot be read is ErrStoreUnavailable.
+func (e *Engine) Explain(ctx context.Context, sc *Scratch) (*Explanation, error) {
+	if _, err := e.match(sc); err != nil {
 		return nil, err
 	}
-	bans := s.storeRequests(sc)
+	bans := e.storeRequests(sc)
 	hits := make([]uint64, len(sc.reqs))
 	for i := range sc.reqs {
 		hits[i] = sc.reqs[i].Hits
@@ -129,10 +109,10 @@ func (s *Server) explain(ctx context.Context, sc *scratch) (*explanation, error)
 	switch {
 	case len(sc.reqs) == 0:
 	case bans == len(sc.reqs):
-		s.decideBans(sc)
+		e.decideBans(sc)
 	default:
-		if err := s.store.Take(ctx, sc.reqs, sc.res); err != nil {
-			return nil, s.explainFailed(ctx, err)
+		if err := e.store.Take(ctx, sc.reqs, sc.res); err != nil {
+			return nil, e.explainFailed(ctx, err)
 		}
 	}
 	read := slices.Clone(sc.res)
@@ -140,30 +120,30 @@ func (s *Server) explain(ctx context.Context, sc *scratch) (*explanation, error)
 		sc.reqs[i].Hits = hits[i]
 		sc.res[i].OverLimit = !admits(sc, read, i)
 	}
-	ex := &explanation{
-		Domain:      printable(sc.req.domain),
-		Overall:     codeName(!s.opts.ShadowMode && backend.Refused(sc.reqs, sc.res)),
-		ShadowMode:  s.opts.ShadowMode,
-		Descriptors: make([]descriptorExplanation, len(sc.descs)),
+	ex := &Explanation{
+		Domain:      Printable(sc.Req.Domain),
+		Overall:     codeName(!e.opts.ShadowMode && backend.Refused(sc.reqs, sc.res)),
+		ShadowMode:  e.opts.ShadowMode,
+		Descriptors: make([]DescriptorExplanation, len(sc.descs)),
 	}
 	for i := range sc.descs {
-		ex.Descriptors[i] = s.explainDescriptor(sc, read, i)
+		ex.Descriptors[i] = e.explainDescriptor(sc, read, i)
 	}
 	return ex, nil
 }
 
 // explainFailed maps a store error of explain: the caller's context
-// error if the caller gave up, errShuttingDown if the store is closed,
-// else errStoreUnavailable (the error itself goes to the log).
-func (s *Server) explainFailed(ctx context.Context, err error) error {
+// error if the caller gave up, ErrShuttingDown if the store is closed,
+// else ErrStoreUnavailable (the error itself goes to the log).
+func (e *Engine) explainFailed(ctx context.Context, err error) error {
 	if ctxErr := ctx.Err(); ctxErr != nil {
 		return ctxErr
 	}
 	if errors.Is(err, backend.ErrClosed) {
-		return errShuttingDown
+		return ErrShuttingDown
 	}
-	s.warnStore(err)
-	return errStoreUnavailable
+	e.warnStore(err)
+	return ErrStoreUnavailable
 }
 
 // admits reports whether sc.reqs[i]'s limit admits its hits on the state
@@ -174,14 +154,14 @@ func (s *Server) explainFailed(ctx context.Context, err error) error {
 // For every algorithm, a limit admits h > 0 hits exactly when h is at
 // most the Remaining a zero-hit check reports (and zero hits when that
 // check is not over), so the state read decides without the store.
-func admits(sc *scratch, read []backend.Result, i int) bool {
+func admits(sc *Scratch, read []backend.Result, i int) bool {
 	h := cumulativeHits(sc, i)
 	return !read[i].OverLimit && h <= read[i].Remaining
 }
 
 // cumulativeHits returns sc.reqs[i]'s hits plus those of the earlier
 // requests of the call on the same counter that are not over.
-func cumulativeHits(sc *scratch, i int) uint64 {
+func cumulativeHits(sc *Scratch, i int) uint64 {
 	h := sc.reqs[i].Hits
 	for j := range i {
 		if sc.reqs[j].Key == sc.reqs[i].Key && !sc.res[j].OverLimit {
@@ -200,21 +180,21 @@ func addSat(a, b uint64) uint64 {
 }
 
 // explainDescriptor explains sc.descs[i], whose counters read as read.
-func (s *Server) explainDescriptor(sc *scratch, read []backend.Result, i int) descriptorExplanation {
+func (e *Engine) explainDescriptor(sc *Scratch, read []backend.Result, i int) DescriptorExplanation {
 	ds := &sc.descs[i]
-	entries := sc.req.entriesOf(&sc.req.descs[i])
-	de := descriptorExplanation{
-		Entries:   make([]explainEntry, len(entries)),
+	entries := sc.Req.EntriesOf(&sc.Req.Descs[i])
+	de := DescriptorExplanation{
+		Entries:   make([]ExplainEntry, len(entries)),
 		Unlimited: ds.unlimited(),
 		Override:  ds.override,
 		Hits:      ds.hits,
-		Limits:    []explainLimit{},
+		Limits:    []ExplainLimit{},
 	}
-	for j, e := range entries {
-		de.Entries[j] = explainEntry{Key: printable(e.key), Value: labelValue(e)}
+	for j, ent := range entries {
+		de.Entries[j] = ExplainEntry{Key: Printable(ent.Key), Value: LabelValue(ent)}
 	}
 	if r := ds.rule; r != nil {
-		de.Rule = &explainRule{Path: printable(r.Path), File: r.File, Line: r.Line}
+		de.Rule = &ExplainRule{Path: Printable(r.Path), File: r.File, Line: r.Line}
 		de.ShadowMode, de.QuotaMode = r.ShadowMode, r.QuotaMode
 		if de.Unlimited {
 			de.Replaces = append(de.Replaces, r.Replaces...)
@@ -223,46 +203,46 @@ func (s *Server) explainDescriptor(sc *scratch, read []backend.Result, i int) de
 	k := ds.first
 	for _, l := range ds.limits() {
 		de.Replaces = append(de.Replaces, l.Replaces...)
-		el := explainLimit{
-			Name:            printable(ds.limitName(l.Limit)),
+		el := ExplainLimit{
+			Name:            Printable(ds.limitName(l.Limit)),
 			Algorithm:       l.Algorithm.String(),
 			RequestsPerUnit: l.Requests,
 			Window:          l.Window.String(),
 			Burst:           l.Capacity(),
-			limit:           l.Limit,
+			Lim:             l.Limit,
 		}
 		if l.Name != "" && slices.Contains(sc.replaced, l.Name) {
 			el.Replaced = true
 			de.Limits = append(de.Limits, el)
 			continue
 		}
-		s.explainCounter(sc, read, k, &el)
+		e.explainCounter(sc, read, k, &el)
 		k++
 		de.Limits = append(de.Limits, el)
 	}
-	switch v := s.descVerdict(sc, i); {
+	switch v := e.descVerdict(sc, i); {
 	case ds.rule == nil && !ds.override:
 		de.Decision = "NO_RULE"
-	case v.unlimited:
+	case v.Unlimited:
 		de.Decision = "UNLIMITED"
 	default:
-		de.Decision = codeName(v.over)
+		de.Decision = codeName(v.Over)
 	}
 	return de
 }
 
 // explainCounter fills el's counter fields from store request k.
-func (s *Server) explainCounter(sc *scratch, read []backend.Result, k int, el *explainLimit) {
+func (e *Engine) explainCounter(sc *Scratch, read []backend.Result, k int, el *ExplainLimit) {
 	rq, st := &sc.reqs[k], read[k]
 	sum := sha256.Sum256([]byte(rq.Key))
 	el.Counter = "sha256:" + hex.EncodeToString(sum[:8])
 	el.Remaining = st.Remaining
-	el.reset = st.ResetAfter
+	el.ResetIn = st.ResetAfter
 	el.Reset = st.ResetAfter.String()
 	el.WouldAdmit = !sc.res[k].OverLimit
 	if !el.WouldAdmit {
 		if d, ok := retryAfter(rq.Limit, cumulativeHits(sc, k), st); ok {
-			el.retry, el.hasRetry = d, true
+			el.RetryIn, el.HasRetry = d, true
 			el.RetryAfter = d.String()
 		}
 	}

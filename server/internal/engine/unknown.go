@@ -1,4 +1,4 @@
-package server
+package engine
 
 import (
 	"cmp"
@@ -9,8 +9,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ratelimitd/ratelimitd/config"
 )
@@ -42,7 +40,7 @@ const (
 // every unknownRoomEvery, so that a flood of new domains past the bound
 // costs each request what one domain's does, a map lookup and a few
 // atomic loads and adds, and no copy of the table. The metrics are read
-// from the table's counts when scraped (Collect).
+// from the table's counts when scraped (UnknownCounts).
 //
 // Reading the table takes no lock: it is a map replaced whole, under mu,
 // when a domain comes or goes (at most max entries copied).
@@ -61,51 +59,31 @@ type unknownDomains struct {
 // An unknownDomain is one domain without rules, or the others together.
 type unknownDomain struct {
 	name     string        // as the request sent it
-	requests atomic.Uint64 // the metric's value (see Collect)
+	requests atomic.Uint64 // the metric's value (see UnknownCounts)
 	last     atomic.Int64  // the Unix nanosecond of the latest request, to the second
 	nextLog  atomic.Int64  // the Unix nanosecond before which nothing is logged
 }
 
-// newUnknownDomains returns the table of s's options; its metrics are
-// registered with reg if not nil.
-func newUnknownDomains(max int, log *slog.Logger, now func() time.Time, rules func() *config.Rules, reg prometheus.Registerer) *unknownDomains {
+// newUnknownDomains returns the table of e's options.
+func newUnknownDomains(max int, log *slog.Logger, now func() time.Time, rules func() *config.Rules) *unknownDomains {
 	u := &unknownDomains{max: cmp.Or(max, DefaultUnknownDomains), log: log, now: now, rules: rules}
 	u.table.Store(&map[string]*unknownDomain{})
-	if reg != nil {
-		reg.MustRegister(u)
-	}
 	return u
 }
 
-// The descriptions of the metrics of unknownDomains, which it collects
-// from its table's counts: a domain's series goes with its place.
-var (
-	unknownRequestsDesc = prometheus.NewDesc("ratelimitd_unknown_domain_requests_total",
-		"Requests for a domain that has no rules, answered OK with nothing limited, by domain: the first --unknown-domains-max domains seen (see ratelimitd_unknown_domain_requests_untracked_total).",
-		[]string{"domain"}, nil)
-	unknownUntrackedDesc = prometheus.NewDesc("ratelimitd_unknown_domain_requests_untracked_total",
-		"Requests for a domain that has no rules and no label of its own in ratelimitd_unknown_domain_requests_total, --unknown-domains-max being reached.",
-		nil, nil)
-)
+// ObserveUnknown counts a request for domain, which has no rules, as
+// Decide does: for the faces that decide elsewhere (RLQS reports).
+func (e *Engine) ObserveUnknown(domain string) { e.unknown.observe(domain) }
 
-// Describe implements prometheus.Collector.
-func (u *unknownDomains) Describe(ch chan<- *prometheus.Desc) {
-	ch <- unknownRequestsDesc
-	ch <- unknownUntrackedDesc
-}
-
-// Collect implements prometheus.Collector: a series per domain in the
-// table (two names that print alike share one, their counts summed), and
-// the domains past the bound together.
-func (u *unknownDomains) Collect(ch chan<- prometheus.Metric) {
-	byLabel := make(map[string]uint64)
-	for _, d := range *u.table.Load() {
-		byLabel[printable(d.name)] += d.requests.Load()
+// UnknownCounts calls f with the requests counted for each domain
+// without rules that has a place in the table, and returns those of the
+// domains past the bound, counted together: the metrics' values, read
+// when scraped.
+func (e *Engine) UnknownCounts(f func(domain string, requests uint64)) (untracked uint64) {
+	for _, d := range *e.unknown.table.Load() {
+		f(d.name, d.requests.Load())
 	}
-	for label, n := range byLabel {
-		ch <- prometheus.MustNewConstMetric(unknownRequestsDesc, prometheus.CounterValue, float64(n), label)
-	}
-	ch <- prometheus.MustNewConstMetric(unknownUntrackedDesc, prometheus.CounterValue, float64(u.others.requests.Load()))
+	return e.unknown.others.requests.Load()
 }
 
 // observe counts one request for domain, which has no rules, and logs it
@@ -172,7 +150,7 @@ func (u *unknownDomains) makeRoom(table map[string]*unknownDomain, now int64) {
 // logRequest logs a request for d (domain for u.others), its n-th.
 func (u *unknownDomains) logRequest(d *unknownDomain, domain string, n uint64) {
 	rules := u.rules()
-	attrs := []any{"domain", printable(domain), "requests", n}
+	attrs := []any{"domain", Printable(domain), "requests", n}
 	switch {
 	case rules == nil:
 		attrs = append(attrs, "rules_loaded", false)
@@ -185,24 +163,25 @@ func (u *unknownDomains) logRequest(d *unknownDomain, domain string, n uint64) {
 	u.log.Warn("request for a domain with no rules: answered OK, nothing limited", attrs...)
 }
 
-// unknownView is one domain without rules as /ui/api/status shows it.
-type unknownView struct {
+// An UnknownView is one domain without rules as /ui/api/status shows it.
+type UnknownView struct {
 	Domain   string `json:"domain"`
 	Requests uint64 `json:"requests"`
 	LastSeen string `json:"last_seen"`
 }
 
-// view returns the domains without rules, the most requested first, and
+// UnknownDomains returns the domains without rules, the most requested first, and
 // the requests for domains past the bound.
-func (u *unknownDomains) view() (domains []unknownView, untracked uint64) {
-	domains = []unknownView{}
+func (e *Engine) UnknownDomains() (domains []UnknownView, untracked uint64) {
+	u := e.unknown
+	domains = []UnknownView{}
 	for _, d := range *u.table.Load() {
-		domains = append(domains, unknownView{
-			Domain: printable(d.name), Requests: d.requests.Load(),
+		domains = append(domains, UnknownView{
+			Domain: Printable(d.name), Requests: d.requests.Load(),
 			LastSeen: time.Unix(0, d.last.Load()).UTC().Format(time.RFC3339),
 		})
 	}
-	slices.SortFunc(domains, func(a, b unknownView) int {
+	slices.SortFunc(domains, func(a, b UnknownView) int {
 		return cmp.Or(cmp.Compare(b.Requests, a.Requests), strings.Compare(a.Domain, b.Domain))
 	})
 	return domains, u.others.requests.Load()

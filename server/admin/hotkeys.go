@@ -1,4 +1,4 @@
-package server
+package admin
 
 import (
 	"crypto/sha256"
@@ -9,70 +9,8 @@ import (
 	"time"
 
 	"github.com/ratelimitd/ratelimitd/internal/hotkeys"
+	"github.com/ratelimitd/ratelimitd/server/internal/engine"
 )
-
-// HotKeysOptions configures the hot keys: per domain, the counters most
-// refused and those nearest their limits, served at GET /hotkeys. The
-// zero value turns them off.
-type HotKeysOptions struct {
-	// Enabled tracks the hot keys and serves /hotkeys.
-	Enabled bool
-	// K is how many counters each list of a domain holds; zero means
-	// hotkeys.DefaultK.
-	K int
-	// Window is how far back the lists look; zero means
-	// hotkeys.DefaultWindow.
-	Window time.Duration
-	// ShowValues shows request values as they are; otherwise /hotkeys
-	// shows each value's keyed digest, "hmac:" and the first 16 hex
-	// digits of its HMAC-SHA256 under DigestKey, so that values that are
-	// personal data (IP addresses, API keys) are not on view and cannot be
-	// recovered by trying every value, while an operator can still find
-	// a value they know (GET /hotkeys?value=).
-	ShowValues bool
-	// DigestKey is the key of the digests, at least
-	// hotkeys.MinDigestKeyBytes long (hotkeys.ReadDigestKey reads one
-	// from a file): replicas given the same key show the same digests.
-	// Empty means a random key drawn by New, so that each process shows
-	// digests of its own.
-	DigestKey []byte
-	// Replica names this replica in /hotkeys: each replica sees only the
-	// decisions it made. Empty means the host name.
-	Replica string
-}
-
-// newHotKeys returns the hot keys tracker of s's options and the
-// digester of their values, nils when off. A domain that leaves the
-// rules leaves the hot keys.
-func (s *Server) newHotKeys() (*hotkeys.Tracker, *hotkeys.Digester) {
-	o := s.opts.HotKeys
-	if !o.Enabled {
-		return nil, nil
-	}
-	return hotkeys.New(hotkeys.Options{
-		K: o.K, Window: o.Window, Now: s.opts.Now,
-		Live: func(domain string) bool { return s.rules.Load().Domain(domain) != nil },
-	}), hotkeys.NewDigester(o.DigestKey)
-}
-
-// observeHot records the verdict v on ds in the hot keys, if tracked. It
-// is the engine's one call into them: for a decision that changes
-// neither list it costs a hash and a few atomic loads.
-func (s *Server) observeHot(sc *scratch, ds *desc, v *verdict) {
-	if s.hot == nil || !v.limited {
-		return
-	}
-	s.hot.Observe(sc.req.domain, sc.keys[ds.key[0]:ds.key[1]], &hotkeys.Observation{
-		Rule:      ds.rule,
-		Path:      ds.path,
-		Hits:      ds.hits,
-		Refused:   v.overLimit,
-		Shadow:    v.shadow,
-		Limit:     v.limit,
-		Remaining: v.remaining,
-		Reset:     v.reset,
-	})
-}
 
 // hotKeysView is the body of GET /hotkeys.
 type hotKeysView struct {
@@ -140,24 +78,24 @@ type hotKeyPart struct {
 // With ?value=V, it keeps only the counters one of whose values is V (or
 // counts by V's digest), and says how V shows: an operator finds there a
 // value a customer reports without the digests' key.
-func (s *Server) serveHotKeys(w http.ResponseWriter, r *http.Request) {
-	if s.hot == nil {
+func (a *Admin) serveHotKeys(w http.ResponseWriter, r *http.Request) {
+	if a.hotTracker() == nil {
 		http.Error(w, "hot keys are off (--hotkeys=false)", http.StatusNotFound)
 		return
 	}
-	show := s.opts.HotKeys.ShowValues
+	show := a.opts.HotKeysShowValues
 	v := hotKeysView{
-		Replica:       s.hotReplica(),
-		WindowSeconds: s.hot.Window().Seconds(),
-		K:             s.hot.K(),
+		Replica:       a.hotReplica(),
+		WindowSeconds: a.hotTracker().Window().Seconds(),
+		K:             a.hotTracker().K(),
 		Values:        "digest",
 		Domains:       []hotKeysDomain{},
 	}
 	if show {
 		v.Values = "shown"
 	} else {
-		v.DigestKey, v.DigestKeyID = "file", s.digests.KeyID()
-		if s.digests.Random() {
+		v.DigestKey, v.DigestKeyID = "file", a.hotDigests().KeyID()
+		if a.hotDigests().Random() {
 			v.DigestKey = "random"
 		}
 	}
@@ -165,20 +103,20 @@ func (s *Server) serveHotKeys(w http.ResponseWriter, r *http.Request) {
 	lookup, looking := q.Get("value"), q.Has("value")
 	keep := func(*hotkeys.Entry) bool { return true }
 	if looking {
-		v.Lookup = &hotKeysLookup{Value: s.hotValue(lookupPart(lookup), show)}
+		v.Lookup = &hotKeysLookup{Value: a.hotValue(lookupPart(lookup), show)}
 		keep = func(e *hotkeys.Entry) bool { return entryHolds(e, lookup) }
 	}
-	now := s.now()
-	for _, d := range s.hot.View() {
-		hd := hotKeysDomain{Domain: printable(d.Name), Refused: []hotKeyEntry{}, Nearest: []hotKeyEntry{}}
+	now := a.eng.Now()
+	for _, d := range a.hotTracker().View() {
+		hd := hotKeysDomain{Domain: engine.Printable(d.Name), Refused: []hotKeyEntry{}, Nearest: []hotKeyEntry{}}
 		for i := range d.Refused {
 			if keep(&d.Refused[i]) {
-				hd.Refused = append(hd.Refused, s.hotEntry(&d.Refused[i], show, now))
+				hd.Refused = append(hd.Refused, a.hotEntry(&d.Refused[i], show, now))
 			}
 		}
 		for i := range d.Nearest {
 			if keep(&d.Nearest[i]) {
-				hd.Nearest = append(hd.Nearest, s.hotEntry(&d.Nearest[i], show, now))
+				hd.Nearest = append(hd.Nearest, a.hotEntry(&d.Nearest[i], show, now))
 			}
 		}
 		if looking {
@@ -193,9 +131,9 @@ func (s *Server) serveHotKeys(w http.ResponseWriter, r *http.Request) {
 }
 
 // lookupPart returns the part that value counts as in a counter key: the
-// value, or its SHA-256 when it is over maxEntryBytes (appendKeyPrefix).
+// value, or its SHA-256 when it is over engine.MaxEntryBytes (appendKeyPrefix).
 func lookupPart(value string) hotkeys.Part {
-	if len(value) > maxEntryBytes {
+	if len(value) > engine.MaxEntryBytes {
 		sum := sha256.Sum256([]byte(value))
 		return hotkeys.Part{Value: string(sum[:]), Digest: true}
 	}
@@ -208,8 +146,8 @@ func lookupPart(value string) hotkeys.Part {
 func entryHolds(e *hotkeys.Entry, value string) bool {
 	_, parts, _ := hotkeys.DecodeKey(e.Key)
 	for j, p := range parts {
-		v, _ := levelValue(e.Rule, j, value, false)
-		if hotkeys.Match(p, v, maxEntryBytes) {
+		v, _ := engine.LevelValue(e.Rule, j, value, false)
+		if hotkeys.Match(p, v, engine.MaxEntryBytes) {
 			return true
 		}
 	}
@@ -217,8 +155,8 @@ func entryHolds(e *hotkeys.Entry, value string) bool {
 }
 
 // hotReplica returns the name /hotkeys labels this replica's view with.
-func (s *Server) hotReplica() string {
-	if r := s.opts.HotKeys.Replica; r != "" {
+func (a *Admin) hotReplica() string {
+	if r := a.opts.HotKeysReplica; r != "" {
 		return r
 	}
 	host, err := os.Hostname()
@@ -230,9 +168,9 @@ func (s *Server) hotReplica() string {
 
 // hotEntry renders e, its values shown or digested, its reset counted
 // from now.
-func (s *Server) hotEntry(e *hotkeys.Entry, show bool, now time.Time) hotKeyEntry {
+func (a *Admin) hotEntry(e *hotkeys.Entry, show bool, now time.Time) hotKeyEntry {
 	he := hotKeyEntry{
-		Rule:         printable(e.Path),
+		Rule:         engine.Printable(e.Path),
 		Truncated:    e.Truncated,
 		Hits:         e.Hits,
 		Refused:      e.Refused,
@@ -261,7 +199,7 @@ func (s *Server) hotEntry(e *hotkeys.Entry, show bool, now time.Time) hotKeyEntr
 	_, parts, complete := hotkeys.DecodeKey(e.Key)
 	he.Truncated = he.Truncated || !complete
 	for _, p := range parts {
-		he.Descriptor = append(he.Descriptor, hotKeyPart{Key: printable(p.Key), Value: s.hotValue(p, show)})
+		he.Descriptor = append(he.Descriptor, hotKeyPart{Key: engine.Printable(p.Key), Value: a.hotValue(p, show)})
 	}
 	return he
 }
@@ -269,12 +207,18 @@ func (s *Server) hotEntry(e *hotkeys.Entry, show bool, now time.Time) hotKeyEntr
 // hotValue returns how /hotkeys shows p's value: itself (see printable)
 // when show, else its keyed digest (hotkeys.Digester). A value counted by
 // its SHA-256 shows, when show, as "sha256:" and that digest in hex.
-func (s *Server) hotValue(p hotkeys.Part, show bool) string {
+func (a *Admin) hotValue(p hotkeys.Part, show bool) string {
 	switch {
 	case !show:
-		return s.digests.Digest(p)
+		return a.hotDigests().Digest(p)
 	case p.Digest:
 		return "sha256:" + hex.EncodeToString([]byte(p.Value))
 	}
-	return printable(p.Value)
+	return engine.Printable(p.Value)
 }
+
+// hotTracker returns the engine's hot keys tracker, nil when off.
+func (a *Admin) hotTracker() *hotkeys.Tracker { t, _ := a.eng.HotKeys(); return t }
+
+// hotDigests returns the digester of the hot keys' values.
+func (a *Admin) hotDigests() *hotkeys.Digester { _, d := a.eng.HotKeys(); return d }

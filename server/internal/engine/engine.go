@@ -1,4 +1,4 @@
-package server
+package engine
 
 import (
 	"cmp"
@@ -23,40 +23,41 @@ import (
 // two of them: a rule deeper than config.MaxDepth, or whose key is over
 // config.MaxKeyBytes, could never match.
 const (
-	maxDomain      = 256
-	maxDescriptors = 64
-	maxEntries     = config.MaxDepth
-	maxEntryBytes  = config.MaxKeyBytes // of a key; a longer value is counted by its digest (see appendKeyPrefix)
-	maxHits        = math.MaxUint32
+	MaxDomain      = 256
+	MaxDescriptors = 64
+	MaxEntries     = config.MaxDepth
+	MaxEntryBytes  = config.MaxKeyBytes // of a key; a longer value is counted by its digest (see appendKeyPrefix)
+	MaxHits        = math.MaxUint32
 )
 
-// A decision is the engine's answer to one request, before a face renders
-// it in its own messages. It lives in a pooled scratch and must not be
+// An Answer is the engine's answer to one request, before a face renders
+// it in its own messages. It lives in a pooled Scratch and must not be
 // kept after the response is built.
-type decision struct {
-	over     bool // the request must not proceed
-	statuses []verdict
-	headers  []header
+type Answer struct {
+	Over     bool // the request must not proceed
+	Statuses []Verdict
+	Headers  []Header
 }
 
-// A verdict is the decision on one request descriptor.
-type verdict struct {
-	over      bool // reported code: OVER_LIMIT (false for a shadow-mode rule)
-	overLimit bool // the limit refused the hits, whatever the reported code
-	shadow    bool // not enforced: a shadow-mode rule, or the daemon in shadow mode
-	limited   bool // a limit applied: limit, name and the counts below are set
-	unlimited bool // the rule is unlimited: nothing was counted
-	named     bool // the rule names this limit (and the request does not override it)
-	cached    bool // the store answered from its local cache
-	limit     backend.Limit
-	name      string // the limit's name, or else the rule's key path
-	remaining uint64
-	reset     time.Duration
-	retry     time.Duration
+// A Verdict is the decision on one request descriptor.
+type Verdict struct {
+	Over      bool // reported code: OVER_LIMIT (false for a shadow-mode rule)
+	OverLimit bool // the limit refused the hits, whatever the reported code
+	Shadow    bool // not enforced: a shadow-mode rule, or the daemon in shadow mode
+	Limited   bool // a limit applied: Limit, Name and the counts below are set
+	Unlimited bool // the rule is unlimited: nothing was counted
+	Named     bool // the rule names this limit (and the request does not override it)
+	Cached    bool // the store answered from its local cache
+	Limit     backend.Limit
+	Name      string // the limit's name, or else the rule's key path
+	Remaining uint64
+	Reset     time.Duration
+	Retry     time.Duration
 }
 
-// A header is one HTTP response header field to send.
-type header struct{ name, value string }
+// A Header is one HTTP response header field to send: the engine works
+// out the values, each face carries them in its own message.
+type Header struct{ Name, Value string }
 
 // A desc is one request descriptor on its way through the engine.
 type desc struct {
@@ -71,8 +72,8 @@ type desc struct {
 	// metricPath is the rule label when the rule's metrics carry request
 	// values (see metricPath), else "".
 	metricPath string
-	// statKey is, with metricPath and Options.Statsd, the reference's
-	// stat key of the request (see statKey).
+	// statKey is, with metricPath and Options.StatKeys, the reference's
+	// stat key of the request (see StatKey).
 	statKey string
 }
 
@@ -92,11 +93,12 @@ func (d *desc) limits() []config.RuleLimit {
 	return d.rule.Limits
 }
 
-// scratch holds one request's working memory; Server pools them so the
-// hot path allocates only what the response keeps.
-type scratch struct {
-	req      request     // what the face decoded
-	envoy    []envoyDesc // Envoy's descriptors, while an Envoy face decodes
+// A Scratch holds one request's working memory: the face decodes into
+// Req, the engine decides into Dec. Faces pool them so the hot path
+// allocates only what the response keeps. The zero value is ready.
+type Scratch struct {
+	Req      Request // what the face decoded
+	Dec      Answer  // what the engine decided
 	descs    []desc
 	reqs     []backend.Request
 	res      []backend.Result
@@ -104,13 +106,11 @@ type scratch struct {
 	spans    [][3]int // each request's key, in keys after the prefixes: start, end of the descriptor part (its Tag), end
 	replaced []string
 	buf      []byte
-	dec      decision
-	statsd   bool // the server sends statsd: compute each request's statKey
 }
 
-func (sc *scratch) reset() {
-	sc.req.reset()
-	sc.envoy = sc.envoy[:0]
+// Reset empties sc for the next request, keeping its memory.
+func (sc *Scratch) Reset() {
+	sc.Req.reset()
 	clear(sc.descs) // drop rule pointers so old rule sets can be collected
 	sc.descs = sc.descs[:0]
 	clear(sc.reqs)
@@ -119,70 +119,82 @@ func (sc *scratch) reset() {
 	sc.keys = sc.keys[:0]
 	sc.spans = sc.spans[:0]
 	sc.replaced = sc.replaced[:0]
-	clear(sc.dec.statuses)
-	sc.dec = decision{statuses: sc.dec.statuses[:0], headers: sc.dec.headers[:0]}
+	clear(sc.Dec.Statuses)
+	sc.Dec = Answer{Statuses: sc.Dec.Statuses[:0], Headers: sc.Dec.Headers[:0]}
 }
 
-// checkRequest checks the request-wide bounds.
-func checkRequest(domain string, descriptors int) error {
+// Oversized reports whether sc holds the memory of a huge request, which
+// a pool should not keep. (Decoding stops past the bounds on descriptors
+// and entries, which keep the others small.)
+func (sc *Scratch) Oversized() bool {
+	return cap(sc.keys) > 64<<10 || cap(sc.Req.Entries) > MaxDescriptors*MaxEntries
+}
+
+// Rule returns the rule that descriptor i of the request decided matched,
+// nil if none did.
+func (sc *Scratch) Rule(i int) *config.Rule { return sc.descs[i].rule }
+
+// CheckRequest checks the request-wide bounds; faces that stop decoding
+// past a bound call it to refuse the request as the engine would.
+func CheckRequest(domain string, descriptors int) error {
 	switch {
 	case domain == "":
-		return invalid("domain is empty")
-	case len(domain) > maxDomain:
-		return invalid("domain is %d bytes, over the maximum %d", len(domain), maxDomain)
+		return Invalid("domain is empty")
+	case len(domain) > MaxDomain:
+		return Invalid("domain is %d bytes, over the maximum %d", len(domain), MaxDomain)
 	case descriptors == 0:
-		return invalid("no descriptors")
-	case descriptors > maxDescriptors:
-		return invalid("%d descriptors, over the maximum %d", descriptors, maxDescriptors)
+		return Invalid("no descriptors")
+	case descriptors > MaxDescriptors:
+		return Invalid("%d descriptors, over the maximum %d", descriptors, MaxDescriptors)
 	}
 	return nil
 }
 
 // checkEntries checks one descriptor's entries.
-func checkEntries(i int, entries []entry) error {
-	if err := checkEntryCount(i, len(entries)); err != nil {
+func checkEntries(i int, entries []Entry) error {
+	if err := CheckEntryCount(i, len(entries)); err != nil {
 		return err
 	}
 	for j, e := range entries {
 		switch {
-		case e.key == "":
-			return invalid("descriptor %d entry %d has an empty key", i, j)
-		case len(e.key) > maxEntryBytes:
-			return invalid("descriptor %d entry %d: key is %d bytes, over the maximum %d", i, j, len(e.key), maxEntryBytes)
+		case e.Key == "":
+			return Invalid("descriptor %d entry %d has an empty key", i, j)
+		case len(e.Key) > MaxEntryBytes:
+			return Invalid("descriptor %d entry %d: key is %d bytes, over the maximum %d", i, j, len(e.Key), MaxEntryBytes)
 		}
 	}
 	return nil
 }
 
-// checkEntryCount checks how many entries descriptor i has.
-func checkEntryCount(i, n int) error {
+// CheckEntryCount checks how many entries descriptor i has.
+func CheckEntryCount(i, n int) error {
 	switch {
 	case n == 0:
-		return invalid("descriptor %d has no entries", i)
-	case n > maxEntries:
-		return invalid("descriptor %d has %d entries, over the maximum %d", i, n, maxEntries)
+		return Invalid("descriptor %d has no entries", i)
+	case n > MaxEntries:
+		return Invalid("descriptor %d has %d entries, over the maximum %d", i, n, MaxEntries)
 	}
 	return nil
 }
 
 func checkHits(i int, hits uint64) error {
-	if hits > maxHits {
-		return invalid("descriptor %d: hits %d over the maximum %d", i, hits, uint64(maxHits))
+	if hits > MaxHits {
+		return Invalid("descriptor %d: hits %d over the maximum %d", i, hits, uint64(MaxHits))
 	}
 	return nil
 }
 
-// match checks sc.req, matches each of its descriptors against the rules
+// match checks sc.Req, matches each of its descriptors against the rules
 // in force and appends them to sc.descs with their counter keys'
 // prefixes. It reports whether the request's domain has rules.
-func (s *Server) match(sc *scratch) (known bool, err error) {
-	r := &sc.req
-	if err := checkRequest(r.domain, len(r.descs)); err != nil {
+func (e *Engine) match(sc *Scratch) (known bool, err error) {
+	r := &sc.Req
+	if err := CheckRequest(r.Domain, len(r.Descs)); err != nil {
 		return false, err
 	}
-	d := s.rules.Load().Domain(r.domain)
-	for i := range r.descs {
-		if err := addDescriptor(sc, d, &r.descs[i]); err != nil {
+	d := e.rules.Load().Domain(r.Domain)
+	for i := range r.Descs {
+		if err := e.addDescriptor(sc, d, &r.Descs[i]); err != nil {
 			return false, err
 		}
 	}
@@ -191,29 +203,29 @@ func (s *Server) match(sc *scratch) (known bool, err error) {
 
 // addDescriptor matches one request descriptor against d and appends it
 // to sc.
-func addDescriptor(sc *scratch, d *config.DomainRules, rd *descriptor) error {
+func (e *Engine) addDescriptor(sc *Scratch, d *config.DomainRules, rd *Descriptor) error {
 	i := len(sc.descs)
-	entries := sc.req.entriesOf(rd)
+	entries := sc.Req.EntriesOf(rd)
 	if err := checkEntries(i, entries); err != nil {
 		return err
 	}
-	if err := checkHits(i, rd.hits); err != nil {
+	if err := checkHits(i, rd.Hits); err != nil {
 		return err
 	}
 	rule := config.Match(d, entries)
-	ds := desc{rule: rule, hits: rd.hits}
+	ds := desc{rule: rule, hits: rd.Hits}
 	if rule != nil {
 		ds.shadow = rule.ShadowMode
 		ds.path = rule.Path
 		ds.metricPath = metricPath(rule, entries)
-		if ds.metricPath != "" && sc.statsd {
-			ds.statKey = statKey(sc.req.domain, rule, entries)
+		if ds.metricPath != "" && e.opts.StatKeys {
+			ds.statKey = StatKey(sc.Req.Domain, rule, entries)
 		}
 	}
-	if rd.hasLimit {
-		l, err := overrideLimit(rule, rd.limit)
+	if rd.HasLimit {
+		l, err := overrideLimit(rule, rd.Limit)
 		if err != nil {
-			return invalid("descriptor %d: limit override: %v", i, err)
+			return Invalid("descriptor %d: limit override: %v", i, err)
 		}
 		if d != nil { // overrides apply in a known domain only
 			ds.override, ds.ovr[0] = true, l
@@ -223,7 +235,7 @@ func addDescriptor(sc *scratch, d *config.DomainRules, rd *descriptor) error {
 		}
 	}
 	ds.key = [2]int{len(sc.keys), 0}
-	sc.keys = appendKeyPrefix(sc.keys, sc.req.domain, rule, entries)
+	sc.keys = appendKeyPrefix(sc.keys, sc.Req.Domain, rule, entries)
 	ds.key[1] = len(sc.keys)
 	if ds.unlimited() {
 		sc.replaced = append(sc.replaced, ds.rule.Replaces...)
@@ -240,8 +252,8 @@ func addDescriptor(sc *scratch, d *config.DomainRules, rd *descriptor) error {
 // name of its limit if it has just one (a rule with several limits names
 // the override by its path). A sliding log's requests are capped at
 // backend.MaxSlidingLog, the bound of a log's memory.
-func overrideLimit(rule *config.Rule, o override) (config.RuleLimit, error) {
-	l := config.RuleLimit{Limit: backend.Limit{Requests: o.requests, Window: o.window}}
+func overrideLimit(rule *config.Rule, o Override) (config.RuleLimit, error) {
+	l := config.RuleLimit{Limit: backend.Limit{Requests: o.Requests, Window: o.Window}}
 	if rule != nil && len(rule.Limits) > 0 {
 		l.Algorithm = rule.Limits[0].Algorithm
 		if len(rule.Limits) == 1 {
@@ -262,18 +274,18 @@ func overrideLimit(rule *config.Rule, o override) (config.RuleLimit, error) {
 // A value counts as itself, except that: under a wildcard rule with
 // share_threshold, the rule's pattern stands for every value it matches;
 // under a rule with ip_prefix, an IP address counts by its network; and a
-// value over maxEntryBytes counts by its SHA-256 digest, in a part that
+// value over MaxEntryBytes counts by its SHA-256 digest, in a part that
 // no value can spell (backend.AppendKeyDigest), as does a digest the
 // request sent in its place.
-func appendKeyPrefix(b []byte, domain string, rule *config.Rule, entries []entry) []byte {
+func appendKeyPrefix(b []byte, domain string, rule *config.Rule, entries []Entry) []byte {
 	b = backend.AppendKeyPart(b, domain)
 	for j, e := range entries {
-		b = backend.AppendKeyPart(b, e.key)
-		v, digest := levelValue(rule, j, e.value, e.digest)
+		b = backend.AppendKeyPart(b, e.Key)
+		v, digest := LevelValue(rule, j, e.Value, e.Digest)
 		switch {
 		case digest:
 			b = backend.AppendKeyDigest(b, v)
-		case len(v) > maxEntryBytes:
+		case len(v) > MaxEntryBytes:
 			sum := sha256.Sum256([]byte(v)) // on the stack: a slice returned from a helper would not be
 			b = backend.AppendKeyDigest(b, sum[:])
 		default:
@@ -283,12 +295,12 @@ func appendKeyPrefix(b []byte, domain string, rule *config.Rule, entries []entry
 	return b
 }
 
-// levelValue returns the value that rule counts a request's value v at
+// LevelValue returns the value that rule counts a request's value v at
 // its level j by: the level's own value under share_threshold (every
 // matching value shares its counter), v's network under ip_prefix, else
 // v. digest tells that v is the SHA-256 a request sent for its value, and
 // whether the value returned is one.
-func levelValue(rule *config.Rule, j int, v string, digest bool) (string, bool) {
+func LevelValue(rule *config.Rule, j int, v string, digest bool) (string, bool) {
 	if rule != nil && j < len(rule.Levels) {
 		switch lv := rule.Levels[j]; {
 		case lv.ShareThreshold && lv.Wildcard:
@@ -300,73 +312,73 @@ func levelValue(rule *config.Rule, j int, v string, digest bool) (string, bool) 
 	return v, digest
 }
 
-// printable returns s as valid UTF-8 for the places that echo request
+// Printable returns s as valid UTF-8 for the places that echo request
 // bytes (responses, metric labels, trace attributes): s itself when it
 // is, else "hex:" and its bytes in hex. (Counters never use this form:
 // two values that print alike still count apart.)
-func printable(s string) string {
+func Printable(s string) string {
 	if utf8.ValidString(s) {
 		return s
 	}
 	return "hex:" + hex.EncodeToString([]byte(s))
 }
 
-// labelValue returns the form of a request value in metric labels: the
-// value itself (see printable), or for a value over maxEntryBytes, or one
+// LabelValue returns the form of a request value in metric labels: the
+// value itself (see Printable), or for a value over MaxEntryBytes, or one
 // sent as a digest, the digest in hex.
-func labelValue(e entry) string {
+func LabelValue(e Entry) string {
 	switch {
-	case e.digest:
-		return "sha256:" + hex.EncodeToString([]byte(e.value))
-	case len(e.value) > maxEntryBytes:
-		sum := sha256.Sum256([]byte(e.value))
+	case e.Digest:
+		return "sha256:" + hex.EncodeToString([]byte(e.Value))
+	case len(e.Value) > MaxEntryBytes:
+		sum := sha256.Sum256([]byte(e.Value))
 		return "sha256:" + hex.EncodeToString(sum[:])
 	}
-	return printable(e.value)
+	return Printable(e.Value)
 }
 
 // keyPath names an unmatched descriptor by its keys, as Rule.Path does.
-func keyPath(entries []entry) string {
+func keyPath(entries []Entry) string {
 	var b []byte
 	for j, e := range entries {
 		if j > 0 {
 			b = append(b, '.')
 		}
-		b = append(b, e.key...)
+		b = append(b, e.Key...)
 	}
-	return printable(string(b))
+	return Printable(string(b))
 }
 
-// decide decides sc.req: it matches its descriptors, takes their hits
-// from the store and fills sc.dec. It returns an *invalidError for a
-// request it refuses to decide, errStoreUnavailable or errShuttingDown
+// Decide decides sc.Req: it matches its descriptors, takes their hits
+// from the store and fills sc.Dec. It returns an *InvalidError for a
+// request it refuses to decide, ErrStoreUnavailable or ErrShuttingDown
 // when the store cannot decide and the failure mode does not answer, or
 // the caller's context error.
-func (s *Server) decide(ctx context.Context, sc *scratch) error {
-	known, err := s.match(sc)
+func (e *Engine) Decide(ctx context.Context, sc *Scratch) error {
+	known, err := e.match(sc)
 	if err != nil {
 		return err
 	}
 	if !known {
-		s.unknown.observe(sc.req.domain) // answered OK, as the reference does, but counted
+		e.unknown.observe(sc.Req.Domain) // answered OK, as the reference does, but counted
 	}
-	bans := s.storeRequests(sc)
+	bans := e.storeRequests(sc)
 	var refused bool
 	switch {
 	case len(sc.reqs) == 0:
 	case bans == len(sc.reqs):
-		refused = s.decideBans(sc) // a ban needs no counter: no store call
+		refused = e.decideBans(sc) // a ban needs no counter: no store call
 	default:
 		start := time.Now()
-		err := s.take(ctx, sc)
-		s.metrics.storeDuration.Observe(time.Since(start).Seconds())
+		err := e.take(ctx, sc)
+		e.metrics.StoreTook(time.Since(start))
 		if err != nil {
-			return s.storeFailed(ctx, sc, err)
+			return e.storeFailed(ctx, sc, err)
 		}
 		refused = backend.Refused(sc.reqs, sc.res)
 	}
-	s.verdicts(sc, refused)
-	s.appendHeaders(sc)
+	e.verdicts(sc, refused)
+	e.appendHeaders(sc)
 	return nil
 }
 
@@ -375,7 +387,7 @@ func (s *Server) decide(ctx context.Context, sc *scratch) error {
 // descriptor's prefix and the limit's suffix, appended after every
 // prefix. It returns how many of them are bans. decide and explain share
 // it, so that explain reads the very counters a decision would take.
-func (s *Server) storeRequests(sc *scratch) (bans int) {
+func (e *Engine) storeRequests(sc *Scratch) (bans int) {
 	keysFrom := len(sc.keys)
 	for i := range sc.descs {
 		ds := &sc.descs[i]
@@ -385,7 +397,7 @@ func (s *Server) storeRequests(sc *scratch) (bans int) {
 		}
 		mode := backend.Enforce
 		switch {
-		case s.opts.ShadowMode || ds.shadow:
+		case e.opts.ShadowMode || ds.shadow:
 			mode = backend.Shadow
 		case ds.rule != nil && ds.rule.QuotaMode:
 			mode = backend.Quota
@@ -426,8 +438,8 @@ func (s *Server) storeRequests(sc *scratch) (bans int) {
 // an empty result for the other requests; it reports whether the bans
 // alone refuse the call, whatever the other requests' results would be.
 // Bans are decided without the store, so that they hold when it is down.
-func (s *Server) decideBans(sc *scratch) (refused bool) {
-	now := backend.Micros(s.now())
+func (e *Engine) decideBans(sc *Scratch) (refused bool) {
+	now := backend.Micros(e.now())
 	for i, rq := range sc.reqs {
 		sc.res[i] = backend.Result{}
 		if rq.Limit.Ban() {
@@ -441,31 +453,31 @@ func (s *Server) decideBans(sc *scratch) (refused bool) {
 	return backend.Refused(sc.reqs, sc.res)
 }
 
-// verdicts fills sc.dec's overall code and statuses from sc.res (refused
-// is the overall verdict), and counts them in the rule metrics.
-func (s *Server) verdicts(sc *scratch, refused bool) {
-	dec := &sc.dec
-	dec.over = !s.opts.ShadowMode && refused
+// verdicts fills sc.Dec's overall code and statuses from sc.res (refused
+// is the overall Verdict), and counts them in the rule metrics.
+func (e *Engine) verdicts(sc *Scratch, refused bool) {
+	dec := &sc.Dec
+	dec.Over = !e.opts.ShadowMode && refused
 	shadowed := false // a descriptor that the global shadow mode let through
 	for i := range sc.descs {
 		ds := &sc.descs[i]
-		v := s.descVerdict(sc, i)
-		s.observeHot(sc, ds, &v)
-		s.countRule(sc.req.domain, ds, v, dec.over)
-		dec.statuses = append(dec.statuses, v)
-		shadowed = shadowed || v.overLimit && !ds.shadow
+		v := e.descVerdict(sc, i)
+		e.observeHot(sc, ds, &v)
+		e.countRule(sc.Req.Domain, ds, v, dec.Over)
+		dec.Statuses = append(dec.Statuses, v)
+		shadowed = shadowed || v.OverLimit && !ds.shadow
 	}
-	if shadowed && s.opts.ShadowMode && s.metrics.ref != nil {
-		s.metrics.ref.globalShadowMode.Inc()
+	if shadowed && e.opts.ShadowMode {
+		e.metrics.GlobalShadowMode()
 	}
 }
 
 // descVerdict is the verdict on sc.descs[i] from sc.res: it reports the
 // limit that refused, else the one with the least remaining.
-func (s *Server) descVerdict(sc *scratch, i int) verdict {
+func (e *Engine) descVerdict(sc *Scratch, i int) Verdict {
 	ds := &sc.descs[i]
 	if ds.n == 0 {
-		return verdict{unlimited: ds.unlimited()}
+		return Verdict{Unlimited: ds.unlimited()}
 	}
 	pick := ds.first
 	for k := ds.first; k < ds.first+ds.n; k++ {
@@ -476,40 +488,40 @@ func (s *Server) descVerdict(sc *scratch, i int) verdict {
 			pick = k
 		}
 	}
-	return s.limitVerdict(ds, sc.reqs[pick].Limit, sc.res[pick])
+	return e.limitVerdict(ds, sc.reqs[pick].Limit, sc.res[pick])
 }
 
 // limitVerdict is the verdict of ds reporting limit l, whose result is r.
-func (s *Server) limitVerdict(ds *desc, l backend.Limit, r backend.Result) verdict {
+func (e *Engine) limitVerdict(ds *desc, l backend.Limit, r backend.Result) Verdict {
 	own := ds.ownName(l)
-	return verdict{
-		over:      r.OverLimit && !ds.shadow,
-		overLimit: r.OverLimit,
-		shadow:    ds.shadow || s.opts.ShadowMode,
-		limited:   true,
-		limit:     l,
-		name:      cmp.Or(own, ds.path),
-		named:     own != "" && !ds.override, // the reference names no override's limit
-		cached:    r.Cached,
-		remaining: r.Remaining,
-		reset:     r.ResetAfter,
-		retry:     r.RetryAfter,
+	return Verdict{
+		Over:      r.OverLimit && !ds.shadow,
+		OverLimit: r.OverLimit,
+		Shadow:    ds.shadow || e.opts.ShadowMode,
+		Limited:   true,
+		Limit:     l,
+		Name:      cmp.Or(own, ds.path),
+		Named:     own != "" && !ds.override, // the reference names no override's limit
+		Cached:    r.Cached,
+		Remaining: r.Remaining,
+		Reset:     r.ResetAfter,
+		Retry:     r.RetryAfter,
 	}
 }
 
 // take calls the store with sc's requests, in a span of its own when
 // the request is traced.
-func (s *Server) take(ctx context.Context, sc *scratch) error {
-	if s.tracer == nil || !trace.SpanFromContext(ctx).IsRecording() {
-		return s.store.Take(ctx, sc.reqs, sc.res)
+func (e *Engine) take(ctx context.Context, sc *Scratch) error {
+	if e.opts.Tracer == nil || !trace.SpanFromContext(ctx).IsRecording() {
+		return e.store.Take(ctx, sc.reqs, sc.res)
 	}
-	ctx, span := s.tracer.Start(ctx, "ratelimitd.backend.Take", trace.WithAttributes(
-		attribute.String("ratelimitd.domain", printable(sc.req.domain)),
+	ctx, span := e.opts.Tracer.Start(ctx, "ratelimitd.backend.Take", trace.WithAttributes(
+		attribute.String("ratelimitd.domain", Printable(sc.Req.Domain)),
 		attribute.Int("ratelimitd.descriptors", len(sc.descs)),
 		attribute.Int("ratelimitd.counters", len(sc.reqs)),
 	))
 	defer span.End()
-	err := s.store.Take(ctx, sc.reqs, sc.res)
+	err := e.store.Take(ctx, sc.reqs, sc.res)
 	if err != nil {
 		span.RecordError(err)
 		span.SetStatus(otelcodes.Error, "counter store failed")
@@ -536,57 +548,56 @@ func (d *desc) ownName(l backend.Limit) string {
 }
 
 // storeFailed answers a call whose store failed with err: the caller's
-// context error if the caller gave up, errShuttingDown if the store is
-// closed, else the failure mode's answer (nil, with sc.dec filled) or
-// errStoreUnavailable. Bans are decided all the same: a ban refuses
+// context error if the caller gave up, ErrShuttingDown if the store is
+// closed, else the failure mode's answer (nil, with sc.Dec filled) or
+// ErrStoreUnavailable. Bans are decided all the same: a ban refuses
 // under every failure mode, and a call that bans alone refuse is
 // answered OVER_LIMIT even under FailError. The store's error, which may
 // name internal addresses, goes to the log and never to the caller.
-func (s *Server) storeFailed(ctx context.Context, sc *scratch, err error) error {
+func (e *Engine) storeFailed(ctx context.Context, sc *Scratch, err error) error {
 	if ctxErr := ctx.Err(); ctxErr != nil {
 		return ctxErr
 	}
 	if errors.Is(err, backend.ErrClosed) {
-		return errShuttingDown
+		return ErrShuttingDown
 	}
-	s.warnStore(err)
-	s.metrics.storeFailed(err)
-	s.metrics.failureAnswers.WithLabelValues(s.opts.FailureMode.String()).Inc()
-	refused := s.decideBans(sc)
-	if s.opts.FailureMode == FailError && !refused {
-		return errStoreUnavailable
+	e.warnStore(err)
+	e.metrics.StoreFailed(storeErrorKind(err), e.opts.FailureMode)
+	refused := e.decideBans(sc)
+	if e.opts.FailureMode == FailError && !refused {
+		return ErrStoreUnavailable
 	}
-	s.failures.Add(1)
-	s.failureAnswer(sc, refused)
+	e.failures.Add(1)
+	e.failureAnswer(sc, refused)
 	return nil
 }
 
-// failureAnswer fills sc.dec when the store failed, from the bans'
+// failureAnswer fills sc.Dec when the store failed, from the bans'
 // results in sc.res (refused: the bans alone refuse the call). A
 // descriptor with a ban reports it; the others answer by the failure
 // mode, without counts: under FailAllow OK with no limit; under FailDeny
 // OVER_LIMIT when a limit applies (but in shadow mode).
-func (s *Server) failureAnswer(sc *scratch, refused bool) {
-	dec := &sc.dec
-	deny := s.opts.FailureMode == FailDeny && !s.opts.ShadowMode
-	dec.over = !s.opts.ShadowMode && refused
+func (e *Engine) failureAnswer(sc *Scratch, refused bool) {
+	dec := &sc.Dec
+	deny := e.opts.FailureMode == FailDeny && !e.opts.ShadowMode
+	dec.Over = !e.opts.ShadowMode && refused
 	for i := range sc.descs {
 		ds := &sc.descs[i]
-		v := verdict{unlimited: ds.unlimited()}
+		v := Verdict{Unlimited: ds.unlimited()}
 		for k := ds.first; k < ds.first+ds.n; k++ {
 			if l := sc.reqs[k].Limit; l.Ban() {
-				v = s.limitVerdict(ds, l, sc.res[k]) // a ban's result is over, with nothing remaining
+				v = e.limitVerdict(ds, l, sc.res[k]) // a ban's result is over, with nothing remaining
 				break
 			}
 		}
-		if !v.limited && deny && ds.n > 0 && !ds.shadow {
-			v.over = true
-			dec.over = true
+		if !v.Limited && deny && ds.n > 0 && !ds.shadow {
+			v.Over = true
+			dec.Over = true
 		}
-		if v.limited {
-			s.countRule(sc.req.domain, ds, v, dec.over)
+		if v.Limited {
+			e.countRule(sc.Req.Domain, ds, v, dec.Over)
 		}
-		dec.statuses = append(dec.statuses, v)
+		dec.Statuses = append(dec.Statuses, v)
 	}
-	s.appendHeaders(sc)
+	e.appendHeaders(sc)
 }

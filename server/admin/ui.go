@@ -1,8 +1,7 @@
-package server
+package admin
 
 import (
 	"embed"
-	"encoding/json"
 	"net/http"
 	"slices"
 	"strconv"
@@ -10,6 +9,7 @@ import (
 
 	"github.com/ratelimitd/ratelimitd/backend"
 	"github.com/ratelimitd/ratelimitd/config"
+	"github.com/ratelimitd/ratelimitd/server/internal/engine"
 )
 
 // uiFiles are the operator's page: hand-written HTML, CSS and JavaScript,
@@ -42,7 +42,7 @@ const defaultRateRules = 24
 //
 // The page also calls GET /hotkeys and POST /explain, and shows "not
 // available" while they answer 404.
-func (s *Server) uiRoutes(mux *routeMux) {
+func (a *Admin) uiRoutes(mux Mux) {
 	files := http.FileServerFS(uiFiles) // /ui/x is ui/x in uiFiles
 	mux.Handle("GET /ui/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h := w.Header()
@@ -52,31 +52,9 @@ func (s *Server) uiRoutes(mux *routeMux) {
 		h.Set("Cache-Control", "no-cache")
 		files.ServeHTTP(w, r)
 	}))
-	mux.HandleFunc("GET /ui/api/rules", s.serveUIRules)
-	mux.HandleFunc("GET /ui/api/rates", s.serveUIRates)
-	mux.HandleFunc("GET /ui/api/status", s.serveUIStatus)
-}
-
-// writeJSON writes v as JSON with status 200, and a newline: indented
-// for answers people read from curl (/hotkeys, /explain), compact for
-// those the page polls (/ui/api/). The answer is not to be cached, since
-// it is the state of the moment, nor sniffed as anything else.
-func writeJSON(w http.ResponseWriter, v any, indent bool) {
-	var out []byte
-	var err error
-	if indent {
-		out, err = json.MarshalIndent(v, "", "  ")
-	} else {
-		out, err = json.Marshal(v)
-	}
-	if err != nil {
-		http.Error(w, "encoding JSON: "+err.Error(), http.StatusInternalServerError)
-		return
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.Header().Set("Cache-Control", "no-store")
-	w.Write(append(out, '\n'))
+	mux.Handle("GET /ui/api/rules", http.HandlerFunc(a.serveUIRules))
+	mux.Handle("GET /ui/api/rates", http.HandlerFunc(a.serveUIRates))
+	mux.Handle("GET /ui/api/status", http.HandlerFunc(a.serveUIStatus))
 }
 
 // uiRules is the JSON of GET /ui/api/rules.
@@ -120,8 +98,8 @@ type uiLimit struct {
 
 // serveUIRules writes the rules in force as a tree per domain, domains
 // in name order (503 before any are loaded).
-func (s *Server) serveUIRules(w http.ResponseWriter, _ *http.Request) {
-	rules := s.rules.Load()
+func (a *Admin) serveUIRules(w http.ResponseWriter, _ *http.Request) {
+	rules := a.eng.Rules()
 	if rules == nil {
 		http.Error(w, "no rules loaded", http.StatusServiceUnavailable)
 		return
@@ -168,7 +146,7 @@ func uiRuleOf(r *config.Rule) *uiRule {
 
 // serveUIRates writes the per-rule rates (rateView) of at most ?limit=
 // rules.
-func (s *Server) serveUIRates(w http.ResponseWriter, r *http.Request) {
+func (a *Admin) serveUIRates(w http.ResponseWriter, r *http.Request) {
 	limit := defaultRateRules
 	if q := r.URL.Query().Get("limit"); q != "" {
 		n, err := strconv.Atoi(q)
@@ -178,7 +156,7 @@ func (s *Server) serveUIRates(w http.ResponseWriter, r *http.Request) {
 		}
 		limit = min(n, maxRateRules)
 	}
-	writeJSON(w, s.rates.view(limit), false)
+	writeJSON(w, a.rates.view(limit), false)
 }
 
 // uiStatus is the JSON of GET /ui/api/status: what /readyz reports, and
@@ -198,8 +176,8 @@ type uiStatus struct {
 	// first Options.UnknownDomains), the most requested first: their
 	// requests are answered OK with nothing limited. UnknownUntracked
 	// counts the requests for the others.
-	UnknownDomains   []unknownView `json:"unknown_domains"`
-	UnknownUntracked uint64        `json:"unknown_domains_untracked"`
+	UnknownDomains   []engine.UnknownView `json:"unknown_domains"`
+	UnknownUntracked uint64               `json:"unknown_domains_untracked"`
 }
 
 // uiBreaker is one node's circuit breaker.
@@ -209,22 +187,20 @@ type uiBreaker struct {
 }
 
 // serveUIStatus writes the server's uiStatus.
-func (s *Server) serveUIStatus(w http.ResponseWriter, _ *http.Request) {
-	ready, state := s.ready()
+func (a *Admin) serveUIStatus(w http.ResponseWriter, _ *http.Request) {
+	ready, state := a.opts.Ready()
 	st := uiStatus{
-		Ready: ready, Store: state, Breakers: []uiBreaker{}, FailureMode: s.opts.FailureMode.String(),
-		FailureAnswers: s.FailureAnswers(), ReadyWithoutStore: s.opts.ReadyWithoutStore, ShadowMode: s.opts.ShadowMode,
+		Ready: ready, Store: state, Breakers: []uiBreaker{}, FailureMode: a.opts.FailureMode.String(),
+		FailureAnswers: a.eng.FailureAnswers(), ReadyWithoutStore: a.opts.ReadyWithoutStore, ShadowMode: a.opts.ShadowMode,
 		Files: []string{},
 	}
-	st.UnknownDomains, st.UnknownUntracked = s.unknown.view()
-	if s.rlqs != nil {
-		st.Replica = s.opts.RLQSReplica
-	}
-	if rules := s.rules.Load(); rules != nil {
+	st.UnknownDomains, st.UnknownUntracked = a.eng.UnknownDomains()
+	st.Replica = a.opts.Replica
+	if rules := a.eng.Rules(); rules != nil {
 		st.RulesLoaded = true
 		st.Files = rules.Files()
 	}
-	if b, ok := s.store.(backend.BreakerReporter); ok {
+	if b, ok := a.eng.Store().(backend.BreakerReporter); ok {
 		b.Breakers(func(node, state string) { st.Breakers = append(st.Breakers, uiBreaker{node, state}) })
 		slices.SortFunc(st.Breakers, func(a, b uiBreaker) int { return strings.Compare(a.Node, b.Node) })
 	}

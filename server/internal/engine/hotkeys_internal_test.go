@@ -1,11 +1,8 @@
-package server
+package engine
 
 import (
 	"strconv"
 	"testing"
-
-	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
-	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/ratelimitd/ratelimitd/backend/memory"
 	"github.com/ratelimitd/ratelimitd/config"
@@ -44,19 +41,16 @@ func BenchmarkHotKeysDecision(b *testing.B) {
 		store := memory.New(memory.Options{})
 		b.Cleanup(func() { store.Close() })
 		s := New(store, rules, Options{HotKeys: HotKeysOptions{Enabled: on}})
-		decided := func(key string, n int) []*scratch {
-			scs := make([]*scratch, n)
+		decided := func(key string, n int) []*Scratch {
+			scs := make([]*Scratch, n)
 			for i := range scs {
-				sc := new(scratch)
-				req := &rlsv3.RateLimitRequest{Domain: "bench", Descriptors: []*rlv3.RateLimitDescriptor{{
-					Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: key, Value: "10.1." + strconv.Itoa(i>>8) + "." + strconv.Itoa(i&255)}},
-				}}}
+				sc := new(Scratch)
 				for range 2 { // the second time, users are over their limits
-					sc.reset()
-					if err := envoyFromProto(sc, req); err != nil {
-						b.Fatal(err)
-					}
-					if err := s.decide(b.Context(), sc); err != nil {
+					sc.Reset()
+					sc.Req.Domain = "bench"
+					sc.Req.Entries = append(sc.Req.Entries, Entry{Key: key, Value: "10.1." + strconv.Itoa(i>>8) + "." + strconv.Itoa(i&255)})
+					sc.Req.Add(0, 1)
+					if err := s.Decide(b.Context(), sc); err != nil {
 						b.Fatal(err)
 					}
 				}
@@ -66,7 +60,7 @@ func BenchmarkHotKeysDecision(b *testing.B) {
 		}
 		for _, bm := range []struct {
 			name string
-			scs  []*scratch
+			scs  []*Scratch
 		}{
 			{"admitted", decided("remote_address", 1<<16)},
 			{"refused", decided("user", 1)},
@@ -81,7 +75,7 @@ func BenchmarkHotKeysDecision(b *testing.B) {
 				i := 0
 				for b.Loop() {
 					sc := bm.scs[i%len(bm.scs)]
-					sc.dec.statuses = sc.dec.statuses[:0]
+					sc.Dec.Statuses = sc.Dec.Statuses[:0]
 					s.verdicts(sc, false)
 					i++
 				}

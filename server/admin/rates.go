@@ -1,15 +1,11 @@
-package server
+package admin
 
 import (
 	"cmp"
-	"context"
 	"math"
 	"slices"
 	"sync"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 
 	"github.com/ratelimitd/ratelimitd/config"
 )
@@ -39,7 +35,7 @@ type rateSeries struct {
 }
 
 // rates keeps, for each rule with traffic in the last RateSeconds, the
-// hits it admitted and refused each second. Server.SampleRates fills it
+// hits it admitted and refused each second. Admin.SampleRates fills it
 // from the rule counters (ratelimitd_rule_*), which the decisions update
 // anyway: keeping it costs the decision path nothing.
 type rates struct {
@@ -56,50 +52,19 @@ type rates struct {
 	inForceFor *config.Rules
 }
 
-// SampleRates samples the rule counters once a second into the rates
-// the page at /ui/ draws, until ctx is done. Without it, the page shows
-// no rates. It returns nil.
-func (s *Server) SampleRates(ctx context.Context) error {
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case now := <-tick.C:
-			s.sampleRates(now)
-		}
-	}
-}
-
-// sampleRates records the rule counters' growth since the last sample as
+// Sample records the rule counters' growth since the last sample as
 // the hits of the second now falls in. It reads the counters of the rules
 // hit since the rules were loaded, which the metrics hold by rule (see
-// metrics.counters): not the series of rules whose metrics carry request
+// Options.RuleCounts): not the series of rules whose metrics carry request
 // values (detailed_metric, value_to_metric), whose number has no bound.
-func (s *Server) sampleRates(now time.Time) {
+func (a *Admin) Sample(now time.Time) {
 	current := map[rateKey]rateCounts{}
-	s.metrics.rules.Load().Range(func(k, v any) bool {
-		rule, c := k.(*config.Rule), v.(*ruleCounters)
-		shadow := counterValue(c.shadow)
+	a.opts.RuleCounts(func(domain, rule string, within, over, shadow uint64) {
 		// admitted: within the limit, or over it and let through by
 		// shadow mode; refused: over it otherwise.
-		current[rateKey{c.domain, rule.Path}] = rateCounts{
-			admitted: counterValue(c.within) + shadow,
-			refused:  growth(counterValue(c.over), shadow),
-		}
-		return true
+		current[rateKey{domain, rule}] = rateCounts{admitted: within + shadow, refused: growth(over, shadow)}
 	})
-	s.rates.sample(now.Unix(), current, s.rules.Load())
-}
-
-// counterValue returns the value of c.
-func counterValue(c prometheus.Counter) uint64 {
-	var d dto.Metric
-	if c.Write(&d) != nil {
-		return 0
-	}
-	return uint64(d.GetCounter().GetValue())
+	a.rates.sample(now.Unix(), current, a.eng.Rules())
 }
 
 // sample records current, the cumulative counts of rules, as the hits of

@@ -1,4 +1,4 @@
-package server
+package engine
 
 import (
 	"cmp"
@@ -44,70 +44,70 @@ func ParseHeaderMode(s string) (HeaderMode, error) {
 	return 0, fmt.Errorf("unknown response headers mode %q (want ietf, legacy or off)", s)
 }
 
-// appendHeaders renders sc.dec's headers per the server's HeaderMode.
-func (s *Server) appendHeaders(sc *scratch) {
-	dec := &sc.dec
-	switch s.opts.Headers {
+// appendHeaders renders sc.Dec's headers per the server's HeaderMode.
+func (e *Engine) appendHeaders(sc *Scratch) {
+	dec := &sc.Dec
+	switch e.opts.Headers {
 	case HeadersIETF:
 		policy := sc.buf[:0]
-		for _, v := range dec.statuses {
-			if !v.limited || v.shadow {
+		for _, v := range dec.Statuses {
+			if !v.Limited || v.Shadow {
 				continue
 			}
-			policy = appendItem(policy, v.name)
+			policy = appendItem(policy, v.Name)
 			policy = append(policy, ";q="...)
-			policy = strconv.AppendUint(policy, v.limit.Requests, 10)
+			policy = strconv.AppendUint(policy, v.Limit.Requests, 10)
 			policy = append(policy, ";w="...)
-			policy = strconv.AppendInt(policy, seconds(v.limit.Window), 10)
+			policy = strconv.AppendInt(policy, seconds(v.Limit.Window), 10)
 		}
 		if len(policy) == 0 {
 			return
 		}
-		dec.headers = append(dec.headers, header{"RateLimit-Policy", string(policy)})
+		dec.Headers = append(dec.Headers, Header{"RateLimit-Policy", string(policy)})
 		state := policy[:0]
-		for _, v := range dec.statuses {
-			if !v.limited || v.shadow {
+		for _, v := range dec.Statuses {
+			if !v.Limited || v.Shadow {
 				continue
 			}
-			state = appendItem(state, v.name)
+			state = appendItem(state, v.Name)
 			state = append(state, ";r="...)
-			state = strconv.AppendUint(state, v.remaining, 10)
+			state = strconv.AppendUint(state, v.Remaining, 10)
 			state = append(state, ";t="...)
-			state = strconv.AppendInt(state, seconds(v.reset), 10)
+			state = strconv.AppendInt(state, seconds(v.Reset), 10)
 		}
-		dec.headers = append(dec.headers, header{"RateLimit", string(state)})
+		dec.Headers = append(dec.Headers, Header{"RateLimit", string(state)})
 		sc.buf = state
-		if dec.over {
+		if dec.Over {
 			var retry time.Duration
-			for _, v := range dec.statuses {
-				if v.over && !v.shadow {
-					retry = max(retry, v.retry)
+			for _, v := range dec.Statuses {
+				if v.Over && !v.Shadow {
+					retry = max(retry, v.Retry)
 				}
 			}
-			dec.headers = append(dec.headers, header{"Retry-After", strconv.FormatInt(max(seconds(retry), 1), 10)})
+			dec.Headers = append(dec.Headers, Header{"Retry-After", strconv.FormatInt(max(seconds(retry), 1), 10)})
 		}
 	case HeadersLegacy:
 		tight := -1
-		for i, v := range dec.statuses {
-			if !v.limited || v.shadow {
+		for i, v := range dec.Statuses {
+			if !v.Limited || v.Shadow {
 				continue
 			}
-			if v.over {
+			if v.Over {
 				tight = i
 				break
 			}
-			if tight < 0 || v.remaining < dec.statuses[tight].remaining {
+			if tight < 0 || v.Remaining < dec.Statuses[tight].Remaining {
 				tight = i
 			}
 		}
 		if tight < 0 {
 			return
 		}
-		v, names := dec.statuses[tight], s.opts.LegacyHeaders.withDefaults()
-		dec.headers = append(dec.headers,
-			header{names.Limit, strconv.FormatUint(v.limit.Requests, 10)},
-			header{names.Remaining, strconv.FormatUint(v.remaining, 10)},
-			header{names.Reset, strconv.FormatInt(seconds(v.reset), 10)},
+		v, names := dec.Statuses[tight], e.opts.LegacyHeaders.withDefaults()
+		dec.Headers = append(dec.Headers,
+			Header{names.Limit, strconv.FormatUint(v.Limit.Requests, 10)},
+			Header{names.Remaining, strconv.FormatUint(v.Remaining, 10)},
+			Header{names.Reset, strconv.FormatInt(seconds(v.Reset), 10)},
 		)
 	}
 }
