@@ -16,7 +16,7 @@ import (
 
 	"github.com/ratelimitd/ratelimitd/backend"
 	"github.com/ratelimitd/ratelimitd/config"
-	"github.com/ratelimitd/ratelimitd/internal/fairshare"
+	"github.com/ratelimitd/ratelimitd/server/rlqs/fairshare"
 )
 
 // Defaults of Bounds, on what clients may make the service hold.

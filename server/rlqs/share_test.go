@@ -13,8 +13,8 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/ratelimitd/ratelimitd/config"
-	"github.com/ratelimitd/ratelimitd/internal/fairshare"
 	"github.com/ratelimitd/ratelimitd/internal/grpctest"
+	"github.com/ratelimitd/ratelimitd/server/rlqs/fairshare"
 )
 
 // serveWith is serve with opts (its Now replaced by the test clock).

@@ -16,7 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/ratelimitd/ratelimitd/config"
-	"github.com/ratelimitd/ratelimitd/internal/fairshare"
+	"github.com/ratelimitd/ratelimitd/server/rlqs/fairshare"
 )
 
 // stream is one client's StreamRateLimitQuotas: its run loop alone reads
