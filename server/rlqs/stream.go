@@ -24,7 +24,7 @@ import (
 type stream struct {
 	s       *Service
 	g       grpc.ServerStream
-	client  string   // the sharer's name for the client
+	client  string   // the fair-share core's name for the client
 	accts   accounts // the accounts its buckets count in, against Bounds
 	domain  string   // from the first report
 	ruleset *config.Rules
@@ -178,9 +178,9 @@ func (st *stream) report(m *wireReports) error {
 		}
 		ttl := ttlFor(b.interval)
 		b.expires = now.Add(ttl)
-		held := st.s.sharer.ReportFor(key, st.client, u.allowed, u.denied, ttl, now)
+		held := st.s.shares.ReportFor(key, st.client, u.allowed, u.denied, ttl, now)
 		if !held {
-			st.s.metrics.refuse(boundTracker) // the sharer is full: the Fallback
+			st.s.metrics.refuse(boundTracker) // the tracker is full: the Fallback
 		}
 		usage.add(b.labels, u.allowed, u.denied)
 		st.s.shifted(st, key)
@@ -192,9 +192,10 @@ func (st *stream) report(m *wireReports) error {
 	if len(needs) > 0 {
 		// New buckets get their grant before their first answer, so that
 		// it counts the other replicas' clients (within the pool's
-		// timeout); a failure leaves them lapsed (see decide), and is
-		// counted and logged by the pool.
-		if err := st.s.pool.Exchange(st.g.Context(), needs); err != nil {
+		// timeout). A failure leaves them lapsed: decide gives them the
+		// Fallback (counted in fallbacks); the pool counts the failed
+		// call (in exchanges) and logs it at Warn once per outage.
+		if err := st.s.shares.Exchange(st.g.Context(), needs); err != nil {
 			st.s.log.Debug("RLQS report: store exchange failed; its new buckets get the failure mode's assignment", "buckets", len(needs), "err", err)
 		}
 	}
@@ -209,7 +210,7 @@ func (st *stream) report(m *wireReports) error {
 // shared returns b's limit rate when the service shares it through the
 // store (a pool, and a rule with a limit that is enforced).
 func (st *stream) shared(b *bucket) (float64, bool) {
-	if st.s.pool == nil || st.s.shadow || b.rule == nil || b.rule.ShadowMode {
+	if !st.s.shares.Shared() || st.s.shadow || b.rule == nil || b.rule.ShadowMode {
 		return 0, false
 	}
 	limit, limited := limitRate(b.rule)
@@ -239,14 +240,14 @@ func (st *stream) refresh() error {
 	dirty, all := st.woken()
 	reassign := func(key string, b *bucket) {
 		// A push lives only as long as the last report's assignment: the
-		// sharer keeps the client that long, no longer.
+		// tracker keeps the client that long, no longer.
 		ttl := b.expires.Sub(now)
 		a := st.decide(key, b, now, false, ttl)
 		switch {
 		case a.kind == kindNone:
-			// The sharer dropped the client, which it does only once the
+			// The tracker dropped the client, which it does only once the
 			// assignment last sent has expired at the client (see
-			// Sharer.ReportFor): there is nothing to take back, and the
+			// fairshare.Tracker.ReportFor): there is nothing to take back, and the
 			// gauge drops it.
 			st.record(b, a)
 		case ttl > 0 && worthPushing(b.sent, a):
@@ -270,7 +271,7 @@ func (st *stream) refresh() error {
 
 // sweep drops the buckets not reported within their assignment's time to
 // live at now: the client's assignment has expired, and so has the
-// sharer's entry for it (see Sharer.ReportFor). Nothing is sent: a client
+// tracker's entry for it (see fairshare.Tracker.ReportFor). Nothing is sent: a client
 // still using the bucket reports it again, as a new one.
 func (st *stream) sweep(now time.Time) {
 	for key, b := range st.buckets {
@@ -381,9 +382,9 @@ func (st *stream) unlabel(b *bucket) {
 func (st *stream) drop(key string, b *bucket, departs time.Time) {
 	if departs.IsZero() {
 		// The stream goes on without the bucket (its assignment expired,
-		// or was abandoned): the sharer forgets its client there, so that
+		// or was abandoned): the tracker forgets its client there, so that
 		// it holds no more clients than the service counts.
-		st.s.sharer.ForgetOn(key, st.client, st.s.now())
+		st.s.shares.ForgetOn(key, st.client, st.s.now())
 	}
 	st.mu.Lock()
 	delete(st.views, key)
@@ -402,9 +403,9 @@ func (st *stream) assign(key string, b *bucket, now time.Time, refused bool, ttl
 }
 
 // decide returns b's assignment now, to live ttl. refused tells that the
-// sharer refused the report just made (it holds as many clients as it
+// tracker refused the report just made (it holds as many clients as it
 // may): a limited bucket then gets the Fallback, as a bucket past the
-// service's Bounds does. A bucket the sharer no longer holds otherwise gets no assignment
+// service's Bounds does. A bucket the tracker no longer holds otherwise gets no assignment
 // (kindNone): its client's entry expired, after the assignment it was sent
 // (see ttlFor), so there is nothing to take back, and it gets a share at
 // its next report. A limited bucket whose grant from the store has lapsed,
@@ -418,11 +419,11 @@ func (st *stream) decide(key string, b *bucket, now time.Time, refused bool, ttl
 	switch {
 	case refused:
 		return st.s.fallback.assignment()
-	case st.s.pool != nil && st.s.pool.Lapsed(key, now, ttl):
+	case st.s.shares.Lapsed(key, now, ttl):
 		st.s.metrics.fallbacks.Inc()
 		return st.s.fallback.assignment()
 	}
-	if share, ok := st.s.sharer.Share(key, st.client, limit, now); ok {
+	if share, ok := st.s.shares.Share(key, st.client, limit, now); ok {
 		return bucketFor(b.rule, share, limit)
 	}
 	return assignment{}
