@@ -17,10 +17,11 @@
 // order), uses up its key and descends into that rule's children. It never
 // backtracks. The walk ends when no unused key matches at the next level;
 // the rule it took last applies. Keys the walk never uses are ignored.
-// Keys and values are bytes, as in RLS: the service reads its reports from
-// the wire itself (protobuf strings would have to be UTF-8, and a header
-// copied into a bucket id may hold any byte), and its answers carry the
-// bucket ids with their own bytes.
+// Keys and values are bytes, as in RLS: the service reads its reports
+// with the types of gen/ratelimit/wire/rlqs/v1, a mirror of Envoy's
+// messages whose strings are bytes (protobuf strings would have to be
+// UTF-8, and a header copied into a bucket id may hold any byte), and its
+// answers carry the bucket ids with their own bytes.
 //
 // With these rules:
 //

@@ -276,8 +276,8 @@ type wireServer interface {
 
 // serviceDesc is envoy.service.rate_limit_quota.v3.RateLimitQuotaService
 // as rlqsv3 describes it (the same names, so reflection and Envoy see no
-// difference), with a handler that reads and writes bucket ids as bytes
-// (see wireReports).
+// difference), with a handler that reads and writes the messages of
+// gen/ratelimit/wire/rlqs/v1, whose bucket ids are bytes (see wire.go).
 var serviceDesc = grpc.ServiceDesc{
 	ServiceName: rlqsv3.RateLimitQuotaService_ServiceDesc.ServiceName,
 	HandlerType: (*wireServer)(nil),

@@ -9,13 +9,12 @@ import (
 	"sync"
 	"time"
 
-	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/ratelimitd/ratelimitd/config"
+	rlqsv1 "github.com/ratelimitd/ratelimitd/gen/ratelimit/wire/rlqs/v1"
 	"github.com/ratelimitd/ratelimitd/server/rlqs/fairshare"
 )
 
@@ -82,17 +81,17 @@ func (st *stream) woken() (dirty map[string]struct{}, all bool) {
 // run serves the stream until the client ends it or it fails.
 func (st *stream) run() error {
 	ctx := st.g.Context()
-	reports := make(chan *wireReports)
+	reports := make(chan wireReports)
 	errc := make(chan error, 1)
 	go func() { // ends when RecvMsg fails, at the latest when the RPC ends
 		for {
-			m := new(wireReports)
+			m := new(rlqsv1.RateLimitQuotaUsageReports)
 			if err := st.g.RecvMsg(m); err != nil {
 				errc <- err
 				return
 			}
 			select {
-			case reports <- m:
+			case reports <- readReports(m):
 			case <-ctx.Done():
 				return
 			}
@@ -124,7 +123,7 @@ func (st *stream) run() error {
 
 // report records a client's usage reports and answers with the current
 // assignment of every bucket reported, which renews its time to live.
-func (st *stream) report(m *wireReports) error {
+func (st *stream) report(m wireReports) error {
 	if d := m.domain; d != "" {
 		if st.domain != "" && d != st.domain {
 			return status.Errorf(codes.InvalidArgument, "domain %q differs from the stream's %q", d, st.domain)
@@ -228,7 +227,7 @@ func (st *stream) refresh() error {
 		for key, b := range st.buckets {
 			r := match(d, b.id)
 			if r == nil && b.rule != nil {
-				resp.add(b.id, abandonAction())
+				resp.abandon(b.id)
 				st.drop(key, b, time.Time{})
 				continue
 			}
@@ -283,11 +282,11 @@ func (st *stream) sweep(now time.Time) {
 
 // send sends resp unless it is empty.
 func (st *stream) send(resp *wireResponse) error {
-	if len(resp.actions) == 0 {
+	if resp.len() == 0 {
 		return nil
 	}
-	if err := st.g.SendMsg(resp); err != nil {
-		return fmt.Errorf("rlqs: send %d bucket actions: %w", len(resp.actions), err)
+	if err := st.g.SendMsg(&resp.msg); err != nil {
+		return fmt.Errorf("rlqs: send %d bucket actions: %w", resp.len(), err)
 	}
 	return nil
 }
@@ -482,27 +481,4 @@ func worthPushing(old, a assignment) bool {
 // it, within MinTTL and MaxTTL.
 func ttlFor(interval time.Duration) time.Duration {
 	return min(max(2*interval, MinTTL), MaxTTL)
-}
-
-// assignAction returns a's action living ttl, without its BucketId (see
-// wireResponse).
-func assignAction(a assignment, ttl time.Duration) *rlqsv3.RateLimitQuotaResponse_BucketAction {
-	return &rlqsv3.RateLimitQuotaResponse_BucketAction{
-		BucketAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction_{
-			QuotaAssignmentAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction{
-				AssignmentTimeToLive: durationpb.New(ttl),
-				RateLimitStrategy:    a.strategy(),
-			},
-		},
-	}
-}
-
-// abandonAction returns the action that abandons a bucket, without its
-// BucketId (see wireResponse).
-func abandonAction() *rlqsv3.RateLimitQuotaResponse_BucketAction {
-	return &rlqsv3.RateLimitQuotaResponse_BucketAction{
-		BucketAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_AbandonAction_{
-			AbandonAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_AbandonAction{},
-		},
-	}
 }

@@ -9,6 +9,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
+
+	rlqsv1 "github.com/ratelimitd/ratelimitd/gen/ratelimit/wire/rlqs/v1"
 )
 
 // rawMsg is a message sent and received as its bytes.
@@ -66,25 +68,29 @@ func TestWireRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var w wireReports
-	if err := w.Unmarshal(b); err != nil {
+	var m rlqsv1.RateLimitQuotaUsageReports
+	if err := proto.Unmarshal(b, &m); err != nil {
 		t.Fatalf("Unmarshal: %v", err)
 	}
+	w := readReports(&m)
 	if w.domain != "d" || len(w.usages) != 1 || w.usages[0].allowed != 7 || w.usages[0].denied != 3 ||
 		len(w.usages[0].id) != 2 || w.usages[0].id["a"] != "1" {
 		t.Errorf("read %+v", w)
 	}
 }
 
-// FuzzWireReports: no input makes the decoder panic.
+// FuzzWireReports: no input makes the decoder (protobuf's, then
+// readReports) panic.
 func FuzzWireReports(f *testing.F) {
 	b, _ := proto.Marshal(&rlqsv3.RateLimitQuotaUsageReports{Domain: "d", BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{
 		{BucketId: &rlqsv3.BucketId{Bucket: map[string]string{"a": "1"}}, NumRequestsAllowed: 7},
 	}})
 	f.Add(b)
 	f.Fuzz(func(_ *testing.T, b []byte) {
-		var w wireReports
-		_ = w.Unmarshal(b)
+		var m rlqsv1.RateLimitQuotaUsageReports
+		if proto.Unmarshal(b, &m) == nil {
+			_ = readReports(&m)
+		}
 	})
 }
 
@@ -99,7 +105,9 @@ func TestLongElapsedClamped(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Marshal: %v", err)
 		}
-		if got, err := unmarshalDuration(b); err != nil || got != c.want {
+		var d durationpb.Duration
+		err = proto.Unmarshal(b, &d)
+		if got := elapsedOf(&d); err != nil || got != c.want {
 			t.Errorf("time_elapsed %v: read %v, %v; want %v", c.in, got, err, c.want)
 		}
 	}
