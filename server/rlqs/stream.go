@@ -148,6 +148,7 @@ func (st *stream) report(m wireReports) error {
 	}
 	done := make([]reported, 0, len(m.usages))
 	resp := &wireResponse{}
+	resp.reserve(len(m.usages))
 	d := st.ruleset.Domain(st.domain)
 	if d == nil {
 		st.s.unknown(st.domain)
@@ -237,6 +238,11 @@ func (st *stream) refresh() error {
 	now := st.s.now()
 	st.sweep(now)
 	dirty, all := st.woken()
+	if all || reloaded {
+		resp.reserve(len(st.buckets))
+	} else {
+		resp.reserve(len(dirty))
+	}
 	reassign := func(key string, b *bucket) {
 		// A push lives only as long as the last report's assignment: the
 		// tracker keeps the client that long, no longer.

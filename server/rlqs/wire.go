@@ -77,7 +77,9 @@ func elapsedOf(d *durationpb.Duration) time.Duration {
 	return time.Duration(secs)*time.Second + time.Duration(nanos)
 }
 
-// wireResponse is a RateLimitQuotaResponse being built.
+// wireResponse is a RateLimitQuotaResponse being built. Its actions and
+// bucket ids are cut from slabs (see cut), so that an answer naming n
+// buckets costs a few allocations, not a few per bucket.
 type wireResponse struct {
 	msg rlqsv1.RateLimitQuotaResponse
 	// last is the assignment and lifetime of the last action assign
@@ -86,6 +88,31 @@ type wireResponse struct {
 		a   assignment
 		ttl time.Duration
 	}
+	hint    int // how many buckets the answer may name (reserve)
+	actions []rlqsv1.RateLimitQuotaResponse_BucketAction
+	ids     []rlqsv1.BucketId
+	ptrs    []*rlqsv1.BucketId_Entry
+	entries []rlqsv1.BucketId_Entry
+	bytes   []byte
+}
+
+// reserve tells that the answer may name about n buckets: the slabs are
+// refilled for that many, at most maxSlab (an answer may name far fewer
+// than it might: a push after new rules).
+func (w *wireResponse) reserve(n int) { w.hint = min(n, maxSlab) }
+
+// maxSlab bounds the buckets a slab of wireResponse is made for.
+const maxSlab = 256
+
+// cut returns n elements from the slab *s, which it refills first, with
+// at least atLeast elements, when it has fewer than n.
+func cut[T any](s *[]T, n, atLeast int) []T {
+	if len(*s) < n {
+		*s = make([]T, max(n, atLeast))
+	}
+	r := (*s)[:n:n]
+	*s = (*s)[n:]
+	return r
 }
 
 // assign adds the assignment a, living ttl, for the bucket id. A bucket given
@@ -114,7 +141,12 @@ func (w *wireResponse) abandon(id map[string]string) {
 // add adds an action for the bucket id, and returns it for its caller to
 // set what it does.
 func (w *wireResponse) add(id map[string]string) *rlqsv1.RateLimitQuotaResponse_BucketAction {
-	a := &rlqsv1.RateLimitQuotaResponse_BucketAction{BucketId: bucketID(id)}
+	hint := max(w.hint, 1)
+	if w.msg.BucketAction == nil {
+		w.msg.BucketAction = make([]*rlqsv1.RateLimitQuotaResponse_BucketAction, 0, hint)
+	}
+	a := &cut(&w.actions, 1, hint)[0]
+	a.BucketId = w.bucketID(id, hint)
 	w.msg.BucketAction = append(w.msg.BucketAction, a)
 	return a
 }
@@ -122,17 +154,19 @@ func (w *wireResponse) add(id map[string]string) *rlqsv1.RateLimitQuotaResponse_
 // len returns the number of actions added.
 func (w *wireResponse) len() int { return len(w.msg.BucketAction) }
 
-// bucketID returns id as a BucketId, its keys in byte order: its entries
-// and their bytes each in one allocation, as an answer names every bucket
-// it answers. (Keeping it with each bucket held would save building it
-// at each answer, for some 200 bytes more per bucket held: reports come
-// every few seconds, the buckets held stay.)
-func bucketID(id map[string]string) *rlqsv1.BucketId {
+// bucketID returns id as a BucketId, its keys in byte order, cut from
+// w's slabs, refilled for hint buckets like it when short. (Keeping it
+// with each bucket held would save building it at each answer, for some
+// 200 bytes more per bucket held: reports come every few seconds, the
+// buckets held stay.)
+func (w *wireResponse) bucketID(id map[string]string, hint int) *rlqsv1.BucketId {
 	var kbuf [smallID]string
 	keys := sortedKeys(id, kbuf[:0])
-	buf := make([]byte, 0, idBytes(id))
-	entries := make([]rlqsv1.BucketId_Entry, len(keys))
-	out := &rlqsv1.BucketId{Bucket: make([]*rlqsv1.BucketId_Entry, len(keys))}
+	size := idBytes(id)
+	buf := cut(&w.bytes, size, hint*size)[:0]
+	entries := cut(&w.entries, len(keys), hint*len(keys))
+	out := &cut(&w.ids, 1, hint)[0]
+	out.Bucket = cut(&w.ptrs, len(keys), hint*len(keys))
 	for i, k := range keys {
 		n := len(buf)
 		buf = append(buf, k...)
