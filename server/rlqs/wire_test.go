@@ -2,6 +2,8 @@ package rlqs
 
 import (
 	"bytes"
+	"maps"
+	"strings"
 	"testing"
 	"time"
 
@@ -110,5 +112,47 @@ func TestLongElapsedClamped(t *testing.T) {
 		if got := elapsedOf(&d); err != nil || got != c.want {
 			t.Errorf("time_elapsed %v: read %v, %v; want %v", c.in, got, err, c.want)
 		}
+	}
+}
+
+// TestWireResponseIDs: an answer's bucket ids, cut from slabs refilled
+// as they run out, each carry their own keys and values, whatever the
+// slab they came from, and buckets answered alike share one action.
+func TestWireResponseIDs(t *testing.T) {
+	ids := []map[string]string{
+		{"a": "1", "bb": "22"}, {"c": ""}, {"dddd": "4444", "e": "5", "f": "\xff"}, {"g": "7"},
+	}
+	var w wireResponse
+	w.reserve(2) // the slabs run out at the third bucket
+	for i, id := range ids {
+		w.assign(id, assignment{kind: kindBucket, maxTokens: uint32(i/2 + 1), perFill: 1, fill: time.Second}, time.Minute)
+	}
+	b, err := proto.Marshal(&w.msg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b = bytes.ReplaceAll(b, []byte("\xff"), []byte("@"))
+	var got rlqsv3.RateLimitQuotaResponse
+	if err := proto.Unmarshal(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	if len(got.GetBucketAction()) != len(ids) {
+		t.Fatalf("%d actions, want %d", len(got.GetBucketAction()), len(ids))
+	}
+	for i, a := range got.GetBucketAction() {
+		want := maps.Clone(ids[i])
+		for k, v := range want {
+			want[k] = strings.ReplaceAll(v, "\xff", "@")
+		}
+		if !maps.Equal(a.GetBucketId().GetBucket(), want) {
+			t.Errorf("action %d: bucket id %v, want %v", i, a.GetBucketId().GetBucket(), want)
+		}
+		if m := a.GetQuotaAssignmentAction().GetRateLimitStrategy().GetTokenBucket().GetMaxTokens(); m != uint32(i/2+1) {
+			t.Errorf("action %d: max_tokens %d, want %d", i, m, i/2+1)
+		}
+	}
+	if w.msg.BucketAction[0].BucketAction != w.msg.BucketAction[1].BucketAction ||
+		w.msg.BucketAction[1].BucketAction == w.msg.BucketAction[2].BucketAction {
+		t.Error("actions alike are not shared, or actions that differ are")
 	}
 }
