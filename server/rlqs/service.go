@@ -185,6 +185,7 @@ type Service struct {
 
 	stopOnce sync.Once
 	stopped  chan struct{} // closed by EndStreams
+	followed chan struct{} // closed when follow returns; nil without a store
 
 	mu       sync.Mutex
 	bounds   Bounds                          // may be lowered by tests
@@ -237,7 +238,8 @@ func New(rules *config.Rules, opts Options) *Service {
 	s.shares = fairshare.NewPool(po)
 	s.rules.Store(rules)
 	if s.shares.Shared() {
-		go s.follow() // ends with EndStreams
+		s.followed = make(chan struct{})
+		go s.follow() // ends with EndStreams, which waits for it
 	}
 	return s
 }
@@ -246,6 +248,7 @@ func New(rules *config.Rules, opts Options) *Service {
 // with the store moved, as the fair-share core tells them (Moved), until
 // EndStreams.
 func (s *Service) follow() {
+	defer close(s.followed)
 	var moved []string
 	for {
 		select {
@@ -309,6 +312,9 @@ func (s *Service) SetRules(r *config.Rules) {
 func (s *Service) EndStreams() {
 	s.stopOnce.Do(func() { close(s.stopped) })
 	s.shares.Close()
+	if s.followed != nil {
+		<-s.followed
+	}
 }
 
 // serve serves one StreamRateLimitQuotas.
