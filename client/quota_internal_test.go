@@ -22,6 +22,9 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
 	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+
+	rlqsv1 "github.com/ratelimitd/ratelimitd/gen/ratelimit/wire/rlqs/v1"
 )
 
 // TestTokensArithmetic: a token bucket fills perFill tokens per fill
@@ -286,40 +289,57 @@ func (f *fakeRLQS) handle(_ any, ss grpc.ServerStream) error {
 
 // parseReports reads a RateLimitQuotaUsageReports.
 func parseReports(b []byte) (report, error) {
-	var r report
-	err := eachField(b, func(num protowire.Number, typ protowire.Type, v []byte, _ uint64) error {
-		switch {
-		case num == 1 && typ == protowire.BytesType:
-			r.domain = string(v)
-		case num == 2 && typ == protowire.BytesType:
-			var u usage
-			err := eachField(v, func(num protowire.Number, typ protowire.Type, v []byte, n uint64) error {
-				var err error
-				switch num {
-				case 1:
-					err = parseBucketID(v, &u.entries)
-				case 2:
-					u.elapsed, err = parseDuration(v)
-				case 3:
-					u.allowed = n
-				case 4:
-					u.denied = n
-				}
-				return err
-			})
-			r.usages = append(r.usages, u)
-			return err
+	var m rlqsv1.RateLimitQuotaUsageReports
+	if err := proto.Unmarshal(b, &m); err != nil {
+		return report{}, err
+	}
+	r := report{domain: string(m.GetDomain())}
+	for _, x := range m.GetBucketQuotaUsages() {
+		u := usage{elapsed: x.GetTimeElapsed().AsDuration(), allowed: x.GetNumRequestsAllowed(), denied: x.GetNumRequestsDenied()}
+		for _, e := range x.GetBucketId().GetBucket() {
+			u.entries = append(u.entries, Entry{Key: string(e.GetKey()), Value: string(e.GetValue())})
 		}
-		return nil
-	})
-	return r, err
+		r.usages = append(r.usages, u)
+	}
+	return r, nil
+}
+
+// appendTestBucketID appends field 1, a BucketId of entries (its map, one
+// entry message per pair), to b, written field by field with Envoy's
+// numbers, apart from the generated types the Quota reads it with.
+func appendTestBucketID(b []byte, entries []Entry) []byte {
+	var body []byte
+	for _, e := range entries {
+		body = protowire.AppendTag(body, 1, protowire.BytesType)
+		body = protowire.AppendVarint(body, uint64(2*protowire.SizeTag(1)+protowire.SizeBytes(len(e.Key))+protowire.SizeBytes(len(e.Value))))
+		body = protowire.AppendTag(body, 1, protowire.BytesType)
+		body = protowire.AppendString(body, e.Key)
+		body = protowire.AppendTag(body, 2, protowire.BytesType)
+		body = protowire.AppendString(body, e.Value)
+	}
+	b = protowire.AppendTag(b, 1, protowire.BytesType)
+	return protowire.AppendBytes(b, body)
+}
+
+// appendTestDuration appends the fields of a google.protobuf.Duration of
+// d to b.
+func appendTestDuration(b []byte, d time.Duration) []byte {
+	if s := int64(d / time.Second); s != 0 {
+		b = protowire.AppendTag(b, 1, protowire.VarintType)
+		b = protowire.AppendVarint(b, uint64(s))
+	}
+	if n := int64(d % time.Second); n != 0 {
+		b = protowire.AppendTag(b, 2, protowire.VarintType)
+		b = protowire.AppendVarint(b, uint64(n))
+	}
+	return b
 }
 
 // bucketAction encodes a BucketAction for entries: a TokenBucket when
 // maxTokens > 0, else the blanket rule rule (0 allow, 1 deny), for ttl;
 // an AbandonAction when abandon is set.
 func bucketAction(entries []Entry, abandon bool, rule uint64, maxTokens, perFill uint64, fill, ttl time.Duration) []byte {
-	b := appendBucketID(nil, entries)
+	b := appendTestBucketID(nil, entries)
 	if abandon {
 		b = protowire.AppendTag(b, 3, protowire.BytesType)
 		return protowire.AppendBytes(b, nil)
@@ -332,7 +352,7 @@ func bucketAction(entries []Entry, abandon bool, rule uint64, maxTokens, perFill
 		tb = protowire.AppendTag(tb, 2, protowire.BytesType)
 		tb = protowire.AppendBytes(tb, protowire.AppendVarint(protowire.AppendTag(nil, 1, protowire.VarintType), perFill))
 		tb = protowire.AppendTag(tb, 3, protowire.BytesType)
-		tb = protowire.AppendBytes(tb, appendDuration(nil, fill))
+		tb = protowire.AppendBytes(tb, appendTestDuration(nil, fill))
 		strategy = protowire.AppendTag(strategy, 3, protowire.BytesType)
 		strategy = protowire.AppendBytes(strategy, tb)
 	} else {
@@ -341,7 +361,7 @@ func bucketAction(entries []Entry, abandon bool, rule uint64, maxTokens, perFill
 	}
 	var qa []byte
 	qa = protowire.AppendTag(qa, 2, protowire.BytesType)
-	qa = protowire.AppendBytes(qa, appendDuration(nil, ttl))
+	qa = protowire.AppendBytes(qa, appendTestDuration(nil, ttl))
 	qa = protowire.AppendTag(qa, 3, protowire.BytesType)
 	qa = protowire.AppendBytes(qa, strategy)
 	b = protowire.AppendTag(b, 2, protowire.BytesType)
@@ -715,7 +735,11 @@ func TestQuotaClose(t *testing.T) {
 // responses are read with them.
 func TestQuotaWireBytes(t *testing.T) {
 	entries := []Entry{{"k", "\xff\x00v"}, {"ключ", "\xc3"}}
-	r, err := parseReports(appendReports(nil, "edge", []usage{{entries: entries, elapsed: 1500 * time.Millisecond, allowed: 3, denied: 4}}))
+	b, err := appendReports(nil, "edge", []usage{{entries: entries, elapsed: 1500 * time.Millisecond, allowed: 3, denied: 4}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := parseReports(b)
 	if err != nil {
 		t.Fatal(err)
 	}

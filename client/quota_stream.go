@@ -101,7 +101,10 @@ func (q *Quota) stream(ctx context.Context, gen uint64) (answered bool, err erro
 	defer ticker.Stop()
 	domain := q.domain
 	send := func(all bool) error {
-		msg := appendReports(nil, domain, q.usages(gen, all))
+		msg, err := appendReports(nil, domain, q.usages(gen, all))
+		if err != nil {
+			return err
+		}
 		if len(msg) == 0 {
 			return nil
 		}

@@ -16,12 +16,12 @@ import (
 	"github.com/ratelimitd/ratelimitd/backend/redis"
 	"github.com/ratelimitd/ratelimitd/cmd/ratelimitd/internal/compat"
 	"github.com/ratelimitd/ratelimitd/config"
-	"github.com/ratelimitd/ratelimitd/internal/fairshare"
 	"github.com/ratelimitd/ratelimitd/internal/hotkeys"
 	"github.com/ratelimitd/ratelimitd/internal/tlsconfig"
 	"github.com/ratelimitd/ratelimitd/server"
 	"github.com/ratelimitd/ratelimitd/server/requestlog"
 	"github.com/ratelimitd/ratelimitd/server/rlqs"
+	"github.com/ratelimitd/ratelimitd/server/rlqs/fairshare"
 )
 
 // mainVersion is set at build time: -ldflags "-X main.mainVersion=v1.2.3".

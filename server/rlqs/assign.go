@@ -4,10 +4,6 @@ import (
 	"math"
 	"time"
 
-	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
-	"google.golang.org/protobuf/types/known/durationpb"
-	"google.golang.org/protobuf/types/known/wrapperspb"
-
 	"github.com/ratelimitd/ratelimitd/config"
 )
 
@@ -81,21 +77,4 @@ func bucketFor(r *config.Rule, share, limit float64) assignment {
 	}
 	a.maxTokens = uint32(min(max(burst, float64(a.perFill)), math.MaxUint32))
 	return a
-}
-
-// strategy returns a as Envoy's RateLimitStrategy; nil for kindNone.
-func (a assignment) strategy() *typev3.RateLimitStrategy {
-	switch a.kind {
-	case kindAllowAll:
-		return &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: typev3.RateLimitStrategy_ALLOW_ALL}}
-	case kindDenyAll:
-		return &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: typev3.RateLimitStrategy_DENY_ALL}}
-	case kindBucket:
-		return &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_TokenBucket{TokenBucket: &typev3.TokenBucket{
-			MaxTokens:     a.maxTokens,
-			TokensPerFill: wrapperspb.UInt32(a.perFill),
-			FillInterval:  durationpb.New(a.fill),
-		}}}
-	}
-	return nil
 }

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/ratelimitd/ratelimitd/backend/memory"
+	rlqsv1 "github.com/ratelimitd/ratelimitd/gen/ratelimit/wire/rlqs/v1"
 )
 
 // discardStream is a grpc.ServerStream that encodes what is sent, as
@@ -29,7 +30,7 @@ func (d *discardStream) SetTrailer(metadata.MD)       {}
 func (d *discardStream) Context() context.Context     { return d.ctx }
 func (d *discardStream) RecvMsg(any) error            { return nil }
 func (d *discardStream) SendMsg(m any) error {
-	b, err := m.(*wireResponse).Marshal()
+	b, err := proto.Marshal(m.(proto.Message))
 	d.sent += len(b)
 	return err
 }
@@ -89,11 +90,11 @@ func reporter(b *testing.B, s *Service, msg *rlqsv3.RateLimitQuotaUsageReports) 
 	b.Cleanup(func() { s.endStream(st) })
 	st.ruleset = s.rules.Load()
 	return func() {
-		m := new(wireReports)
-		if err := m.Unmarshal(wire); err != nil {
+		m := new(rlqsv1.RateLimitQuotaUsageReports)
+		if err := proto.Unmarshal(wire, m); err != nil {
 			b.Fatal(err)
 		}
-		if err := st.report(m); err != nil {
+		if err := st.report(readReports(m)); err != nil {
 			b.Fatal(err)
 		}
 	}

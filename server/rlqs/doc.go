@@ -17,10 +17,11 @@
 // order), uses up its key and descends into that rule's children. It never
 // backtracks. The walk ends when no unused key matches at the next level;
 // the rule it took last applies. Keys the walk never uses are ignored.
-// Keys and values are bytes, as in RLS: the service reads its reports from
-// the wire itself (protobuf strings would have to be UTF-8, and a header
-// copied into a bucket id may hold any byte), and its answers carry the
-// bucket ids with their own bytes.
+// Keys and values are bytes, as in RLS: the service reads its reports
+// with the types of gen/ratelimit/wire/rlqs/v1, a mirror of Envoy's
+// messages whose strings are bytes (protobuf strings would have to be
+// UTF-8, and a header copied into a bucket id may hold any byte), and its
+// answers carry the bucket ids with their own bytes.
 //
 // With these rules:
 //
@@ -187,4 +188,20 @@
 //
 // Without a store, each replica divides each limit among its own clients
 // only.
+//
+// # Where things live
+//
+// service.go holds the Service, its options and bounds' bookkeeping
+// (bounds.go) and the streams that hold each bucket; stream.go is one
+// stream's loop: a report is read (wire.go, through the generated mirror
+// of Envoy's messages in gen/ratelimit/wire/rlqs/v1), each bucket id
+// matched (match.go: the walk above, through config.Match, and the
+// bucket's key, written as backend.AppendKeyPart writes a counter key's
+// parts), counted in the fair-share core and answered with an assignment
+// (assign.go), which wire.go writes. The fair-share core, package
+// fairshare, is held through one handle, a fairshare.Pool: the stream
+// asks it for shares, and a goroutine of the Service (follow) takes from
+// it the buckets its exchanges with the store moved, and wakes their
+// streams. metrics.go and view.go are what operators see: the metrics and
+// GET /rlqs.
 package rlqs

@@ -1,9 +1,9 @@
 package rlqs
 
 import (
-	"encoding/binary"
 	"slices"
 
+	"github.com/ratelimitd/ratelimitd/backend"
 	"github.com/ratelimitd/ratelimitd/config"
 )
 
@@ -54,25 +54,23 @@ func match(d *config.DomainRules, id map[string]string) *config.Rule {
 }
 
 // bucketKey returns a name for the bucket id in domain that no other
-// domain and id share: each part length-prefixed, keys in byte order.
+// domain and id share: the domain, then each key and its value, keys in
+// byte order, as backend.AppendKeyPart writes the parts of a counter key,
+// so that an RLQS bucket and the RLS descriptor of the same entries are
+// named alike (the fair-share core and the store name the bucket by it).
 func bucketKey(domain string, id map[string]string) string {
 	n := len(domain) + 8
 	for k, v := range id {
 		n += len(k) + len(v) + 16
 	}
 	b := make([]byte, 0, n)
-	b = appendPart(b, domain)
+	b = backend.AppendKeyPart(b, domain)
 	var kbuf [smallID]string
 	for _, k := range sortedKeys(id, kbuf[:0]) {
-		b = appendPart(b, k)
-		b = appendPart(b, id[k])
+		b = backend.AppendKeyPart(b, k)
+		b = backend.AppendKeyPart(b, id[k])
 	}
 	return string(b)
-}
-
-// appendPart appends s to b, prefixed by its length as a uvarint.
-func appendPart(b []byte, s string) []byte {
-	return append(binary.AppendUvarint(b, uint64(len(s))), s...)
 }
 
 // smallID is how many keys a bucket id may have for its walks to take

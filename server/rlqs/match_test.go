@@ -3,6 +3,8 @@ package rlqs
 import (
 	"testing"
 	"time"
+
+	"github.com/ratelimitd/ratelimitd/backend"
 )
 
 const matchRules = `
@@ -81,6 +83,15 @@ func TestBucketKey(t *testing.T) {
 	}
 	if bucketKey("d", map[string]string{"a": "b"}) == bucketKey("da", map[string]string{"": "b"}) {
 		t.Errorf("domains bleed into bucket keys")
+	}
+	// The counter keys' encoding of the parts: the descriptor {a: b, c: ""}
+	// of domain d, keys in byte order.
+	var want []byte
+	for _, p := range []string{"d", "a", "b", "c", ""} {
+		want = backend.AppendKeyPart(want, p)
+	}
+	if c := bucketKey("d", map[string]string{"c": "", "a": "b"}); c != string(want) {
+		t.Errorf("bucket key %q, want the counter key's parts %q", c, want)
 	}
 }
 

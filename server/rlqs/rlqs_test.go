@@ -12,8 +12,8 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/ratelimitd/ratelimitd/config"
-	"github.com/ratelimitd/ratelimitd/internal/fairshare"
 	"github.com/ratelimitd/ratelimitd/internal/grpctest"
+	"github.com/ratelimitd/ratelimitd/server/rlqs/fairshare"
 )
 
 // rulesOf compiles the rules file text y.

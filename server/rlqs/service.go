@@ -16,7 +16,7 @@ import (
 
 	"github.com/ratelimitd/ratelimitd/backend"
 	"github.com/ratelimitd/ratelimitd/config"
-	"github.com/ratelimitd/ratelimitd/internal/fairshare"
+	"github.com/ratelimitd/ratelimitd/server/rlqs/fairshare"
 )
 
 // Defaults of Bounds, on what clients may make the service hold.
@@ -105,27 +105,6 @@ const (
 	MaxTTL = 10 * time.Minute
 )
 
-// A Sharer divides a bucket's limit among the clients that report on it:
-// fairshare.Tracker.
-type Sharer interface {
-	// ReportFor records a client's usage of a bucket since its last
-	// report, keeps the client at least keep after now (the time to live
-	// of the assignment answering the report), and reports false when it
-	// was refused (the sharer is full).
-	ReportFor(bucket, client string, allowed, denied uint64, keep time.Duration, now time.Time) bool
-	// Share returns the client's share, in requests per second, of limit
-	// requests per second. ok is false, and the client has no share, when
-	// the bucket or the client is not held (refused, expired or
-	// forgotten): the shares of the clients held sum to at most limit.
-	Share(bucket, client string, limit float64, now time.Time) (rate float64, ok bool)
-	// Forget drops every share of the client at now; a share still in
-	// force stays counted until it expires.
-	Forget(client string, now time.Time)
-	// ForgetOn is Forget on one bucket: the client's stream no longer
-	// holds it.
-	ForgetOn(bucket, client string, now time.Time)
-}
-
 // Fallback is what a limited bucket is assigned while the store grants no
 // share of its limit (see Options.Store).
 type Fallback uint8
@@ -154,9 +133,9 @@ func (f Fallback) assignment() assignment {
 // Options configures a Service. The zero value means the defaults.
 type Options struct {
 	// Store, when set, shares each bucket's limit with the other replicas
-	// that use it (a fairshare.Pool): the shares of all the clients of all
-	// the replicas add up to at most the limit. Nil divides each limit
-	// among this replica's clients only (Sharer).
+	// that use it (see fairshare.Pool): the shares of all the clients of
+	// all the replicas add up to at most the limit. Nil divides each limit
+	// among this replica's clients only.
 	Store backend.ShareStore
 	// Replica names this replica in Store: unique among the replicas
 	// sharing it. Empty means DefaultReplica("").
@@ -169,9 +148,6 @@ type Options struct {
 	// share (out of reach): the shares granted before stay in force until
 	// they expire in the store.
 	Fallback Fallback
-	// Sharer divides the limits when Store is nil; nil means a
-	// fairshare.Tracker with its default options.
-	Sharer Sharer
 	// ShadowMode assigns ALLOW_ALL to every bucket, as the rule's
 	// shadow_mode does.
 	ShadowMode bool
@@ -187,24 +163,29 @@ type Options struct {
 	Logger *slog.Logger
 	// Now is the clock of reports and shares; nil means time.Now.
 	Now func() time.Time
+
+	// clientsPerBucket, when positive, bounds the clients of one bucket in
+	// the fair-share tracker (fairshare.Options.MaxClientsPerBucket), for
+	// the tests that reach that bound.
+	clientsPerBucket int
 }
 
 // Service serves envoy.service.rate_limit_quota.v3.RateLimitQuotaService
 // under the rules in force. It is safe for concurrent use.
 type Service struct {
 	rules    atomic.Pointer[config.Rules]
-	sharer   Sharer
-	pool     *fairshare.Pool // nil unless Options.Store
+	shares   *fairshare.Pool // the fair-share core: shared through Options.Store, if set
 	fallback Fallback
 	shadow   bool
 	unknown  func(domain string) // Options.UnknownDomain; never nil
 	log      *slog.Logger
 	now      func() time.Time
 	metrics  *metrics
-	ids      atomic.Uint64 // numbers the streams, the sharer's client names
+	ids      atomic.Uint64 // numbers the streams, the fair-share core's client names
 
 	stopOnce sync.Once
 	stopped  chan struct{} // closed by EndStreams
+	followed chan struct{} // closed when follow returns; nil without a store
 
 	mu       sync.Mutex
 	bounds   Bounds                          // may be lowered by tests
@@ -220,7 +201,6 @@ type Service struct {
 // New returns a Service deciding under rules (nil until SetRules).
 func New(rules *config.Rules, opts Options) *Service {
 	s := &Service{
-		sharer:   opts.Sharer,
 		fallback: opts.Fallback,
 		shadow:   opts.ShadowMode,
 		unknown:  opts.UnknownDomain,
@@ -248,25 +228,43 @@ func New(rules *config.Rules, opts Options) *Service {
 	// ReportFor, at least MinTTL), as the service counts it against its
 	// bounds. The tracker drops expired clients as it meets them, so its
 	// own bounds, twice the service's, are met only if the service's are.
-	tracker := fairshare.Options{TTL: MinTTL, MaxBuckets: 2 * s.bounds.Total, MaxClients: 2 * s.bounds.Total}
-	switch {
-	case opts.Store != nil:
-		s.pool = fairshare.NewPool(fairshare.PoolOptions{
-			Tracker:  tracker,
-			Store:    opts.Store,
-			Replica:  cmp.Or(opts.Replica, DefaultReplica("")),
-			Interval: opts.SyncInterval,
-			Changed:  s.moved,
-			Observe:  s.metrics.exchange,
-			Logger:   s.log,
-			Now:      s.now,
-		})
-		s.sharer = s.pool
-	case s.sharer == nil:
-		s.sharer = fairshare.NewTracker(tracker)
+	tracker := fairshare.Options{TTL: MinTTL, MaxBuckets: 2 * s.bounds.Total, MaxClients: 2 * s.bounds.Total,
+		MaxClientsPerBucket: opts.clientsPerBucket}
+	po := fairshare.PoolOptions{Tracker: tracker, Logger: s.log, Now: s.now}
+	if opts.Store != nil {
+		po.Store, po.Replica, po.Interval = opts.Store, cmp.Or(opts.Replica, DefaultReplica("")), opts.SyncInterval
+		po.Observe = s.metrics.exchange
 	}
+	s.shares = fairshare.NewPool(po)
 	s.rules.Store(rules)
+	if s.shares.Shared() {
+		s.followed = make(chan struct{})
+		go s.follow() // ends with EndStreams, which waits for it
+	}
 	return s
+}
+
+// follow wakes the holders of the buckets whose shares the exchanges
+// with the store moved, as the fair-share core tells them (Moved), until
+// EndStreams.
+func (s *Service) follow() {
+	defer close(s.followed)
+	var moved []string
+	for {
+		select {
+		case <-s.shares.Moved():
+		case <-s.stopped:
+			return
+		}
+		moved = s.shares.TakeMoved(moved[:0])
+		s.mu.Lock()
+		for _, key := range moved {
+			for o := range s.holders[key] {
+				o.wake(key)
+			}
+		}
+		s.mu.Unlock()
+	}
 }
 
 // Register registers the service on g.
@@ -281,8 +279,8 @@ type wireServer interface {
 
 // serviceDesc is envoy.service.rate_limit_quota.v3.RateLimitQuotaService
 // as rlqsv3 describes it (the same names, so reflection and Envoy see no
-// difference), with a handler that reads and writes bucket ids as bytes
-// (see wireReports).
+// difference), with a handler that reads and writes the messages of
+// gen/ratelimit/wire/rlqs/v1, whose bucket ids are bytes (see wire.go).
 var serviceDesc = grpc.ServiceDesc{
 	ServiceName: rlqsv3.RateLimitQuotaService_ServiceDesc.ServiceName,
 	HandlerType: (*wireServer)(nil),
@@ -313,8 +311,9 @@ func (s *Service) SetRules(r *config.Rules) {
 // for every stream. Call it when shutting down, before GracefulStop.
 func (s *Service) EndStreams() {
 	s.stopOnce.Do(func() { close(s.stopped) })
-	if s.pool != nil {
-		s.pool.Close()
+	s.shares.Close()
+	if s.followed != nil {
+		<-s.followed
 	}
 }
 
@@ -350,11 +349,11 @@ func (s *Service) newStream(g grpc.ServerStream) *stream {
 // endStream forgets a stream, its buckets and its shares, and lets the
 // streams that shared its buckets take them up. The buckets whose
 // assignments are still in force stay counted against the bounds until
-// they expire, as the sharer counts their shares.
+// they expire, as the fair-share core counts their shares.
 func (s *Service) endStream(st *stream) {
 	s.metrics.streams.Dec()
 	now := s.now()
-	s.sharer.Forget(st.client, now) // before the others wake to their new shares
+	s.shares.Forget(st.client, now) // before the others wake to their new shares
 	for key, b := range st.buckets {
 		st.drop(key, b, b.expires)
 	}
@@ -409,16 +408,6 @@ func (s *Service) release(st *stream, key string, departs, now time.Time) {
 		delete(s.holders, key)
 	}
 	for o := range h {
-		o.wake(key)
-	}
-}
-
-// moved wakes every holder of the bucket key: an exchange with the store
-// moved its grant or the other replicas' demands.
-func (s *Service) moved(key string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for o := range s.holders[key] {
 		o.wake(key)
 	}
 }

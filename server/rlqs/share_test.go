@@ -13,7 +13,6 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/ratelimitd/ratelimitd/config"
-	"github.com/ratelimitd/ratelimitd/internal/fairshare"
 	"github.com/ratelimitd/ratelimitd/internal/grpctest"
 )
 
@@ -42,8 +41,7 @@ func TestRefusedClientGetsNoShare(t *testing.T) {
 	for fallback, want := range map[Fallback]typev3.RateLimitStrategy_BlanketRule{
 		FallbackDenyAll: typev3.RateLimitStrategy_DENY_ALL, FallbackAllowAll: typev3.RateLimitStrategy_ALLOW_ALL,
 	} {
-		tr := fairshare.NewTracker(fairshare.Options{MaxClientsPerBucket: 2})
-		s, conn, clk := serveWith(t, rulesOf(t, oneRule), Options{Sharer: tr, Fallback: fallback})
+		s, conn, clk := serveWith(t, rulesOf(t, oneRule), Options{clientsPerBucket: 2, Fallback: fallback})
 		id := map[string]string{"path": "/api"}
 		a, b, c := newClient(t, conn, clk, "web"), newClient(t, conn, clk, "web"), newClient(t, conn, clk, "web")
 		a.report(usage{id: id, allowed: 1})

@@ -9,14 +9,13 @@ import (
 	"sync"
 	"time"
 
-	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/ratelimitd/ratelimitd/config"
-	"github.com/ratelimitd/ratelimitd/internal/fairshare"
+	rlqsv1 "github.com/ratelimitd/ratelimitd/gen/ratelimit/wire/rlqs/v1"
+	"github.com/ratelimitd/ratelimitd/server/rlqs/fairshare"
 )
 
 // stream is one client's StreamRateLimitQuotas: its run loop alone reads
@@ -24,7 +23,7 @@ import (
 type stream struct {
 	s       *Service
 	g       grpc.ServerStream
-	client  string   // the sharer's name for the client
+	client  string   // the fair-share core's name for the client
 	accts   accounts // the accounts its buckets count in, against Bounds
 	domain  string   // from the first report
 	ruleset *config.Rules
@@ -82,17 +81,17 @@ func (st *stream) woken() (dirty map[string]struct{}, all bool) {
 // run serves the stream until the client ends it or it fails.
 func (st *stream) run() error {
 	ctx := st.g.Context()
-	reports := make(chan *wireReports)
+	reports := make(chan wireReports)
 	errc := make(chan error, 1)
 	go func() { // ends when RecvMsg fails, at the latest when the RPC ends
 		for {
-			m := new(wireReports)
+			m := new(rlqsv1.RateLimitQuotaUsageReports)
 			if err := st.g.RecvMsg(m); err != nil {
 				errc <- err
 				return
 			}
 			select {
-			case reports <- m:
+			case reports <- readReports(m):
 			case <-ctx.Done():
 				return
 			}
@@ -124,7 +123,7 @@ func (st *stream) run() error {
 
 // report records a client's usage reports and answers with the current
 // assignment of every bucket reported, which renews its time to live.
-func (st *stream) report(m *wireReports) error {
+func (st *stream) report(m wireReports) error {
 	if d := m.domain; d != "" {
 		if st.domain != "" && d != st.domain {
 			return status.Errorf(codes.InvalidArgument, "domain %q differs from the stream's %q", d, st.domain)
@@ -149,6 +148,7 @@ func (st *stream) report(m *wireReports) error {
 	}
 	done := make([]reported, 0, len(m.usages))
 	resp := &wireResponse{}
+	resp.reserve(len(m.usages))
 	d := st.ruleset.Domain(st.domain)
 	if d == nil {
 		st.s.unknown(st.domain)
@@ -178,9 +178,9 @@ func (st *stream) report(m *wireReports) error {
 		}
 		ttl := ttlFor(b.interval)
 		b.expires = now.Add(ttl)
-		held := st.s.sharer.ReportFor(key, st.client, u.allowed, u.denied, ttl, now)
+		held := st.s.shares.ReportFor(key, st.client, u.allowed, u.denied, ttl, now)
 		if !held {
-			st.s.metrics.refuse(boundTracker) // the sharer is full: the Fallback
+			st.s.metrics.refuse(boundTracker) // the tracker is full: the Fallback
 		}
 		usage.add(b.labels, u.allowed, u.denied)
 		st.s.shifted(st, key)
@@ -192,9 +192,10 @@ func (st *stream) report(m *wireReports) error {
 	if len(needs) > 0 {
 		// New buckets get their grant before their first answer, so that
 		// it counts the other replicas' clients (within the pool's
-		// timeout); a failure leaves them lapsed (see decide), and is
-		// counted and logged by the pool.
-		if err := st.s.pool.Exchange(st.g.Context(), needs); err != nil {
+		// timeout). A failure leaves them lapsed: decide gives them the
+		// Fallback (counted in fallbacks); the pool counts the failed
+		// call (in exchanges) and logs it at Warn once per outage.
+		if err := st.s.shares.Exchange(st.g.Context(), needs); err != nil {
 			st.s.log.Debug("RLQS report: store exchange failed; its new buckets get the failure mode's assignment", "buckets", len(needs), "err", err)
 		}
 	}
@@ -209,7 +210,7 @@ func (st *stream) report(m *wireReports) error {
 // shared returns b's limit rate when the service shares it through the
 // store (a pool, and a rule with a limit that is enforced).
 func (st *stream) shared(b *bucket) (float64, bool) {
-	if st.s.pool == nil || st.s.shadow || b.rule == nil || b.rule.ShadowMode {
+	if !st.s.shares.Shared() || st.s.shadow || b.rule == nil || b.rule.ShadowMode {
 		return 0, false
 	}
 	limit, limited := limitRate(b.rule)
@@ -227,7 +228,7 @@ func (st *stream) refresh() error {
 		for key, b := range st.buckets {
 			r := match(d, b.id)
 			if r == nil && b.rule != nil {
-				resp.add(b.id, abandonAction())
+				resp.abandon(b.id)
 				st.drop(key, b, time.Time{})
 				continue
 			}
@@ -237,16 +238,21 @@ func (st *stream) refresh() error {
 	now := st.s.now()
 	st.sweep(now)
 	dirty, all := st.woken()
+	if all || reloaded {
+		resp.reserve(len(st.buckets))
+	} else {
+		resp.reserve(len(dirty))
+	}
 	reassign := func(key string, b *bucket) {
 		// A push lives only as long as the last report's assignment: the
-		// sharer keeps the client that long, no longer.
+		// tracker keeps the client that long, no longer.
 		ttl := b.expires.Sub(now)
 		a := st.decide(key, b, now, false, ttl)
 		switch {
 		case a.kind == kindNone:
-			// The sharer dropped the client, which it does only once the
+			// The tracker dropped the client, which it does only once the
 			// assignment last sent has expired at the client (see
-			// Sharer.ReportFor): there is nothing to take back, and the
+			// fairshare.Tracker.ReportFor): there is nothing to take back, and the
 			// gauge drops it.
 			st.record(b, a)
 		case ttl > 0 && worthPushing(b.sent, a):
@@ -270,7 +276,7 @@ func (st *stream) refresh() error {
 
 // sweep drops the buckets not reported within their assignment's time to
 // live at now: the client's assignment has expired, and so has the
-// sharer's entry for it (see Sharer.ReportFor). Nothing is sent: a client
+// tracker's entry for it (see fairshare.Tracker.ReportFor). Nothing is sent: a client
 // still using the bucket reports it again, as a new one.
 func (st *stream) sweep(now time.Time) {
 	for key, b := range st.buckets {
@@ -282,11 +288,11 @@ func (st *stream) sweep(now time.Time) {
 
 // send sends resp unless it is empty.
 func (st *stream) send(resp *wireResponse) error {
-	if len(resp.actions) == 0 {
+	if resp.len() == 0 {
 		return nil
 	}
-	if err := st.g.SendMsg(resp); err != nil {
-		return fmt.Errorf("rlqs: send %d bucket actions: %w", len(resp.actions), err)
+	if err := st.g.SendMsg(&resp.msg); err != nil {
+		return fmt.Errorf("rlqs: send %d bucket actions: %w", resp.len(), err)
 	}
 	return nil
 }
@@ -381,9 +387,9 @@ func (st *stream) unlabel(b *bucket) {
 func (st *stream) drop(key string, b *bucket, departs time.Time) {
 	if departs.IsZero() {
 		// The stream goes on without the bucket (its assignment expired,
-		// or was abandoned): the sharer forgets its client there, so that
+		// or was abandoned): the tracker forgets its client there, so that
 		// it holds no more clients than the service counts.
-		st.s.sharer.ForgetOn(key, st.client, st.s.now())
+		st.s.shares.ForgetOn(key, st.client, st.s.now())
 	}
 	st.mu.Lock()
 	delete(st.views, key)
@@ -402,9 +408,9 @@ func (st *stream) assign(key string, b *bucket, now time.Time, refused bool, ttl
 }
 
 // decide returns b's assignment now, to live ttl. refused tells that the
-// sharer refused the report just made (it holds as many clients as it
+// tracker refused the report just made (it holds as many clients as it
 // may): a limited bucket then gets the Fallback, as a bucket past the
-// service's Bounds does. A bucket the sharer no longer holds otherwise gets no assignment
+// service's Bounds does. A bucket the tracker no longer holds otherwise gets no assignment
 // (kindNone): its client's entry expired, after the assignment it was sent
 // (see ttlFor), so there is nothing to take back, and it gets a share at
 // its next report. A limited bucket whose grant from the store has lapsed,
@@ -418,11 +424,11 @@ func (st *stream) decide(key string, b *bucket, now time.Time, refused bool, ttl
 	switch {
 	case refused:
 		return st.s.fallback.assignment()
-	case st.s.pool != nil && st.s.pool.Lapsed(key, now, ttl):
+	case st.s.shares.Lapsed(key, now, ttl):
 		st.s.metrics.fallbacks.Inc()
 		return st.s.fallback.assignment()
 	}
-	if share, ok := st.s.sharer.Share(key, st.client, limit, now); ok {
+	if share, ok := st.s.shares.Share(key, st.client, limit, now); ok {
 		return bucketFor(b.rule, share, limit)
 	}
 	return assignment{}
@@ -481,27 +487,4 @@ func worthPushing(old, a assignment) bool {
 // it, within MinTTL and MaxTTL.
 func ttlFor(interval time.Duration) time.Duration {
 	return min(max(2*interval, MinTTL), MaxTTL)
-}
-
-// assignAction returns a's action living ttl, without its BucketId (see
-// wireResponse).
-func assignAction(a assignment, ttl time.Duration) *rlqsv3.RateLimitQuotaResponse_BucketAction {
-	return &rlqsv3.RateLimitQuotaResponse_BucketAction{
-		BucketAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction_{
-			QuotaAssignmentAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction{
-				AssignmentTimeToLive: durationpb.New(ttl),
-				RateLimitStrategy:    a.strategy(),
-			},
-		},
-	}
-}
-
-// abandonAction returns the action that abandons a bucket, without its
-// BucketId (see wireResponse).
-func abandonAction() *rlqsv3.RateLimitQuotaResponse_BucketAction {
-	return &rlqsv3.RateLimitQuotaResponse_BucketAction{
-		BucketAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_AbandonAction_{
-			AbandonAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_AbandonAction{},
-		},
-	}
 }

@@ -88,8 +88,8 @@ func (s *Service) View() View {
 				if l := v.limit; !math.IsNaN(l) {
 					bv.Limit = &l // a copy: v changes once st.mu is released
 				}
-				if s.pool != nil {
-					if g, others, ok := s.pool.Grant(key); ok {
+				if s.shares.Shared() {
+					if g, others, ok := s.shares.Grant(key); ok {
 						bv.Granted, bv.OtherClients = &g, &others
 					}
 				}
@@ -100,8 +100,8 @@ func (s *Service) View() View {
 		st.mu.Unlock()
 	}
 	out := View{Buckets: make([]BucketView, 0, len(byKey))}
-	if s.pool != nil {
-		out.Replica = s.pool.Replica()
+	if s.shares.Shared() {
+		out.Replica = s.shares.Replica()
 	}
 	for _, key := range slices.Sorted(maps.Keys(byKey)) {
 		bv := byKey[key]

@@ -1,25 +1,25 @@
 package rlqs
 
 import (
-	"errors"
-	"fmt"
 	"time"
+	"unsafe"
 
-	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
-	"google.golang.org/protobuf/encoding/protowire"
-	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	rlqsv1 "github.com/ratelimitd/ratelimitd/gen/ratelimit/wire/rlqs/v1"
 )
 
 // Envoy builds bucket ids from request headers, which may carry bytes
 // that are not UTF-8. Protobuf strings must be UTF-8, and grpc-go's codec
 // would refuse such a report and end the stream; so the service reads its
-// reports, and writes the bucket ids of its answers, from and to the wire
-// itself, keys and values as bytes, as the RateLimitService does. The
-// message types below implement the legacy Marshal and Unmarshal methods
-// that protobuf's codec calls, and so pass through any gRPC codec.
+// reports, and writes its answers, with the types of
+// gen/ratelimit/wire/rlqs/v1: a mirror of Envoy's RLQS messages, field for
+// field, whose strings are bytes (the Go client uses the same). Keys and
+// values are then bytes, as in the RateLimitService.
 
 // wireReports is an envoy.service.rate_limit_quota.v3
-// RateLimitQuotaUsageReports as read from the wire.
+// RateLimitQuotaUsageReports as the service reads it: see readReports.
 type wireReports struct {
 	domain string
 	usages []wireUsage
@@ -32,206 +32,175 @@ type wireUsage struct {
 	allowed, denied uint64
 }
 
-// Reset, String and ProtoMessage make wireReports a protobuf message for
-// gRPC's codec, which then calls Unmarshal.
-func (w *wireReports) Reset() { *w = wireReports{} }
-func (w *wireReports) String() string {
-	return fmt.Sprintf("RateLimitQuotaUsageReports{domain: %q, %d usages}", w.domain, len(w.usages))
-}
-func (w *wireReports) ProtoMessage() {}
-
-// errWire is what a malformed message gets.
-var errWire = errors.New("malformed protobuf")
-
-// Unmarshal reads a RateLimitQuotaUsageReports from b.
-func (w *wireReports) Unmarshal(b []byte) error {
-	return eachField(b, func(num protowire.Number, typ protowire.Type, v []byte, _ uint64) error {
-		switch {
-		case num == 1 && typ == protowire.BytesType:
-			w.domain = string(v)
-		case num == 2 && typ == protowire.BytesType:
-			var u wireUsage
-			if err := u.unmarshal(v); err != nil {
-				return fmt.Errorf("bucket_quota_usages[%d]: %w", len(w.usages), err)
+// readReports returns the reports of m, which it takes over (m's bytes
+// must never be written again): each bucket id as a map (a key given twice
+// keeps its last value), each time_elapsed as elapsedOf reads it.
+func readReports(m *rlqsv1.RateLimitQuotaUsageReports) wireReports {
+	w := wireReports{domain: string(m.GetDomain()), usages: make([]wireUsage, len(m.GetBucketQuotaUsages()))}
+	for i, u := range m.GetBucketQuotaUsages() {
+		var id map[string]string
+		if entries := u.GetBucketId().GetBucket(); len(entries) > 0 {
+			id = make(map[string]string, len(entries))
+			for _, e := range entries {
+				// The keys and values are strings over m's bytes, which
+				// protobuf copied out of the wire for m alone (no
+				// aliasing) and nothing writes: two copies fewer per
+				// entry on every report.
+				id[bytesString(e.GetKey())] = bytesString(e.GetValue())
 			}
-			w.usages = append(w.usages, u)
 		}
-		return nil
-	})
-}
-
-// unmarshal reads a BucketQuotaUsage from b.
-func (u *wireUsage) unmarshal(b []byte) error {
-	return eachField(b, func(num protowire.Number, typ protowire.Type, v []byte, n uint64) error {
-		switch {
-		case num == 1 && typ == protowire.BytesType:
-			if u.id == nil {
-				u.id = make(map[string]string)
-			}
-			return unmarshalBucketID(v, u.id)
-		case num == 2 && typ == protowire.BytesType:
-			d, err := unmarshalDuration(v)
-			if err != nil {
-				return fmt.Errorf("time_elapsed: %w", err)
-			}
-			u.elapsed = d
-		case num == 3 && typ == protowire.VarintType:
-			u.allowed = n
-		case num == 4 && typ == protowire.VarintType:
-			u.denied = n
-		}
-		return nil
-	})
-}
-
-// unmarshalBucketID adds the entries of a BucketId read from b to id.
-func unmarshalBucketID(b []byte, id map[string]string) error {
-	return eachField(b, func(num protowire.Number, typ protowire.Type, v []byte, _ uint64) error {
-		if num != 1 || typ != protowire.BytesType {
-			return nil
-		}
-		var key, value string
-		err := eachField(v, func(num protowire.Number, typ protowire.Type, v []byte, _ uint64) error {
-			switch {
-			case num == 1 && typ == protowire.BytesType:
-				key = string(v)
-			case num == 2 && typ == protowire.BytesType:
-				value = string(v)
-			}
-			return nil
-		})
-		if err != nil {
-			return fmt.Errorf("bucket_id: %w", err)
-		}
-		id[key] = value
-		return nil
-	})
-}
-
-// unmarshalDuration reads a google.protobuf.Duration from b; a negative one
-// reads as 0, one over MaxTTL as MaxTTL (a reporting interval that long
-// gives the longest assignment already).
-func unmarshalDuration(b []byte) (time.Duration, error) {
-	var secs, nanos int64
-	err := eachField(b, func(num protowire.Number, typ protowire.Type, _ []byte, n uint64) error {
-		switch {
-		case num == 1 && typ == protowire.VarintType:
-			secs = int64(n)
-		case num == 2 && typ == protowire.VarintType:
-			nanos = int64(int32(n))
-		}
-		return nil
-	})
-	if err != nil || secs < 0 || nanos < 0 {
-		return 0, err
-	}
-	if secs >= int64(MaxTTL/time.Second) {
-		return MaxTTL, nil
-	}
-	return time.Duration(secs)*time.Second + time.Duration(nanos), nil
-}
-
-// eachField calls f with each field of the message b: for a bytes field
-// its contents, for a varint its value; other types only skipped.
-func eachField(b []byte, f func(num protowire.Number, typ protowire.Type, v []byte, n uint64) error) error {
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return errWire
-		}
-		b = b[n:]
-		var v []byte
-		var x uint64
-		switch typ {
-		case protowire.BytesType:
-			v, n = protowire.ConsumeBytes(b)
-		case protowire.VarintType:
-			x, n = protowire.ConsumeVarint(b)
-		default:
-			n = protowire.ConsumeFieldValue(num, typ, b)
-		}
-		if n < 0 {
-			return errWire
-		}
-		b = b[n:]
-		if err := f(num, typ, v, x); err != nil {
-			return err
+		w.usages[i] = wireUsage{
+			id:      id,
+			elapsed: elapsedOf(u.GetTimeElapsed()),
+			allowed: u.GetNumRequestsAllowed(),
+			denied:  u.GetNumRequestsDenied(),
 		}
 	}
-	return nil
+	return w
 }
 
-// wireResponse is a RateLimitQuotaResponse whose bucket ids are written
-// as bytes: each action's BucketId is nil, and ids holds it.
+// bytesString returns b as a string without copying it: b must never be
+// written again.
+func bytesString(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
+
+// elapsedOf reads a time_elapsed: a negative one (or none) reads as 0, one
+// over MaxTTL as MaxTTL (a reporting interval that long gives the longest
+// assignment already).
+func elapsedOf(d *durationpb.Duration) time.Duration {
+	secs, nanos := d.GetSeconds(), int64(d.GetNanos())
+	switch {
+	case secs < 0 || nanos < 0:
+		return 0
+	case secs >= int64(MaxTTL/time.Second):
+		return MaxTTL
+	}
+	return time.Duration(secs)*time.Second + time.Duration(nanos)
+}
+
+// wireResponse is a RateLimitQuotaResponse being built. Its actions and
+// bucket ids are cut from slabs (see cut), so that an answer naming n
+// buckets costs a few allocations, not a few per bucket.
 type wireResponse struct {
-	actions []*rlqsv3.RateLimitQuotaResponse_BucketAction
-	ids     []map[string]string
+	msg rlqsv1.RateLimitQuotaResponse
 	// last is the assignment and lifetime of the last action assign
 	// added (see assign).
 	last struct {
 		a   assignment
 		ttl time.Duration
 	}
+	hint    int // how many buckets the answer may name (reserve)
+	actions []rlqsv1.RateLimitQuotaResponse_BucketAction
+	ids     []rlqsv1.BucketId
+	ptrs    []*rlqsv1.BucketId_Entry
+	entries []rlqsv1.BucketId_Entry
+	bytes   []byte
 }
 
-// assign adds the assignment a, living ttl, for bucket id. A bucket given
+// reserve tells that the answer may name about n buckets: the slabs are
+// refilled for that many, at most maxSlab (an answer may name far fewer
+// than it might: a push after new rules).
+func (w *wireResponse) reserve(n int) { w.hint = min(n, maxSlab) }
+
+// maxSlab bounds the buckets a slab of wireResponse is made for.
+const maxSlab = 256
+
+// cut returns n elements from the slab *s, which it refills first, with
+// at least atLeast elements, when it has fewer than n.
+func cut[T any](s *[]T, n, atLeast int) []T {
+	if len(*s) < n {
+		*s = make([]T, max(n, atLeast))
+	}
+	r := (*s)[:n:n]
+	*s = (*s)[n:]
+	return r
+}
+
+// assign adds the assignment a, living ttl, for the bucket id. A bucket given
 // the same assignment as the one added before it shares its action
-// message, which Marshal writes for each: a report of many buckets
-// answered alike (those no rule matches come one after another) costs one
-// message, not one each.
+// message, which protobuf writes for each: a report of many buckets
+// answered alike (those no rule matches come one after another) builds
+// one message, not one each.
 func (w *wireResponse) assign(id map[string]string, a assignment, ttl time.Duration) {
-	if n := len(w.actions); n > 0 && w.last.a == a && w.last.ttl == ttl {
-		w.add(id, w.actions[n-1])
+	if n := len(w.msg.BucketAction); n > 0 && w.last.a == a && w.last.ttl == ttl {
+		prev := w.msg.BucketAction[n-1]
+		w.add(id).BucketAction = prev.BucketAction
 		return
 	}
 	w.last.a, w.last.ttl = a, ttl
-	w.add(id, assignAction(a, ttl))
+	w.add(id).BucketAction = assignAction(a, ttl)
 }
 
-// Reset, String and ProtoMessage make wireResponse a protobuf message for
-// gRPC's codec, which then calls Marshal.
-func (w *wireResponse) Reset() { *w = wireResponse{} }
-func (w *wireResponse) String() string {
-	return fmt.Sprintf("RateLimitQuotaResponse{%d actions}", len(w.actions))
-}
-func (w *wireResponse) ProtoMessage() {}
-
-// add adds the action for bucket id.
-func (w *wireResponse) add(id map[string]string, a *rlqsv3.RateLimitQuotaResponse_BucketAction) {
-	w.actions = append(w.actions, a)
-	w.ids = append(w.ids, id)
-}
-
-// Marshal writes the RateLimitQuotaResponse: each BucketAction is its
-// bucket_id, written here, followed by the rest, which protobuf writes
-// (fields may come in any order).
-func (w *wireResponse) Marshal() ([]byte, error) {
-	var b, action []byte
-	for i, a := range w.actions {
-		action = appendBucketID(action[:0], w.ids[i])
-		var err error
-		if action, err = (proto.MarshalOptions{}).MarshalAppend(action, a); err != nil {
-			return nil, fmt.Errorf("rlqs: marshal bucket_action[%d]: %w", i, err)
-		}
-		b = protowire.AppendTag(b, 1, protowire.BytesType)
-		b = protowire.AppendBytes(b, action)
+// abandon adds the action that abandons the bucket id.
+func (w *wireResponse) abandon(id map[string]string) {
+	w.add(id).BucketAction = &rlqsv1.RateLimitQuotaResponse_BucketAction_AbandonAction_{
+		AbandonAction: &rlqsv1.RateLimitQuotaResponse_BucketAction_AbandonAction{},
 	}
-	return b, nil
+	w.last.a, w.last.ttl = assignment{}, -1 // no assignment shares an abandon's action
 }
 
-// appendBucketID appends field 1, a BucketId holding id, to b.
-func appendBucketID(b []byte, id map[string]string) []byte {
-	var body []byte
+// add adds an action for the bucket id, and returns it for its caller to
+// set what it does.
+func (w *wireResponse) add(id map[string]string) *rlqsv1.RateLimitQuotaResponse_BucketAction {
+	hint := max(w.hint, 1)
+	if w.msg.BucketAction == nil {
+		w.msg.BucketAction = make([]*rlqsv1.RateLimitQuotaResponse_BucketAction, 0, hint)
+	}
+	a := &cut(&w.actions, 1, hint)[0]
+	a.BucketId = w.bucketID(id, hint)
+	w.msg.BucketAction = append(w.msg.BucketAction, a)
+	return a
+}
+
+// len returns the number of actions added.
+func (w *wireResponse) len() int { return len(w.msg.BucketAction) }
+
+// bucketID returns id as a BucketId, its keys in byte order, cut from
+// w's slabs, refilled for hint buckets like it when short. (Keeping it
+// with each bucket held would save building it at each answer, for some
+// 200 bytes more per bucket held: reports come every few seconds, the
+// buckets held stay.)
+func (w *wireResponse) bucketID(id map[string]string, hint int) *rlqsv1.BucketId {
 	var kbuf [smallID]string
-	for _, k := range sortedKeys(id, kbuf[:0]) {
-		v := id[k]
-		body = protowire.AppendTag(body, 1, protowire.BytesType)
-		body = protowire.AppendVarint(body, uint64(protowire.SizeTag(1)*2+protowire.SizeBytes(len(k))+protowire.SizeBytes(len(v))))
-		body = protowire.AppendTag(body, 1, protowire.BytesType)
-		body = protowire.AppendString(body, k)
-		body = protowire.AppendTag(body, 2, protowire.BytesType)
-		body = protowire.AppendString(body, v)
+	keys := sortedKeys(id, kbuf[:0])
+	size := idBytes(id)
+	buf := cut(&w.bytes, size, hint*size)[:0]
+	entries := cut(&w.entries, len(keys), hint*len(keys))
+	out := &cut(&w.ids, 1, hint)[0]
+	out.Bucket = cut(&w.ptrs, len(keys), hint*len(keys))
+	for i, k := range keys {
+		n := len(buf)
+		buf = append(buf, k...)
+		buf = append(buf, id[k]...)
+		e := &entries[i]
+		e.Key, e.Value = buf[n:n+len(k):n+len(k)], buf[n+len(k):len(buf):len(buf)]
+		out.Bucket[i] = e
 	}
-	b = protowire.AppendTag(b, 1, protowire.BytesType)
-	return protowire.AppendBytes(b, body)
+	return out
+}
+
+// assignAction returns a's action living ttl.
+func assignAction(a assignment, ttl time.Duration) *rlqsv1.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction_ {
+	return &rlqsv1.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction_{
+		QuotaAssignmentAction: &rlqsv1.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction{
+			AssignmentTimeToLive: durationpb.New(ttl),
+			RateLimitStrategy:    a.strategy(),
+		},
+	}
+}
+
+// strategy returns a as Envoy's RateLimitStrategy; nil for kindNone.
+func (a assignment) strategy() *rlqsv1.RateLimitStrategy {
+	switch a.kind {
+	case kindAllowAll:
+		return &rlqsv1.RateLimitStrategy{Strategy: &rlqsv1.RateLimitStrategy_BlanketRule_{BlanketRule: rlqsv1.RateLimitStrategy_BLANKET_RULE_ALLOW_ALL}}
+	case kindDenyAll:
+		return &rlqsv1.RateLimitStrategy{Strategy: &rlqsv1.RateLimitStrategy_BlanketRule_{BlanketRule: rlqsv1.RateLimitStrategy_BLANKET_RULE_DENY_ALL}}
+	case kindBucket:
+		return &rlqsv1.RateLimitStrategy{Strategy: &rlqsv1.RateLimitStrategy_TokenBucket{TokenBucket: &rlqsv1.TokenBucket{
+			MaxTokens:     a.maxTokens,
+			TokensPerFill: wrapperspb.UInt32(a.perFill),
+			FillInterval:  durationpb.New(a.fill),
+		}}}
+	}
+	return nil
 }

@@ -2,6 +2,8 @@ package rlqs
 
 import (
 	"bytes"
+	"maps"
+	"strings"
 	"testing"
 	"time"
 
@@ -9,6 +11,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
+
+	rlqsv1 "github.com/ratelimitd/ratelimitd/gen/ratelimit/wire/rlqs/v1"
 )
 
 // rawMsg is a message sent and received as its bytes.
@@ -66,25 +70,29 @@ func TestWireRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var w wireReports
-	if err := w.Unmarshal(b); err != nil {
+	var m rlqsv1.RateLimitQuotaUsageReports
+	if err := proto.Unmarshal(b, &m); err != nil {
 		t.Fatalf("Unmarshal: %v", err)
 	}
+	w := readReports(&m)
 	if w.domain != "d" || len(w.usages) != 1 || w.usages[0].allowed != 7 || w.usages[0].denied != 3 ||
 		len(w.usages[0].id) != 2 || w.usages[0].id["a"] != "1" {
 		t.Errorf("read %+v", w)
 	}
 }
 
-// FuzzWireReports: no input makes the decoder panic.
+// FuzzWireReports: no input makes the decoder (protobuf's, then
+// readReports) panic.
 func FuzzWireReports(f *testing.F) {
 	b, _ := proto.Marshal(&rlqsv3.RateLimitQuotaUsageReports{Domain: "d", BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{
 		{BucketId: &rlqsv3.BucketId{Bucket: map[string]string{"a": "1"}}, NumRequestsAllowed: 7},
 	}})
 	f.Add(b)
 	f.Fuzz(func(_ *testing.T, b []byte) {
-		var w wireReports
-		_ = w.Unmarshal(b)
+		var m rlqsv1.RateLimitQuotaUsageReports
+		if proto.Unmarshal(b, &m) == nil {
+			_ = readReports(&m)
+		}
 	})
 }
 
@@ -99,8 +107,52 @@ func TestLongElapsedClamped(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Marshal: %v", err)
 		}
-		if got, err := unmarshalDuration(b); err != nil || got != c.want {
+		var d durationpb.Duration
+		err = proto.Unmarshal(b, &d)
+		if got := elapsedOf(&d); err != nil || got != c.want {
 			t.Errorf("time_elapsed %v: read %v, %v; want %v", c.in, got, err, c.want)
 		}
+	}
+}
+
+// TestWireResponseIDs: an answer's bucket ids, cut from slabs refilled
+// as they run out, each carry their own keys and values, whatever the
+// slab they came from, and buckets answered alike share one action.
+func TestWireResponseIDs(t *testing.T) {
+	ids := []map[string]string{
+		{"a": "1", "bb": "22"}, {"c": ""}, {"dddd": "4444", "e": "5", "f": "\xff"}, {"g": "7"},
+	}
+	var w wireResponse
+	w.reserve(2) // the slabs run out at the third bucket
+	for i, id := range ids {
+		w.assign(id, assignment{kind: kindBucket, maxTokens: uint32(i/2 + 1), perFill: 1, fill: time.Second}, time.Minute)
+	}
+	b, err := proto.Marshal(&w.msg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b = bytes.ReplaceAll(b, []byte("\xff"), []byte("@"))
+	var got rlqsv3.RateLimitQuotaResponse
+	if err := proto.Unmarshal(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	if len(got.GetBucketAction()) != len(ids) {
+		t.Fatalf("%d actions, want %d", len(got.GetBucketAction()), len(ids))
+	}
+	for i, a := range got.GetBucketAction() {
+		want := maps.Clone(ids[i])
+		for k, v := range want {
+			want[k] = strings.ReplaceAll(v, "\xff", "@")
+		}
+		if !maps.Equal(a.GetBucketId().GetBucket(), want) {
+			t.Errorf("action %d: bucket id %v, want %v", i, a.GetBucketId().GetBucket(), want)
+		}
+		if m := a.GetQuotaAssignmentAction().GetRateLimitStrategy().GetTokenBucket().GetMaxTokens(); m != uint32(i/2+1) {
+			t.Errorf("action %d: max_tokens %d, want %d", i, m, i/2+1)
+		}
+	}
+	if w.msg.BucketAction[0].BucketAction != w.msg.BucketAction[1].BucketAction ||
+		w.msg.BucketAction[1].BucketAction == w.msg.BucketAction[2].BucketAction {
+		t.Error("actions alike are not shared, or actions that differ are")
 	}
 }

@@ -629,3 +629,94 @@ func TestPoolNewcomerByNotification(t *testing.T) {
 	s, _ := pools[1].Share(bucket, "b", limit, t0)
 	t.Errorf("the newcomer after 3 turns of each replica: share %v, want %v", s, limit/2)
 }
+
+// TestPoolCountsEveryFailedCall: a call that fails before it reaches the
+// store (here its context has ended) is observed as failed, as a store
+// call that fails is, each once.
+func TestPoolCountsEveryFailedCall(t *testing.T) {
+	const bucket = "edge/k=v"
+	clk := backendtest.NewClock(t0)
+	mem := memory.New(memory.Options{Now: clk.Now})
+	t.Cleanup(func() { mem.Close() })
+	store := &faulty{ShareStore: mem}
+	var failed, ok atomic.Int64
+	p := manual(NewPool(PoolOptions{
+		Store: store, Replica: "r", Interval: time.Second, Now: clk.Now,
+		Observe: func(_ int, err error) {
+			if err != nil {
+				failed.Add(1)
+			} else {
+				ok.Add(1)
+			}
+		},
+	}))
+	t.Cleanup(p.Close)
+	if !p.ReportFor(bucket, "a", 1, 0, 20*time.Second, t0) {
+		t.Fatal("report refused")
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if err := p.Exchange(ctx, []Need{{Bucket: bucket, Limit: 10, TTL: 20 * time.Second}}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Exchange on an ended context: %v, want context.Canceled", err)
+	}
+	if got := failed.Load(); got != 1 {
+		t.Errorf("failed calls observed after a call that never reached the store: %d, want 1", got)
+	}
+	store.down.Store(true)
+	if err := p.Exchange(t.Context(), []Need{{Bucket: bucket, Limit: 10, TTL: 20 * time.Second}}); !errors.Is(err, backend.ErrUnavailable) {
+		t.Fatalf("Exchange with the store down: %v, want ErrUnavailable", err)
+	}
+	if got := failed.Load(); got != 2 {
+		t.Errorf("failed calls observed after a store call failed: %d, want 2 (each once)", got)
+	}
+	store.down.Store(false)
+	if err := p.Exchange(t.Context(), []Need{{Bucket: bucket, Limit: 10, TTL: 20 * time.Second}}); err != nil {
+		t.Fatal(err)
+	}
+	if failed.Load() != 2 || ok.Load() != 1 {
+		t.Errorf("observed %d failed and %d ok calls, want 2 and 1", failed.Load(), ok.Load())
+	}
+}
+
+// TestPoolMoved: an exchange that moves a bucket's grant signals Moved,
+// and TakeMoved hands the bucket over once.
+func TestPoolMoved(t *testing.T) {
+	const bucket = "edge/k=v"
+	pools, _, _ := replicas(t, 1)
+	p := pools[0]
+	c := &poolClient{id: "a", pool: p, demand: 5}
+	c.report(t, bucket, 10, 10*time.Second, t0) // the first grant moves it
+	select {
+	case <-p.Moved():
+	default:
+		t.Fatal("Moved did not signal after the first grant")
+	}
+	if got := p.TakeMoved(nil); !slices.Equal(got, []string{bucket}) {
+		t.Errorf("TakeMoved: %q, want [%q]", got, bucket)
+	}
+	if got := p.TakeMoved(nil); len(got) != 0 {
+		t.Errorf("TakeMoved again: %q, want none", got)
+	}
+}
+
+// TestPoolWithoutStore: a Pool without a store divides each limit among
+// its own clients, never exchanges, and no grant lapses.
+func TestPoolWithoutStore(t *testing.T) {
+	const bucket = "edge/k=v"
+	p := NewPool(PoolOptions{})
+	t.Cleanup(p.Close)
+	for _, c := range []string{"a", "b"} {
+		if !p.ReportFor(bucket, c, 1, 0, 20*time.Second, t0) {
+			t.Fatalf("%s: report refused", c)
+		}
+	}
+	if err := p.Exchange(t.Context(), []Need{{Bucket: bucket, Limit: 10, TTL: 20 * time.Second}}); err != nil {
+		t.Fatal(err)
+	}
+	if p.Shared() || p.Lapsed(bucket, t0, 20*time.Second) {
+		t.Errorf("Shared %v, Lapsed %v: want false, false", p.Shared(), p.Lapsed(bucket, t0, 20*time.Second))
+	}
+	if s, ok := p.Share(bucket, "a", 10, t0); !ok || s != 5 {
+		t.Errorf("share of a: %v, %v; want 5, true", s, ok)
+	}
+}

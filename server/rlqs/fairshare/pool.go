@@ -3,6 +3,7 @@ package fairshare
 import (
 	"container/heap"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -37,7 +38,9 @@ type PoolOptions struct {
 	// Tracker configures the Pool's Tracker, the book of this replica's
 	// clients.
 	Tracker Options
-	// Store is where the replicas sharing the limits meet.
+	// Store is where the replicas sharing the limits meet; nil divides
+	// each limit among this replica's clients only (the Pool is then its
+	// Tracker, and never exchanges).
 	Store backend.ShareStore
 	// Replica names this replica in the store: unique among the replicas
 	// sharing it.
@@ -52,14 +55,11 @@ type PoolOptions struct {
 	// DefaultChunk. An exchange of more buckets makes several calls, one
 	// after another, each with its own Timeout.
 	Chunk int
-	// Changed, when set, is called after an exchange moved a bucket's
-	// grant or the other replicas' demands on it, so that the caller
-	// reassigns its clients' shares. It must not call back into the Pool
-	// while it runs (it runs on the Pool's goroutine, or on the caller's
-	// of Exchange); waking another goroutine is fine.
-	Changed func(bucket string)
 	// Observe, when set, is called after each store call, with the number
-	// of buckets it exchanged and its error.
+	// of buckets it exchanged and its error, and for each call that
+	// failed before it reached the store (the call under way took its
+	// whole Timeout, or the context ended), with that error. It must only
+	// count.
 	Observe func(buckets int, err error)
 	// Logger receives the Pool's logs; nil discards them.
 	Logger *slog.Logger
@@ -109,7 +109,15 @@ type PoolOptions struct {
 // When the store cannot be reached, the replica keeps to the grants it
 // holds until their entries expire in the store, when the others may take
 // them: Lapsed then reports true, and the caller answers as its failure
-// mode says.
+// mode says. Every failed call is counted (PoolOptions.Observe) and
+// logged, once per outage.
+//
+// The caller learns which buckets an exchange moved (their grant, or the
+// other replicas' demands: its clients' shares changed) by receiving from
+// Moved and taking them with TakeMoved; the Pool never calls back into it.
+//
+// Without a store, a Pool is its Tracker: Exchange does nothing, and no
+// grant ever lapses.
 type Pool struct {
 	*Tracker
 	opts PoolOptions
@@ -130,6 +138,11 @@ type Pool struct {
 	loops   sync.WaitGroup      // the loops running: one, and one ending at most
 	closed  bool
 	failing bool // the last store call failed: logged once per outage
+
+	// moved holds the buckets that exchanges moved since TakeMoved last
+	// took them (at most one per entry); movedc signals it is not empty.
+	moved  map[string]struct{}
+	movedc chan struct{}
 
 	// Hooks of the package's tests: manual stops the loop's ticker (the
 	// tests turn the Pool themselves); watching, when set, is closed once
@@ -184,6 +197,8 @@ func NewPool(opts PoolOptions) *Pool {
 		kick:    make(chan struct{}, 1),
 		stop:    make(chan struct{}),
 		xsem:    make(chan struct{}, 1),
+		moved:   make(map[string]struct{}),
+		movedc:  make(chan struct{}, 1),
 	}
 	if p.log == nil {
 		p.log = slog.New(slog.DiscardHandler)
@@ -207,8 +222,13 @@ type Need struct {
 // in force for their TTL, or was given for another limit, so that the
 // clients that just reported on them get shares that count the other
 // replicas'. The others are left to the loop, and cost no store call. The
-// store's first error is returned; the buckets it failed then stay Lapsed.
+// store's first error is returned (each failed call is also counted and
+// logged); the buckets it failed then stay Lapsed. Without a store it
+// does nothing.
 func (p *Pool) Exchange(ctx context.Context, needs []Need) error {
+	if p.opts.Store == nil {
+		return nil
+	}
 	now := p.now()
 	var buckets []string
 	p.mu.Lock()
@@ -348,6 +368,9 @@ func (p *Pool) force(bucket string, e *entry) {
 // then (the store has been out of reach). An assignment made now and valid
 // for ttl must then not come from the grant.
 func (p *Pool) Lapsed(bucket string, now time.Time, ttl time.Duration) bool {
+	if p.opts.Store == nil {
+		return false // no grant to lapse: the limit is this replica's
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	e := p.entries[bucket]
@@ -369,6 +392,27 @@ func (p *Pool) Grant(bucket string) (granted float64, others int, ok bool) {
 
 // Replica returns this replica's name in the store.
 func (p *Pool) Replica() string { return p.opts.Replica }
+
+// Shared reports whether the Pool shares its limits through a store.
+func (p *Pool) Shared() bool { return p.opts.Store != nil }
+
+// Moved returns a channel that receives when exchanges have moved some
+// buckets (their grant, or the other replicas' demands on them) since
+// TakeMoved last took them. The channel is the Pool's, never closed: a
+// receiver ends by its own signal.
+func (p *Pool) Moved() <-chan struct{} { return p.movedc }
+
+// TakeMoved returns the buckets that exchanges moved since its last call,
+// appended to dst, and forgets them.
+func (p *Pool) TakeMoved(dst []string) []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for b := range p.moved {
+		dst = append(dst, b)
+	}
+	clear(p.moved)
+	return dst
+}
 
 // live reports whether e holds a grant in force at t.
 func (e *entry) live(t time.Time) bool {
@@ -514,12 +558,15 @@ func (p *Pool) turn(ctx context.Context, all bool) bool {
 		return ea.until.Compare(eb.until)
 	})
 	p.mu.Unlock()
+	failed := false
 	if len(buckets) > 0 {
-		_ = p.exchange(ctx, buckets, all, true) // logged, observed and retried there
+		// Each failed call was counted and logged by exchange, and its
+		// buckets left for the next turn.
+		failed = p.exchange(ctx, buckets, all, true) != nil
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if len(p.entries) == 0 {
+	if len(p.entries) == 0 && !failed {
 		p.running = false
 		return false
 	}
@@ -531,8 +578,9 @@ func (p *Pool) turn(ctx context.Context, all bool) bool {
 // force): see Pool. A call that fails leaves its buckets for the next
 // turn; so do the calls after it when stop is set (the loop's turns: the
 // store is slow or down, and the rest, farther from lapsing, can wait),
-// while Exchange, for the buckets a report brings, goes on with them. It
-// returns the first error.
+// while Exchange, for the buckets a report brings, goes on with them.
+// Every failed call is counted and logged (see failed). It returns the
+// first error.
 func (p *Pool) exchange(ctx context.Context, buckets []string, force, stop bool) error {
 	var first error
 	for i := 0; i < len(buckets); i += p.opts.Chunk {
@@ -549,6 +597,7 @@ func (p *Pool) exchange(ctx context.Context, buckets []string, force, stop bool)
 		}
 		if err != nil {
 			p.leave(chunk, force)
+			p.failed(len(chunk), err)
 			if first == nil {
 				first = err
 			}
@@ -570,9 +619,30 @@ func (p *Pool) leave(buckets []string, forced bool) {
 	}
 }
 
+// failed counts, and logs once per outage, a call of n buckets that
+// failed with err; a store call that failed was observed already.
+func (p *Pool) failed(n int, err error) {
+	var store *storeError
+	if !errors.As(err, &store) && p.opts.Observe != nil {
+		p.opts.Observe(n, err)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.failing {
+		p.log.Warn("RLQS shares: store exchange failed; buckets keep their grants until they expire", "buckets", n, "err", err)
+	}
+	p.failing = true
+}
+
+// storeError is the error of a store call, observed when it returned.
+type storeError struct{ err error }
+
+func (e *storeError) Error() string { return e.err.Error() }
+func (e *storeError) Unwrap() error { return e.err }
+
 // exchangeChunk exchanges the buckets that need it among buckets with the
-// store in one call, applies the grants, and calls Changed for the buckets
-// that moved.
+// store in one call, applies the grants, and records the buckets that
+// moved for TakeMoved.
 func (p *Pool) exchangeChunk(ctx context.Context, buckets []string, force bool) error {
 	select {
 	case p.xsem <- struct{}{}:
@@ -604,6 +674,7 @@ func (p *Pool) exchangeChunk(ctx context.Context, buckets []string, force bool) 
 			// if it still holds the entry, so that the others may take
 			// its grant at once.
 			delete(p.entries, b)
+			delete(p.moved, b)
 			if e.until.After(now) {
 				reqs = append(reqs, backend.ShareRequest{Bucket: b, Replica: p.opts.Replica, Limit: e.limit})
 				keeps = append(keeps, 0)
@@ -654,18 +725,14 @@ func (p *Pool) exchangeChunk(ctx context.Context, buckets []string, force bool) 
 				p.Tracker.SetPool(r.Bucket, e.others, e.granted)
 			}
 		}
-		if !p.failing {
-			p.log.Warn("RLQS shares: store exchange failed; buckets keep their grants until they expire", "buckets", len(reqs), "err", err)
-		}
-		p.failing = true
 		p.mu.Unlock()
-		return err
+		return &storeError{err}
 	}
 	if p.failing {
 		p.log.Info("RLQS shares: store exchange works again")
 		p.failing = false
 	}
-	var moved []string
+	moved := false
 	for i, r := range reqs {
 		e := p.entries[r.Bucket]
 		if e == nil || r.TTL <= 0 {
@@ -680,13 +747,13 @@ func (p *Pool) exchangeChunk(ctx context.Context, buckets []string, force bool) 
 		case g != e.granted || !slices.Equal(o, e.others):
 			e.granted, e.others = g, append(e.others[:0], o...)
 			p.Tracker.SetPool(r.Bucket, e.others, e.granted)
-			moved = append(moved, r.Bucket)
+			p.moved[r.Bucket], moved = struct{}{}, true
 			// What to ask for depends on the others' demands: look again
 			// at the next turn.
 			p.pending[r.Bucket] = struct{}{}
 		case len(r.Demands) != local:
 			// A client came or went: the others' shares moved.
-			moved = append(moved, r.Bucket)
+			p.moved[r.Bucket], moved = struct{}{}, true
 			p.reapply(r.Bucket, e)
 		default:
 			p.reapply(r.Bucket, e)
@@ -705,9 +772,10 @@ func (p *Pool) exchangeChunk(ctx context.Context, buckets []string, force bool) 
 		p.schedule(r.Bucket, e, renew)
 	}
 	p.mu.Unlock()
-	if p.opts.Changed != nil {
-		for _, b := range moved {
-			p.opts.Changed(b)
+	if moved {
+		select {
+		case p.movedc <- struct{}{}:
+		default: // signalled already
 		}
 	}
 	return nil
