@@ -12,7 +12,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/backend"
 	"github.com/ratelimitd/ratelimitd/backend/memory"
 	"github.com/ratelimitd/ratelimitd/config"
-	"github.com/ratelimitd/ratelimitd/internal/replay"
+	"github.com/ratelimitd/ratelimitd/server/requestlog/replay"
 )
 
 // replayCommand replays the request log at LOG, the last of args ("-":

@@ -14,8 +14,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/ratelimitd/ratelimitd/config"
-	"github.com/ratelimitd/ratelimitd/internal/replay"
 	"github.com/ratelimitd/ratelimitd/server/requestlog"
+	"github.com/ratelimitd/ratelimitd/server/requestlog/replay"
 )
 
 // oldRules and newRules differ in two limits: user's goes down from 5 to
