@@ -180,7 +180,7 @@ func (b *built) servers(ctx context.Context, rules *config.Rules, reg *prometheu
 	if f.tls.grpcClientCA != "" && f.httpJSON {
 		log.Warn("POST /json on the HTTP listener decides without the gRPC listener's mutual TLS: set --http-json=false, or keep --http-addr private")
 	}
-	grpcOpts := append(b.srv.GRPCOptions(), f.grpcConn.options()...)
+	grpcOpts := append(b.srv.GRPCOptions(), f.grpcConn.limits().ServerOptions()...)
 	if grpcTLS != nil {
 		grpcOpts = append(grpcOpts, grpc.Creds(credentials.NewTLS(grpcTLS.Config())))
 	}

@@ -6,12 +6,12 @@ import (
 	"net/http"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/keepalive"
+	"github.com/ratelimitd/ratelimitd/server"
 )
 
-// The defaults of the flags that bound what one client connection may
-// hold. The flags' help and docs/operations.md say why each is what it is.
+// The defaults of the flags that bound what one HTTP client connection
+// may hold (the gRPC ones are server.DefaultGRPC...). The flags' help and
+// docs/operations.md say why each is what it is.
 const (
 	// A decision request is a few hundred bytes: a client that needs 10 s
 	// to send one is stalled or hostile.
@@ -25,30 +25,6 @@ const (
 	// Above Envoy's default limit on request headers (60 KiB), so that
 	// whatever Envoy forwards fits.
 	defaultHTTPMaxHeaderBytes = 64 << 10
-
-	// Envoy opens another connection when one reaches the limit; a
-	// decision takes about a millisecond, so 1000 RPCs in flight on one
-	// connection is some 1M decisions a second.
-	defaultGRPCMaxConcurrentStreams = 1000
-	// grpc-go clients ping at most every 10 s; half that leaves room for
-	// timers firing late. Faster pingers get GOAWAY ENHANCE_YOUR_CALM.
-	defaultGRPCKeepaliveMinTime = 5 * time.Second
-	// Envoy's connection_keepalive, when set, pings idle connections too.
-	defaultGRPCKeepalivePermitWithoutStream = true
-	// Below the 350 s after which some cloud load balancers drop an idle
-	// flow silently: a GOAWAY is cleaner.
-	defaultGRPCMaxConnectionIdle = 5 * time.Minute
-	// So that clients spread over replicas added since; gRPC adds ±10%
-	// jitter so that connections do not all end at once.
-	defaultGRPCMaxConnectionAge = 30 * time.Minute
-	// Decisions take milliseconds; the grace bounds a connection's
-	// long-lived streams (health Watch), which the client opens again.
-	defaultGRPCMaxConnectionAgeGrace = 30 * time.Second
-	// A client silent this long is pinged, to find peers that vanished
-	// without closing (a node lost, a NAT entry dropped).
-	defaultGRPCKeepaliveTime = time.Minute
-	// gRPC's own default: how long a ping may go unanswered.
-	defaultGRPCKeepaliveTimeout = 20 * time.Second
 
 	// httpReadHeaderTimeout bounds the headers when --http-read-timeout
 	// is 0: no connection may hold a listener with a header forever.
@@ -109,33 +85,16 @@ func httpServer(h http.Handler, b httpConnFlags) *http.Server {
 	return s
 }
 
-// never is how gRPC spells "no limit" for a duration: 0 there means its
-// own default.
-const never = time.Duration(math.MaxInt64)
-
-// orNever returns d, or never for 0.
-func orNever(d time.Duration) time.Duration {
-	if d == 0 {
-		return never
-	}
-	return d
-}
-
-// options returns the gRPC server options that bound a connection, to
-// append to the server package's.
-func (b grpcConnFlags) options() []grpc.ServerOption {
-	return []grpc.ServerOption{
-		grpc.MaxConcurrentStreams(uint32(b.maxConcurrentStreams)), // 0: no limit; check bounds it
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
-			MinTime:             b.keepaliveMinTime,
-			PermitWithoutStream: b.keepalivePermitWithoutStream,
-		}),
-		grpc.KeepaliveParams(keepalive.ServerParameters{
-			MaxConnectionIdle:     orNever(b.maxConnectionIdle),
-			MaxConnectionAge:      orNever(b.maxConnectionAge),
-			MaxConnectionAgeGrace: orNever(b.ageGrace),
-			Time:                  orNever(b.keepaliveTime),
-			Timeout:               b.keepaliveTimeout,
-		}),
+// limits returns the bounds of b, checked, for server.GRPCConnLimits.
+func (b grpcConnFlags) limits() server.GRPCConnLimits {
+	return server.GRPCConnLimits{
+		MaxConcurrentStreams:         uint32(b.maxConcurrentStreams), // check bounds it
+		KeepaliveMinTime:             b.keepaliveMinTime,
+		KeepalivePermitWithoutStream: b.keepalivePermitWithoutStream,
+		MaxConnectionIdle:            b.maxConnectionIdle,
+		MaxConnectionAge:             b.maxConnectionAge,
+		MaxConnectionAgeGrace:        b.ageGrace,
+		KeepaliveTime:                b.keepaliveTime,
+		KeepaliveTimeout:             b.keepaliveTimeout,
 	}
 }
