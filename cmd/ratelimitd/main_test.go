@@ -75,7 +75,7 @@ func TestFlagPrecedence(t *testing.T) {
 		{"xds", []string{"--xds-server", "xds:18000", "--xds-node-id", "n", "--xds-headers", "a=1, B = 2", "--xds-insecure-headers", "--xds-node-metadata", `{"zone": "z"}`}, nil, func(f *flags) bool {
 			h, err := f.xds.headerMap()
 			m, merr := f.xds.metadata()
-			return err == nil && merr == nil && h["a"] == "1" && h["b"] == "2" && len(h) == 2 && m.GetFields()["zone"].GetStringValue() == "z"
+			return err == nil && merr == nil && h["a"] == "1" && h["B"] == "2" && len(h) == 2 && m.GetFields()["zone"].GetStringValue() == "z"
 		}},
 	}
 	for _, tt := range tests {

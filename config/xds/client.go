@@ -36,7 +36,8 @@ type Options struct {
 	// Target is the management server's gRPC target, such as
 	// "xds.example:18000" or "dns:///xds.example:18000".
 	Target string
-	// Credentials secure the connection; nil means plaintext.
+	// Credentials secure the connection; nil means plaintext. TLS.Credentials
+	// builds them from files.
 	Credentials credentials.TransportCredentials
 	// InsecureHeaders lets Headers go out over a plaintext connection (nil
 	// Credentials), where anyone on the path can read them: New refuses
@@ -49,8 +50,9 @@ type Options struct {
 	// interceptors...
 	DialOptions []grpc.DialOption
 	// Headers are gRPC metadata sent when opening each stream, such as an
-	// authorization token the management server requires. They need
-	// Credentials, or InsecureHeaders.
+	// authorization token the management server requires; keys in any
+	// case (gRPC sends them in lower case). They need Credentials, or
+	// InsecureHeaders.
 	Headers map[string]string
 	// NodeID, NodeCluster and NodeMetadata describe this instance to the
 	// management server, which picks the resources it serves by them.
@@ -76,8 +78,9 @@ type Options struct {
 	Logger *slog.Logger
 	// MinBackoff and MaxBackoff bound the exponential backoff between
 	// attempts to open the stream, and that of the NACKs held back when
-	// sets are refused in a row: DefaultMinBackoff and DefaultMaxBackoff
-	// when zero.
+	// sets are refused in a row. A zero MinBackoff means
+	// DefaultMinBackoff; a zero MaxBackoff means DefaultMaxBackoff, or
+	// MinBackoff if longer.
 	MinBackoff, MaxBackoff time.Duration
 }
 
@@ -106,7 +109,7 @@ func New(o Options) (*Client, error) {
 		o.MinBackoff = DefaultMinBackoff
 	}
 	if o.MaxBackoff <= 0 {
-		o.MaxBackoff = DefaultMaxBackoff
+		o.MaxBackoff = max(DefaultMaxBackoff, o.MinBackoff)
 	}
 	if o.MaxBackoff < o.MinBackoff {
 		return nil, fmt.Errorf("xds: max backoff %v is under min backoff %v", o.MaxBackoff, o.MinBackoff)

@@ -40,3 +40,22 @@ func TestBackoff(t *testing.T) {
 		t.Fatalf("backoff near the largest duration = %v, overflowed", d)
 	}
 }
+
+// TestMaxBackoffFollowsMinBackoff: without MaxBackoff, the backoff doubles
+// up to DefaultMaxBackoff, or stays at a longer MinBackoff.
+func TestMaxBackoffFollowsMinBackoff(t *testing.T) {
+	for _, tt := range []struct{ min, wantMax time.Duration }{
+		{0, DefaultMaxBackoff},
+		{time.Second, DefaultMaxBackoff},
+		{time.Minute, time.Minute},
+	} {
+		c, err := New(Options{Target: "127.0.0.1:1", MinBackoff: tt.min})
+		if err != nil {
+			t.Fatalf("New(MinBackoff %v) error: %v", tt.min, err)
+		}
+		c.Close()
+		if c.o.MaxBackoff != tt.wantMax {
+			t.Errorf("New(MinBackoff %v): MaxBackoff %v, want %v", tt.min, c.o.MaxBackoff, tt.wantMax)
+		}
+	}
+}
