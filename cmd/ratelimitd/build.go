@@ -299,7 +299,7 @@ func (b *built) rulesSource(initial *config.Rules, opts []config.Option) error {
 		b.started = append(b.started, "xds_server", b.f.xds.server, "xds_node_id", b.f.xds.nodeID)
 		return nil
 	}
-	b.rules = newFileRules(b.f.config, initial, b.f.configLimits, opts, b.srv, b.log, hup)
+	b.rules = newFileRules(b.f.config, initial, b.f.configLimits, b.f.watchDebounce, opts, b.srv, b.log, hup)
 	b.started = append(b.started, "config", b.f.config, "domains", len(initial.Domains()))
 	return nil
 }

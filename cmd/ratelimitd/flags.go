@@ -81,6 +81,10 @@ type flags struct {
 	requestLog        requestLogFlags
 	statsd            statsdFlags
 	envoyproxyAnswers bool
+	// watchDebounce is how long the watch of --config waits for the
+	// files to settle; no flag sets it: 0 is config's default, and tests
+	// that make many changes shorten it.
+	watchDebounce time.Duration
 }
 
 // statsdFlags are the settings of the statsd exporter (--statsd-addr).
