@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -99,9 +98,7 @@ func replayCommand(ctx context.Context, args []string, lookup lookupEnv, stdin i
 		return exitError{1}
 	}
 	if asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(rep)
+		return rep.WriteJSON(stdout)
 	}
 	return rep.WriteText(stdout)
 }
