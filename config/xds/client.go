@@ -96,7 +96,7 @@ type Options struct {
 // leaves reconnecting, backoff and subscribing again with the last ACKed
 // version to its caller. What it would take off this file is the
 // building of three requests.
-//
+
 // A Client subscribes to RateLimitConfig resources over an ADS stream
 // (State of the World) and hands the rules they define to Options.OnRules.
 // It reconnects until closed. Its methods are safe for concurrent use.
