@@ -192,7 +192,7 @@ func (b *built) servers(ctx context.Context, rules *config.Rules, reg *prometheu
 		if f.compat == compatEnvoyproxy {
 			rlconfig = b.srv.RLConfig()
 		}
-		b.debug = httpServer(debugHandler(rlconfig), f.httpConn)
+		b.debug = f.httpConn.limits().Server(debugHandler(rlconfig))
 	}
 	b.started = append(b.started, "version", version(), "grpc_tls", tlsMode(grpcTLS != nil, f.tls.grpcClientCA != ""), "http_tls", httpTLS != nil,
 		"backend", redactBackend(f.backend), "failure_mode", f.failureMode.String(), "default_algorithm", f.defaultAlgorithm.String())
@@ -254,11 +254,11 @@ func (b *built) httpServers(httpTLS *tlsconfig.Reloader) {
 	if b.f.adminAddr != "" {
 		var admin http.Handler
 		public, admin = b.srv.Handlers()
-		b.admin = httpServer(server.OperatorHosts(admin, b.operatorHosts(b.f.adminAddr)...), b.f.httpConn)
+		b.admin = b.f.httpConn.limits().Server(server.OperatorHosts(admin, b.operatorHosts(b.f.adminAddr)...))
 	} else {
 		public = server.OperatorHosts(b.srv.Handler(), b.operatorHosts(b.f.httpAddr)...)
 	}
-	b.http = httpServer(public, b.f.httpConn)
+	b.http = b.f.httpConn.limits().Server(public)
 	if httpTLS != nil {
 		b.httpTLS = true
 		for _, hs := range []*http.Server{b.http, b.admin} {

@@ -3,32 +3,9 @@ package main
 import (
 	"fmt"
 	"math"
-	"net/http"
 	"time"
 
 	"github.com/ratelimitd/ratelimitd/server"
-)
-
-// The defaults of the flags that bound what one HTTP client connection
-// may hold (the gRPC ones are server.DefaultGRPC...). The flags' help and
-// docs/operations.md say why each is what it is.
-const (
-	// A decision request is a few hundred bytes: a client that needs 10 s
-	// to send one is stalled or hostile.
-	defaultHTTPReadTimeout = 10 * time.Second
-	// From the end of the headers to the last byte of the answer: ample
-	// for a decision, a probe or a scrape.
-	defaultHTTPWriteTimeout = 30 * time.Second
-	// Above Go's http.Transport's 90 s, so that a client usually closes
-	// an idle connection first and never sends on one being closed.
-	defaultHTTPIdleTimeout = 2 * time.Minute
-	// Above Envoy's default limit on request headers (60 KiB), so that
-	// whatever Envoy forwards fits.
-	defaultHTTPMaxHeaderBytes = 64 << 10
-
-	// httpReadHeaderTimeout bounds the headers when --http-read-timeout
-	// is 0: no connection may hold a listener with a header forever.
-	httpReadHeaderTimeout = 10 * time.Second
 )
 
 // httpConnFlags bound the HTTP and debug listeners' connections.
@@ -68,21 +45,9 @@ func (b grpcConnFlags) check() error {
 	return nil
 }
 
-// httpServer returns a server of h bounded by b. On the debug listener
-// too: net/http/pprof extends the write deadline by the ?seconds= a
-// profile or trace asks for.
-func httpServer(h http.Handler, b httpConnFlags) *http.Server {
-	s := &http.Server{
-		Handler:        h,
-		ReadTimeout:    b.readTimeout, // headers and body: net/http uses it for the headers too
-		WriteTimeout:   b.writeTimeout,
-		IdleTimeout:    b.idleTimeout, // 0: net/http uses ReadTimeout
-		MaxHeaderBytes: b.maxHeaderBytes,
-	}
-	if b.readTimeout == 0 {
-		s.ReadHeaderTimeout = httpReadHeaderTimeout
-	}
-	return s
+// limits returns the bounds of b, checked, for server.HTTPConnLimits.
+func (b httpConnFlags) limits() server.HTTPConnLimits {
+	return server.HTTPConnLimits{ReadTimeout: b.readTimeout, WriteTimeout: b.writeTimeout, IdleTimeout: b.idleTimeout, MaxHeaderBytes: b.maxHeaderBytes}
 }
 
 // limits returns the bounds of b, checked, for server.GRPCConnLimits.

@@ -29,10 +29,10 @@ import (
 func TestConnFlags(t *testing.T) {
 	defaults := func() (httpConnFlags, grpcConnFlags) {
 		return httpConnFlags{
-				readTimeout:    defaultHTTPReadTimeout,
-				writeTimeout:   defaultHTTPWriteTimeout,
-				idleTimeout:    defaultHTTPIdleTimeout,
-				maxHeaderBytes: defaultHTTPMaxHeaderBytes,
+				readTimeout:    server.DefaultHTTPReadTimeout,
+				writeTimeout:   server.DefaultHTTPWriteTimeout,
+				idleTimeout:    server.DefaultHTTPIdleTimeout,
+				maxHeaderBytes: server.DefaultHTTPMaxHeaderBytes,
 			}, grpcConnFlags{
 				maxConcurrentStreams:         server.DefaultGRPCMaxConcurrentStreams,
 				keepaliveMinTime:             server.DefaultGRPCKeepaliveMinTime,

@@ -301,13 +301,13 @@ func defineFlags(fs *flag.FlagSet, f *flags) {
 	})
 	fs.StringVar(&f.tls.httpCert, "http-tls-cert", "", "PEM `file` of the HTTP listener's certificate: serve HTTPS; reloaded when it changes")
 	fs.StringVar(&f.tls.httpKey, "http-tls-key", "", "PEM `file` of the HTTP certificate's key")
-	fs.DurationVar(&f.httpConn.readTimeout, "http-read-timeout", defaultHTTPReadTimeout, "longest the HTTP and debug listeners wait for a whole request, headers and body (0: no limit, but 10s for the headers);\n"+
+	fs.DurationVar(&f.httpConn.readTimeout, "http-read-timeout", server.DefaultHTTPReadTimeout, "longest the HTTP and debug listeners wait for a whole request, headers and body (0: no limit, but 10s for the headers);\n"+
 		"a decision is a few hundred bytes, so a slower client is stalled or hostile")
-	fs.DurationVar(&f.httpConn.writeTimeout, "http-write-timeout", defaultHTTPWriteTimeout, "longest an HTTP request may take from the end of its headers to the end of its answer (0: no limit);\n"+
+	fs.DurationVar(&f.httpConn.writeTimeout, "http-write-timeout", server.DefaultHTTPWriteTimeout, "longest an HTTP request may take from the end of its headers to the end of its answer (0: no limit);\n"+
 		"on --debug-addr, profiles and traces get their ?seconds= on top")
-	fs.DurationVar(&f.httpConn.idleTimeout, "http-idle-timeout", defaultHTTPIdleTimeout, "how long an HTTP keep-alive connection may wait for its next request (0: --http-read-timeout);\n"+
+	fs.DurationVar(&f.httpConn.idleTimeout, "http-idle-timeout", server.DefaultHTTPIdleTimeout, "how long an HTTP keep-alive connection may wait for its next request (0: --http-read-timeout);\n"+
 		"above Go clients' 90s, so that clients close idle connections first")
-	fs.IntVar(&f.httpConn.maxHeaderBytes, "http-max-header-bytes", defaultHTTPMaxHeaderBytes, "largest HTTP request header, in bytes (0: Go's 1 MiB); room for Envoy's 60 KiB")
+	fs.IntVar(&f.httpConn.maxHeaderBytes, "http-max-header-bytes", server.DefaultHTTPMaxHeaderBytes, "largest HTTP request header, in bytes (0: Go's 1 MiB); room for Envoy's 60 KiB")
 	fs.UintVar(&f.grpcConn.maxConcurrentStreams, "grpc-max-concurrent-streams", server.DefaultGRPCMaxConcurrentStreams, "most RPCs in flight on one gRPC connection (0: no limit); Envoy opens another connection past it")
 	fs.DurationVar(&f.grpcConn.keepaliveMinTime, "grpc-keepalive-min-time", server.DefaultGRPCKeepaliveMinTime, "shortest interval between a client's keepalive pings: a client pinging faster gets GOAWAY ENHANCE_YOUR_CALM;\n"+
 		"grpc-go clients ping no more often than every 10s; do not set Envoy's connection_keepalive interval below it")
