@@ -180,7 +180,7 @@ func (b *built) servers(ctx context.Context, rules *config.Rules, reg *prometheu
 	if f.tls.grpcClientCA != "" && f.httpJSON {
 		log.Warn("POST /json on the HTTP listener decides without the gRPC listener's mutual TLS: set --http-json=false, or keep --http-addr private")
 	}
-	grpcOpts := append(b.srv.GRPCOptions(), f.grpcConn.options()...)
+	grpcOpts := append(b.srv.GRPCOptions(), f.grpcConn.limits().ServerOptions()...)
 	if grpcTLS != nil {
 		grpcOpts = append(grpcOpts, grpc.Creds(credentials.NewTLS(grpcTLS.Config())))
 	}
@@ -192,7 +192,7 @@ func (b *built) servers(ctx context.Context, rules *config.Rules, reg *prometheu
 		if f.compat == compatEnvoyproxy {
 			rlconfig = b.srv.RLConfig()
 		}
-		b.debug = httpServer(debugHandler(rlconfig), f.httpConn)
+		b.debug = f.httpConn.limits().Server(debugHandler(rlconfig))
 	}
 	b.started = append(b.started, "version", version(), "grpc_tls", tlsMode(grpcTLS != nil, f.tls.grpcClientCA != ""), "http_tls", httpTLS != nil,
 		"backend", redactBackend(f.backend), "failure_mode", f.failureMode.String(), "default_algorithm", f.defaultAlgorithm.String())
@@ -254,11 +254,11 @@ func (b *built) httpServers(httpTLS *tlsconfig.Reloader) {
 	if b.f.adminAddr != "" {
 		var admin http.Handler
 		public, admin = b.srv.Handlers()
-		b.admin = httpServer(server.OperatorHosts(admin, b.operatorHosts(b.f.adminAddr)...), b.f.httpConn)
+		b.admin = b.f.httpConn.limits().Server(server.OperatorHosts(admin, b.operatorHosts(b.f.adminAddr)...))
 	} else {
 		public = server.OperatorHosts(b.srv.Handler(), b.operatorHosts(b.f.httpAddr)...)
 	}
-	b.http = httpServer(public, b.f.httpConn)
+	b.http = b.f.httpConn.limits().Server(public)
 	if httpTLS != nil {
 		b.httpTLS = true
 		for _, hs := range []*http.Server{b.http, b.admin} {
@@ -299,7 +299,7 @@ func (b *built) rulesSource(initial *config.Rules, opts []config.Option) error {
 		b.started = append(b.started, "xds_server", b.f.xds.server, "xds_node_id", b.f.xds.nodeID)
 		return nil
 	}
-	b.rules = newFileRules(b.f.config, initial, b.f.configLimits, opts, b.srv, b.log, hup)
+	b.rules = newFileRules(b.f.config, initial, b.f.configLimits, b.f.watchDebounce, opts, b.srv, b.log, hup)
 	b.started = append(b.started, "config", b.f.config, "domains", len(initial.Domains()))
 	return nil
 }

@@ -48,35 +48,38 @@ func freePort(t *testing.T) string {
 	return strconv.Itoa(lis.Addr().(*net.TCPAddr).Port)
 }
 
-// buildBinary builds ratelimitd into a temporary directory, named as the
-// reference's image names its binary, and returns its path.
-func buildBinary(t *testing.T) string {
+// binaryAsReference returns ratelimitd as a separate program named as the
+// reference's image names its binary: a link, "ratelimit", to this test
+// binary, which runs as ratelimitd with asDaemon in its environment (see
+// TestMain). No second build: the daemon is the code under test.
+func binaryAsReference(t *testing.T) string {
 	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
 	bin := filepath.Join(t.TempDir(), "ratelimit")
-	cmd := exec.CommandContext(t.Context(), "go", "build", "-o", bin, ".")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	if err := os.Symlink(self, bin); err != nil {
+		t.Fatal(err)
 	}
 	return bin
 }
 
-// TestCompatEnvoyproxyBinary starts the built binary as a deployment of
+// TestCompatEnvoyproxyBinary starts the binary as a deployment of
 // envoyproxy/ratelimit would: only the reference's variables, plus
-// RATELIMITD_COMPAT=envoyproxy, rules in a RUNTIME_ROOT tree, Redis from
+// RATELIMITD_COMPAT=envoyproxy (and asDaemon, which makes the test binary
+// the daemon), rules in a RUNTIME_ROOT tree, Redis from
 // REDIS_URL. It must answer as the reference does: fixed windows, the
 // legacy headers since LIMIT_RESPONSE_HEADERS_ENABLED is true, counters in
 // Redis, /healthcheck, /rlconfig, the gRPC health name "ratelimit"; and it
 // names the variable it does not support in its log.
 func TestCompatEnvoyproxyBinary(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds ratelimitd: skipped in -short mode")
-	}
 	rds := redistest.Start(t)
-	bin := buildBinary(t)
+	bin := binaryAsReference(t)
 
 	// The image holds no rules: with neither source, the binary says so.
 	none := exec.Command(bin)
-	none.Env = []string{}
+	none.Env = []string{asDaemon + "=1"}
 	out, err := none.CombinedOutput()
 	if code := none.ProcessState.ExitCode(); code != 2 || !strings.Contains(string(out), "no rules: set --config or --xds-server") {
 		t.Errorf("without rules: exit status %d (%v), output %q; want 2 and the message", code, err, out)
@@ -91,6 +94,7 @@ func TestCompatEnvoyproxyBinary(t *testing.T) {
 
 	cmd := exec.Command(bin)
 	cmd.Env = []string{
+		asDaemon + "=1",
 		"RATELIMITD_COMPAT=envoyproxy",
 		"HOST=127.0.0.1", "PORT=" + httpPort,
 		"GRPC_HOST=127.0.0.1", "GRPC_PORT=" + grpcPort,

@@ -3,56 +3,9 @@ package main
 import (
 	"fmt"
 	"math"
-	"net/http"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/keepalive"
-)
-
-// The defaults of the flags that bound what one client connection may
-// hold. The flags' help and docs/operations.md say why each is what it is.
-const (
-	// A decision request is a few hundred bytes: a client that needs 10 s
-	// to send one is stalled or hostile.
-	defaultHTTPReadTimeout = 10 * time.Second
-	// From the end of the headers to the last byte of the answer: ample
-	// for a decision, a probe or a scrape.
-	defaultHTTPWriteTimeout = 30 * time.Second
-	// Above Go's http.Transport's 90 s, so that a client usually closes
-	// an idle connection first and never sends on one being closed.
-	defaultHTTPIdleTimeout = 2 * time.Minute
-	// Above Envoy's default limit on request headers (60 KiB), so that
-	// whatever Envoy forwards fits.
-	defaultHTTPMaxHeaderBytes = 64 << 10
-
-	// Envoy opens another connection when one reaches the limit; a
-	// decision takes about a millisecond, so 1000 RPCs in flight on one
-	// connection is some 1M decisions a second.
-	defaultGRPCMaxConcurrentStreams = 1000
-	// grpc-go clients ping at most every 10 s; half that leaves room for
-	// timers firing late. Faster pingers get GOAWAY ENHANCE_YOUR_CALM.
-	defaultGRPCKeepaliveMinTime = 5 * time.Second
-	// Envoy's connection_keepalive, when set, pings idle connections too.
-	defaultGRPCKeepalivePermitWithoutStream = true
-	// Below the 350 s after which some cloud load balancers drop an idle
-	// flow silently: a GOAWAY is cleaner.
-	defaultGRPCMaxConnectionIdle = 5 * time.Minute
-	// So that clients spread over replicas added since; gRPC adds ±10%
-	// jitter so that connections do not all end at once.
-	defaultGRPCMaxConnectionAge = 30 * time.Minute
-	// Decisions take milliseconds; the grace bounds a connection's
-	// long-lived streams (health Watch), which the client opens again.
-	defaultGRPCMaxConnectionAgeGrace = 30 * time.Second
-	// A client silent this long is pinged, to find peers that vanished
-	// without closing (a node lost, a NAT entry dropped).
-	defaultGRPCKeepaliveTime = time.Minute
-	// gRPC's own default: how long a ping may go unanswered.
-	defaultGRPCKeepaliveTimeout = 20 * time.Second
-
-	// httpReadHeaderTimeout bounds the headers when --http-read-timeout
-	// is 0: no connection may hold a listener with a header forever.
-	httpReadHeaderTimeout = 10 * time.Second
+	"github.com/ratelimitd/ratelimitd/server"
 )
 
 // httpConnFlags bound the HTTP and debug listeners' connections.
@@ -92,50 +45,21 @@ func (b grpcConnFlags) check() error {
 	return nil
 }
 
-// httpServer returns a server of h bounded by b. On the debug listener
-// too: net/http/pprof extends the write deadline by the ?seconds= a
-// profile or trace asks for.
-func httpServer(h http.Handler, b httpConnFlags) *http.Server {
-	s := &http.Server{
-		Handler:        h,
-		ReadTimeout:    b.readTimeout, // headers and body: net/http uses it for the headers too
-		WriteTimeout:   b.writeTimeout,
-		IdleTimeout:    b.idleTimeout, // 0: net/http uses ReadTimeout
-		MaxHeaderBytes: b.maxHeaderBytes,
-	}
-	if b.readTimeout == 0 {
-		s.ReadHeaderTimeout = httpReadHeaderTimeout
-	}
-	return s
+// limits returns the bounds of b, checked, for server.HTTPConnLimits.
+func (b httpConnFlags) limits() server.HTTPConnLimits {
+	return server.HTTPConnLimits{ReadTimeout: b.readTimeout, WriteTimeout: b.writeTimeout, IdleTimeout: b.idleTimeout, MaxHeaderBytes: b.maxHeaderBytes}
 }
 
-// never is how gRPC spells "no limit" for a duration: 0 there means its
-// own default.
-const never = time.Duration(math.MaxInt64)
-
-// orNever returns d, or never for 0.
-func orNever(d time.Duration) time.Duration {
-	if d == 0 {
-		return never
-	}
-	return d
-}
-
-// options returns the gRPC server options that bound a connection, to
-// append to the server package's.
-func (b grpcConnFlags) options() []grpc.ServerOption {
-	return []grpc.ServerOption{
-		grpc.MaxConcurrentStreams(uint32(b.maxConcurrentStreams)), // 0: no limit; check bounds it
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
-			MinTime:             b.keepaliveMinTime,
-			PermitWithoutStream: b.keepalivePermitWithoutStream,
-		}),
-		grpc.KeepaliveParams(keepalive.ServerParameters{
-			MaxConnectionIdle:     orNever(b.maxConnectionIdle),
-			MaxConnectionAge:      orNever(b.maxConnectionAge),
-			MaxConnectionAgeGrace: orNever(b.ageGrace),
-			Time:                  orNever(b.keepaliveTime),
-			Timeout:               b.keepaliveTimeout,
-		}),
+// limits returns the bounds of b, checked, for server.GRPCConnLimits.
+func (b grpcConnFlags) limits() server.GRPCConnLimits {
+	return server.GRPCConnLimits{
+		MaxConcurrentStreams:         uint32(b.maxConcurrentStreams), // check bounds it
+		KeepaliveMinTime:             b.keepaliveMinTime,
+		KeepalivePermitWithoutStream: b.keepalivePermitWithoutStream,
+		MaxConnectionIdle:            b.maxConnectionIdle,
+		MaxConnectionAge:             b.maxConnectionAge,
+		MaxConnectionAgeGrace:        b.ageGrace,
+		KeepaliveTime:                b.keepaliveTime,
+		KeepaliveTimeout:             b.keepaliveTimeout,
 	}
 }

@@ -20,6 +20,8 @@ import (
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/ratelimitd/ratelimitd/server"
 )
 
 // TestConnFlags: the connection bounds default to their constants and
@@ -27,19 +29,19 @@ import (
 func TestConnFlags(t *testing.T) {
 	defaults := func() (httpConnFlags, grpcConnFlags) {
 		return httpConnFlags{
-				readTimeout:    defaultHTTPReadTimeout,
-				writeTimeout:   defaultHTTPWriteTimeout,
-				idleTimeout:    defaultHTTPIdleTimeout,
-				maxHeaderBytes: defaultHTTPMaxHeaderBytes,
+				readTimeout:    server.DefaultHTTPReadTimeout,
+				writeTimeout:   server.DefaultHTTPWriteTimeout,
+				idleTimeout:    server.DefaultHTTPIdleTimeout,
+				maxHeaderBytes: server.DefaultHTTPMaxHeaderBytes,
 			}, grpcConnFlags{
-				maxConcurrentStreams:         defaultGRPCMaxConcurrentStreams,
-				keepaliveMinTime:             defaultGRPCKeepaliveMinTime,
-				keepalivePermitWithoutStream: defaultGRPCKeepalivePermitWithoutStream,
-				maxConnectionIdle:            defaultGRPCMaxConnectionIdle,
-				maxConnectionAge:             defaultGRPCMaxConnectionAge,
-				ageGrace:                     defaultGRPCMaxConnectionAgeGrace,
-				keepaliveTime:                defaultGRPCKeepaliveTime,
-				keepaliveTimeout:             defaultGRPCKeepaliveTimeout,
+				maxConcurrentStreams:         server.DefaultGRPCMaxConcurrentStreams,
+				keepaliveMinTime:             server.DefaultGRPCKeepaliveMinTime,
+				keepalivePermitWithoutStream: server.DefaultGRPCKeepalivePermitWithoutStream,
+				maxConnectionIdle:            server.DefaultGRPCMaxConnectionIdle,
+				maxConnectionAge:             server.DefaultGRPCMaxConnectionAge,
+				ageGrace:                     server.DefaultGRPCMaxConnectionAgeGrace,
+				keepaliveTime:                server.DefaultGRPCKeepaliveTime,
+				keepaliveTimeout:             server.DefaultGRPCKeepaliveTimeout,
 			}
 	}
 	allEnv := map[string]string{
@@ -121,16 +123,6 @@ func TestBadConnFlags(t *testing.T) {
 		if !strings.Contains(stderr.String(), tt.want) {
 			t.Errorf("run(%q, %v): stderr = %q, want it to mention %q", tt.args, tt.env, stderr.String(), tt.want)
 		}
-	}
-}
-
-// TestKeepaliveDefaultsAcceptGRPCClients: grpc-go clients ping no more
-// often than every 10 s, and Envoy's connection_keepalive pings idle
-// connections: the defaults must take both without GOAWAY.
-func TestKeepaliveDefaultsAcceptGRPCClients(t *testing.T) {
-	if defaultGRPCKeepaliveMinTime > 10*time.Second || !defaultGRPCKeepalivePermitWithoutStream {
-		t.Errorf("keepalive policy MinTime %v, PermitWithoutStream %v: want at most 10s and true",
-			defaultGRPCKeepaliveMinTime, defaultGRPCKeepalivePermitWithoutStream)
 	}
 }
 

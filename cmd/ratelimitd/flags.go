@@ -81,6 +81,10 @@ type flags struct {
 	requestLog        requestLogFlags
 	statsd            statsdFlags
 	envoyproxyAnswers bool
+	// watchDebounce is how long the watch of --config waits for the
+	// files to settle; no flag sets it: 0 is config's default, and tests
+	// that make many changes shorten it.
+	watchDebounce time.Duration
 }
 
 // statsdFlags are the settings of the statsd exporter (--statsd-addr).
@@ -297,22 +301,22 @@ func defineFlags(fs *flag.FlagSet, f *flags) {
 	})
 	fs.StringVar(&f.tls.httpCert, "http-tls-cert", "", "PEM `file` of the HTTP listener's certificate: serve HTTPS; reloaded when it changes")
 	fs.StringVar(&f.tls.httpKey, "http-tls-key", "", "PEM `file` of the HTTP certificate's key")
-	fs.DurationVar(&f.httpConn.readTimeout, "http-read-timeout", defaultHTTPReadTimeout, "longest the HTTP and debug listeners wait for a whole request, headers and body (0: no limit, but 10s for the headers);\n"+
+	fs.DurationVar(&f.httpConn.readTimeout, "http-read-timeout", server.DefaultHTTPReadTimeout, "longest the HTTP and debug listeners wait for a whole request, headers and body (0: no limit, but 10s for the headers);\n"+
 		"a decision is a few hundred bytes, so a slower client is stalled or hostile")
-	fs.DurationVar(&f.httpConn.writeTimeout, "http-write-timeout", defaultHTTPWriteTimeout, "longest an HTTP request may take from the end of its headers to the end of its answer (0: no limit);\n"+
+	fs.DurationVar(&f.httpConn.writeTimeout, "http-write-timeout", server.DefaultHTTPWriteTimeout, "longest an HTTP request may take from the end of its headers to the end of its answer (0: no limit);\n"+
 		"on --debug-addr, profiles and traces get their ?seconds= on top")
-	fs.DurationVar(&f.httpConn.idleTimeout, "http-idle-timeout", defaultHTTPIdleTimeout, "how long an HTTP keep-alive connection may wait for its next request (0: --http-read-timeout);\n"+
+	fs.DurationVar(&f.httpConn.idleTimeout, "http-idle-timeout", server.DefaultHTTPIdleTimeout, "how long an HTTP keep-alive connection may wait for its next request (0: --http-read-timeout);\n"+
 		"above Go clients' 90s, so that clients close idle connections first")
-	fs.IntVar(&f.httpConn.maxHeaderBytes, "http-max-header-bytes", defaultHTTPMaxHeaderBytes, "largest HTTP request header, in bytes (0: Go's 1 MiB); room for Envoy's 60 KiB")
-	fs.UintVar(&f.grpcConn.maxConcurrentStreams, "grpc-max-concurrent-streams", defaultGRPCMaxConcurrentStreams, "most RPCs in flight on one gRPC connection (0: no limit); Envoy opens another connection past it")
-	fs.DurationVar(&f.grpcConn.keepaliveMinTime, "grpc-keepalive-min-time", defaultGRPCKeepaliveMinTime, "shortest interval between a client's keepalive pings: a client pinging faster gets GOAWAY ENHANCE_YOUR_CALM;\n"+
+	fs.IntVar(&f.httpConn.maxHeaderBytes, "http-max-header-bytes", server.DefaultHTTPMaxHeaderBytes, "largest HTTP request header, in bytes (0: Go's 1 MiB); room for Envoy's 60 KiB")
+	fs.UintVar(&f.grpcConn.maxConcurrentStreams, "grpc-max-concurrent-streams", server.DefaultGRPCMaxConcurrentStreams, "most RPCs in flight on one gRPC connection (0: no limit); Envoy opens another connection past it")
+	fs.DurationVar(&f.grpcConn.keepaliveMinTime, "grpc-keepalive-min-time", server.DefaultGRPCKeepaliveMinTime, "shortest interval between a client's keepalive pings: a client pinging faster gets GOAWAY ENHANCE_YOUR_CALM;\n"+
 		"grpc-go clients ping no more often than every 10s; do not set Envoy's connection_keepalive interval below it")
-	fs.BoolVar(&f.grpcConn.keepalivePermitWithoutStream, "grpc-keepalive-permit-without-stream", defaultGRPCKeepalivePermitWithoutStream, "accept keepalive pings on gRPC connections with no RPC in flight (Envoy's connection_keepalive sends them)")
-	fs.DurationVar(&f.grpcConn.maxConnectionIdle, "grpc-max-connection-idle", defaultGRPCMaxConnectionIdle, "close (GOAWAY) a gRPC connection without an RPC for this long (0: never); the client reconnects when it next calls")
-	fs.DurationVar(&f.grpcConn.maxConnectionAge, "grpc-max-connection-age", defaultGRPCMaxConnectionAge, "close (GOAWAY) a gRPC connection this old, ±10% (0: never), so that clients spread over replicas added since")
-	fs.DurationVar(&f.grpcConn.ageGrace, "grpc-max-connection-age-grace", defaultGRPCMaxConnectionAgeGrace, "how long RPCs in flight may go on after --grpc-max-connection-age (0: no limit); health Watch streams end then, and clients watch again")
-	fs.DurationVar(&f.grpcConn.keepaliveTime, "grpc-keepalive-time", defaultGRPCKeepaliveTime, "ping a gRPC client silent for this long, to find peers gone without closing (0: never)")
-	fs.DurationVar(&f.grpcConn.keepaliveTimeout, "grpc-keepalive-timeout", defaultGRPCKeepaliveTimeout, "close a gRPC connection whose ping, or sent data, goes unacknowledged this long")
+	fs.BoolVar(&f.grpcConn.keepalivePermitWithoutStream, "grpc-keepalive-permit-without-stream", server.DefaultGRPCKeepalivePermitWithoutStream, "accept keepalive pings on gRPC connections with no RPC in flight (Envoy's connection_keepalive sends them)")
+	fs.DurationVar(&f.grpcConn.maxConnectionIdle, "grpc-max-connection-idle", server.DefaultGRPCMaxConnectionIdle, "close (GOAWAY) a gRPC connection without an RPC for this long (0: never); the client reconnects when it next calls")
+	fs.DurationVar(&f.grpcConn.maxConnectionAge, "grpc-max-connection-age", server.DefaultGRPCMaxConnectionAge, "close (GOAWAY) a gRPC connection this old, ±10% (0: never), so that clients spread over replicas added since")
+	fs.DurationVar(&f.grpcConn.ageGrace, "grpc-max-connection-age-grace", server.DefaultGRPCMaxConnectionAgeGrace, "how long RPCs in flight may go on after --grpc-max-connection-age (0: no limit); health Watch streams end then, and clients watch again")
+	fs.DurationVar(&f.grpcConn.keepaliveTime, "grpc-keepalive-time", server.DefaultGRPCKeepaliveTime, "ping a gRPC client silent for this long, to find peers gone without closing (0: never)")
+	fs.DurationVar(&f.grpcConn.keepaliveTimeout, "grpc-keepalive-timeout", server.DefaultGRPCKeepaliveTimeout, "close a gRPC connection whose ping, or sent data, goes unacknowledged this long")
 	fs.Float64Var(&f.nearLimitRatio, "near-limit-ratio", server.DefaultNearLimitRatio, "share of a limit past which admitted hits count as near the limit (ratelimitd_rule_near_limit_total)")
 	fs.BoolVar(&f.rlqs, "rlqs", true, "serve Envoy's Rate Limit Quota Service on the gRPC port; each bucket's limit is shared, through the store, among the clients of every replica on it")
 	fs.StringVar(&f.rlqsReplica, "rlqs-replica", "", "this replica's `name` among those sharing RLQS limits through the store; unique per process (default: the host name, the gRPC listener's address and a random part)")

@@ -18,7 +18,8 @@
 //
 // The daemon is wired in three steps: build (build.go) turns the flags
 // into a store, a rules source and servers without starting anything;
-// serve (serve.go) runs them; drain (drain.go) is the shutdown sequence.
+// serve (serve.go) runs them; drain (drain.go) hands them to
+// server.Server.Drain, the shutdown sequence.
 package main
 
 import (

@@ -75,7 +75,7 @@ func TestFlagPrecedence(t *testing.T) {
 		{"xds", []string{"--xds-server", "xds:18000", "--xds-node-id", "n", "--xds-headers", "a=1, B = 2", "--xds-insecure-headers", "--xds-node-metadata", `{"zone": "z"}`}, nil, func(f *flags) bool {
 			h, err := f.xds.headerMap()
 			m, merr := f.xds.metadata()
-			return err == nil && merr == nil && h["a"] == "1" && h["b"] == "2" && len(h) == 2 && m.GetFields()["zone"].GetStringValue() == "z"
+			return err == nil && merr == nil && h["a"] == "1" && h["B"] == "2" && len(h) == 2 && m.GetFields()["zone"].GetStringValue() == "z"
 		}},
 	}
 	for _, tt := range tests {
@@ -260,11 +260,30 @@ type daemon struct {
 
 func startDaemon(t *testing.T, args ...string) *daemon {
 	t.Helper()
+	return startDaemonWith(t, nil, args...)
+}
+
+// startDaemonWith starts the daemon as startDaemon does, with its flags
+// changed by set (if not nil) once parsed: what no flag sets, such as
+// the watch's debounce.
+func startDaemonWith(t *testing.T, set func(*flags), args ...string) *daemon {
+	t.Helper()
 	d := &daemon{logs: &syncBuffer{}}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	args = append([]string{"--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--log-format", "json"}, args...)
-	go func() { done <- run(ctx, args, noEnv, io.Discard, d.logs) }()
+	go func() {
+		if set == nil {
+			done <- run(ctx, args, noEnv, io.Discard, d.logs)
+			return
+		}
+		f, err := parseFlags(args, noEnv, d.logs)
+		if err == nil {
+			set(f)
+			err = serve(ctx, f, d.logs)
+		}
+		done <- err
+	}()
 	t.Cleanup(func() {
 		cancel()
 		select {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -12,7 +11,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/backend"
 	"github.com/ratelimitd/ratelimitd/backend/memory"
 	"github.com/ratelimitd/ratelimitd/config"
-	"github.com/ratelimitd/ratelimitd/internal/replay"
+	"github.com/ratelimitd/ratelimitd/server/requestlog/replay"
 )
 
 // replayCommand replays the request log at LOG, the last of args ("-":
@@ -99,9 +98,7 @@ func replayCommand(ctx context.Context, args []string, lookup lookupEnv, stdin i
 		return exitError{1}
 	}
 	if asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(rep)
+		return rep.WriteJSON(stdout)
 	}
 	return rep.WriteText(stdout)
 }

@@ -17,7 +17,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/ratelimitd/ratelimitd/internal/metricstest"
-	"github.com/ratelimitd/ratelimitd/internal/replay"
+	"github.com/ratelimitd/ratelimitd/server/requestlog/replay"
 )
 
 // runExit runs ratelimitd with args and returns its exit status, stdout

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"time"
 
 	"golang.org/x/sync/errgroup"
 
@@ -29,12 +30,13 @@ type fileRules struct {
 }
 
 // newFileRules returns the source of the rules of path, loaded within
-// limits and with opts, initial already in force in srv; hup receives
-// SIGHUP.
-func newFileRules(path string, initial *config.Rules, limits config.Limits, opts []config.Option, srv *server.Server, log *slog.Logger, hup <-chan os.Signal) *fileRules {
+// limits and with opts after settling for debounce (0: the default),
+// initial already in force in srv; hup receives SIGHUP.
+func newFileRules(path string, initial *config.Rules, limits config.Limits, debounce time.Duration, opts []config.Option, srv *server.Server, log *slog.Logger, hup <-chan os.Signal) *fileRules {
 	watcher := config.NewWatcher(path, config.WatchOptions{
-		Limits:  limits,
-		Options: opts,
+		Limits:   limits,
+		Debounce: debounce,
+		Options:  opts,
 		OnLoad: func(r *config.Rules) {
 			srv.SetRules(r)
 			log.Info("rules reloaded", "config", path, "domains", len(r.Domains()), "files", len(r.Files()))

@@ -35,7 +35,7 @@ func startStatsd(f *flags, log *slog.Logger, reg prometheus.Registerer, store ba
 	root := exp.Root()
 	exp.Store().AddStatGenerator(gostats.NewRuntimeStats(root.Scope("go")))
 	if c, ok := store.(backend.LocalCacheReporter); ok {
-		exp.Store().AddStatGenerator(newLocalCacheStats(c, root.Scope("localcache")))
+		exp.Store().AddStatGenerator(statsd.LocalCache(c, root.Scope("localcache")))
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -44,32 +44,4 @@ func startStatsd(f *flags, log *slog.Logger, reg prometheus.Registerer, store ba
 		exp.Run(ctx)
 	}()
 	return exp.Store(), func() { cancel(); <-done }, nil
-}
-
-// localCacheStats are the reference's gauges of its local cache, which
-// count lookups since the start: a request answered over its limit from
-// the cache is a hit, any other request of a store with a cache a miss.
-type localCacheStats struct {
-	counts                         backend.LocalCacheReporter
-	hits, misses, lookups, entries gostats.Gauge
-}
-
-func newLocalCacheStats(c backend.LocalCacheReporter, scope gostats.Scope) *localCacheStats {
-	return &localCacheStats{
-		counts:  c,
-		hits:    scope.NewGauge("hitCount"),
-		misses:  scope.NewGauge("missCount"),
-		lookups: scope.NewGauge("lookupCount"),
-		entries: scope.NewGauge("entryCount"),
-	}
-}
-
-// GenerateStats implements gostats.StatGenerator: it sets the gauges
-// before each flush.
-func (s *localCacheStats) GenerateStats() {
-	hits, misses := s.counts.LocalCacheHits(), s.counts.LocalCacheMisses()
-	s.hits.Set(hits)
-	s.misses.Set(misses)
-	s.lookups.Set(hits + misses)
-	s.entries.Set(uint64(max(0, s.counts.LocalCacheEntries())))
 }

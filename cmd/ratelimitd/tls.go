@@ -9,8 +9,8 @@ import (
 )
 
 // openTLS loads the listeners' certificates, nil for a listener without
-// TLS, and exports their expiry and reloads as metrics labelled by
-// listener.
+// TLS, and registers their metrics (see tlsconfig.Reloader.Collectors)
+// labelled by listener.
 func openTLS(f *flags, log *slog.Logger, reg prometheus.Registerer) (grpcTLS, httpTLS *tlsconfig.Reloader, err error) {
 	open := func(listener string, o tlsconfig.Options) (*tlsconfig.Reloader, error) {
 		if o.CertFile == "" {
@@ -21,7 +21,7 @@ func openTLS(f *flags, log *slog.Logger, reg prometheus.Registerer) (grpcTLS, ht
 		if err != nil {
 			return nil, err
 		}
-		registerTLS(reg, listener, r)
+		reg.MustRegister(r.Collectors(listener)...)
 		return r, nil
 	}
 	grpcTLS, err = open("grpc", tlsconfig.Options{
@@ -38,27 +38,6 @@ func openTLS(f *flags, log *slog.Logger, reg prometheus.Registerer) (grpcTLS, ht
 		return nil, nil, err
 	}
 	return grpcTLS, httpTLS, nil
-}
-
-func registerTLS(reg prometheus.Registerer, listener string, r *tlsconfig.Reloader) {
-	labels := prometheus.Labels{"listener": listener}
-	reg.MustRegister(
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name:        "ratelimitd_tls_certificate_expiry_timestamp_seconds",
-			Help:        "When the listener's certificate expires, in seconds since the Unix epoch (the files are re-read first).",
-			ConstLabels: labels,
-		}, func() float64 { return float64(r.NotAfter().Unix()) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name:        "ratelimitd_tls_reloads_total",
-			Help:        "Certificate sets the listener took up after they changed on disk.",
-			ConstLabels: labels,
-		}, func() float64 { return float64(r.Reloads()) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name:        "ratelimitd_tls_reload_errors_total",
-			Help:        "Changed certificate sets the listener refused (the previous set stayed).",
-			ConstLabels: labels,
-		}, func() float64 { return float64(r.ReloadErrors()) }),
-	)
 }
 
 // tlsMode names a listener's TLS for the start-up log line.

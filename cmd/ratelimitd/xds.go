@@ -1,20 +1,16 @@
 package main
 
 import (
-	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
-	"strings"
 
 	"google.golang.org/grpc/credentials"
-	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/ratelimitd/ratelimitd/config"
 	"github.com/ratelimitd/ratelimitd/config/xds"
-	"github.com/ratelimitd/ratelimitd/internal/tlsconfig"
 	"github.com/ratelimitd/ratelimitd/server"
 )
 
@@ -66,17 +62,15 @@ func (x *xdsFlags) check() error {
 
 // metadata returns --xds-node-metadata as a Struct, nil when empty.
 func (x *xdsFlags) metadata() (*structpb.Struct, error) {
-	if x.nodeMetadata == "" {
-		return nil, nil
+	st, err := xds.ParseNodeMetadata(x.nodeMetadata)
+	if err != nil {
+		return nil, fmt.Errorf("--xds-node-metadata: %w", err)
 	}
-	var st structpb.Struct
-	if err := protojson.Unmarshal([]byte(x.nodeMetadata), &st); err != nil {
-		return nil, fmt.Errorf("--xds-node-metadata: want a JSON object: %w", err)
-	}
-	return &st, nil
+	return st, nil
 }
 
-// headerMap returns --xds-headers as a map.
+// headerMap returns --xds-headers as a map (gRPC sends the keys in lower
+// case).
 func (x *xdsFlags) headerMap() (map[string]string, error) {
 	if x.headers == "" {
 		return nil, nil
@@ -85,11 +79,7 @@ func (x *xdsFlags) headerMap() (map[string]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--xds-headers: %w", err)
 	}
-	m := make(map[string]string, len(kv))
-	for k, v := range kv {
-		m[strings.ToLower(k)] = v // gRPC metadata keys are lower case
-	}
-	return m, nil
+	return kv, nil
 }
 
 // credentials returns the transport credentials x asks for, nil for
@@ -98,22 +88,7 @@ func (x *xdsFlags) credentials() (credentials.TransportCredentials, error) {
 	if !x.useTLS() {
 		return nil, nil
 	}
-	conf := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: x.tlsServerName}
-	if x.tlsCA != "" {
-		pool, err := tlsconfig.LoadCAs(x.tlsCA)
-		if err != nil {
-			return nil, fmt.Errorf("--xds-tls-ca: %w", err)
-		}
-		conf.RootCAs = pool
-	}
-	if x.tlsCert != "" {
-		cert, err := tls.LoadX509KeyPair(x.tlsCert, x.tlsKey)
-		if err != nil {
-			return nil, fmt.Errorf("--xds-tls-cert and --xds-tls-key: %w", err)
-		}
-		conf.Certificates = []tls.Certificate{cert}
-	}
-	return credentials.NewTLS(conf), nil
+	return xds.TLS{CAFile: x.tlsCA, CertFile: x.tlsCert, KeyFile: x.tlsKey, ServerName: x.tlsServerName}.Credentials()
 }
 
 // xdsOptions returns the options of an xDS client that hands the rules it
@@ -145,7 +120,6 @@ func xdsOptions(x *xdsFlags, opts []config.Option, srv *server.Server, log *slog
 		OnRules:    srv.SetRules,
 		OnReject:   func(string, error) { srv.CountRejectedRules() },
 		Logger:     log,
-		MinBackoff: x.retryInterval,
-		MaxBackoff: max(x.retryInterval, xds.DefaultMaxBackoff),
+		MinBackoff: x.retryInterval, // doubling up to DefaultMaxBackoff, or itself if longer
 	}, nil
 }

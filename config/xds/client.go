@@ -5,12 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/cenkalti/backoff/v5"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	statuspb "google.golang.org/genproto/googleapis/rpc/status"
@@ -36,7 +36,8 @@ type Options struct {
 	// Target is the management server's gRPC target, such as
 	// "xds.example:18000" or "dns:///xds.example:18000".
 	Target string
-	// Credentials secure the connection; nil means plaintext.
+	// Credentials secure the connection; nil means plaintext. TLS.Credentials
+	// builds them from files.
 	Credentials credentials.TransportCredentials
 	// InsecureHeaders lets Headers go out over a plaintext connection (nil
 	// Credentials), where anyone on the path can read them: New refuses
@@ -49,8 +50,9 @@ type Options struct {
 	// interceptors...
 	DialOptions []grpc.DialOption
 	// Headers are gRPC metadata sent when opening each stream, such as an
-	// authorization token the management server requires. They need
-	// Credentials, or InsecureHeaders.
+	// authorization token the management server requires; keys in any
+	// case (gRPC sends them in lower case). They need Credentials, or
+	// InsecureHeaders.
 	Headers map[string]string
 	// NodeID, NodeCluster and NodeMetadata describe this instance to the
 	// management server, which picks the resources it serves by them.
@@ -76,10 +78,24 @@ type Options struct {
 	Logger *slog.Logger
 	// MinBackoff and MaxBackoff bound the exponential backoff between
 	// attempts to open the stream, and that of the NACKs held back when
-	// sets are refused in a row: DefaultMinBackoff and DefaultMaxBackoff
-	// when zero.
+	// sets are refused in a row. A zero MinBackoff means
+	// DefaultMinBackoff; a zero MaxBackoff means DefaultMaxBackoff, or
+	// MinBackoff if longer.
 	MinBackoff, MaxBackoff time.Duration
 }
+
+// Why not go-control-plane's own ADS client (pkg/client/sotw/v3 in the
+// v0.14.0 that go.mod pins, whose server and cache the tests run): its
+// Fetch holds the client's lock across the blocking Recv, so that no ACK
+// or NACK can go out while a Fetch waits, and a NACK held back for a
+// backoff while the stream is still read (see stream) cannot be built on
+// it; its Response carries the resources only, without the version_info
+// that OnReject and the logs report and without the type_url by which
+// responses of other types are dropped unanswered (answering would
+// subscribe); its NACK has no code and no bound on the message; and it
+// leaves reconnecting, backoff and subscribing again with the last ACKed
+// version to its caller. What it would take off this file is the
+// building of three requests.
 
 // A Client subscribes to RateLimitConfig resources over an ADS stream
 // (State of the World) and hands the rules they define to Options.OnRules.
@@ -106,7 +122,7 @@ func New(o Options) (*Client, error) {
 		o.MinBackoff = DefaultMinBackoff
 	}
 	if o.MaxBackoff <= 0 {
-		o.MaxBackoff = DefaultMaxBackoff
+		o.MaxBackoff = max(DefaultMaxBackoff, o.MinBackoff)
 	}
 	if o.MaxBackoff < o.MinBackoff {
 		return nil, fmt.Errorf("xds: max backoff %v is under min backoff %v", o.MaxBackoff, o.MinBackoff)
@@ -201,41 +217,40 @@ func (c *Client) Version() string {
 // run opens the stream again and again, with backoff, until ctx ends.
 func (c *Client) run(ctx context.Context) {
 	defer close(c.done)
-	var (
-		st       state
-		failures int
-	)
+	st := state{hold: newBackoff(c.o.MinBackoff, c.o.MaxBackoff)}
+	wait := newBackoff(c.o.MinBackoff, c.o.MaxBackoff) // failures in a row
 	for {
 		progressed, err := c.stream(ctx, &st)
 		if ctx.Err() != nil {
 			return
 		}
 		if progressed {
-			failures = 0
+			wait.Reset()
 		}
-		wait := backoff(c.o.MinBackoff, c.o.MaxBackoff, failures)
-		failures++
-		c.log.Warn("xds: stream ended, reconnecting", "error", err, "in", wait)
-		if sleep(ctx, wait) != nil {
+		d := wait.NextBackOff()
+		c.log.Warn("xds: stream ended, reconnecting", "error", err, "in", d)
+		if sleep(ctx, d) != nil {
 			return
 		}
 	}
 }
 
-// backoff returns the delay before attempt n+1 after n failures in a row:
-// lo doubled n times, at most hi, less up to a fifth at random so that
-// many instances do not reconnect together.
-func backoff(lo, hi time.Duration, n int) time.Duration {
-	d := lo
-	for i := 0; i < n && d < hi; i++ {
-		if d > hi/2 {
-			d = hi // and no overflow
-		} else {
-			d *= 2
-		}
+// newBackoff returns the delays between attempts, cenkalti/backoff's
+// exponential backoff: lo doubled at each, at most hi, less up to a fifth
+// at random so that many instances do not reconnect together. The library
+// draws within ±RandomizationFactor of its interval, so an interval of
+// 0.9 of the delay drawn within ±0.111 gives 0.8 to 1 of it (a little
+// under 1/9, so that the library's rounding never passes the delay).
+// Reset starts again from lo.
+func newBackoff(lo, hi time.Duration) *backoff.ExponentialBackOff {
+	b := &backoff.ExponentialBackOff{
+		InitialInterval:     lo - lo/10,
+		RandomizationFactor: 0.111,
+		Multiplier:          2,
+		MaxInterval:         hi - hi/10,
 	}
-	d = min(d, hi)
-	return d - time.Duration(rand.Int64N(int64(d)/5+1))
+	b.Reset()
+	return b
 }
 
 // state is what a Client remembers across responses and streams.
@@ -249,6 +264,9 @@ type state struct {
 	// row, the Client holds its NACK back for a backoff, so that the two
 	// do not spin.
 	nacks int
+	// hold is the backoff of a NACK held back: each refusal in a row from
+	// the second moves it on, held or not; an accepted set resets it.
+	hold *backoff.ExponentialBackOff
 	// foreign are the unsubscribed types already logged, at most
 	// maxForeign of them.
 	foreign map[string]bool
@@ -308,6 +326,10 @@ func (c *Client) stream(ctx context.Context, st *state) (progressed bool, err er
 		case resp := <-resps:
 			progressed = true
 			req = c.handle(resp, st)
+			var d time.Duration // how long a NACK held now waits
+			if req.GetErrorDetail() != nil && st.nacks > 1 {
+				d = st.hold.NextBackOff()
+			}
 			switch {
 			case req == nil: // an unsubscribed type: nothing to answer
 				continue
@@ -317,7 +339,6 @@ func (c *Client) stream(ctx context.Context, st *state) (progressed bool, err er
 				held, req = req, nil
 			case st.nacks > 1:
 				held, req = req, nil
-				d := backoff(c.o.MinBackoff, c.o.MaxBackoff, st.nacks-2)
 				if timer == nil {
 					timer = time.NewTimer(d)
 				} else {
@@ -385,6 +406,7 @@ func (c *Client) handle(resp *discoveryv3.DiscoveryResponse, st *state) *discove
 		return c.nack(resp, st.version, err)
 	}
 	st.nacks = 0
+	st.hold.Reset()
 	c.rules.Store(&accepted{rules, resp.GetVersionInfo()})
 	if c.o.OnRules != nil {
 		c.o.OnRules(rules)

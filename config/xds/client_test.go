@@ -181,7 +181,7 @@ func TestClientFollowsManagementServer(t *testing.T) {
 		DialOptions:     []grpc.DialOption{grpc.WithResolvers(res)},
 		NodeID:          nodeID,
 		NodeMetadata:    meta,
-		Headers:         map[string]string{"x-token": "secret"},
+		Headers:         map[string]string{"X-Token": "secret"}, // sent in lower case
 		InsecureHeaders: true,
 		OnRules:         func(r *config.Rules) { updates <- r },
 		OnReject: func(version string, err error) {

@@ -40,6 +40,11 @@
 // Options.Credentials: New refuses to send them in plaintext unless
 // Options.InsecureHeaders says so.
 //
+// What an operator writes has its readers here too: TLS.Credentials builds
+// Options.Credentials from PEM files (CAs, a client certificate for mutual
+// TLS, the server's name), and ParseNodeMetadata reads Options.NodeMetadata
+// from a JSON object.
+//
 // Usage:
 //
 //	c, err := xds.New(xds.Options{

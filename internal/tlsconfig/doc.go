@@ -41,6 +41,12 @@
 //
 // [ParseSANs] reads such a list from a comma-separated flag value.
 //
+// # Metrics
+//
+// [Reloader.Collectors] exports, labelled by listener, when the served
+// certificate expires and the changed sets of files taken up and refused,
+// for a Prometheus registry.
+//
 // Usage:
 //
 //	r, err := tlsconfig.New(tlsconfig.Options{

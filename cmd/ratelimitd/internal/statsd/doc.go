@@ -10,6 +10,8 @@
 // (the reference's EXTRA_TAGS) and on scopes are serialized by gostats into
 // the name, sorted by key: "ratelimit.x.__a=b.__foo=bar:1|c".
 //
+// LocalCache gives the reference's gauges of a store's local cache.
+//
 // What is ours is the sink that sends the lines (see sink.go): it writes
 // only while the Exporter flushes, on the flushing goroutine, through a
 // bounded buffer, and starts no goroutine of its own.

@@ -2,6 +2,7 @@ package replay_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -14,8 +15,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/ratelimitd/ratelimitd/config"
-	"github.com/ratelimitd/ratelimitd/internal/replay"
 	"github.com/ratelimitd/ratelimitd/server/requestlog"
+	"github.com/ratelimitd/ratelimitd/server/requestlog/replay"
 )
 
 // oldRules and newRules differ in two limits: user's goes down from 5 to
@@ -406,5 +407,30 @@ func TestRunByDescriptor(t *testing.T) {
 	}
 	if len(bounded.Descriptors) != 2 || held+bounded.UntrackedDescriptors != all.Differ {
 		t.Errorf("max 2 descriptors: %d held with %d changes, %d untracked; want 2, and %d in all", len(bounded.Descriptors), held, bounded.UntrackedDescriptors, all.Differ)
+	}
+}
+
+// TestWriteJSON: the JSON report reads back as the report, indented.
+func TestWriteJSON(t *testing.T) {
+	log, _ := generate(5)
+	rep, err := replay.Run(t.Context(), bytes.NewReader(log), replay.Options{
+		Old: loadRules(t, "old.yaml", oldRules), New: loadRules(t, "new.yaml", newRules), Name: "gen.log",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := rep.WriteJSON(&buf); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(buf.String(), "{\n  \"") {
+		t.Errorf("JSON report starts %q, want an indented object", buf.String()[:min(20, buf.Len())])
+	}
+	var back replay.Report
+	if err := json.Unmarshal(buf.Bytes(), &back); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(rep, &back); diff != "" {
+		t.Errorf("report read back (-wrote +read):\n%s", diff)
 	}
 }

@@ -15,9 +15,9 @@ import (
 	"github.com/ratelimitd/ratelimitd/backend/backendtest"
 	"github.com/ratelimitd/ratelimitd/backend/memory"
 	"github.com/ratelimitd/ratelimitd/config"
-	"github.com/ratelimitd/ratelimitd/internal/replay"
 	"github.com/ratelimitd/ratelimitd/server"
 	"github.com/ratelimitd/ratelimitd/server/requestlog"
+	"github.com/ratelimitd/ratelimitd/server/requestlog/replay"
 )
 
 // liveRules limit by every algorithm but the ban, so that each algorithm's

@@ -1,6 +1,7 @@
 package replay
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"strconv"
@@ -16,6 +17,13 @@ var directionTitles = map[string]string{
 
 // timeFormat is how the text report shows times.
 const timeFormat = "2006-01-02T15:04:05.000Z07:00"
+
+// WriteJSON writes rep as indented JSON, for programs.
+func (rep *Report) WriteJSON(out io.Writer) error {
+	enc := json.NewEncoder(out)
+	enc.SetIndent("", "  ")
+	return enc.Encode(rep)
+}
 
 // WriteText writes rep as text, for people.
 func (rep *Report) WriteText(out io.Writer) error {
