@@ -1,7 +1,6 @@
 package server
 
 import (
-	"context"
 	"time"
 
 	"github.com/ratelimitd/ratelimitd/server/internal/engine"
@@ -35,31 +34,4 @@ func recordOf(r *engine.Request, t time.Time) *requestlog.Record {
 		}
 	}
 	return rec
-}
-
-// DecideRecord decides rec as the server would have decided it with the
-// rules in force, against the server's store and clock, without logging
-// it again, and writes the decision into d (reusing its memory). It
-// returns the engine's errors: IsInvalid tells a request the server
-// refuses to decide. (The decision itself is the engine's: see
-// engine.Engine.DecideRequest, which replay can call with a fill of its own.)
-func (s *Server) DecideRecord(ctx context.Context, rec *requestlog.Record, d *Decision) error {
-	return s.eng.DecideRequest(ctx, func(r *engine.Request) error { fillRequest(r, rec); return nil }, d)
-}
-
-// fillRequest writes rec into r, an empty engine request.
-func fillRequest(r *engine.Request, rec *requestlog.Record) {
-	r.Domain = rec.Domain
-	for i := range rec.Descriptors {
-		rd := &rec.Descriptors[i]
-		from := len(r.Entries)
-		for _, e := range rd.Entries {
-			r.Entries = append(r.Entries, engine.Entry{Key: e.Key, Value: e.Value, Digest: e.Digest})
-		}
-		desc := r.Add(from, rd.Hits)
-		if rd.HasLimit {
-			desc.HasLimit = true
-			desc.Limit = engine.Override{Requests: rd.Limit.Requests, Window: rd.Limit.Window}
-		}
-	}
 }

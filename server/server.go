@@ -147,11 +147,6 @@ type (
 	LegacyHeaderNames = engine.LegacyHeaderNames
 	// HotKeysOptions configures the hot keys: see engine.HotKeysOptions.
 	HotKeysOptions = engine.HotKeysOptions
-	// Decision is the server's decision on a request of the request log:
-	// see engine.Decision.
-	Decision = engine.Decision
-	// DescriptorDecision is the decision on one descriptor.
-	DescriptorDecision = engine.DescriptorDecision
 )
 
 // The failure modes and header modes: see package engine.
@@ -183,10 +178,6 @@ func ParseHeaderMode(s string) (HeaderMode, error) { return engine.ParseHeaderMo
 func ParseLegacyHeaderNames(s string) (LegacyHeaderNames, error) {
 	return engine.ParseLegacyHeaderNames(s)
 }
-
-// IsInvalid reports whether err is a request the server refused to
-// decide, whatever its rules (gRPC's InvalidArgument).
-func IsInvalid(err error) bool { return engine.IsInvalid(err) }
 
 // Server decides rate limits for Envoy's RateLimitService and ratelimitd's
 // native API over one engine, and serves gRPC health and the HTTP /json,

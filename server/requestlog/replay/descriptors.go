@@ -8,7 +8,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/ratelimitd/ratelimitd/backend"
-	"github.com/ratelimitd/ratelimitd/server"
+	"github.com/ratelimitd/ratelimitd/server/internal/engine"
 	"github.com/ratelimitd/ratelimitd/server/requestlog"
 )
 
@@ -29,7 +29,7 @@ func newDescriptorCounts(max int) *descriptorCounts {
 
 // add counts the descriptors of rec whose decision differs between old
 // and neu (both decided rec, with a different overall decision).
-func (dc *descriptorCounts) add(rec *requestlog.Record, old, neu *server.Decision) {
+func (dc *descriptorCounts) add(rec *requestlog.Record, old, neu *engine.Decision) {
 	for i := range min(len(old.Descriptors), len(neu.Descriptors), len(rec.Descriptors)) {
 		o, n := old.Descriptors[i].Over, neu.Descriptors[i].Over
 		if o == n {

@@ -17,7 +17,7 @@ import (
 
 	"github.com/ratelimitd/ratelimitd/backend/memory"
 	"github.com/ratelimitd/ratelimitd/config"
-	"github.com/ratelimitd/ratelimitd/server"
+	"github.com/ratelimitd/ratelimitd/server/internal/engine"
 	"github.com/ratelimitd/ratelimitd/server/requestlog"
 )
 
@@ -173,13 +173,13 @@ type RuleDiff struct {
 	Requests int    `json:"requests"`
 }
 
-// side is one rule set's server, on a store of its own under a clock of
-// its own.
+// side is one rule set's decision engine, the daemon's own, on a store of
+// its own under a clock of its own.
 type side struct {
-	srv   *server.Server
+	eng   *engine.Engine
 	store *memory.Store
 	clock atomic.Int64 // Unix nanoseconds of the request being decided
-	dec   server.Decision
+	dec   engine.Decision
 	err   error
 }
 
@@ -188,7 +188,7 @@ func newSide(rules *config.Rules, maxKeys int) *side {
 	sd := &side{}
 	now := func() time.Time { return time.Unix(0, sd.clock.Load()) }
 	sd.store = memory.New(memory.Options{MaxKeys: maxKeys, Now: now})
-	sd.srv = server.New(sd.store, rules, server.Options{Now: now, Headers: server.HeadersOff}) // headers never change a decision
+	sd.eng = engine.New(sd.store, rules, engine.Options{Now: now, Headers: engine.HeadersOff}) // headers never change a decision
 	return sd
 }
 
@@ -198,7 +198,25 @@ func (sd *side) decide(ctx context.Context, rec *requestlog.Record) {
 	if t := rec.Time.UnixNano(); t > sd.clock.Load() {
 		sd.clock.Store(t)
 	}
-	sd.err = sd.srv.DecideRecord(ctx, rec, &sd.dec)
+	sd.err = sd.eng.DecideRequest(ctx, func(r *engine.Request) error { fillRequest(r, rec); return nil }, &sd.dec)
+}
+
+// fillRequest writes rec into r, an empty engine request: the request as
+// the face that logged it had decoded it.
+func fillRequest(r *engine.Request, rec *requestlog.Record) {
+	r.Domain = rec.Domain
+	for i := range rec.Descriptors {
+		rd := &rec.Descriptors[i]
+		from := len(r.Entries)
+		for _, e := range rd.Entries {
+			r.Entries = append(r.Entries, engine.Entry{Key: e.Key, Value: e.Value, Digest: e.Digest})
+		}
+		desc := r.Add(from, rd.Hits)
+		if rd.HasLimit {
+			desc.HasLimit = true
+			desc.Limit = engine.Override{Requests: rd.Limit.Requests, Window: rd.Limit.Window}
+		}
+	}
 }
 
 // groupKey identifies a RuleDiff.
@@ -505,7 +523,7 @@ var errTooLong = fmt.Errorf("longer than %d bytes, the longest line a request lo
 // storeError returns err when it is no invalid request, which the memory
 // store never causes: a cancelled context, or a bug.
 func storeError(err error) error {
-	if err == nil || server.IsInvalid(err) {
+	if err == nil || engine.IsInvalid(err) {
 		return nil
 	}
 	return err
@@ -543,7 +561,7 @@ func (rep *Report) compare(old, neu *side, groups map[groupKey]int) bool {
 // attribute counts a request refused by refusing and admitted by other
 // under the rules of refusing's descriptors that are over there and not
 // in other, or, if none is, under those over in refusing.
-func attribute(groups map[groupKey]int, direction string, refusing, other *server.Decision) {
+func attribute(groups map[groupKey]int, direction string, refusing, other *engine.Decision) {
 	found := false
 	for i, d := range refusing.Descriptors {
 		if d.Over && (i >= len(other.Descriptors) || !other.Descriptors[i].Over) {
