@@ -12,7 +12,7 @@ import (
 // reads the clock itself and wakes it.
 //
 // The daemon has a coarse clock too, for hot-key observation
-// (internal/hotkeys/clock.go in the main module). They are two because
+// (server/hotkeys/clock.go in the main module). They are two because
 // they live in two modules: this one cannot import the main module, and
 // sharing one would put a clock in the client's public API (or a module
 // of its own) for some forty lines. Their needs differ as well: a Quota's

@@ -16,7 +16,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/backend/redis"
 	"github.com/ratelimitd/ratelimitd/cmd/ratelimitd/internal/compat"
 	"github.com/ratelimitd/ratelimitd/config"
-	"github.com/ratelimitd/ratelimitd/internal/hotkeys"
+	"github.com/ratelimitd/ratelimitd/server/hotkeys"
 	"github.com/ratelimitd/ratelimitd/internal/tlsconfig"
 	"github.com/ratelimitd/ratelimitd/server"
 	"github.com/ratelimitd/ratelimitd/server/requestlog"

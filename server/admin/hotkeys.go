@@ -8,7 +8,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/ratelimitd/ratelimitd/internal/hotkeys"
+	"github.com/ratelimitd/ratelimitd/server/hotkeys"
 	"github.com/ratelimitd/ratelimitd/server/internal/engine"
 )
 

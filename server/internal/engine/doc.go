@@ -12,7 +12,7 @@
 //	engine.go    Decide: bounds, matching, counter keys, the store call, verdicts, failure modes
 //	headers.go   the response header values (IETF RateLimit, legacy, or none)
 //	explain.go   Explain: how the rules would decide a request, on which counters
-//	hotkeys.go   the hot keys observed (package internal/hotkeys keeps them)
+//	hotkeys.go   the hot keys observed (package server/hotkeys keeps them)
 //	unknown.go   the requests for domains without rules
 //	metrics.go   what the decision metrics count, handed to a Metrics
 //	options.go   Engine, Options, FailureMode, DecideRequest (for replay)

@@ -3,7 +3,7 @@ package engine
 import (
 	"time"
 
-	"github.com/ratelimitd/ratelimitd/internal/hotkeys"
+	"github.com/ratelimitd/ratelimitd/server/hotkeys"
 )
 
 // HotKeysOptions configures the hot keys: per domain, the counters most

@@ -14,7 +14,7 @@ import (
 
 	"github.com/ratelimitd/ratelimitd/backend"
 	"github.com/ratelimitd/ratelimitd/config"
-	"github.com/ratelimitd/ratelimitd/internal/hotkeys"
+	"github.com/ratelimitd/ratelimitd/server/hotkeys"
 )
 
 // DefaultNearLimitRatio is Options.NearLimitRatio when zero.
