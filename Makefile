@@ -87,7 +87,7 @@ generate: ## regenerate gen/: the Go stubs from proto/, the Python and Node stub
 	bash .ci/generate-node
 
 .PHONY: layers
-layers: ## fail if a package imports what its floor must not: the engine (server/internal/engine) neither gRPC nor net/http (see .ci/check-layers)
+layers: ## fail if an import runs up a floor: the engine without gRPC or net/http, nothing below server importing it, no command under internal/ (see .ci/check-layers)
 	bash .ci/check-layers
 
 .PHONY: check-generate
