@@ -101,15 +101,25 @@ func TestClusterBatchesPerNode(t *testing.T) {
 
 // TestClusterMovedSlotWritesNothing: a call whose keys the store's map of
 // slots puts on one node, where one slot has moved to another, writes
-// nothing in that node's batch (which reads every key before it writes
-// any), and is decided again per slot: each counter counts the call once.
+// nothing that lasts in that node's batch (a fixed window's count raised
+// before the moved key's refusal is given back; a sliding window's read
+// of its previous window is refused first), and is decided again per
+// slot: each counter counts the call once.
 func TestClusterMovedSlotWritesNothing(t *testing.T) {
+	for _, alg := range []backend.Algorithm{backend.FixedWindow, backend.SlidingWindow} {
+		t.Run(alg.String(), func(t *testing.T) {
+			testMovedSlotWritesNothing(t, backend.Limit{Algorithm: alg, Requests: 100, Window: time.Hour})
+		})
+	}
+}
+
+func testMovedSlotWritesNothing(t *testing.T, l backend.Limit) {
 	c := redistest.StartCluster(t, 3)
 	client := newClient(t, c.URL())
 	s := newStore(t, client, redis.Options{LocalCache: -1, Timeout: 5 * time.Second})
 	ctx := t.Context()
 	// Two descriptors on one node, in two slots.
-	reqs := descriptors(200, hourly(100))
+	reqs := descriptors(200, l)
 	slotOf := func(r *backend.Request) int64 {
 		n, err := c.Nodes[0].Client(t).ClusterKeySlot(ctx, redis.HashTag(r)).Result()
 		if err != nil {
