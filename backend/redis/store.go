@@ -233,7 +233,7 @@ func (s *Store) Close() error {
 	s.cancel()
 	s.closeMu.Unlock()
 	if s.batch != nil {
-		s.batch.close()
+		s.batch.close(backend.ErrClosed)
 	}
 	s.closeCross()
 	s.inflight.Wait()
