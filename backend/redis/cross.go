@@ -100,7 +100,7 @@ func (s *Store) crossBatcher(ctx context.Context, name string) *batcher {
 		if x.nodes == nil {
 			x.nodes = make(map[string]*batcher)
 		}
-		b = newBatcher(s, func(batch []*pending) { s.runCross(name, batch) })
+		b = newBatcher(s, func(batch []*pending) { s.runCross(name, batch) }) //nolint:contextcheck // its flusher runs on the store's context, never a call's
 		x.nodes[name] = b
 	}
 	return b
