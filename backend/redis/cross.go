@@ -71,7 +71,8 @@ type crossBatchers struct {
 // crossBatcher returns the batcher of the master named name, or nil when
 // the store is closed or has maxCrossNodes batchers already. A master it
 // has no batcher for is news of the Cluster's topology: it first drops the
-// batchers of the masters that left (see pruneCross).
+// batchers of the masters that left (see pruneCross), and returns nil if
+// name is one of them (a call routed on a stale map of slots).
 func (s *Store) crossBatcher(ctx context.Context, name string) *batcher {
 	x := &s.cross
 	x.mu.Lock()
@@ -82,10 +83,14 @@ func (s *Store) crossBatcher(ctx context.Context, name string) *batcher {
 		return b
 	}
 	if x.pruning.CompareAndSwap(false, true) { // one reload of the slot map at a time is enough
-		if masters, err := s.masters(ctx); err == nil {
-			s.pruneCross(func(name string) bool { _, ok := masters[name]; return ok })
-		}
+		masters, err := s.masters(ctx)
 		x.pruning.Store(false)
+		if err == nil {
+			s.pruneCross(func(name string) bool { _, ok := masters[name]; return ok })
+			if _, ok := masters[name]; !ok {
+				return nil // a stale map's master, gone already: per slot
+			}
+		}
 	}
 	x.mu.Lock()
 	defer x.mu.Unlock()
