@@ -113,6 +113,11 @@ type batcher struct {
 	stop  chan struct{}
 	once  sync.Once
 	wg    sync.WaitGroup
+	// gone is the error of the calls that the batcher, once stopped,
+	// does not run: backend.ErrClosed when the store closes, errElsewhere
+	// when a Cluster master leaves (see pruneCross). Set before stop
+	// closes.
+	gone error
 }
 
 // newBatcher returns a batcher whose flushers run batches with run, or
@@ -128,15 +133,24 @@ func newBatcher(s *Store, run func(batch []*pending)) *batcher {
 	return b
 }
 
-// close stops the flushers; calls still queued fail with ErrClosed.
-func (b *batcher) close() {
-	b.once.Do(func() { close(b.stop) })
+// close stops the flushers, after the batch they run; calls still queued,
+// and those queued later, fail with gone.
+func (b *batcher) close(gone error) {
+	b.once.Do(func() {
+		b.gone = gone
+		close(b.stop)
+	})
 	b.wg.Wait()
+	b.drain()
+}
+
+// drain fails the calls in the queue of a stopped batcher with gone.
+func (b *batcher) drain() {
 	for {
 		select {
 		case p := <-b.queue:
 			p.call.free()
-			p.err = backend.ErrClosed
+			p.err = b.gone
 			close(p.done)
 		default:
 			return
@@ -168,15 +182,22 @@ func (b *batcher) put(ctx context.Context, timeout <-chan time.Time, p *pending)
 	select {
 	case <-b.stop:
 		p.call.free()
-		return backend.ErrClosed
+		return b.gone
 	default:
 	}
 	select {
 	case b.queue <- p:
+		select {
+		case <-b.stop:
+			// Stopped meanwhile: close may have drained the queue
+			// before p came, and no flusher may take p any more.
+			b.drain()
+		default:
+		}
 		return nil
 	case <-b.stop:
 		p.call.free()
-		return backend.ErrClosed
+		return b.gone
 	case <-ctx.Done():
 		p.call.free()
 		return ctx.Err()

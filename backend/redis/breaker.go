@@ -253,12 +253,31 @@ func ping(ctx context.Context, client goredis.UniversalClient, addr string) erro
 // locate finds the client and the address to probe for the node named
 // name, and whether the node is still in use. On Cluster it reloads the
 // slot map and drops the breakers of the nodes that are no longer
-// masters, the fallback breaker among them; topoErr is set when the map
+// masters, the fallback breaker among them, and their batchers; topoErr is set when the map
 // could not be loaded (every node is then still in use).
 func (s *Store) locate(ctx context.Context, name string) (client goredis.UniversalClient, addr string, inUse bool, topoErr error) {
 	if s.cluster == nil {
 		return s.client, s.addr, true, nil
 	}
+	masters, err := s.masters(ctx)
+	if err != nil {
+		return nil, "", true, err
+	}
+	keep := func(name string) bool { _, ok := masters[name]; return ok }
+	s.prune(keep)
+	s.pruneCross(keep)
+	c, ok := masters[name]
+	if !ok {
+		// Not a master (any more), or the fallback breaker, which the
+		// known slot map makes useless: calls go to the nodes' own.
+		return nil, "", false, nil
+	}
+	return c, name, true, nil
+}
+
+// masters returns a Cluster's masters, by address, as go-redis knows
+// them.
+func (s *Store) masters(ctx context.Context) (map[string]*goredis.Client, error) {
 	var mu sync.Mutex
 	masters := map[string]*goredis.Client{}
 	err := s.cluster.ForEachMaster(ctx, func(_ context.Context, c *goredis.Client) error {
@@ -267,17 +286,7 @@ func (s *Store) locate(ctx context.Context, name string) (client goredis.Univers
 		masters[c.Options().Addr] = c
 		return nil
 	})
-	if err != nil {
-		return nil, "", true, err
-	}
-	s.prune(func(name string) bool { _, ok := masters[name]; return ok })
-	c, ok := masters[name]
-	if !ok {
-		// Not a master (any more), or the fallback breaker, which the
-		// known slot map makes useless: calls go to the nodes' own.
-		return nil, "", false, nil
-	}
-	return c, name, true, nil
+	return masters, err
 }
 
 // prune drops the breakers of the nodes for which keep is false.

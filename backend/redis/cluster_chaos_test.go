@@ -553,6 +553,10 @@ func TestClusterFailoverUnderLoad(t *testing.T) {
 			t.Errorf("counter %s: %d hits admitted, over its limit %d and the %d hits lost with the old master", r.Tag, l.admitted[c], lim, lost)
 		}
 	}
+	// The store batches for the masters it uses: not for the one that left.
+	if nodes := redis.CrossNodes(s); slices.Contains(nodes, master.Addr) {
+		t.Errorf("the store still has a batcher for the killed master %s (batchers: %v)", master.Addr, nodes)
+	}
 	// d's master never failed: nothing lost, nothing counted twice.
 	if got := count(t, patient, counters[d]); got < l.admitted[d] || got > l.admitted[d]+l.maybe[d] {
 		t.Errorf("counter d counts %d, want between the %d hits admitted and %d (those and the failed calls')", got, l.admitted[d], l.admitted[d]+l.maybe[d])

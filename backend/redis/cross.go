@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -36,15 +37,18 @@ import (
 // Slots move. go-redis's map of slots may be stale, and a run's node may
 // no longer serve (or be migrating) a slot of a call: Redis checks every
 // command of a script, and refuses one on a key that is not local, but
-// keeps what the script wrote before. So a cross run reads each call's
-// keys (GET, MGET) before it writes any, and a call whose reads the node
-// refuses writes nothing and is answered crossElsewhere: the store then
-// decides it (or its part) per slot, where go-redis follows the
-// redirections. Nothing moves a slot during a run: Redis runs one script
-// at a time.
+// keeps what the script wrote before. So a call that meets such a
+// refusal in a cross run gives back what it raised before (its keys of
+// slots the node does serve), and is answered crossElsewhere, having
+// written nothing that lasts: the store then decides it (or its part) per
+// slot, where go-redis follows the redirections. Nothing moves a slot
+// during a run: Redis runs one script at a time. (Checking ownership
+// thus costs no command: see fast in take.lua.)
 
-// maxCrossNodes bounds the store's batchers on Cluster, one per master
-// address ever seen: past it, calls to a new master go per slot.
+// maxCrossNodes bounds the store's batchers on Cluster, one per master:
+// past it, calls to a new master go per slot. The batchers of masters
+// that left are dropped (see pruneCross), so that it is reached only by
+// a Cluster of as many masters.
 const maxCrossNodes = 1000
 
 // errElsewhere is a cross run's answer to a call whose keys its node did
@@ -58,21 +62,42 @@ var errNoCross = errors.New("redis: the node cannot run the cross-slot function"
 
 // crossBatchers holds a Cluster store's batchers, by master address.
 type crossBatchers struct {
-	mu     sync.Mutex
-	nodes  map[string]*batcher // requires mu
-	closed bool                // requires mu
+	mu      sync.Mutex
+	nodes   map[string]*batcher // requires mu
+	closed  bool                // requires mu
+	pruning atomic.Bool         // a call is reloading the slot map to prune nodes
 }
 
 // crossBatcher returns the batcher of the master named name, or nil when
-// the store is closed or has maxCrossNodes batchers already.
-func (s *Store) crossBatcher(name string) *batcher {
+// the store is closed or has maxCrossNodes batchers already. A master it
+// has no batcher for is news of the Cluster's topology: it first drops the
+// batchers of the masters that left (see pruneCross), and returns nil if
+// name is one of them (a call routed on a stale map of slots).
+func (s *Store) crossBatcher(ctx context.Context, name string) *batcher {
 	x := &s.cross
+	x.mu.Lock()
+	b, ok := x.nodes[name]
+	closed := x.closed
+	x.mu.Unlock()
+	if ok || closed {
+		return b
+	}
+	if x.pruning.CompareAndSwap(false, true) { // one reload of the slot map at a time is enough
+		masters, err := s.masters(ctx)
+		x.pruning.Store(false)
+		if err == nil {
+			s.pruneCross(func(name string) bool { _, ok := masters[name]; return ok })
+			if _, ok := masters[name]; !ok {
+				return nil // a stale map's master, gone already: per slot
+			}
+		}
+	}
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if x.closed {
 		return nil
 	}
-	b, ok := x.nodes[name]
+	b, ok = x.nodes[name]
 	if !ok {
 		if len(x.nodes) >= maxCrossNodes {
 			return nil
@@ -80,10 +105,55 @@ func (s *Store) crossBatcher(name string) *batcher {
 		if x.nodes == nil {
 			x.nodes = make(map[string]*batcher)
 		}
-		b = newBatcher(s, func(batch []*pending) { s.runCross(name, batch) })
+		b = newBatcher(s, func(batch []*pending) { s.runCross(name, batch) }) //nolint:contextcheck // its flusher runs on the store's context, never a call's
 		x.nodes[name] = b
 	}
 	return b
+}
+
+// pruneCross stops the batchers of the masters for which keep is false,
+// on a goroutine of the store's (a batch may be running). A call they
+// hold, or that comes to them meanwhile, fails with errElsewhere: it is
+// decided again per slot, where go-redis finds its master.
+func (s *Store) pruneCross(keep func(name string) bool) {
+	x := &s.cross
+	var gone []*batcher
+	x.mu.Lock()
+	for name, b := range x.nodes {
+		if !keep(name) {
+			gone = append(gone, b)
+			delete(x.nodes, name)
+		}
+	}
+	x.mu.Unlock()
+	if len(gone) == 0 {
+		return
+	}
+	if !s.begin() {
+		// Closing: closeCross no longer sees them, so stop them here.
+		for _, b := range gone {
+			b.close(backend.ErrClosed)
+		}
+		return
+	}
+	go func() {
+		defer s.inflight.Done()
+		for _, b := range gone {
+			b.close(errElsewhere)
+		}
+	}()
+}
+
+// crossNodes reports the masters that the store has a batcher for.
+func (s *Store) crossNodes() []string {
+	x := &s.cross
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	names := make([]string, 0, len(x.nodes))
+	for name := range x.nodes {
+		names = append(names, name)
+	}
+	return names
 }
 
 // closeCross stops the batchers; calls still queued fail with ErrClosed.
@@ -95,7 +165,7 @@ func (s *Store) closeCross() {
 	x.nodes = nil
 	x.mu.Unlock()
 	for _, b := range nodes {
-		b.close()
+		b.close(backend.ErrClosed)
 	}
 }
 
@@ -153,7 +223,7 @@ func (s *Store) decideCross(ctx context.Context, reqs []backend.Request, res []b
 	if c == nil {
 		return false, nil
 	}
-	b := s.crossBatcher(master.Options().Addr) //nolint:contextcheck // its flusher runs on the store's context, never a call's
+	b := s.crossBatcher(ctx, master.Options().Addr)
 	if b == nil {
 		c.free()
 		return false, nil
@@ -205,7 +275,7 @@ func (s *Store) runPartsCross(ctx context.Context, reqs []backend.Request, res [
 		sh := &shares[k]
 		c, master := s.crossCall(ctx, reqs, sh.idx, tags, true)
 		if c != nil && master.Options().Addr == sh.name {
-			sh.b = s.crossBatcher(sh.name) //nolint:contextcheck // its flusher runs on the store's context, never a call's
+			sh.b = s.crossBatcher(ctx, sh.name)
 		}
 		if sh.b == nil {
 			if c != nil {
@@ -217,6 +287,10 @@ func (s *Store) runPartsCross(ctx context.Context, reqs []backend.Request, res [
 		sh.p = &pending{ctx: ctx, deadline: deadline, call: c, res: res, idx: sh.idx, stamps: stamps, node: master, done: make(chan struct{})}
 		if err := sh.b.put(ctx, nil, sh.p); err != nil {
 			sh.p = nil
+			if errors.Is(err, errElsewhere) { // a master that left
+				rest = append(rest, sh.parts...)
+				continue
+			}
 			for _, p := range sh.parts {
 				errs[p] = err
 			}

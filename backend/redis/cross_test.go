@@ -1,6 +1,7 @@
 package redis_test
 
 import (
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -101,15 +102,25 @@ func TestClusterBatchesPerNode(t *testing.T) {
 
 // TestClusterMovedSlotWritesNothing: a call whose keys the store's map of
 // slots puts on one node, where one slot has moved to another, writes
-// nothing in that node's batch (which reads every key before it writes
-// any), and is decided again per slot: each counter counts the call once.
+// nothing that lasts in that node's batch (a fixed window's count raised
+// before the moved key's refusal is given back; a sliding window's read
+// of its previous window is refused first), and is decided again per
+// slot: each counter counts the call once.
 func TestClusterMovedSlotWritesNothing(t *testing.T) {
+	for _, alg := range []backend.Algorithm{backend.FixedWindow, backend.SlidingWindow} {
+		t.Run(alg.String(), func(t *testing.T) {
+			testMovedSlotWritesNothing(t, backend.Limit{Algorithm: alg, Requests: 100, Window: time.Hour})
+		})
+	}
+}
+
+func testMovedSlotWritesNothing(t *testing.T, l backend.Limit) {
 	c := redistest.StartCluster(t, 3)
 	client := newClient(t, c.URL())
 	s := newStore(t, client, redis.Options{LocalCache: -1, Timeout: 5 * time.Second})
 	ctx := t.Context()
 	// Two descriptors on one node, in two slots.
-	reqs := descriptors(200, hourly(100))
+	reqs := descriptors(200, l)
 	slotOf := func(r *backend.Request) int64 {
 		n, err := c.Nodes[0].Client(t).ClusterKeySlot(ctx, redis.HashTag(r)).Result()
 		if err != nil {
@@ -264,5 +275,80 @@ func TestClusterExact(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestClusterPrunedBatcherDecidesAgain: the batchers of masters that
+// left are stopped (see pruneCross), and a call queued on one, or that
+// comes to it meanwhile, is decided again per slot: while callers run,
+// every batcher is pruned again and again, and no call fails, and each
+// counter counts every call once, whether it went through a batch, was
+// dropped from a stopped batcher's queue, or went per slot.
+func TestClusterPrunedBatcherDecidesAgain(t *testing.T) {
+	c := redistest.StartCluster(t, 3)
+	s := newStore(t, newClient(t, c.URL()), redis.Options{LocalCache: -1, Timeout: 5 * time.Second})
+	const callers, calls = 16, 200
+	one := descriptors(callers, hourly(1_000_000))
+	shared := descriptors(3, hourly(1_000_000))
+	for j := range shared {
+		shared[j].Key = "shared" + shared[j].Key
+	}
+	mustTake(t, s, one[0]) // the library on every node, and the map of slots: one more hit on user 0
+	stop := make(chan struct{})
+	var pruner sync.WaitGroup
+	prunes := 0
+	pruner.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if len(redis.CrossNodes(s)) > 0 {
+				redis.PruneCross(s, func(string) bool { return false })
+				prunes++
+			}
+			runtime.Gosched()
+		}
+	})
+	var wg sync.WaitGroup
+	for k := range callers {
+		wg.Go(func() {
+			reqs := []backend.Request{one[k]}
+			if k%2 == 1 {
+				reqs = append(reqs, shared...)
+			}
+			for range calls {
+				if _, err := take(t, s, reqs...); err != nil {
+					t.Errorf("caller %d: Take() error: %v", k, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(stop)
+	pruner.Wait()
+	if prunes < 10 {
+		t.Fatalf("the batchers were pruned %d times, want at least 10: the test did not prune under load", prunes)
+	}
+	t.Logf("%d prunes, %d calls per caller", prunes, calls)
+	probe := func(r backend.Request) uint64 {
+		r.Hits = 0
+		return 1_000_000 - mustTake(t, s, r)[0].Remaining
+	}
+	for k := range callers {
+		want := uint64(calls)
+		if k == 0 {
+			want++ // the warm-up call
+		}
+		if got := probe(one[k]); got != want {
+			t.Errorf("user %d counted %d hits, want %d", k, got, want)
+		}
+	}
+	for j := range shared {
+		if got := probe(shared[j]); got != calls*callers/2 {
+			t.Errorf("shared counter %d counted %d hits, want %d", j, got, calls*callers/2)
+		}
 	}
 }

@@ -34,3 +34,10 @@ func HashTag(r *backend.Request) string { return "{" + tagOf(r) + "}" }
 // Elsewhere reports how many calls (or parts) s sent in a batch to a
 // Cluster node that did not serve their keys, and so wrote nothing there.
 func Elsewhere(s *Store) uint64 { return s.elsewhere.Load() }
+
+// CrossNodes reports the Cluster masters that s has a batcher for.
+func CrossNodes(s *Store) []string { return s.crossNodes() }
+
+// PruneCross stops s's batchers of the Cluster masters for which keep is
+// false, as when they leave the Cluster.
+func PruneCross(s *Store, keep func(name string) bool) { s.pruneCross(keep) }

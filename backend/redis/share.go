@@ -131,27 +131,12 @@ func (s *Store) shareRuns(reqs []backend.ShareRequest) []*shareRun {
 	return runs
 }
 
-// detachShares runs runs on a goroutine, with the store's context, and
-// waits for it or for ctx; it returns the reply to each of the call's n
-// requests. Like a heavy call, it takes a slot beside the batches (see
-// acquireHeavy), so that exchanges cannot take every connection from
-// them.
+// detachShares runs runs off the caller's goroutine (see offload), and
+// returns the reply to each of the call's n requests. Like a heavy call,
+// it takes a slot beside the batches, so that exchanges cannot take every
+// connection from them.
 func (s *Store) detachShares(ctx context.Context, runs []*shareRun, n int) ([]string, error) {
-	if err := s.acquireHeavy(ctx); err != nil {
-		return nil, err
-	}
-	if !s.begin() {
-		s.releaseHeavy()
-		return nil, backend.ErrClosed
-	}
-	type outcome struct {
-		replies []string
-		err     error
-	}
-	done := make(chan outcome, 1)
-	go func() {
-		defer s.inflight.Done()
-		defer s.releaseHeavy()
+	return offload(ctx, s, []*Store{s}, func() ([]string, error) {
 		// An exchange is no decision: it may take the caller's own
 		// deadline (the pool's, a second by default), when it has one.
 		deadline, ok := ctx.Deadline()
@@ -160,15 +145,8 @@ func (s *Store) detachShares(ctx context.Context, runs []*shareRun, n int) ([]st
 		}
 		rctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
 		defer cancel()
-		replies, err := s.runShares(rctx, runs, n)
-		done <- outcome{replies, err}
-	}()
-	select {
-	case o := <-done:
-		return o.replies, o.err
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
+		return s.runShares(rctx, runs, n)
+	})
 }
 
 // runShares sends runs in one pipeline, each under its node's circuit

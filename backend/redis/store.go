@@ -233,7 +233,7 @@ func (s *Store) Close() error {
 	s.cancel()
 	s.closeMu.Unlock()
 	if s.batch != nil {
-		s.batch.close()
+		s.batch.close(backend.ErrClosed)
 	}
 	s.closeCross()
 	s.inflight.Wait()
@@ -370,14 +370,44 @@ func (s *Store) decide(ctx context.Context, reqs []backend.Request, res []backen
 
 // detach decides the call in a script run of its own (or one per slot on
 // Cluster; with across, in parts on both s and its PerSecond store, see
-// takeAcross) on a goroutine, with the stores' context, and waits for it
-// or for ctx. The goroutine works on copies of reqs and res: the caller
-// may reuse them once Take has returned.
+// takeAcross) off the caller's goroutine (see offload). The goroutine
+// works on copies of reqs and res: the caller may reuse them once Take
+// has returned.
 func (s *Store) detach(ctx context.Context, reqs []backend.Request, res []backend.Result, across bool) error {
 	stores := []*Store{s}
 	if across {
 		stores = append(stores, s.perSecond)
 	}
+	own := slices.Clone(reqs)
+	out := make([]backend.Result, len(res))
+	_, err := offload(ctx, s, stores, func() (struct{}, error) {
+		if across {
+			return struct{}{}, s.takeAcross(context.WithoutCancel(ctx), own, out)
+		}
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
+		defer cancel()
+		if s.cluster != nil {
+			return struct{}{}, s.takeCluster(rctx, own, out)
+		}
+		return struct{}{}, s.takeOne(rctx, own, out)
+	})
+	if err == nil {
+		copy(res, out)
+	}
+	return err
+}
+
+// offload runs work on a goroutine, which holds a heavy slot (see
+// acquireHeavy) of each of stores and counts among their Redis calls in
+// flight (see begin), and waits for it or for ctx. When ctx ends first,
+// offload returns ctx's error and work goes on to its end, under its own
+// timeout: a Redis slower than that timeout still counts for its node's
+// breaker, a caller's short deadline never does (see breaker.go). work
+// must therefore use no memory the caller may reuse, and a context
+// without the caller's cancellation. s is the store the call came to, for
+// errors (see sideError).
+func offload[T any](ctx context.Context, s *Store, stores []*Store, work func() (T, error)) (T, error) {
+	var zero T
 	release := func(n int) {
 		for _, st := range stores[:n] {
 			st.releaseHeavy()
@@ -386,7 +416,7 @@ func (s *Store) detach(ctx context.Context, reqs []backend.Request, res []backen
 	for n, st := range stores {
 		if err := st.acquireHeavy(ctx); err != nil {
 			release(n)
-			return s.sideError(st, err)
+			return zero, s.sideError(st, err)
 		}
 	}
 	for n, st := range stores {
@@ -395,12 +425,14 @@ func (s *Store) detach(ctx context.Context, reqs []backend.Request, res []backen
 				done.inflight.Done()
 			}
 			release(len(stores))
-			return backend.ErrClosed
+			return zero, backend.ErrClosed
 		}
 	}
-	own := slices.Clone(reqs)
-	out := make([]backend.Result, len(res))
-	done := make(chan error, 1)
+	type outcome struct {
+		v   T
+		err error
+	}
+	done := make(chan outcome, 1)
 	go func() {
 		defer func() {
 			release(len(stores))
@@ -408,26 +440,14 @@ func (s *Store) detach(ctx context.Context, reqs []backend.Request, res []backen
 				st.inflight.Done()
 			}
 		}()
-		if across {
-			done <- s.takeAcross(context.WithoutCancel(ctx), own, out)
-			return
-		}
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
-		defer cancel()
-		if s.cluster != nil {
-			done <- s.takeCluster(rctx, own, out)
-		} else {
-			done <- s.takeOne(rctx, own, out)
-		}
+		v, err := work()
+		done <- outcome{v, err}
 	}()
 	select {
-	case err := <-done:
-		if err == nil {
-			copy(res, out)
-		}
-		return err
+	case o := <-done:
+		return o.v, o.err
 	case <-ctx.Done():
-		return ctx.Err()
+		return zero, ctx.Err()
 	}
 }
 

@@ -80,7 +80,7 @@ local MAX_COUNT = 2^62
 
 -- Library functions, bound by take on its first run: a function library
 -- may use nothing but the redis API while it loads.
-local floor, ceil, min, max, fmod, unpack, pack, concat, tunpack, format, call, pcall, type, tonumber, ipairs
+local floor, ceil, min, max, fmod, unpack, pack, concat, tunpack, format, find, call, pcall, type, tonumber, ipairs
 
 -- The run's op and clock, and its keys' grace, set by take.
 local op, now, grace = P.TAKE, 0, 0
@@ -680,15 +680,20 @@ local fwp, fn, fover, fraised = {}, {}, {}, {}
 -- On one slot (cross false) one MGET reads the previous windows of the
 -- sliding ones, and the reply is a RESULT per request. A CROSS run
 -- (cross true, see cross) holds keys of many slots, which one command
--- must not mix: each call first reads its requests' windows, one command
--- per request (GET, or MGET of both of a sliding window's), before it
--- writes anything; a read that the node refuses (a key of a slot it does
--- not serve, or is moving: Redis checks every command of a script) leaves
--- the call unwritten and its reply ELSEWHERE and Redis's error. Nothing
--- can move a slot during the run (Redis runs one script at a time), so a
--- call whose reads pass writes wholly. Each call's reply starts with a
--- status byte; a PART call's requests reply STAMPED, the stamp of a
--- request whose hits count being its window's start, else NOT_TAKEN.
+-- must not mix: a call reads the previous window of each of its sliding
+-- requests with a GET, then raises its windows. Redis checks every
+-- command of a script, and refuses one on a key of a slot that the node
+-- does not serve, or is moving, before running it (and keeps what the
+-- script wrote before). A call that meets such a refusal gives back what
+-- it raised, as a refused call does (its earlier keys are local: their
+-- commands passed), and replies ELSEWHERE and Redis's error, having
+-- written nothing that lasts. Nothing can move a slot during the run
+-- (Redis runs one script at a time). Checking ownership this way costs
+-- no command of its own: a fixed window's request runs one command, a
+-- sliding one's two, the least that reading the previous window allows
+-- across slots. Each call's reply starts with a status byte; a PART
+-- call's requests reply STAMPED, the stamp of a request whose hits count
+-- being its window's start, else NOT_TAKEN.
 local prevs, sizes, pcount, results, parts, bad = {}, {}, {}, {}, {}, {} -- fast's, reused too
 function fast(keys, blob, off, ncalls, ko, cross)
   local np, total = 0, 0
@@ -731,19 +736,18 @@ function fast(keys, blob, off, ncalls, ko, cross)
     bad[c] = false
     if cross then
       for i = first, last do
-        local v
-        if fpi[i] > 0 then v = pcall('MGET', fcur[i], prevs[fpi[i]]) else v = pcall('GET', fcur[i]) end
-        if type(v) == 'table' and v.err then
-          bad[c] = v.err
-          break
+        local p = fpi[i]
+        if p > 0 then
+          local v = pcall('GET', prevs[p])
+          if type(v) == 'table' then
+            bad[c] = v.err
+            break
+          end
+          pcount[p] = v and tonumber(v) or 0
         end
-        if fpi[i] > 0 then pcount[fpi[i]] = v[2] and tonumber(v[2]) or 0 end
       end
     end
-    if bad[c] then
-      nres = nres + 1
-      results[nres] = pack(P.STATUS, P.ELSEWHERE) .. pack(P.REASON, #bad[c]) .. bad[c]
-    else
+    if not bad[c] then
       for i = first, last do
         local h, r, wp = fh[i], fr[i], 0
         if fpi[i] > 0 then
@@ -754,13 +758,18 @@ function fast(keys, blob, off, ncalls, ko, cross)
         fraised[i] = h > 0 and h <= r
         if fraised[i] then v = pcall('INCRBY', fcur[i], int(h)) else v = pcall('GET', fcur[i]) end
         if type(v) == 'table' then
-          -- A key that does not hold a count (another client's), or one
-          -- past 2^63 (saturated by an older build): give back what the
-          -- call raised, so that no key it created is left without its
-          -- TTL, and fail the run (earlier calls stay counted, as a run cut
-          -- short does).
+          -- Give back what the call raised, so that no key it created is
+          -- left without its TTL. A key of a slot the node does not serve
+          -- (a CROSS run): the call goes elsewhere, unwritten. A key that
+          -- does not hold a count (another client's), or one past 2^63
+          -- (saturated by an older build): fail the run (earlier calls
+          -- stay counted, as a run cut short does).
           for k = first, i - 1 do
             if fraised[k] and call('INCRBY', fcur[k], int(-fh[k])) == 0 then call('DEL', fcur[k]) end
+          end
+          if cross and find(v.err, 'Script attempted to', 1, true) then
+            bad[c] = v.err
+            break
           end
           error(v)
         end
@@ -773,6 +782,11 @@ function fast(keys, blob, off, ncalls, ko, cross)
         fwp[i], fn[i], fover[i] = wp, n, over
         refused = refused or over
       end
+    end
+    if bad[c] then
+      nres = nres + 1
+      results[nres] = pack(P.STATUS, P.ELSEWHERE) .. pack(P.REASON, #bad[c]) .. bad[c]
+    else
       for i = first, last do
         if fraised[i] then
           local h = fh[i]
@@ -855,7 +869,7 @@ end
 local function start(blob)
   if not floor then
     floor, ceil, min, max, fmod = math.floor, math.ceil, math.min, math.max, math.fmod
-    unpack, pack, concat, tunpack, format = struct.unpack, struct.pack, table.concat, _G.unpack, string.format
+    unpack, pack, concat, tunpack, format, find = struct.unpack, struct.pack, table.concat, _G.unpack, string.format, string.find
     call, pcall, type, tonumber, ipairs = redis.call, redis.pcall, _G.type, _G.tonumber, _G.ipairs
   end
   local ncalls, off
