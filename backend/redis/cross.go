@@ -48,7 +48,10 @@ import (
 // maxCrossNodes bounds the store's batchers on Cluster, one per master:
 // past it, calls to a new master go per slot. The batchers of masters
 // that left are dropped (see pruneCross), so that it is reached only by
-// a Cluster of as many masters.
+// a Cluster of as many masters. It has no flag and no metric of its own:
+// Redis Cluster itself is documented to scale to 1000 nodes, so the bound
+// only guards against a corrupt map of slots, and a call past it is still
+// decided (per slot, in ratelimitd_backend_* as any other call).
 const maxCrossNodes = 1000
 
 // errElsewhere is a cross run's answer to a call whose keys its node did
