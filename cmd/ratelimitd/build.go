@@ -21,9 +21,9 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/ratelimitd/ratelimitd/config"
-	"github.com/ratelimitd/ratelimitd/server/hotkeys"
 	"github.com/ratelimitd/ratelimitd/internal/tlsconfig"
 	"github.com/ratelimitd/ratelimitd/server"
+	"github.com/ratelimitd/ratelimitd/server/hotkeys"
 	"github.com/ratelimitd/ratelimitd/server/requestlog"
 	"github.com/ratelimitd/ratelimitd/server/rlqs"
 )
