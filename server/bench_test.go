@@ -96,6 +96,34 @@ func BenchmarkShouldRateLimit(b *testing.B) {
 	b.Run("1desc_parallel_keys", func(b *testing.B) { benchParallelKeys(b, envoy) })
 }
 
+// BenchmarkShouldRateLimitRefused calls Envoy's ShouldRateLimit as
+// BenchmarkShouldRateLimit does, on a request its one descriptor's limit
+// refuses (after the first call): what a refusal's answer costs, the
+// decided_by metadata naming the refusing rule included.
+func BenchmarkShouldRateLimitRefused(b *testing.B) {
+	store := memory.New(memory.Options{})
+	b.Cleanup(func() { store.Close() })
+	srv := server.New(store, parseRules(b, `
+domain: bench
+descriptors:
+  - key: remote_address
+    rate_limit: {name: per_ip, unit: hour, requests_per_unit: 1}
+`), server.Options{})
+	envoy := srv.Envoy()
+	req := request("bench", desc("remote_address", "10.0.0.1"))
+	ctx := b.Context()
+	if _, err := envoy.ShouldRateLimit(ctx, req); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		resp, err := envoy.ShouldRateLimit(ctx, req)
+		if err != nil || resp.GetOverallCode() != rlsv3.RateLimitResponse_OVER_LIMIT {
+			b.Fatalf("ShouldRateLimit = %v, %v", resp, err)
+		}
+	}
+}
+
 // BenchmarkRequestLog measures what --request-log costs a decision: Envoy's
 // ShouldRateLimit in-process on one descriptor, without a log, and with
 // one sampling every request (also rotated at 1 MiB, every few thousand

@@ -3,6 +3,8 @@ package server
 import (
 	"context"
 	"math"
+	"strconv"
+	"strings"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -148,7 +150,120 @@ func envoyResponse(sc *scratch, reference bool) *rlsv3.RateLimitResponse {
 		}
 	}
 	resp.DynamicMetadata = metadata(sc)
+	if !reference {
+		if i := refusing(dec); i >= 0 {
+			resp.DynamicMetadata = withDecidedBy(resp.DynamicMetadata, sc, i)
+		}
+	}
 	return resp
+}
+
+// DecidedByKey is the key of Envoy's dynamic metadata under which a
+// refusal names the rule that refused (see withDecidedBy). Rules'
+// metadata goes under the key "metadata", so no rule can write it.
+const DecidedByKey = "decided_by"
+
+// refusing returns, when dec refuses the request, its first descriptor
+// that a limit refused with OVER_LIMIT, or -1. (A shadow-mode descriptor
+// reports OK; --failure-mode=deny refuses with no limit; and quota-mode
+// descriptors over their limits refuse nothing while another admits.)
+func refusing(dec *engine.Answer) int {
+	if !dec.Over {
+		return -1
+	}
+	for i, v := range dec.Statuses {
+		if v.Over && v.Limited {
+			return i
+		}
+	}
+	return -1
+}
+
+// decidedBy holds the messages of the decided_by value, and of the
+// dynamic metadata that holds it when the rules add none, allocated
+// together.
+type decidedBy struct {
+	md   structpb.Struct
+	val  structpb.Value
+	sv   structpb.Value_StructValue
+	st   structpb.Struct
+	n    int // of vals used
+	vals [decidedByFields]structpb.Value
+	strs [decidedByFields]structpb.Value_StringValue
+	nums [decidedByFields]structpb.Value_NumberValue
+}
+
+// decidedByFields is how many fields the decided_by value has: no more
+// than 8, which a Go map holds in one group.
+const decidedByFields = 8
+
+// str returns the next value of d, the string s. A protobuf string must
+// be UTF-8: rules come from UTF-8 YAML, and a domain with rules is one of
+// theirs, but file names need not be.
+func (d *decidedBy) str(s string) *structpb.Value {
+	v := &d.vals[d.n]
+	d.strs[d.n].StringValue = strings.ToValidUTF8(s, "\uFFFD")
+	v.Kind = &d.strs[d.n]
+	d.n++
+	return v
+}
+
+// num returns the next value of d, the number f.
+func (d *decidedBy) num(f float64) *structpb.Value {
+	v := &d.vals[d.n]
+	d.nums[d.n].NumberValue = f
+	v.Kind = &d.nums[d.n]
+	d.n++
+	return v
+}
+
+// withDecidedBy adds to md, nil or the rules' merged metadata, the key
+// DecidedByKey: what refused descriptor i of sc, a struct of
+//
+//	name               the limit's name, "" if it has none
+//	domain             the request's domain
+//	rule               where the rule is defined, "file:line" ("" when
+//	                   no rule matched: a request's limit override)
+//	descriptor         the descriptor's index in the request, from 0
+//	algorithm          the limit's algorithm ("sliding_window", ...)
+//	requests_per_unit  and unit, the limit as current_limit reports it
+//	                   (unit UNKNOWN when the window is no whole unit)
+//	window             the limit's window, a Go duration ("1m0s", "30s")
+//
+// Only refusals carry it, so that an admitted request's answer costs no
+// more than before.
+func withDecidedBy(md *structpb.Struct, sc *scratch, i int) *structpb.Struct {
+	v := &sc.Dec.Statuses[i]
+	var name, where string
+	if v.Named {
+		name = v.Name
+	}
+	if r := sc.Rule(i); r != nil {
+		where = r.File
+		if r.Line > 0 {
+			where = r.File + ":" + strconv.Itoa(r.Line)
+		}
+	}
+	d := new(decidedBy)
+	d.st.Fields = map[string]*structpb.Value{
+		"name":              d.str(name),
+		"domain":            d.str(sc.Req.Domain),
+		"rule":              d.str(where),
+		"descriptor":        d.num(float64(i)),
+		"algorithm":         d.str(v.Limit.Algorithm.String()),
+		"requests_per_unit": d.num(float64(v.Limit.Requests)),
+		"unit":              d.str(envoyUnit(v.Limit.Window).String()),
+		"window":            d.str(v.Limit.Window.String()),
+	}
+	d.sv.StructValue = &d.st
+	d.val.Kind = &d.sv
+	if md == nil {
+		md = &d.md
+		md.Fields = map[string]*structpb.Value{DecidedByKey: &d.val}
+		return md
+	}
+	md.Fields[DecidedByKey] = &d.val
+	return md
 }
 
 // metadata merges the metadata of the matched rules of the descriptors

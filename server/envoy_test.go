@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"math"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/testing/protocmp"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -751,7 +753,7 @@ func TestDynamicMetadata(t *testing.T) {
 	}
 	for i, tt := range tests {
 		h.at(tt.at)
-		got := h.should(t, tt.req).GetDynamicMetadata()
+		got := withoutDecidedBy(t, h.should(t, tt.req)).GetDynamicMetadata()
 		if diff := cmp.Diff(tt.want, got, protocmp.Transform()); diff != "" {
 			t.Errorf("%d: ShouldRateLimit(%s).dynamic_metadata mismatch (-want +got):\n%s", i, brief(tt.req), diff)
 		}
@@ -761,6 +763,107 @@ func TestDynamicMetadata(t *testing.T) {
 	want := md(map[string]any{"owner": "team-edge", "region": "eu", "limits": map[string]any{"daily": 5, "hourly": 10}})
 	if diff := cmp.Diff(want, got, protocmp.Transform()); diff != "" {
 		t.Errorf("route's metadata after merges (-want +got):\n%s", diff)
+	}
+}
+
+// TestDecidedBy: a refused request names, in dynamic metadata's
+// decided_by, the rule and limit that refused it (the first descriptor a
+// limit refused), beside the rules' own metadata; an admitted one, a
+// shadow-mode refusal and a request answered as envoyproxy/ratelimit
+// answers carry none; /json answers it too.
+func TestDecidedBy(t *testing.T) {
+	rules := loadRules(t, "burst_daily.yaml", "gateway.yaml", "metadata.yaml", "modes.yaml")
+	h := newHarness(t, rules, server.Options{})
+	type by struct {
+		name, domain, rule string
+		descriptor         int
+		algorithm          string
+		rpu                uint64
+		unit, window       string
+	}
+	decided := func(b by) *structpb.Value {
+		return structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
+			"name":              structpb.NewStringValue(b.name),
+			"domain":            structpb.NewStringValue(b.domain),
+			"rule":              structpb.NewStringValue(b.rule),
+			"descriptor":        structpb.NewNumberValue(float64(b.descriptor)),
+			"algorithm":         structpb.NewStringValue(b.algorithm),
+			"requests_per_unit": structpb.NewNumberValue(float64(b.rpu)),
+			"unit":              structpb.NewStringValue(b.unit),
+			"window":            structpb.NewStringValue(b.window),
+		}})
+	}
+	burst := decided(by{"burst", "burst_daily", "testdata/burst_daily.yaml:5", 0, "fixed_window", 3, "SECOND", "1s"})
+	ip := func(i int) *structpb.Value {
+		return decided(by{"", "gateway", "testdata/gateway.yaml:8", i, "fixed_window", 4, "MINUTE", "1m0s"})
+	}
+	// got returns the decided_by of h's answer to req, nil if none.
+	got := func(h *harness, req *rlsv3.RateLimitRequest) *structpb.Value {
+		t.Helper()
+		return h.should(t, req).GetDynamicMetadata().GetFields()[server.DecidedByKey]
+	}
+	check := func(what string, got, want *structpb.Value) {
+		t.Helper()
+		if diff := cmp.Diff(want, got, protocmp.Transform()); diff != "" {
+			t.Errorf("%s: %s mismatch (-want +got):\n%s", what, server.DecidedByKey, diff)
+		}
+	}
+
+	// A named limit, one of two on its rule; admitted until it refuses.
+	key := request("burst_daily", desc("api_key", "k"))
+	for i := range 3 {
+		if resp := h.should(t, key); resp.GetDynamicMetadata() != nil {
+			t.Errorf("admitted request %d: dynamic_metadata %v, want none", i, resp.GetDynamicMetadata())
+		}
+	}
+	check("burst refused", got(h, key), burst)
+
+	// Unnamed rules, several descriptors: the first the limits refused.
+	for range 4 {
+		h.should(t, request("gateway", desc("remote_address", "a"), desc("remote_address", "b")))
+	}
+	check("second descriptor refused", got(h, request("gateway", desc("tenant", "acme"), desc("remote_address", "a"))), ip(1))
+	check("both refused", got(h, request("gateway", desc("remote_address", "b"), desc("remote_address", "a"))), ip(0))
+	check("a ban", got(h, request("gateway", desc("tenant", "acme"), desc("blocked_agent", "x"))),
+		decided(by{"", "gateway", "testdata/gateway.yaml:104", 1, "sliding_window", 0, "HOUR", "1h0m0s"}))
+	// A request's limit override: the request's limit, no rule.
+	check("override", got(h, request("gateway", override(0, typev3.RateLimitUnit_MINUTE, 0, desc("nothing", "x")))),
+		decided(by{"", "gateway", "", 0, "sliding_window", 0, "MINUTE", "1m0s"}))
+
+	// Beside the rules' metadata, which the refused descriptor's rule
+	// does not add.
+	h.should(t, request("metadata", desc("tenant", "acme")))
+	md := h.should(t, request("metadata", desc("route", "/x"), desc("tenant", "acme"))).GetDynamicMetadata().GetFields()
+	check("beside metadata", md[server.DecidedByKey],
+		decided(by{"", "metadata", "testdata/metadata.yaml:4", 1, "fixed_window", 1, "MINUTE", "1m0s"}))
+	if owner := md["metadata"].GetStructValue().GetFields()["owner"].GetStringValue(); owner != "team-edge" || len(md) != 2 {
+		t.Errorf("dynamic_metadata %v: want metadata (route's owner team-edge) and %s", md, server.DecidedByKey)
+	}
+
+	// A shadow-mode rule over its limit refuses nothing.
+	shadow := request("modes", desc("signup", "s"))
+	for i := range 3 {
+		if resp := h.should(t, shadow); resp.GetDynamicMetadata() != nil {
+			t.Errorf("shadow request %d: dynamic_metadata %v, want none", i, resp.GetDynamicMetadata())
+		}
+	}
+
+	// /json answers the same.
+	ts := httpServer(t, h)
+	code, body, _ := do(t, ts, "POST", "/json", `{"domain": "burst_daily", "descriptors": [{"entries": [{"key": "api_key", "value": "k"}]}]}`)
+	var resp rlsv3.RateLimitResponse
+	if err := protojson.Unmarshal([]byte(body), &resp); code != http.StatusTooManyRequests || err != nil {
+		t.Fatalf("POST /json = %d %s (%v), want 429 and a RateLimitResponse", code, body, err)
+	}
+	check("/json", resp.GetDynamicMetadata().GetFields()[server.DecidedByKey], burst)
+
+	// As envoyproxy/ratelimit answers: no decided_by.
+	ref := newHarness(t, rules, server.Options{EnvoyproxyAnswers: true})
+	for range 3 {
+		ref.should(t, key)
+	}
+	if resp := ref.should(t, key); resp.GetOverallCode() != over || resp.GetDynamicMetadata() != nil {
+		t.Errorf("EnvoyproxyAnswers: refusal %v, want OVER_LIMIT without dynamic_metadata", brief(resp))
 	}
 }
 

@@ -114,8 +114,9 @@ type Options struct {
 	// EnvoyproxyAnswers answers Envoy's RateLimitService (and /json) as
 	// envoyproxy/ratelimit does, for its users' tests and Envoy's draft-03
 	// X-RateLimit-Limit header: a status's current_limit.name is the
-	// rule's name and empty when it has none (not the key path), and
-	// duration_until_reset is in whole seconds, rounded up.
+	// rule's name and empty when it has none (not the key path),
+	// duration_until_reset is in whole seconds, rounded up, and a refusal's
+	// dynamic metadata does not name the rule that refused (DecidedByKey).
 	EnvoyproxyAnswers bool
 	// Now is the clock of the decisions the server makes without its
 	// store (bans), and of the hot keys; nil means time.Now.

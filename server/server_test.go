@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -117,7 +118,7 @@ func (h *harness) run(t *testing.T, steps []step) {
 	t.Helper()
 	for i, s := range steps {
 		h.at(s.at)
-		got := h.should(t, s.req)
+		got := withoutDecidedBy(t, h.should(t, s.req))
 		if diff := cmp.Diff(s.want, got, protocmp.Transform(), ignoreHeaders); diff != "" {
 			t.Errorf("step %d at t0+%v: ShouldRateLimit(%s) mismatch (-want +got):\n%s", i, s.at, brief(s.req), diff)
 		}
@@ -126,6 +127,44 @@ func (h *harness) run(t *testing.T, steps []step) {
 
 // ignoreHeaders leaves the response headers out of a comparison.
 var ignoreHeaders = protocmp.IgnoreFields(&rlsv3.RateLimitResponse{}, "response_headers_to_add")
+
+// withoutDecidedBy checks that resp names the rule that refused it under
+// dynamic metadata's decided_by exactly when it refuses a descriptor with
+// a limit (the first such), reporting the limit that status reports, and
+// returns resp without it, for the tests that compare whole responses
+// with responses of their own (TestDecidedBy checks the rest).
+func withoutDecidedBy(t *testing.T, resp *rlsv3.RateLimitResponse) *rlsv3.RateLimitResponse {
+	t.Helper()
+	want := -1
+	if resp.GetOverallCode() == over {
+		want = slices.IndexFunc(resp.GetStatuses(), func(st *rlsv3.RateLimitResponse_DescriptorStatus) bool {
+			return st.GetCode() == over && st.GetCurrentLimit() != nil
+		})
+	}
+	db, has := resp.GetDynamicMetadata().GetFields()[server.DecidedByKey]
+	switch {
+	case want < 0 && has:
+		t.Errorf("%s: %s in a response that no limit refused", brief(resp), server.DecidedByKey)
+	case want >= 0 && !has:
+		t.Errorf("%s: no %s in a response that descriptor %d's limit refused", brief(resp), server.DecidedByKey, want)
+	case has:
+		f, lim := db.GetStructValue().GetFields(), resp.GetStatuses()[want].GetCurrentLimit()
+		if f["descriptor"].GetNumberValue() != float64(want) ||
+			f["requests_per_unit"].GetNumberValue() != float64(lim.GetRequestsPerUnit()) ||
+			f["unit"].GetStringValue() != lim.GetUnit().String() {
+			t.Errorf("%s: %s = %v, want descriptor %d's limit %v", brief(resp), server.DecidedByKey, db, want, lim)
+		}
+	}
+	if !has {
+		return resp
+	}
+	resp = proto.CloneOf(resp)
+	delete(resp.DynamicMetadata.Fields, server.DecidedByKey)
+	if len(resp.DynamicMetadata.Fields) == 0 {
+		resp.DynamicMetadata = nil
+	}
+	return resp
+}
 
 // loadRules reads and compiles the rule files of testdata.
 func loadRules(t testing.TB, files ...string) *config.Rules {

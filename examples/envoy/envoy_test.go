@@ -9,13 +9,16 @@ import (
 	"os"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	accesslogv3 "github.com/envoyproxy/go-control-plane/envoy/config/accesslog/v3"
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	streamv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/access_loggers/stream/v3"
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ratelimit/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
@@ -29,6 +32,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/ratelimitd/ratelimitd/backend/backendtest"
 	"github.com/ratelimitd/ratelimitd/backend/memory"
@@ -120,8 +124,9 @@ func walkAnys(t *testing.T, m protoreflect.Message, where string) {
 
 // proxy is the part of envoy.yaml that rate limiting depends on.
 type proxy struct {
-	filter *ratelimitv3.RateLimit
-	vhost  *routev3.VirtualHost
+	filter    *ratelimitv3.RateLimit
+	vhost     *routev3.VirtualHost
+	accessLog []*accesslogv3.AccessLog // the connection manager's
 }
 
 // loadProxy loads envoy.yaml, this directory's Envoy config.
@@ -155,7 +160,7 @@ func loadProxyFile(t *testing.T, file string) (*bootstrapv3.Bootstrap, proxy) {
 				if p.filter != nil {
 					t.Fatalf("%s: two HTTP connection managers with the ratelimit filter; this test reads one", file)
 				}
-				p.filter = rl
+				p.filter, p.accessLog = rl, hcm.GetAccessLog()
 				if vhs := hcm.GetRouteConfig().GetVirtualHosts(); len(vhs) == 1 {
 					p.vhost = vhs[0]
 				}
@@ -535,5 +540,72 @@ func TestEnvoyLoginLimitIsEnforced(t *testing.T) {
 	}
 	if got := ask(request{path: "/logins", ip: "192.0.2.1"}); got != rlsv3.RateLimitResponse_OK {
 		t.Errorf("/logins from the refused address: %v, want OK (not a login)", got)
+	}
+}
+
+// TestEnvoyAccessLogNamesTheRefusingRule checks the access log of
+// envoy.yaml: that it prints what ratelimitd's refusals carry in their
+// dynamic metadata, read where Envoy's ratelimit filter keeps it (the
+// namespace envoy.filters.http.ratelimit), and that the rule it names is
+// the one that refused.
+func TestEnvoyAccessLogNamesTheRefusingRule(t *testing.T) {
+	_, p := loadProxy(t)
+	var format string
+	for _, al := range p.accessLog {
+		stdout := &streamv3.StdoutAccessLog{}
+		if err := al.GetTypedConfig().UnmarshalTo(stdout); err != nil {
+			t.Fatalf("access log %s: %v", al.GetName(), err)
+		}
+		format += stdout.GetLogFormat().GetTextFormatSource().GetInlineString()
+	}
+	// %DYNAMIC_METADATA(NAMESPACE:KEY:...)%, with an optional length.
+	var paths [][]string
+	for _, m := range regexp.MustCompile(`%DYNAMIC_METADATA\(([^)]*)\)(:[0-9]+)?%`).FindAllStringSubmatch(format, -1) {
+		ns, path, _ := strings.Cut(m[1], ":")
+		if ns != "envoy.filters.http.ratelimit" {
+			t.Errorf("the access log reads dynamic metadata of %q; the ratelimit filter keeps ratelimitd's under envoy.filters.http.ratelimit", ns)
+		}
+		paths = append(paths, strings.Split(path, ":"))
+	}
+	if !slices.ContainsFunc(paths, func(p []string) bool { return p[0] == server.DecidedByKey }) {
+		t.Fatalf("the access log %q prints no %s", format, server.DecidedByKey)
+	}
+
+	rules, err := config.Load("../config.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := rls(t, rules)
+	login := request{path: "/login", ip: "192.0.2.1"}
+	ds, _ := descriptors(t, route(t, p.vhost, login), login)
+	var resp *rlsv3.RateLimitResponse
+	for i := range 6 {
+		resp, err = client.ShouldRateLimit(t.Context(), &rlsv3.RateLimitRequest{Domain: p.filter.GetDomain(), Descriptors: ds})
+		if err != nil {
+			t.Fatalf("ShouldRateLimit: %v", err)
+		}
+		if i < 5 && resp.GetDynamicMetadata().GetFields()[server.DecidedByKey] != nil {
+			t.Errorf("login %d, admitted: dynamic metadata %v, want no %s", i+1, resp.GetDynamicMetadata(), server.DecidedByKey)
+		}
+	}
+	if resp.GetOverallCode() != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("sixth login in a minute: %v, want OVER_LIMIT", resp.GetOverallCode())
+	}
+	// Each path the log prints resolves in the refusal's metadata.
+	md := structpb.NewStructValue(resp.GetDynamicMetadata())
+	for _, path := range paths {
+		v := md
+		for _, k := range path {
+			v = v.GetStructValue().GetFields()[k]
+		}
+		if v == nil {
+			t.Errorf("the access log prints %s, which the refusal's dynamic metadata %v lacks", strings.Join(path, ":"), resp.GetDynamicMetadata())
+		}
+	}
+	// The rule named is the login rule of examples/config.yaml.
+	rule := config.Match(rules.Domain(p.filter.GetDomain()), ds[0].GetEntries())
+	want := rule.File + ":" + strconv.Itoa(rule.Line)
+	if got := resp.GetDynamicMetadata().GetFields()[server.DecidedByKey].GetStructValue().GetFields()["rule"].GetStringValue(); got != want {
+		t.Errorf("decided_by's rule is %q, want the login rule's %q", got, want)
 	}
 }
