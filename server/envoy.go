@@ -5,6 +5,8 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -13,6 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/ratelimitd/ratelimitd/backend"
+	"github.com/ratelimitd/ratelimitd/config"
 	"github.com/ratelimitd/ratelimitd/internal/envoyunit"
 	"github.com/ratelimitd/ratelimitd/server/internal/engine"
 )
@@ -50,7 +53,11 @@ func (s *Server) decideEnvoy(ctx context.Context, a api, fill func(*scratch) err
 	if err := s.eng.Decide(ctx, &sc.Scratch); err != nil {
 		return nil, err
 	}
-	return envoyResponse(sc, s.opts.EnvoyproxyAnswers), nil
+	var by *decidedByCache // nil: no decided_by
+	if !s.opts.EnvoyproxyAnswers {
+		by = s.decidedBy.Load()
+	}
+	return envoyResponse(sc, s.opts.EnvoyproxyAnswers, by), nil
 }
 
 // envoyFromProto fills sc.Req from a decoded Envoy request, whose strings
@@ -113,8 +120,10 @@ type envoyStatus struct {
 // envoyResponse renders sc's decision as Envoy's response. With
 // reference, it answers as envoyproxy/ratelimit does (see
 // Options.EnvoyproxyAnswers): a current_limit named only by the rule's
-// name, and duration_until_reset in whole seconds.
-func envoyResponse(sc *scratch, reference bool) *rlsv3.RateLimitResponse {
+// name, and duration_until_reset in whole seconds. A refusal names the
+// rule that refused under DecidedByKey, from the cache by when not
+// reference.
+func envoyResponse(sc *scratch, reference bool, by *decidedByCache) *rlsv3.RateLimitResponse {
 	dec := &sc.Dec
 	resp := &rlsv3.RateLimitResponse{OverallCode: envoyCode(dec.Over)}
 	arena := make([]envoyStatus, len(dec.Statuses))
@@ -152,7 +161,7 @@ func envoyResponse(sc *scratch, reference bool) *rlsv3.RateLimitResponse {
 	resp.DynamicMetadata = metadata(sc)
 	if !reference {
 		if i := refusing(dec); i >= 0 {
-			resp.DynamicMetadata = withDecidedBy(resp.DynamicMetadata, sc, i)
+			resp.DynamicMetadata = by.withDecidedBy(resp.DynamicMetadata, sc, i)
 		}
 	}
 	return resp
@@ -160,7 +169,9 @@ func envoyResponse(sc *scratch, reference bool) *rlsv3.RateLimitResponse {
 
 // DecidedByKey is the key of Envoy's dynamic metadata under which a
 // refusal names the rule that refused (see withDecidedBy). Rules'
-// metadata goes under the key "metadata", so no rule can write it.
+// metadata goes under the key "metadata", so no rule can write it. Its
+// value is built once per limit and descriptor index under the rules in
+// force, and shared by the answers (see decidedByCache).
 const DecidedByKey = "decided_by"
 
 // refusing returns, when dec refuses the request, its first descriptor
@@ -231,8 +242,23 @@ func (d *decidedBy) num(f float64) *structpb.Value {
 //	window             the limit's window, a Go duration ("1m0s", "30s")
 //
 // Only refusals carry it, so that an admitted request's answer costs no
-// more than before.
-func withDecidedBy(md *structpb.Struct, sc *scratch, i int) *structpb.Struct {
+// more than before. The value comes from c when c holds it (see
+// decidedByCache), shared with other answers: md, when the rules add
+// metadata, is this answer's own Struct, so adding the key to its map
+// writes nothing shared; without, the answer's dynamic metadata is the
+// shared Struct itself. Nothing writes either after this.
+func (c *decidedByCache) withDecidedBy(md *structpb.Struct, sc *scratch, i int) *structpb.Struct {
+	d := c.get(sc, i)
+	if md == nil {
+		return &d.md
+	}
+	md.Fields[DecidedByKey] = &d.val
+	return md
+}
+
+// newDecidedBy builds the decided_by value of descriptor i of sc, and
+// the dynamic metadata that holds it alone (see withDecidedBy).
+func newDecidedBy(sc *scratch, i int) *decidedBy {
 	v := &sc.Dec.Statuses[i]
 	var name, where string
 	if v.Named {
@@ -257,13 +283,62 @@ func withDecidedBy(md *structpb.Struct, sc *scratch, i int) *structpb.Struct {
 	}
 	d.sv.StructValue = &d.st
 	d.val.Kind = &d.sv
-	if md == nil {
-		md = &d.md
-		md.Fields = map[string]*structpb.Value{DecidedByKey: &d.val}
-		return md
+	d.md.Fields = map[string]*structpb.Value{DecidedByKey: &d.val}
+	return d
+}
+
+// A decidedByCache holds the decided_by values of one rule set's
+// refusals, built on a limit's first refusal and shared by the answers
+// after it: every field comes from the rule, its limit and the
+// descriptor's index (the domain is the rule's), none from the request.
+// Server.SetRules replaces the cache, so that a reload serves the new
+// rules' file:line and names, and the old rules' values are collected.
+//
+// Its size is bounded by the rules, not by requests: at most
+// decidedByCached values for each limit of the rules. A request's own
+// limit (an override) and a descriptor past the first decidedByCached
+// get a value of their own, which is not kept; and so does a request
+// matched under other rules than the cache's (one that raced a reload),
+// so that no value of old rules enters the new cache. Being fixed by the
+// rules, the bound has no flag nor metric.
+type decidedByCache struct {
+	rules  *config.Rules
+	limits sync.Map // *config.RuleLimit of rules → *decidedBySlots
+}
+
+// decidedByCached is how many descriptors of a request, from the first,
+// have their decided_by values cached: refusals name mostly one of the
+// first few.
+const decidedByCached = 8
+
+// decidedBySlots are one limit's decided_by values, by descriptor index.
+type decidedBySlots [decidedByCached]atomic.Pointer[decidedBy]
+
+// newDecidedByCache returns an empty cache for rules.
+func newDecidedByCache(rules *config.Rules) *decidedByCache {
+	return &decidedByCache{rules: rules}
+}
+
+// get returns the decided_by value of descriptor i of sc: c's, or one
+// built for this answer alone when c cannot hold it (c may be nil).
+func (c *decidedByCache) get(sc *scratch, i int) *decidedBy {
+	l := sc.RuleLimit(i)
+	if c == nil || l == nil || i >= decidedByCached || sc.Rules() != c.rules {
+		return newDecidedBy(sc, i)
 	}
-	md.Fields[DecidedByKey] = &d.val
-	return md
+	slots, ok := c.limits.Load(l)
+	if !ok {
+		slots, _ = c.limits.LoadOrStore(l, new(decidedBySlots))
+	}
+	slot := &slots.(*decidedBySlots)[i]
+	if d := slot.Load(); d != nil {
+		return d
+	}
+	d := newDecidedBy(sc, i)
+	if !slot.CompareAndSwap(nil, d) {
+		return slot.Load() // another answer's, the same value
+	}
+	return d
 }
 
 // metadata merges the metadata of the matched rules of the descriptors

@@ -204,6 +204,9 @@ type Server struct {
 	// healthNames are the service names grpc.health.v1 answers for:
 	// healthServices, and RLQS's when served.
 	healthNames []string
+	// decidedBy caches the refusals' decided_by values under the rules
+	// in force; SetRules replaces it. nil until rules are set.
+	decidedBy atomic.Pointer[decidedByCache]
 }
 
 // New returns a Server deciding with store under rules. rules may be nil
@@ -296,6 +299,7 @@ func rlqsFallback(m FailureMode) rlqs.Fallback {
 // the rules they started with; readers never wait.
 func (s *Server) SetRules(r *config.Rules) {
 	s.eng.SetRules(r)
+	s.decidedBy.Store(newDecidedByCache(r))
 	s.metrics.loaded()
 	if s.rlqs != nil {
 		s.rlqs.SetRules(r)
@@ -394,6 +398,9 @@ func (s *Server) Register(g *grpc.Server) {
 }
 
 // Envoy returns the server's envoy.service.ratelimit.v3.RateLimitService.
+// A refusal's dynamic metadata, or its decided_by value when the rules
+// add metadata beside it, is shared with other answers (see DecidedByKey):
+// an in-process caller reads it and must not modify it.
 func (s *Server) Envoy() rlsv3.RateLimitServiceServer { return envoyService{s: s} }
 
 // Native returns the server's ratelimit.v1.RateLimitService.

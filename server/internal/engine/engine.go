@@ -106,11 +106,13 @@ type Scratch struct {
 	spans    [][3]int // each request's key, in keys after the prefixes: start, end of the descriptor part (its Tag), end
 	replaced []string
 	buf      []byte
+	rules    *config.Rules // the rules in force when Decide matched Req
 }
 
 // Reset empties sc for the next request, keeping its memory.
 func (sc *Scratch) Reset() {
 	sc.Req.reset()
+	sc.rules = nil
 	clear(sc.descs) // drop rule pointers so old rule sets can be collected
 	sc.descs = sc.descs[:0]
 	clear(sc.reqs)
@@ -133,6 +135,27 @@ func (sc *Scratch) Oversized() bool {
 // Rule returns the rule that descriptor i of the request decided matched,
 // nil if none did.
 func (sc *Scratch) Rule(i int) *config.Rule { return sc.descs[i].rule }
+
+// Rules returns the rules the request was matched against: the rules in
+// force when Decide began, nil if none were.
+func (sc *Scratch) Rules() *config.Rules { return sc.rules }
+
+// RuleLimit returns the limit of descriptor i's rule that its verdict
+// reports, nil when none does: no limit applied, no rule matched, or the
+// request overrode the rule's limits (the verdict's limit is then the
+// request's).
+func (sc *Scratch) RuleLimit(i int) *config.RuleLimit {
+	ds, v := &sc.descs[i], &sc.Dec.Statuses[i]
+	if ds.override || ds.rule == nil || !v.Limited {
+		return nil
+	}
+	for k := range ds.rule.Limits {
+		if ds.rule.Limits[k].Limit == v.Limit {
+			return &ds.rule.Limits[k]
+		}
+	}
+	return nil
+}
 
 // CheckRequest checks the request-wide bounds; faces that stop decoding
 // past a bound call it to refuse the request as the engine would.
@@ -192,7 +215,8 @@ func (e *Engine) match(sc *Scratch) (known bool, err error) {
 	if err := CheckRequest(r.Domain, len(r.Descs)); err != nil {
 		return false, err
 	}
-	d := e.rules.Load().Domain(r.Domain)
+	sc.rules = e.rules.Load()
+	d := sc.rules.Domain(r.Domain)
 	for i := range r.Descs {
 		if err := e.addDescriptor(sc, d, &r.Descs[i]); err != nil {
 			return false, err
