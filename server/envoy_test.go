@@ -6,6 +6,7 @@ import (
 	"math"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -867,6 +868,179 @@ func TestDecidedBy(t *testing.T) {
 	}
 }
 
+// decidedByValue is the decided_by value of a refusal by the limit name
+// (a fixed window, requests per hour) of the rule at rule, on descriptor
+// i of a request for domain.
+func decidedByValue(name, domain, rule string, i int, requests uint64) *structpb.Value {
+	return structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
+		"name":              structpb.NewStringValue(name),
+		"domain":            structpb.NewStringValue(domain),
+		"rule":              structpb.NewStringValue(rule),
+		"descriptor":        structpb.NewNumberValue(float64(i)),
+		"algorithm":         structpb.NewStringValue("fixed_window"),
+		"requests_per_unit": structpb.NewNumberValue(float64(requests)),
+		"unit":              structpb.NewStringValue("HOUR"),
+		"window":            structpb.NewStringValue("1h0m0s"),
+	}})
+}
+
+// TestDecidedByReload: refusals by one limit share one decided_by value
+// (built once, not per answer), and a reload replaces it: the same
+// request refused under the new rules names the new rule's line and
+// limit's name, in every answer after the reload.
+func TestDecidedByReload(t *testing.T) {
+	const before = `domain: api
+descriptors:
+  - key: api_key
+    rate_limit: {name: old, algorithm: fixed_window, unit: hour, requests_per_unit: 1}
+`
+	const after = `domain: api
+descriptors:
+  - key: tenant
+    rate_limit: {unit: hour, requests_per_unit: 5}
+  - key: api_key
+    rate_limit: {name: new, algorithm: fixed_window, unit: hour, requests_per_unit: 1}
+`
+	file := t.Name() + ".yaml"
+	h := newHarness(t, parseRules(t, before), server.Options{})
+	envoy := h.srv.Envoy() // in-process: the answers' own messages
+	req := request("api", desc("api_key", "k"))
+	h.should(t, req) // admitted; the counter outlives the reload (same limit)
+
+	// refusals returns the decided_by of two in-process refusals of req,
+	// checking that they are want and one shared value, and that the
+	// gRPC answer carries want too.
+	refusals := func(what string, want *structpb.Value) *structpb.Value {
+		t.Helper()
+		var got [2]*structpb.Value
+		for i := range got {
+			resp, err := envoy.ShouldRateLimit(t.Context(), req)
+			if err != nil || resp.GetOverallCode() != over {
+				t.Fatalf("%s: ShouldRateLimit = %v, %v; want OVER_LIMIT", what, brief(resp), err)
+			}
+			got[i] = resp.GetDynamicMetadata().GetFields()[server.DecidedByKey]
+			if diff := cmp.Diff(want, got[i], protocmp.Transform()); diff != "" {
+				t.Errorf("%s, refusal %d: %s mismatch (-want +got):\n%s", what, i, server.DecidedByKey, diff)
+			}
+		}
+		if got[0] != got[1] {
+			t.Errorf("%s: two refusals by one limit have two %s values, want one shared", what, server.DecidedByKey)
+		}
+		wire := h.should(t, req).GetDynamicMetadata().GetFields()[server.DecidedByKey]
+		if diff := cmp.Diff(want, wire, protocmp.Transform()); diff != "" {
+			t.Errorf("%s, over gRPC: %s mismatch (-want +got):\n%s", what, server.DecidedByKey, diff)
+		}
+		return got[0]
+	}
+	old := refusals("before the reload", decidedByValue("old", "api", file+":3", 0, 1))
+	h.srv.SetRules(parseRules(t, after))
+	if refusals("after the reload", decidedByValue("new", "api", file+":5", 0, 1)) == old {
+		t.Errorf("the reload kept the old rules' %s value", server.DecidedByKey)
+	}
+}
+
+// TestDecidedByUncached: the decided_by values that the cache does not
+// keep, built for each answer: a descriptor past the first eight (the
+// cache's bound per limit), and a request's own limit, whose values come
+// from the request (so that requests cannot grow the cache).
+func TestDecidedByUncached(t *testing.T) {
+	h := newHarness(t, parseRules(t, `domain: api
+descriptors:
+  - key: api_key
+    rate_limit: {name: per_key, algorithm: fixed_window, unit: hour, requests_per_unit: 1}
+`), server.Options{})
+	file := t.Name() + ".yaml:3"
+	envoy := h.srv.Envoy()
+	// refusals checks that the next two in-process answers to req are
+	// refusals whose decided_by is want, each its own value.
+	refusals := func(what string, req *rlsv3.RateLimitRequest, want *structpb.Value) {
+		t.Helper()
+		var got [2]*structpb.Value
+		for i := range got {
+			resp, err := envoy.ShouldRateLimit(t.Context(), req)
+			if err != nil || resp.GetOverallCode() != over {
+				t.Fatalf("%s: ShouldRateLimit = %v, %v; want OVER_LIMIT", what, brief(resp), err)
+			}
+			got[i] = resp.GetDynamicMetadata().GetFields()[server.DecidedByKey]
+			if diff := cmp.Diff(want, got[i], protocmp.Transform()); diff != "" {
+				t.Errorf("%s, refusal %d: %s mismatch (-want +got):\n%s", what, i, server.DecidedByKey, diff)
+			}
+		}
+		if got[0] == got[1] {
+			t.Errorf("%s: two refusals share one %s value, want one each (not cached)", what, server.DecidedByKey)
+		}
+	}
+
+	ds := make([]*rlv3.RateLimitDescriptor, 10) // nine unmatched, then api_key
+	for i := range ds {
+		ds[i] = desc("other", fmt.Sprint(i))
+	}
+	ds[9] = desc("api_key", "k")
+	tenth := request("api", ds...)
+	h.should(t, tenth)
+	refusals("descriptor 9", tenth, decidedByValue("per_key", "api", file, 9, 1))
+
+	for _, n := range []uint32{2, 3} { // the rule's limit overridden: the rule, the request's limit
+		req := request("api", override(n, typev3.RateLimitUnit_HOUR, 0, desc("api_key", "o")))
+		for range n {
+			h.should(t, req)
+		}
+		refusals(fmt.Sprintf("override %d per hour", n), req, decidedByValue("", "api", file, 0, uint64(n)))
+	}
+}
+
+// TestDecidedByConcurrent: concurrent refusals by one limit on one
+// descriptor index, with and without the rules' metadata beside
+// decided_by, each get exactly their own dynamic metadata while they
+// share the decided_by value (run with -race: nothing writes it once
+// shared, and gRPC marshals it concurrently).
+func TestDecidedByConcurrent(t *testing.T) {
+	h := newHarness(t, parseRules(t, `domain: md
+descriptors:
+  - key: tenant
+    rate_limit: {algorithm: fixed_window, unit: hour, requests_per_unit: 1}
+  - key: route
+    metadata: {owner: team-edge}
+`), server.Options{})
+	by := decidedByValue("", "md", t.Name()+".yaml:3", 0, 1)
+	alone := request("md", desc("tenant", "acme"))
+	beside := request("md", desc("tenant", "acme"), desc("route", "/x"))
+	h.should(t, alone) // admitted: the ones below are refused
+	wantAlone := &structpb.Struct{Fields: map[string]*structpb.Value{server.DecidedByKey: by}}
+	wantBeside := &structpb.Struct{Fields: map[string]*structpb.Value{
+		server.DecidedByKey: by,
+		"metadata":          structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{"owner": structpb.NewStringValue("team-edge")}}),
+	}}
+	envoy := h.srv.Envoy()
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 50 {
+				req, want := alone, wantAlone
+				if (g+i)%2 == 1 {
+					req, want = beside, wantBeside
+				}
+				var resp *rlsv3.RateLimitResponse
+				var err error
+				if i%5 == 0 { // some in-process, the rest over gRPC
+					resp, err = envoy.ShouldRateLimit(t.Context(), req)
+				} else {
+					resp, err = h.envoy.ShouldRateLimit(t.Context(), req)
+				}
+				if err != nil || resp.GetOverallCode() != over {
+					t.Errorf("ShouldRateLimit(%s) = %v, %v; want OVER_LIMIT", brief(req), brief(resp), err)
+					return
+				}
+				if diff := cmp.Diff(want, resp.GetDynamicMetadata(), protocmp.Transform()); diff != "" {
+					t.Errorf("ShouldRateLimit(%s): dynamic_metadata mismatch (-want +got):\n%s", brief(req), diff)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
 // TestInvalidArgument: malformed requests are InvalidArgument, with a
 // message that names the problem; the bounds themselves are accepted.
 func TestInvalidArgument(t *testing.T) {
@@ -996,9 +1170,9 @@ domain: ip
 descriptors:
   - key: remote_address
     ip_prefix: {v4: 24}
-    rate_limit: {unit: hour, requests_per_unit: 1}
+    rate_limit: {algorithm: fixed_window, unit: hour, requests_per_unit: 1}
   - key: exact
-    rate_limit: {unit: hour, requests_per_unit: 1}
+    rate_limit: {algorithm: fixed_window, unit: hour, requests_per_unit: 1}
 `), server.Options{})
 	for i, tt := range []struct {
 		key, value string
