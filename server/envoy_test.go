@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+	"weak"
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -937,6 +939,34 @@ descriptors:
 	if refusals("after the reload", decidedByValue("new", "api", file+":5", 0, 1)) == old {
 		t.Errorf("the reload kept the old rules' %s value", server.DecidedByKey)
 	}
+}
+
+// TestDecidedByReloadFrees: once refusals filled the decided_by cache
+// and the rules reloaded, the old rules can be collected: neither the
+// cache nor a pooled request holds them.
+func TestDecidedByReloadFrees(t *testing.T) {
+	const rules = `domain: api
+descriptors:
+  - key: api_key
+    rate_limit: {unit: hour, requests_per_unit: 1}
+`
+	old := weak.Make(parseRules(t, rules))
+	h := newHarness(t, old.Value(), server.Options{})
+	req := request("api", desc("api_key", "k"))
+	for range 3 {
+		h.should(t, req)
+	}
+	h.srv.SetRules(parseRules(t, rules))
+	for range 3 {
+		h.should(t, req)
+	}
+	for range 5 {
+		runtime.GC()
+		if old.Value() == nil {
+			return
+		}
+	}
+	t.Error("the old rules are still reachable after a reload")
 }
 
 // TestDecidedByUncached: the decided_by values that the cache does not
