@@ -2,6 +2,8 @@ package admin_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -663,5 +665,26 @@ func TestUIStatus(t *testing.T) {
 		`"unknown_domains":[{"domain":"nowhere","requests":1,"last_seen":"2027-01-15T08:00:00Z"}],"unknown_domains_untracked":0}` + "\n"
 	if got := f.getJSON(t, "/ui/api/status"); got != want {
 		t.Errorf("GET /ui/api/status =\n%s\nwant\n%s", got, want)
+	}
+}
+
+// TestHotKeysLongValue: a value over engine.MaxEntryBytes is counted by
+// its SHA-256, which /hotkeys shows as "sha256:" and the digest in hex
+// when it shows values; ?value= with the value itself finds its counter.
+func TestHotKeysLongValue(t *testing.T) {
+	long := strings.Repeat("k", engine.MaxEntryBytes+1)
+	sum := sha256.Sum256([]byte(long))
+	shown := "sha256:" + hex.EncodeToString(sum[:])
+	f := newFixture(t, compile(t, hotRules),
+		engine.Options{HotKeys: engine.HotKeysOptions{Enabled: true}}, admin.Options{HotKeysShowValues: true})
+	for range 11 { // over the limit of 10
+		f.decide(t, "edge", 1, "addr", long)
+	}
+	v := f.getHotKeys(t, "/hotkeys?value="+long)
+	if v.Lookup == nil || v.Lookup.Value != shown || v.Lookup.Found != 2 || len(v.Domains) != 1 || len(v.Domains[0].Refused) != 1 {
+		t.Fatalf("?value= of %d bytes = %+v, want %s found 2, one refused", len(long), v, shown)
+	}
+	if got := v.Domains[0].Refused[0].Descriptor[0].Value; got != shown {
+		t.Errorf("the refused counter's value shows as %q, want %s", got, shown)
 	}
 }
