@@ -52,7 +52,26 @@ type Admin struct {
 }
 
 // New returns the operators' pages of the server deciding with eng.
+// Functions of opts left nil have these defaults, so that no page calls
+// a nil function: Ready reports ready once eng has rules, its store's
+// state "unknown"; RuleCounts counts nothing (the page shows no rates);
+// without Explain or ReadRequest, POST /explain answers 501; HTTPStatus
+// answers 400 for an invalid request and 503 otherwise.
 func New(eng *engine.Engine, opts Options) *Admin {
+	if opts.Ready == nil {
+		opts.Ready = func() (bool, string) { return eng.Rules() != nil, "unknown" }
+	}
+	if opts.RuleCounts == nil {
+		opts.RuleCounts = func(func(domain, rule string, within, over, shadow uint64)) {}
+	}
+	if opts.HTTPStatus == nil {
+		opts.HTTPStatus = func(err error) int {
+			if engine.IsInvalid(err) {
+				return http.StatusBadRequest
+			}
+			return http.StatusServiceUnavailable
+		}
+	}
 	return &Admin{eng: eng, opts: opts}
 }
 

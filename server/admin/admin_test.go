@@ -688,3 +688,34 @@ func TestHotKeysLongValue(t *testing.T) {
 		t.Errorf("the refused counter's value shows as %q, want %s", got, shown)
 	}
 }
+
+// TestZeroOptions: an Admin built with no Options serves every page
+// without calling a function it was not given: ready once the engine has
+// rules, no rates, and POST /explain answering 501.
+func TestZeroOptions(t *testing.T) {
+	clock := func() time.Time { return epoch }
+	store := memory.New(memory.Options{Now: clock})
+	t.Cleanup(func() { store.Close() })
+	eng := engine.New(store, compile(t, "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 1}\n"), engine.Options{Now: clock})
+	a := admin.New(eng, admin.Options{})
+	mux := http.NewServeMux()
+	a.Routes(mux)
+	a.Sample(epoch.Add(time.Second)) // RuleCounts
+	for _, tt := range []struct {
+		method, path string
+		code         int
+		body         string
+	}{
+		{"GET", "/ui/api/status", http.StatusOK, `"ready":true`},
+		{"GET", "/ui/api/rates", http.StatusOK, ""},
+		{"GET", "/config", http.StatusOK, "domain: d"},
+		{"GET", "/hotkeys", http.StatusNotFound, ""},
+		{"POST", "/explain", http.StatusNotImplemented, "decodes no requests"},
+	} {
+		w := httptest.NewRecorder()
+		mux.ServeHTTP(w, httptest.NewRequest(tt.method, tt.path, strings.NewReader(`{"domain":"d"}`)))
+		if w.Code != tt.code || !strings.Contains(w.Body.String(), tt.body) {
+			t.Errorf("%s %s: %d %q, want %d with %q", tt.method, tt.path, w.Code, w.Body, tt.code, tt.body)
+		}
+	}
+}

@@ -5,6 +5,10 @@ import "net/http"
 // serveExplain answers POST /explain: the body is /json's, the answer an
 // explanation as JSON (see docs/operations.md).
 func (a *Admin) serveExplain(w http.ResponseWriter, r *http.Request) {
+	if a.opts.ReadRequest == nil || a.opts.Explain == nil {
+		http.Error(w, "explain: this server decodes no requests for it", http.StatusNotImplemented)
+		return
+	}
 	req, ok := a.opts.ReadRequest(w, r)
 	if !ok {
 		return
