@@ -53,11 +53,7 @@ func (s *Server) decideEnvoy(ctx context.Context, a api, fill func(*scratch) err
 	if err := s.eng.Decide(ctx, &sc.Scratch); err != nil {
 		return nil, err
 	}
-	var by *decidedByCache // nil: no decided_by
-	if !s.opts.EnvoyproxyAnswers {
-		by = s.decidedBy.Load()
-	}
-	return envoyResponse(sc, s.opts.EnvoyproxyAnswers, by), nil
+	return envoyResponse(sc, s.opts.EnvoyproxyAnswers, s.decidedBy.Load()), nil
 }
 
 // envoyFromProto fills sc.Req from a decoded Envoy request, whose strings
@@ -90,10 +86,6 @@ func envoyFromProto(sc *scratch, req *rlsv3.RateLimitRequest) error {
 	}
 	return envoyRequest(sc, uint64(req.GetHitsAddend()))
 }
-
-// envoyWindow returns the length of Envoy unit u (a RateLimitUnit of
-// envoy.type.v3, as a limit override names it).
-func envoyWindow(u int32) (time.Duration, bool) { return envoyunit.OverrideWindow(u) }
 
 // multiply returns w times m, false past backend.MaxWindow.
 func multiply(w time.Duration, m uint32) (time.Duration, bool) {
@@ -190,11 +182,9 @@ func refusing(dec *engine.Answer) int {
 	return -1
 }
 
-// decidedBy holds the messages of the decided_by value, and of the
-// dynamic metadata that holds it when the rules add none, allocated
+// decidedBy holds the messages of the decided_by value, allocated
 // together.
 type decidedBy struct {
-	md   structpb.Struct
 	val  structpb.Value
 	sv   structpb.Value_StructValue
 	st   structpb.Struct
@@ -243,21 +233,20 @@ func (d *decidedBy) num(f float64) *structpb.Value {
 //
 // Only refusals carry it, so that an admitted request's answer costs no
 // more than before. The value comes from c when c holds it (see
-// decidedByCache), shared with other answers: md, when the rules add
-// metadata, is this answer's own Struct, so adding the key to its map
-// writes nothing shared; without, the answer's dynamic metadata is the
-// shared Struct itself. Nothing writes either after this.
+// decidedByCache), shared with other answers; the dynamic metadata that
+// holds it is always this answer's own (md, or a Struct made here), so
+// that a caller adding a key to it writes nothing shared.
 func (c *decidedByCache) withDecidedBy(md *structpb.Struct, sc *scratch, i int) *structpb.Struct {
 	d := c.get(sc, i)
 	if md == nil {
-		return &d.md
+		return &structpb.Struct{Fields: map[string]*structpb.Value{DecidedByKey: &d.val}}
 	}
 	md.Fields[DecidedByKey] = &d.val
 	return md
 }
 
-// newDecidedBy builds the decided_by value of descriptor i of sc, and
-// the dynamic metadata that holds it alone (see withDecidedBy).
+// newDecidedBy builds the decided_by value of descriptor i of sc (see
+// withDecidedBy).
 func newDecidedBy(sc *scratch, i int) *decidedBy {
 	v := &sc.Dec.Statuses[i]
 	var name, where string
@@ -283,7 +272,6 @@ func newDecidedBy(sc *scratch, i int) *decidedBy {
 	}
 	d.sv.StructValue = &d.st
 	d.val.Kind = &d.sv
-	d.md.Fields = map[string]*structpb.Value{DecidedByKey: &d.val}
 	return d
 }
 
@@ -313,11 +301,6 @@ const decidedByCached = 8
 
 // decidedBySlots are one limit's decided_by values, by descriptor index.
 type decidedBySlots [decidedByCached]atomic.Pointer[decidedBy]
-
-// newDecidedByCache returns an empty cache for rules.
-func newDecidedByCache(rules *config.Rules) *decidedByCache {
-	return &decidedByCache{rules: rules}
-}
 
 // get returns the decided_by value of descriptor i of sc: c's, or one
 // built for this answer alone when c cannot hold it (c may be nil).

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
 
+	"github.com/ratelimitd/ratelimitd/internal/envoyunit"
 	"github.com/ratelimitd/ratelimitd/server/internal/engine"
 )
 
@@ -293,7 +294,7 @@ func envoyRequest(sc *scratch, hits uint64) error {
 		if !ed.hasLimit {
 			continue
 		}
-		w, ok := envoyWindow(ed.unit)
+		w, ok := envoyunit.OverrideWindow(ed.unit)
 		if !ok {
 			return engine.Invalid("descriptor %d: limit override has unit %v", i, envoyUnitName(ed.unit))
 		}

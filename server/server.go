@@ -299,7 +299,7 @@ func rlqsFallback(m FailureMode) rlqs.Fallback {
 // the rules they started with; readers never wait.
 func (s *Server) SetRules(r *config.Rules) {
 	s.eng.SetRules(r)
-	s.decidedBy.Store(newDecidedByCache(r))
+	s.decidedBy.Store(&decidedByCache{rules: r})
 	s.metrics.loaded()
 	if s.rlqs != nil {
 		s.rlqs.SetRules(r)
@@ -398,9 +398,10 @@ func (s *Server) Register(g *grpc.Server) {
 }
 
 // Envoy returns the server's envoy.service.ratelimit.v3.RateLimitService.
-// A refusal's dynamic metadata, or its decided_by value when the rules
-// add metadata beside it, is shared with other answers (see DecidedByKey):
-// an in-process caller reads it and must not modify it.
+// A refusal's dynamic metadata is the answer's own, but the decided_by
+// value in it is shared with other answers (see DecidedByKey): an
+// in-process caller may add keys to the metadata, and must not modify
+// that value.
 func (s *Server) Envoy() rlsv3.RateLimitServiceServer { return envoyService{s: s} }
 
 // Native returns the server's ratelimit.v1.RateLimitService.
