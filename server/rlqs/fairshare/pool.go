@@ -271,6 +271,9 @@ func (p *Pool) ReportFor(bucket, client string, allowed, denied uint64, keep tim
 	if !p.Tracker.ReportFor(bucket, client, allowed, denied, keep, now) {
 		return false
 	}
+	if p.opts.Store == nil {
+		return true // nothing to exchange: the Tracker alone, unlocked
+	}
 	p.mu.Lock()
 	if p.entries[bucket] != nil {
 		p.pending[bucket] = struct{}{}
@@ -282,6 +285,9 @@ func (p *Pool) ReportFor(bucket, client string, allowed, denied uint64, keep tim
 // Share is Tracker.Share; a limit other than the one last exchanged for
 // the bucket has it exchanged again at once.
 func (p *Pool) Share(bucket, client string, limit float64, now time.Time) (float64, bool) {
+	if p.opts.Store == nil {
+		return p.Tracker.Share(bucket, client, limit, now)
+	}
 	p.mu.Lock()
 	if e := p.entries[bucket]; e != nil && e.limit != limit {
 		e.limit = limit
@@ -297,6 +303,10 @@ func (p *Pool) Share(bucket, client string, limit float64, now time.Time) (float
 // without a client in force are removed from the store. A client whose
 // share is still in force stays counted, and changes nothing yet.
 func (p *Pool) Forget(client string, now time.Time) {
+	if p.opts.Store == nil {
+		p.Tracker.Forget(client, now)
+		return
+	}
 	buckets := p.Tracker.bucketsOf(client)
 	p.Tracker.Forget(client, now)
 	p.mu.Lock()
@@ -316,6 +326,9 @@ func (p *Pool) Forget(client string, now time.Time) {
 // and its entry exchanged if its clients changed.
 func (p *Pool) ForgetOn(bucket, client string, now time.Time) {
 	p.Tracker.ForgetOn(bucket, client, now)
+	if p.opts.Store == nil {
+		return
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.entries[bucket] != nil {
