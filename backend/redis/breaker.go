@@ -59,22 +59,23 @@ type ticket struct {
 	report func(error) // the breaker's; nil in the zero ticket
 }
 
-// done reports the call's outcome to the breaker, and starts a probe of
-// the node if the failure opened it. A redirection (a slot that moves, or
-// moved) is no failure of the node: it answered, and a node that serves
-// other slots must not be shut off while one of its slots moves.
+// done reports the call's outcome to the breaker (whose settings take
+// nodeAnswered as their IsSuccessful), and starts a probe of the node if
+// the failure opened it.
 func (t ticket) done(err error) {
-	if redirected(err) {
-		err = nil
-	}
 	t.report(err)
-	if err == nil {
+	if nodeAnswered(err) {
 		t.s.answered()
-	}
-	if err != nil && t.n.b.State() != gobreaker.StateClosed {
+	} else if t.n.b.State() != gobreaker.StateClosed {
 		t.s.startProbe(t.n)
 	}
 }
+
+// nodeAnswered reports whether a call that ended with err found its node
+// up: it succeeded, or was redirected. A redirection (a slot that moves,
+// or moved) is no failure of the node: it answered, and a node that
+// serves other slots must not be shut off while one of its slots moves.
+func nodeAnswered(err error) bool { return err == nil || redirected(err) }
 
 // admit asks the circuit breaker of the node named name for one call: it
 // fails with ErrUnavailable when the breaker is not closed, or returns

@@ -441,8 +441,11 @@ func unsent(err error) bool {
 	if errors.Is(err, goredis.ErrPoolTimeout) {
 		return true
 	}
+	if redirected(err) {
+		return true
+	}
 	if _, ok := errors.AsType[goredis.Error](err); ok {
-		for _, prefix := range []string{"MOVED ", "ASK ", "TRYAGAIN ", "CLUSTERDOWN ", "LOADING ", "BUSY ", "MASTERDOWN "} {
+		for _, prefix := range []string{"CLUSTERDOWN ", "LOADING ", "BUSY ", "MASTERDOWN "} {
 			if strings.HasPrefix(err.Error(), prefix) {
 				return true
 			}

@@ -147,18 +147,6 @@ func (s *Store) pruneCross(keep func(name string) bool) {
 	}()
 }
 
-// crossNodes reports the masters that the store has a batcher for.
-func (s *Store) crossNodes() []string {
-	x := &s.cross
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	names := make([]string, 0, len(x.nodes))
-	for name := range x.nodes {
-		names = append(names, name)
-	}
-	return names
-}
-
 // closeCross stops the batchers; calls still queued fail with ErrClosed.
 func (s *Store) closeCross() {
 	x := &s.cross

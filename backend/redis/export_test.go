@@ -38,6 +38,18 @@ func Elsewhere(s *Store) uint64 { return s.elsewhere.Load() }
 // CrossNodes reports the Cluster masters that s has a batcher for.
 func CrossNodes(s *Store) []string { return s.crossNodes() }
 
+// crossNodes reports the masters that the store has a batcher for.
+func (s *Store) crossNodes() []string {
+	x := &s.cross
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	names := make([]string, 0, len(x.nodes))
+	for name := range x.nodes {
+		names = append(names, name)
+	}
+	return names
+}
+
 // PruneCross stops s's batchers of the Cluster masters for which keep is
 // false, as when they leave the Cluster.
 func PruneCross(s *Store, keep func(name string) bool) { s.pruneCross(keep) }

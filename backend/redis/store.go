@@ -197,9 +197,10 @@ func New(client goredis.UniversalClient, opts Options) (*Store, error) {
 	failures := uint32(cmp.Or(opts.BreakerFailures, DefaultBreakerFailures))
 	s.openDelay = cmp.Or(opts.BreakerOpenDelay, DefaultBreakerOpenDelay)
 	s.breakerSettings = gobreaker.Settings{
-		MaxRequests: 1,
-		Timeout:     s.openDelay,
-		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= failures },
+		MaxRequests:  1,
+		Timeout:      s.openDelay,
+		IsSuccessful: nodeAnswered,
+		ReadyToTrip:  func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= failures },
 		OnStateChange: func(name string, from, to gobreaker.State) {
 			// An outage opens the breaker once, then flaps between open
 			// and half-open at every probe: only its start and its end

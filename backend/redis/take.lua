@@ -740,6 +740,9 @@ function fast(keys, blob, off, ncalls, ko, cross)
         if p > 0 then
           local v = pcall('GET', prevs[p])
           if type(v) == 'table' then
+            -- As below: only a key of a slot the node does not serve
+            -- sends the call elsewhere; any other error fails the run.
+            if not find(v.err, 'Script attempted to', 1, true) then error(v) end
             bad[c] = v.err
             break
           end
