@@ -61,9 +61,9 @@ func ByName(name string) (Unit, bool) {
 
 // ByEnvoy returns the unit whose number in Envoy's protos is n.
 func ByEnvoy(n int32) (Unit, bool) {
-	for _, u := range units {
-		if u.Envoy == n {
-			return u, true
+	for i := range units { // by index: no copy of the units passed over
+		if units[i].Envoy == n {
+			return units[i], true
 		}
 	}
 	return Unit{}, false
@@ -82,9 +82,9 @@ func OverrideWindow(n int32) (time.Duration, bool) {
 
 // ByWindow returns the unit whose length is w.
 func ByWindow(w time.Duration) (Unit, bool) {
-	for _, u := range units {
-		if u.Window == w {
-			return u, true
+	for i := range units { // by index: no copy of the units passed over
+		if units[i].Window == w {
+			return units[i], true
 		}
 	}
 	return Unit{}, false
