@@ -182,23 +182,9 @@ func (o ClientOptions) tls() (*tls.Config, error) {
 	if o.CAFile == "" && o.CertFile == "" && o.KeyFile == "" {
 		return nil, nil
 	}
-	c := &tls.Config{MinVersion: tls.VersionTLS12}
-	if o.CAFile != "" {
-		pool, err := tlsconfig.LoadCAs(o.CAFile)
-		if err != nil {
-			return nil, fmt.Errorf("redis TLS CA: %w", err)
-		}
-		c.RootCAs = pool
-	}
-	if (o.CertFile == "") != (o.KeyFile == "") {
-		return nil, fmt.Errorf("redis TLS: a client certificate needs both a cert and a key file")
-	}
-	if o.CertFile != "" {
-		cert, err := tls.LoadX509KeyPair(o.CertFile, o.KeyFile)
-		if err != nil {
-			return nil, fmt.Errorf("redis TLS client certificate: %w", err)
-		}
-		c.Certificates = []tls.Certificate{cert}
+	c, err := tlsconfig.Client(o.CAFile, o.CertFile, o.KeyFile, "")
+	if err != nil {
+		return nil, fmt.Errorf("redis TLS: %w", err)
 	}
 	return c, nil
 }

@@ -1,8 +1,6 @@
 package xds
 
 import (
-	"crypto/tls"
-	"errors"
 	"fmt"
 
 	"google.golang.org/grpc/credentials"
@@ -31,23 +29,9 @@ type TLS struct {
 // for Options.Credentials: TLS 1.2 or later. The error names the file at
 // fault.
 func (t TLS) Credentials() (credentials.TransportCredentials, error) {
-	if (t.CertFile == "") != (t.KeyFile == "") {
-		return nil, errors.New("xds: a client certificate and its key go together")
-	}
-	conf := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: t.ServerName}
-	if t.CAFile != "" {
-		pool, err := tlsconfig.LoadCAs(t.CAFile)
-		if err != nil {
-			return nil, fmt.Errorf("xds: CA file: %w", err)
-		}
-		conf.RootCAs = pool
-	}
-	if t.CertFile != "" {
-		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
-		if err != nil {
-			return nil, fmt.Errorf("xds: client certificate %s and key %s: %w", t.CertFile, t.KeyFile, err)
-		}
-		conf.Certificates = []tls.Certificate{cert}
+	conf, err := tlsconfig.Client(t.CAFile, t.CertFile, t.KeyFile, t.ServerName)
+	if err != nil {
+		return nil, fmt.Errorf("xds: %w", err)
 	}
 	return credentials.NewTLS(conf), nil
 }

@@ -322,6 +322,33 @@ func checkPEM(data []byte) error {
 	return nil
 }
 
+// Client returns the TLS settings of a client (of xDS, of Redis): TLS 1.2
+// or later, the CAs of the PEM file ca (none: the system's), and the
+// client certificate of the files cert and key (none: no certificate;
+// one without the other is an error). serverName, when not empty, is the
+// name the server's certificate must carry.
+func Client(ca, cert, key, serverName string) (*tls.Config, error) {
+	if (cert == "") != (key == "") {
+		return nil, errors.New("a client certificate and its key go together")
+	}
+	c := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: serverName}
+	if ca != "" {
+		pool, err := LoadCAs(ca)
+		if err != nil {
+			return nil, fmt.Errorf("CA file: %w", err)
+		}
+		c.RootCAs = pool
+	}
+	if cert != "" {
+		pair, err := tls.LoadX509KeyPair(cert, key)
+		if err != nil {
+			return nil, fmt.Errorf("client certificate %s and key %s: %w", cert, key, err)
+		}
+		c.Certificates = []tls.Certificate{pair}
+	}
+	return c, nil
+}
+
 // LoadCAs returns a pool of the CA certificates in the PEM file at path:
 // the one loader of CA files, for the listeners (New) and the clients
 // (xDS, Redis). It fails if the file cannot be read, a block is corrupt,
