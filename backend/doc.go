@@ -34,6 +34,8 @@
 //   - LocalCacheReporter: its local cache of refusals' hits, misses and
 //     size, for envoyproxy/ratelimit's statsd series.
 //   - ShareStore: RLQS shares among replicas.
+//   - OverrideStore: operators' runtime overrides, seen by every replica.
+//   - Resetter: forget a descriptor's counters (an operator's reset).
 //   - prometheus.Collector (from prometheus/client_golang): its own
 //     metrics, registered by the daemon.
 //

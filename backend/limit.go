@@ -28,10 +28,15 @@ const (
 	// GCRA is the generic cell rate algorithm (a leaky bucket as a meter):
 	// the same decisions as a leaky bucket with one timestamp of state.
 	GCRA
+	// Concurrency holds at most Requests hits at once: each Take holds its
+	// hits as a lease until a GiveBack frees them or the lease lapses
+	// Window after its stamp (a caller that dies frees its slots then).
+	// Its state is a sliding log's, with a unique stamp per lease.
+	Concurrency
 )
 
 // Algorithms lists every Algorithm, in the order of their values.
-var Algorithms = []Algorithm{SlidingWindow, FixedWindow, SlidingLog, TokenBucket, GCRA}
+var Algorithms = []Algorithm{SlidingWindow, FixedWindow, SlidingLog, TokenBucket, GCRA, Concurrency}
 
 var algorithmNames = [...]string{
 	SlidingWindow: "sliding_window",
@@ -39,6 +44,7 @@ var algorithmNames = [...]string{
 	SlidingLog:    "sliding_log",
 	TokenBucket:   "token_bucket",
 	GCRA:          "gcra",
+	Concurrency:   "concurrency",
 }
 
 // String returns the configuration name of a, such as "sliding_window".
@@ -50,14 +56,14 @@ func (a Algorithm) String() string {
 }
 
 // ParseAlgorithm returns the Algorithm named s ("sliding_window",
-// "fixed_window", "sliding_log", "token_bucket" or "gcra").
+// "fixed_window", "sliding_log", "token_bucket", "gcra" or "concurrency").
 func ParseAlgorithm(s string) (Algorithm, error) {
 	for a, name := range algorithmNames {
 		if s == name {
 			return Algorithm(a), nil
 		}
 	}
-	return 0, fmt.Errorf("unknown algorithm %q (want sliding_window, fixed_window, sliding_log, token_bucket or gcra)", s)
+	return 0, fmt.Errorf("unknown algorithm %q (want sliding_window, fixed_window, sliding_log, token_bucket, gcra or concurrency)", s)
 }
 
 // Bounds of a valid Limit.
@@ -124,6 +130,10 @@ func (l Limit) Validate() error {
 	case SlidingLog:
 		if l.Requests > MaxSlidingLog {
 			return fmt.Errorf("sliding_log allows at most %d requests per window, got %d", MaxSlidingLog, l.Requests)
+		}
+	case Concurrency:
+		if l.Requests > MaxSlidingLog {
+			return fmt.Errorf("concurrency allows at most %d held at once, got %d", MaxSlidingLog, l.Requests)
 		}
 	case TokenBucket, GCRA:
 		if l.Burst > MaxRequests {

@@ -50,6 +50,31 @@ const (
 	Quota
 )
 
+// Op says what a Request does to its counter.
+type Op uint8
+
+const (
+	// Take consumes Hits if the limit admits them (the default).
+	Take Op = iota
+	// GiveBack gives Hits back (Envoy's is_negative_hits): never past the
+	// limit, so that a give-back on a fresh or full budget changes
+	// nothing. Fixed and sliding windows lower the current window's count
+	// (not below zero), a sliding log drops its newest entries, a token
+	// bucket gets tokens back up to its capacity, GCRA moves its TAT back
+	// but not before now, and a Concurrency limit frees slots: those of
+	// the lease stamped Lease when it is set, else the newest held ones.
+	// A give-back is never over and takes no part in the call's verdict
+	// (its group must hold give-backs only); the call's give-backs apply
+	// before its takes, whatever the takes decide.
+	GiveBack
+	// Renew, on a Concurrency limit only, extends the lease stamped Lease
+	// to a full Window from now; the Result's Lease is its new stamp. It
+	// is over when that lease is no longer held (expired or released),
+	// and then changes nothing. Like a give-back, a renew takes no part
+	// in the verdict of the call's takes.
+	Renew
+)
+
 // A Request is one limit to apply to one counter.
 type Request struct {
 	// Key identifies the counter; see AppendKey. Stores may hash it but
@@ -78,6 +103,12 @@ type Request struct {
 	// ConsumeWhenOver records Hits even when the group or the call is
 	// refused, past the limit if need be (usage reported after the fact).
 	ConsumeWhenOver bool
+	// Op is what the request does: Take, GiveBack or Renew.
+	Op Op
+	// Lease is, on a GiveBack or Renew of a Concurrency limit, the stamp
+	// of the lease to release or renew, as a Take's Result gave it; zero
+	// on a GiveBack releases the newest held slots.
+	Lease int64
 }
 
 // A Result is a Store's answer for one Request.
@@ -87,7 +118,7 @@ type Result struct {
 	// Cached reports that the store answered this call from a local
 	// cache of recent refusals, without its counters (the Redis store's
 	// local cache); the result is the one the counters gave then.
-	// (Beside OverLimit, so that a Result stays 32 bytes.)
+	// (Beside OverLimit, so that the flags share one word.)
 	Cached bool
 	// Remaining is how many more hits the limit would admit now, after
 	// this call's consumption.
@@ -100,6 +131,12 @@ type Result struct {
 	// the limit can ever admit it is the limit's Window (for a ban, the end
 	// of the current window).
 	RetryAfter time.Duration
+	// Lease is, on a Concurrency limit, the stamp (µs since the Unix
+	// epoch) of the lease that a Take counted or a Renew extended: the
+	// lease expires at Lease + Window, and a GiveBack or Renew names it by
+	// this stamp. Stamps are unique among the leases a counter holds.
+	// Zero when nothing was counted.
+	Lease int64
 }
 
 // Refused reports whether a call is refused, given each request's

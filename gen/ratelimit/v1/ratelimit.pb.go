@@ -15,6 +15,7 @@ import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	durationpb "google.golang.org/protobuf/types/known/durationpb"
+	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -97,6 +98,9 @@ const (
 	Algorithm_ALGORITHM_TOKEN_BUCKET Algorithm = 4
 	// Generic cell rate algorithm: a leaky bucket as a meter.
 	Algorithm_ALGORITHM_GCRA Algorithm = 5
+	// At most `requests` held at once: a hit takes a slot until it is given
+	// back or its lease (`window`) expires.
+	Algorithm_ALGORITHM_CONCURRENCY Algorithm = 6
 )
 
 // Enum value maps for Algorithm.
@@ -108,6 +112,7 @@ var (
 		3: "ALGORITHM_SLIDING_LOG",
 		4: "ALGORITHM_TOKEN_BUCKET",
 		5: "ALGORITHM_GCRA",
+		6: "ALGORITHM_CONCURRENCY",
 	}
 	Algorithm_value = map[string]int32{
 		"ALGORITHM_UNSPECIFIED":    0,
@@ -116,6 +121,7 @@ var (
 		"ALGORITHM_SLIDING_LOG":    3,
 		"ALGORITHM_TOKEN_BUCKET":   4,
 		"ALGORITHM_GCRA":           5,
+		"ALGORITHM_CONCURRENCY":    6,
 	}
 )
 
@@ -287,7 +293,16 @@ type Descriptor struct {
 	Hits *uint64 `protobuf:"varint,2,opt,name=hits,proto3,oneof" json:"hits,omitempty"`
 	// Replaces the configured limits of this descriptor for this request
 	// (the matched rule's algorithm is kept). The domain must exist.
-	Limit         *LimitOverride `protobuf:"bytes,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	Limit *LimitOverride `protobuf:"bytes,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	// Gives the descriptor's hits back instead of taking them, on every
+	// limit of its rule (Envoy's is_negative_hits): never past the limit,
+	// and never refused. Windows lower the current window's count, a
+	// sliding log drops its newest entries, a token bucket gets tokens back
+	// up to its burst, GCRA moves its arrival time back but not before now,
+	// and a concurrency limit frees its newest held slots (Release frees a
+	// given lease instead). The request's other descriptors are decided as
+	// ever; the give-backs apply whatever they decide.
+	GiveBack      bool `protobuf:"varint,4,opt,name=give_back,json=giveBack,proto3" json:"give_back,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -341,6 +356,13 @@ func (x *Descriptor) GetLimit() *LimitOverride {
 		return x.Limit
 	}
 	return nil
+}
+
+func (x *Descriptor) GetGiveBack() bool {
+	if x != nil {
+		return x.GiveBack
+	}
+	return false
 }
 
 // Entry is one key/value pair of a descriptor.
@@ -1179,20 +1201,476 @@ func (x *LimitExplanation) GetRetryAfter() *durationpb.Duration {
 	return nil
 }
 
+// AcquireRequest asks for slots, as a ShouldRateLimitRequest asks for a
+// decision.
+type AcquireRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The rule set to apply. Required; at most 256 bytes.
+	Domain string `protobuf:"bytes,1,opt,name=domain,proto3" json:"domain,omitempty"`
+	// What the work is; descriptors whose rules have concurrency limits
+	// take slots, the others count as in ShouldRateLimit. give_back is not
+	// allowed here. Required; at most 64.
+	Descriptors []*Descriptor `protobuf:"bytes,2,rep,name=descriptors,proto3" json:"descriptors,omitempty"`
+	// How many slots (and hits) the work takes on every descriptor. 0
+	// means 1.
+	Hits          uint64 `protobuf:"varint,3,opt,name=hits,proto3" json:"hits,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AcquireRequest) Reset() {
+	*x = AcquireRequest{}
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AcquireRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AcquireRequest) ProtoMessage() {}
+
+func (x *AcquireRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AcquireRequest.ProtoReflect.Descriptor instead.
+func (*AcquireRequest) Descriptor() ([]byte, []int) {
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *AcquireRequest) GetDomain() string {
+	if x != nil {
+		return x.Domain
+	}
+	return ""
+}
+
+func (x *AcquireRequest) GetDescriptors() []*Descriptor {
+	if x != nil {
+		return x.Descriptors
+	}
+	return nil
+}
+
+func (x *AcquireRequest) GetHits() uint64 {
+	if x != nil {
+		return x.Hits
+	}
+	return 0
+}
+
+// AcquireResponse is the decision, with the lease when admitted.
+type AcquireResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// CODE_OVER_LIMIT when the work must not proceed; nothing is then held.
+	Code Code `protobuf:"varint,1,opt,name=code,proto3,enum=ratelimit.v1.Code" json:"code,omitempty"`
+	// One status per request descriptor, in the request's order.
+	Statuses []*DescriptorStatus `protobuf:"bytes,2,rep,name=statuses,proto3" json:"statuses,omitempty"`
+	// The HTTP response headers, as in ShouldRateLimitResponse.
+	Headers []*Header `protobuf:"bytes,3,rep,name=headers,proto3" json:"headers,omitempty"`
+	// The lease of the slots taken; absent when refused, or when no
+	// concurrency limit applied (nothing to release).
+	Lease         *Lease `protobuf:"bytes,4,opt,name=lease,proto3" json:"lease,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AcquireResponse) Reset() {
+	*x = AcquireResponse{}
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AcquireResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AcquireResponse) ProtoMessage() {}
+
+func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AcquireResponse.ProtoReflect.Descriptor instead.
+func (*AcquireResponse) Descriptor() ([]byte, []int) {
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *AcquireResponse) GetCode() Code {
+	if x != nil {
+		return x.Code
+	}
+	return Code_CODE_UNSPECIFIED
+}
+
+func (x *AcquireResponse) GetStatuses() []*DescriptorStatus {
+	if x != nil {
+		return x.Statuses
+	}
+	return nil
+}
+
+func (x *AcquireResponse) GetHeaders() []*Header {
+	if x != nil {
+		return x.Headers
+	}
+	return nil
+}
+
+func (x *AcquireResponse) GetLease() *Lease {
+	if x != nil {
+		return x.Lease
+	}
+	return nil
+}
+
+// Lease names slots held by one Acquire.
+type Lease struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Opaque: give it back as it came, with the same domain and
+	// descriptors, to Release or Renew.
+	Id []byte `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// When the slots free themselves unless renewed: the earliest expiry of
+	// the lease's limits.
+	ExpiresAt     *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Lease) Reset() {
+	*x = Lease{}
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Lease) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Lease) ProtoMessage() {}
+
+func (x *Lease) ProtoReflect() protoreflect.Message {
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Lease.ProtoReflect.Descriptor instead.
+func (*Lease) Descriptor() ([]byte, []int) {
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *Lease) GetId() []byte {
+	if x != nil {
+		return x.Id
+	}
+	return nil
+}
+
+func (x *Lease) GetExpiresAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpiresAt
+	}
+	return nil
+}
+
+// ReleaseRequest gives back a lease.
+type ReleaseRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The domain, descriptors and hits of the Acquire that answered the
+	// lease.
+	Domain      string        `protobuf:"bytes,1,opt,name=domain,proto3" json:"domain,omitempty"`
+	Descriptors []*Descriptor `protobuf:"bytes,2,rep,name=descriptors,proto3" json:"descriptors,omitempty"`
+	Hits        uint64        `protobuf:"varint,3,opt,name=hits,proto3" json:"hits,omitempty"`
+	// The lease's id. Required.
+	LeaseId       []byte `protobuf:"bytes,4,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseRequest) Reset() {
+	*x = ReleaseRequest{}
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseRequest) ProtoMessage() {}
+
+func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
+func (*ReleaseRequest) Descriptor() ([]byte, []int) {
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *ReleaseRequest) GetDomain() string {
+	if x != nil {
+		return x.Domain
+	}
+	return ""
+}
+
+func (x *ReleaseRequest) GetDescriptors() []*Descriptor {
+	if x != nil {
+		return x.Descriptors
+	}
+	return nil
+}
+
+func (x *ReleaseRequest) GetHits() uint64 {
+	if x != nil {
+		return x.Hits
+	}
+	return 0
+}
+
+func (x *ReleaseRequest) GetLeaseId() []byte {
+	if x != nil {
+		return x.LeaseId
+	}
+	return nil
+}
+
+// ReleaseResponse reports the limits after the release.
+type ReleaseResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One status per request descriptor, in the request's order; always
+	// CODE_OK.
+	Statuses      []*DescriptorStatus `protobuf:"bytes,1,rep,name=statuses,proto3" json:"statuses,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseResponse) Reset() {
+	*x = ReleaseResponse{}
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseResponse) ProtoMessage() {}
+
+func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseResponse.ProtoReflect.Descriptor instead.
+func (*ReleaseResponse) Descriptor() ([]byte, []int) {
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *ReleaseResponse) GetStatuses() []*DescriptorStatus {
+	if x != nil {
+		return x.Statuses
+	}
+	return nil
+}
+
+// RenewRequest extends a lease.
+type RenewRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The domain, descriptors and hits of the Acquire that answered the
+	// lease.
+	Domain      string        `protobuf:"bytes,1,opt,name=domain,proto3" json:"domain,omitempty"`
+	Descriptors []*Descriptor `protobuf:"bytes,2,rep,name=descriptors,proto3" json:"descriptors,omitempty"`
+	Hits        uint64        `protobuf:"varint,3,opt,name=hits,proto3" json:"hits,omitempty"`
+	// The lease's id, as Acquire or the last Renew answered it. Required.
+	LeaseId       []byte `protobuf:"bytes,4,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RenewRequest) Reset() {
+	*x = RenewRequest{}
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RenewRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RenewRequest) ProtoMessage() {}
+
+func (x *RenewRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RenewRequest.ProtoReflect.Descriptor instead.
+func (*RenewRequest) Descriptor() ([]byte, []int) {
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *RenewRequest) GetDomain() string {
+	if x != nil {
+		return x.Domain
+	}
+	return ""
+}
+
+func (x *RenewRequest) GetDescriptors() []*Descriptor {
+	if x != nil {
+		return x.Descriptors
+	}
+	return nil
+}
+
+func (x *RenewRequest) GetHits() uint64 {
+	if x != nil {
+		return x.Hits
+	}
+	return 0
+}
+
+func (x *RenewRequest) GetLeaseId() []byte {
+	if x != nil {
+		return x.LeaseId
+	}
+	return nil
+}
+
+// RenewResponse is the extended lease.
+type RenewResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// CODE_OVER_LIMIT when the lease had expired or was released.
+	Code Code `protobuf:"varint,1,opt,name=code,proto3,enum=ratelimit.v1.Code" json:"code,omitempty"`
+	// One status per request descriptor, in the request's order.
+	Statuses []*DescriptorStatus `protobuf:"bytes,2,rep,name=statuses,proto3" json:"statuses,omitempty"`
+	// The extended lease, which replaces the old one (its id may change);
+	// absent when refused.
+	Lease         *Lease `protobuf:"bytes,3,opt,name=lease,proto3" json:"lease,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RenewResponse) Reset() {
+	*x = RenewResponse{}
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RenewResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RenewResponse) ProtoMessage() {}
+
+func (x *RenewResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RenewResponse.ProtoReflect.Descriptor instead.
+func (*RenewResponse) Descriptor() ([]byte, []int) {
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *RenewResponse) GetCode() Code {
+	if x != nil {
+		return x.Code
+	}
+	return Code_CODE_UNSPECIFIED
+}
+
+func (x *RenewResponse) GetStatuses() []*DescriptorStatus {
+	if x != nil {
+		return x.Statuses
+	}
+	return nil
+}
+
+func (x *RenewResponse) GetLease() *Lease {
+	if x != nil {
+		return x.Lease
+	}
+	return nil
+}
+
 var File_ratelimit_v1_ratelimit_proto protoreflect.FileDescriptor
 
 const file_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"\n" +
-	"\x1cratelimit/v1/ratelimit.proto\x12\fratelimit.v1\x1a\x1egoogle/protobuf/duration.proto\"\x80\x01\n" +
+	"\x1cratelimit/v1/ratelimit.proto\x12\fratelimit.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x80\x01\n" +
 	"\x16ShouldRateLimitRequest\x12\x16\n" +
 	"\x06domain\x18\x01 \x01(\tR\x06domain\x12:\n" +
 	"\vdescriptors\x18\x02 \x03(\v2\x18.ratelimit.v1.DescriptorR\vdescriptors\x12\x12\n" +
-	"\x04hits\x18\x03 \x01(\x04R\x04hits\"\x90\x01\n" +
+	"\x04hits\x18\x03 \x01(\x04R\x04hits\"\xad\x01\n" +
 	"\n" +
 	"Descriptor\x12-\n" +
 	"\aentries\x18\x01 \x03(\v2\x13.ratelimit.v1.EntryR\aentries\x12\x17\n" +
 	"\x04hits\x18\x02 \x01(\x04H\x00R\x04hits\x88\x01\x01\x121\n" +
-	"\x05limit\x18\x03 \x01(\v2\x1b.ratelimit.v1.LimitOverrideR\x05limitB\a\n" +
+	"\x05limit\x18\x03 \x01(\v2\x1b.ratelimit.v1.LimitOverrideR\x05limit\x12\x1b\n" +
+	"\tgive_back\x18\x04 \x01(\bR\bgiveBackB\a\n" +
 	"\x05_hits\"o\n" +
 	"\x05Entry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
@@ -1257,27 +1735,60 @@ const file_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"\vwould_admit\x18\x06 \x01(\bR\n" +
 	"wouldAdmit\x12:\n" +
 	"\vretry_after\x18\a \x01(\v2\x19.google.protobuf.DurationR\n" +
-	"retryAfter*>\n" +
+	"retryAfter\"x\n" +
+	"\x0eAcquireRequest\x12\x16\n" +
+	"\x06domain\x18\x01 \x01(\tR\x06domain\x12:\n" +
+	"\vdescriptors\x18\x02 \x03(\v2\x18.ratelimit.v1.DescriptorR\vdescriptors\x12\x12\n" +
+	"\x04hits\x18\x03 \x01(\x04R\x04hits\"\xd0\x01\n" +
+	"\x0fAcquireResponse\x12&\n" +
+	"\x04code\x18\x01 \x01(\x0e2\x12.ratelimit.v1.CodeR\x04code\x12:\n" +
+	"\bstatuses\x18\x02 \x03(\v2\x1e.ratelimit.v1.DescriptorStatusR\bstatuses\x12.\n" +
+	"\aheaders\x18\x03 \x03(\v2\x14.ratelimit.v1.HeaderR\aheaders\x12)\n" +
+	"\x05lease\x18\x04 \x01(\v2\x13.ratelimit.v1.LeaseR\x05lease\"R\n" +
+	"\x05Lease\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\fR\x02id\x129\n" +
+	"\n" +
+	"expires_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\"\x93\x01\n" +
+	"\x0eReleaseRequest\x12\x16\n" +
+	"\x06domain\x18\x01 \x01(\tR\x06domain\x12:\n" +
+	"\vdescriptors\x18\x02 \x03(\v2\x18.ratelimit.v1.DescriptorR\vdescriptors\x12\x12\n" +
+	"\x04hits\x18\x03 \x01(\x04R\x04hits\x12\x19\n" +
+	"\blease_id\x18\x04 \x01(\fR\aleaseId\"M\n" +
+	"\x0fReleaseResponse\x12:\n" +
+	"\bstatuses\x18\x01 \x03(\v2\x1e.ratelimit.v1.DescriptorStatusR\bstatuses\"\x91\x01\n" +
+	"\fRenewRequest\x12\x16\n" +
+	"\x06domain\x18\x01 \x01(\tR\x06domain\x12:\n" +
+	"\vdescriptors\x18\x02 \x03(\v2\x18.ratelimit.v1.DescriptorR\vdescriptors\x12\x12\n" +
+	"\x04hits\x18\x03 \x01(\x04R\x04hits\x12\x19\n" +
+	"\blease_id\x18\x04 \x01(\fR\aleaseId\"\x9e\x01\n" +
+	"\rRenewResponse\x12&\n" +
+	"\x04code\x18\x01 \x01(\x0e2\x12.ratelimit.v1.CodeR\x04code\x12:\n" +
+	"\bstatuses\x18\x02 \x03(\v2\x1e.ratelimit.v1.DescriptorStatusR\bstatuses\x12)\n" +
+	"\x05lease\x18\x03 \x01(\v2\x13.ratelimit.v1.LeaseR\x05lease*>\n" +
 	"\x04Code\x12\x14\n" +
 	"\x10CODE_UNSPECIFIED\x10\x00\x12\v\n" +
 	"\aCODE_OK\x10\x01\x12\x13\n" +
-	"\x0fCODE_OVER_LIMIT\x10\x02*\xab\x01\n" +
+	"\x0fCODE_OVER_LIMIT\x10\x02*\xc6\x01\n" +
 	"\tAlgorithm\x12\x19\n" +
 	"\x15ALGORITHM_UNSPECIFIED\x10\x00\x12\x1c\n" +
 	"\x18ALGORITHM_SLIDING_WINDOW\x10\x01\x12\x1a\n" +
 	"\x16ALGORITHM_FIXED_WINDOW\x10\x02\x12\x19\n" +
 	"\x15ALGORITHM_SLIDING_LOG\x10\x03\x12\x1a\n" +
 	"\x16ALGORITHM_TOKEN_BUCKET\x10\x04\x12\x12\n" +
-	"\x0eALGORITHM_GCRA\x10\x05*|\n" +
+	"\x0eALGORITHM_GCRA\x10\x05\x12\x19\n" +
+	"\x15ALGORITHM_CONCURRENCY\x10\x06*|\n" +
 	"\bDecision\x12\x18\n" +
 	"\x14DECISION_UNSPECIFIED\x10\x00\x12\x0f\n" +
 	"\vDECISION_OK\x10\x01\x12\x17\n" +
 	"\x13DECISION_OVER_LIMIT\x10\x02\x12\x16\n" +
 	"\x12DECISION_UNLIMITED\x10\x03\x12\x14\n" +
-	"\x10DECISION_NO_RULE\x10\x042\xba\x01\n" +
+	"\x10DECISION_NO_RULE\x10\x042\x8c\x03\n" +
 	"\x10RateLimitService\x12^\n" +
 	"\x0fShouldRateLimit\x12$.ratelimit.v1.ShouldRateLimitRequest\x1a%.ratelimit.v1.ShouldRateLimitResponse\x12F\n" +
-	"\aExplain\x12\x1c.ratelimit.v1.ExplainRequest\x1a\x1d.ratelimit.v1.ExplainResponseB\xb2\x01\n" +
+	"\aExplain\x12\x1c.ratelimit.v1.ExplainRequest\x1a\x1d.ratelimit.v1.ExplainResponse\x12F\n" +
+	"\aAcquire\x12\x1c.ratelimit.v1.AcquireRequest\x1a\x1d.ratelimit.v1.AcquireResponse\x12F\n" +
+	"\aRelease\x12\x1c.ratelimit.v1.ReleaseRequest\x1a\x1d.ratelimit.v1.ReleaseResponse\x12@\n" +
+	"\x05Renew\x12\x1a.ratelimit.v1.RenewRequest\x1a\x1b.ratelimit.v1.RenewResponseB\xb2\x01\n" +
 	"\x10com.ratelimit.v1B\x0eRatelimitProtoP\x01Z=github.com/ratelimitd/ratelimitd/gen/ratelimit/v1;ratelimitv1\xa2\x02\x03RXX\xaa\x02\fRatelimit.V1\xca\x02\fRatelimit\\V1\xe2\x02\x18Ratelimit\\V1\\GPBMetadata\xea\x02\rRatelimit::V1b\x06proto3"
 
 var (
@@ -1293,7 +1804,7 @@ func file_ratelimit_v1_ratelimit_proto_rawDescGZIP() []byte {
 }
 
 var file_ratelimit_v1_ratelimit_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_ratelimit_v1_ratelimit_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_ratelimit_v1_ratelimit_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_ratelimit_v1_ratelimit_proto_goTypes = []any{
 	(Code)(0),                       // 0: ratelimit.v1.Code
 	(Algorithm)(0),                  // 1: ratelimit.v1.Algorithm
@@ -1311,21 +1822,29 @@ var file_ratelimit_v1_ratelimit_proto_goTypes = []any{
 	(*DescriptorExplanation)(nil),   // 13: ratelimit.v1.DescriptorExplanation
 	(*MatchedRule)(nil),             // 14: ratelimit.v1.MatchedRule
 	(*LimitExplanation)(nil),        // 15: ratelimit.v1.LimitExplanation
-	(*durationpb.Duration)(nil),     // 16: google.protobuf.Duration
+	(*AcquireRequest)(nil),          // 16: ratelimit.v1.AcquireRequest
+	(*AcquireResponse)(nil),         // 17: ratelimit.v1.AcquireResponse
+	(*Lease)(nil),                   // 18: ratelimit.v1.Lease
+	(*ReleaseRequest)(nil),          // 19: ratelimit.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),         // 20: ratelimit.v1.ReleaseResponse
+	(*RenewRequest)(nil),            // 21: ratelimit.v1.RenewRequest
+	(*RenewResponse)(nil),           // 22: ratelimit.v1.RenewResponse
+	(*durationpb.Duration)(nil),     // 23: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),   // 24: google.protobuf.Timestamp
 }
 var file_ratelimit_v1_ratelimit_proto_depIdxs = []int32{
 	4,  // 0: ratelimit.v1.ShouldRateLimitRequest.descriptors:type_name -> ratelimit.v1.Descriptor
 	5,  // 1: ratelimit.v1.Descriptor.entries:type_name -> ratelimit.v1.Entry
 	6,  // 2: ratelimit.v1.Descriptor.limit:type_name -> ratelimit.v1.LimitOverride
-	16, // 3: ratelimit.v1.LimitOverride.window:type_name -> google.protobuf.Duration
+	23, // 3: ratelimit.v1.LimitOverride.window:type_name -> google.protobuf.Duration
 	0,  // 4: ratelimit.v1.ShouldRateLimitResponse.code:type_name -> ratelimit.v1.Code
 	8,  // 5: ratelimit.v1.ShouldRateLimitResponse.statuses:type_name -> ratelimit.v1.DescriptorStatus
 	10, // 6: ratelimit.v1.ShouldRateLimitResponse.headers:type_name -> ratelimit.v1.Header
 	0,  // 7: ratelimit.v1.DescriptorStatus.code:type_name -> ratelimit.v1.Code
 	9,  // 8: ratelimit.v1.DescriptorStatus.limit:type_name -> ratelimit.v1.Limit
-	16, // 9: ratelimit.v1.DescriptorStatus.reset_after:type_name -> google.protobuf.Duration
-	16, // 10: ratelimit.v1.DescriptorStatus.retry_after:type_name -> google.protobuf.Duration
-	16, // 11: ratelimit.v1.Limit.window:type_name -> google.protobuf.Duration
+	23, // 9: ratelimit.v1.DescriptorStatus.reset_after:type_name -> google.protobuf.Duration
+	23, // 10: ratelimit.v1.DescriptorStatus.retry_after:type_name -> google.protobuf.Duration
+	23, // 11: ratelimit.v1.Limit.window:type_name -> google.protobuf.Duration
 	1,  // 12: ratelimit.v1.Limit.algorithm:type_name -> ratelimit.v1.Algorithm
 	3,  // 13: ratelimit.v1.ExplainRequest.request:type_name -> ratelimit.v1.ShouldRateLimitRequest
 	0,  // 14: ratelimit.v1.ExplainResponse.code:type_name -> ratelimit.v1.Code
@@ -1334,17 +1853,35 @@ var file_ratelimit_v1_ratelimit_proto_depIdxs = []int32{
 	2,  // 17: ratelimit.v1.DescriptorExplanation.decision:type_name -> ratelimit.v1.Decision
 	15, // 18: ratelimit.v1.DescriptorExplanation.limits:type_name -> ratelimit.v1.LimitExplanation
 	9,  // 19: ratelimit.v1.LimitExplanation.limit:type_name -> ratelimit.v1.Limit
-	16, // 20: ratelimit.v1.LimitExplanation.reset_after:type_name -> google.protobuf.Duration
-	16, // 21: ratelimit.v1.LimitExplanation.retry_after:type_name -> google.protobuf.Duration
-	3,  // 22: ratelimit.v1.RateLimitService.ShouldRateLimit:input_type -> ratelimit.v1.ShouldRateLimitRequest
-	11, // 23: ratelimit.v1.RateLimitService.Explain:input_type -> ratelimit.v1.ExplainRequest
-	7,  // 24: ratelimit.v1.RateLimitService.ShouldRateLimit:output_type -> ratelimit.v1.ShouldRateLimitResponse
-	12, // 25: ratelimit.v1.RateLimitService.Explain:output_type -> ratelimit.v1.ExplainResponse
-	24, // [24:26] is the sub-list for method output_type
-	22, // [22:24] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	23, // 20: ratelimit.v1.LimitExplanation.reset_after:type_name -> google.protobuf.Duration
+	23, // 21: ratelimit.v1.LimitExplanation.retry_after:type_name -> google.protobuf.Duration
+	4,  // 22: ratelimit.v1.AcquireRequest.descriptors:type_name -> ratelimit.v1.Descriptor
+	0,  // 23: ratelimit.v1.AcquireResponse.code:type_name -> ratelimit.v1.Code
+	8,  // 24: ratelimit.v1.AcquireResponse.statuses:type_name -> ratelimit.v1.DescriptorStatus
+	10, // 25: ratelimit.v1.AcquireResponse.headers:type_name -> ratelimit.v1.Header
+	18, // 26: ratelimit.v1.AcquireResponse.lease:type_name -> ratelimit.v1.Lease
+	24, // 27: ratelimit.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
+	4,  // 28: ratelimit.v1.ReleaseRequest.descriptors:type_name -> ratelimit.v1.Descriptor
+	8,  // 29: ratelimit.v1.ReleaseResponse.statuses:type_name -> ratelimit.v1.DescriptorStatus
+	4,  // 30: ratelimit.v1.RenewRequest.descriptors:type_name -> ratelimit.v1.Descriptor
+	0,  // 31: ratelimit.v1.RenewResponse.code:type_name -> ratelimit.v1.Code
+	8,  // 32: ratelimit.v1.RenewResponse.statuses:type_name -> ratelimit.v1.DescriptorStatus
+	18, // 33: ratelimit.v1.RenewResponse.lease:type_name -> ratelimit.v1.Lease
+	3,  // 34: ratelimit.v1.RateLimitService.ShouldRateLimit:input_type -> ratelimit.v1.ShouldRateLimitRequest
+	11, // 35: ratelimit.v1.RateLimitService.Explain:input_type -> ratelimit.v1.ExplainRequest
+	16, // 36: ratelimit.v1.RateLimitService.Acquire:input_type -> ratelimit.v1.AcquireRequest
+	19, // 37: ratelimit.v1.RateLimitService.Release:input_type -> ratelimit.v1.ReleaseRequest
+	21, // 38: ratelimit.v1.RateLimitService.Renew:input_type -> ratelimit.v1.RenewRequest
+	7,  // 39: ratelimit.v1.RateLimitService.ShouldRateLimit:output_type -> ratelimit.v1.ShouldRateLimitResponse
+	12, // 40: ratelimit.v1.RateLimitService.Explain:output_type -> ratelimit.v1.ExplainResponse
+	17, // 41: ratelimit.v1.RateLimitService.Acquire:output_type -> ratelimit.v1.AcquireResponse
+	20, // 42: ratelimit.v1.RateLimitService.Release:output_type -> ratelimit.v1.ReleaseResponse
+	22, // 43: ratelimit.v1.RateLimitService.Renew:output_type -> ratelimit.v1.RenewResponse
+	39, // [39:44] is the sub-list for method output_type
+	34, // [34:39] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_ratelimit_v1_ratelimit_proto_init() }
@@ -1359,7 +1896,7 @@ func file_ratelimit_v1_ratelimit_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ratelimit_v1_ratelimit_proto_rawDesc), len(file_ratelimit_v1_ratelimit_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   13,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

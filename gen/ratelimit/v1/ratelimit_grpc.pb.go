@@ -26,6 +26,9 @@ const _ = grpc.SupportPackageIsVersion9
 const (
 	RateLimitService_ShouldRateLimit_FullMethodName = "/ratelimit.v1.RateLimitService/ShouldRateLimit"
 	RateLimitService_Explain_FullMethodName         = "/ratelimit.v1.RateLimitService/Explain"
+	RateLimitService_Acquire_FullMethodName         = "/ratelimit.v1.RateLimitService/Acquire"
+	RateLimitService_Release_FullMethodName         = "/ratelimit.v1.RateLimitService/Release"
+	RateLimitService_Renew_FullMethodName           = "/ratelimit.v1.RateLimitService/Renew"
 )
 
 // RateLimitServiceClient is the client API for RateLimitService service.
@@ -50,6 +53,21 @@ type RateLimitServiceClient interface {
 	// Errors are ShouldRateLimit's, but a store that cannot be read is
 	// always UNAVAILABLE, whatever the server's failure mode.
 	Explain(ctx context.Context, in *ExplainRequest, opts ...grpc.CallOption) (*ExplainResponse, error)
+	// Acquire takes slots of the request's `algorithm: concurrency` limits
+	// (and counts on its other limits) as ShouldRateLimit does, and answers
+	// the lease that holds them: Release gives that lease back exactly,
+	// Renew extends it. A slot whose lease is neither released nor renewed
+	// frees itself when the lease expires, so that a caller that dies
+	// leaks nothing for longer than the lease.
+	Acquire(ctx context.Context, in *AcquireRequest, opts ...grpc.CallOption) (*AcquireResponse, error)
+	// Release gives back the slots of a lease that Acquire answered, and
+	// nothing else: a lease already released or expired frees nothing. It
+	// is never refused.
+	Release(ctx context.Context, in *ReleaseRequest, opts ...grpc.CallOption) (*ReleaseResponse, error)
+	// Renew extends a held lease to a full lease from now (the limit's
+	// window), for work that outlives it. CODE_OVER_LIMIT when the lease
+	// has expired or was released: its slots may be held by others now.
+	Renew(ctx context.Context, in *RenewRequest, opts ...grpc.CallOption) (*RenewResponse, error)
 }
 
 type rateLimitServiceClient struct {
@@ -80,6 +98,36 @@ func (c *rateLimitServiceClient) Explain(ctx context.Context, in *ExplainRequest
 	return out, nil
 }
 
+func (c *rateLimitServiceClient) Acquire(ctx context.Context, in *AcquireRequest, opts ...grpc.CallOption) (*AcquireResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AcquireResponse)
+	err := c.cc.Invoke(ctx, RateLimitService_Acquire_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *rateLimitServiceClient) Release(ctx context.Context, in *ReleaseRequest, opts ...grpc.CallOption) (*ReleaseResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReleaseResponse)
+	err := c.cc.Invoke(ctx, RateLimitService_Release_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *rateLimitServiceClient) Renew(ctx context.Context, in *RenewRequest, opts ...grpc.CallOption) (*RenewResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RenewResponse)
+	err := c.cc.Invoke(ctx, RateLimitService_Renew_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // RateLimitServiceServer is the server API for RateLimitService service.
 // All implementations must embed UnimplementedRateLimitServiceServer
 // for forward compatibility.
@@ -102,6 +150,21 @@ type RateLimitServiceServer interface {
 	// Errors are ShouldRateLimit's, but a store that cannot be read is
 	// always UNAVAILABLE, whatever the server's failure mode.
 	Explain(context.Context, *ExplainRequest) (*ExplainResponse, error)
+	// Acquire takes slots of the request's `algorithm: concurrency` limits
+	// (and counts on its other limits) as ShouldRateLimit does, and answers
+	// the lease that holds them: Release gives that lease back exactly,
+	// Renew extends it. A slot whose lease is neither released nor renewed
+	// frees itself when the lease expires, so that a caller that dies
+	// leaks nothing for longer than the lease.
+	Acquire(context.Context, *AcquireRequest) (*AcquireResponse, error)
+	// Release gives back the slots of a lease that Acquire answered, and
+	// nothing else: a lease already released or expired frees nothing. It
+	// is never refused.
+	Release(context.Context, *ReleaseRequest) (*ReleaseResponse, error)
+	// Renew extends a held lease to a full lease from now (the limit's
+	// window), for work that outlives it. CODE_OVER_LIMIT when the lease
+	// has expired or was released: its slots may be held by others now.
+	Renew(context.Context, *RenewRequest) (*RenewResponse, error)
 	mustEmbedUnimplementedRateLimitServiceServer()
 }
 
@@ -117,6 +180,15 @@ func (UnimplementedRateLimitServiceServer) ShouldRateLimit(context.Context, *Sho
 }
 func (UnimplementedRateLimitServiceServer) Explain(context.Context, *ExplainRequest) (*ExplainResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Explain not implemented")
+}
+func (UnimplementedRateLimitServiceServer) Acquire(context.Context, *AcquireRequest) (*AcquireResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Acquire not implemented")
+}
+func (UnimplementedRateLimitServiceServer) Release(context.Context, *ReleaseRequest) (*ReleaseResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Release not implemented")
+}
+func (UnimplementedRateLimitServiceServer) Renew(context.Context, *RenewRequest) (*RenewResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Renew not implemented")
 }
 func (UnimplementedRateLimitServiceServer) mustEmbedUnimplementedRateLimitServiceServer() {}
 func (UnimplementedRateLimitServiceServer) testEmbeddedByValue()                          {}
@@ -175,6 +247,60 @@ func _RateLimitService_Explain_Handler(srv interface{}, ctx context.Context, dec
 	return interceptor(ctx, in, info, handler)
 }
 
+func _RateLimitService_Acquire_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AcquireRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RateLimitServiceServer).Acquire(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RateLimitService_Acquire_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RateLimitServiceServer).Acquire(ctx, req.(*AcquireRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _RateLimitService_Release_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReleaseRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RateLimitServiceServer).Release(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RateLimitService_Release_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RateLimitServiceServer).Release(ctx, req.(*ReleaseRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _RateLimitService_Renew_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RenewRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RateLimitServiceServer).Renew(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RateLimitService_Renew_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RateLimitServiceServer).Renew(ctx, req.(*RenewRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // RateLimitService_ServiceDesc is the grpc.ServiceDesc for RateLimitService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -189,6 +315,18 @@ var RateLimitService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Explain",
 			Handler:    _RateLimitService_Explain_Handler,
+		},
+		{
+			MethodName: "Acquire",
+			Handler:    _RateLimitService_Acquire_Handler,
+		},
+		{
+			MethodName: "Release",
+			Handler:    _RateLimitService_Release_Handler,
+		},
+		{
+			MethodName: "Renew",
+			Handler:    _RateLimitService_Renew_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

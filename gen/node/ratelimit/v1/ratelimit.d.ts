@@ -24,6 +24,7 @@ export declare enum Algorithm {
     ALGORITHM_SLIDING_LOG = 3,
     ALGORITHM_TOKEN_BUCKET = 4,
     ALGORITHM_GCRA = 5,
+    ALGORITHM_CONCURRENCY = 6,
     UNRECOGNIZED = -1
 }
 export declare function algorithmFromJSON(object: any): Algorithm;
@@ -47,6 +48,7 @@ export interface Descriptor {
     entries: Entry[];
     hits?: number | undefined;
     limit: LimitOverride | undefined;
+    giveBack: boolean;
 }
 export interface Entry {
     key: string;
@@ -115,6 +117,41 @@ export interface LimitExplanation {
     wouldAdmit: boolean;
     retryAfter: Duration | undefined;
 }
+export interface AcquireRequest {
+    domain: string;
+    descriptors: Descriptor[];
+    hits: number;
+}
+export interface AcquireResponse {
+    code: Code;
+    statuses: DescriptorStatus[];
+    headers: Header[];
+    lease: Lease | undefined;
+}
+export interface Lease {
+    id: Buffer;
+    expiresAt: Date | undefined;
+}
+export interface ReleaseRequest {
+    domain: string;
+    descriptors: Descriptor[];
+    hits: number;
+    leaseId: Buffer;
+}
+export interface ReleaseResponse {
+    statuses: DescriptorStatus[];
+}
+export interface RenewRequest {
+    domain: string;
+    descriptors: Descriptor[];
+    hits: number;
+    leaseId: Buffer;
+}
+export interface RenewResponse {
+    code: Code;
+    statuses: DescriptorStatus[];
+    lease: Lease | undefined;
+}
 export declare const ShouldRateLimitRequest: MessageFns<ShouldRateLimitRequest>;
 export declare const Descriptor: MessageFns<Descriptor>;
 export declare const Entry: MessageFns<Entry>;
@@ -128,6 +165,13 @@ export declare const ExplainResponse: MessageFns<ExplainResponse>;
 export declare const DescriptorExplanation: MessageFns<DescriptorExplanation>;
 export declare const MatchedRule: MessageFns<MatchedRule>;
 export declare const LimitExplanation: MessageFns<LimitExplanation>;
+export declare const AcquireRequest: MessageFns<AcquireRequest>;
+export declare const AcquireResponse: MessageFns<AcquireResponse>;
+export declare const Lease: MessageFns<Lease>;
+export declare const ReleaseRequest: MessageFns<ReleaseRequest>;
+export declare const ReleaseResponse: MessageFns<ReleaseResponse>;
+export declare const RenewRequest: MessageFns<RenewRequest>;
+export declare const RenewResponse: MessageFns<RenewResponse>;
 export type RateLimitServiceService = typeof RateLimitServiceService;
 export declare const RateLimitServiceService: {
     readonly shouldRateLimit: {
@@ -148,10 +192,40 @@ export declare const RateLimitServiceService: {
         readonly responseSerialize: (value: ExplainResponse) => Buffer;
         readonly responseDeserialize: (value: Buffer) => ExplainResponse;
     };
+    readonly acquire: {
+        readonly path: "/ratelimit.v1.RateLimitService/Acquire";
+        readonly requestStream: false;
+        readonly responseStream: false;
+        readonly requestSerialize: (value: AcquireRequest) => Buffer;
+        readonly requestDeserialize: (value: Buffer) => AcquireRequest;
+        readonly responseSerialize: (value: AcquireResponse) => Buffer;
+        readonly responseDeserialize: (value: Buffer) => AcquireResponse;
+    };
+    readonly release: {
+        readonly path: "/ratelimit.v1.RateLimitService/Release";
+        readonly requestStream: false;
+        readonly responseStream: false;
+        readonly requestSerialize: (value: ReleaseRequest) => Buffer;
+        readonly requestDeserialize: (value: Buffer) => ReleaseRequest;
+        readonly responseSerialize: (value: ReleaseResponse) => Buffer;
+        readonly responseDeserialize: (value: Buffer) => ReleaseResponse;
+    };
+    readonly renew: {
+        readonly path: "/ratelimit.v1.RateLimitService/Renew";
+        readonly requestStream: false;
+        readonly responseStream: false;
+        readonly requestSerialize: (value: RenewRequest) => Buffer;
+        readonly requestDeserialize: (value: Buffer) => RenewRequest;
+        readonly responseSerialize: (value: RenewResponse) => Buffer;
+        readonly responseDeserialize: (value: Buffer) => RenewResponse;
+    };
 };
 export interface RateLimitServiceServer extends UntypedServiceImplementation {
     shouldRateLimit: handleUnaryCall<ShouldRateLimitRequest, ShouldRateLimitResponse>;
     explain: handleUnaryCall<ExplainRequest, ExplainResponse>;
+    acquire: handleUnaryCall<AcquireRequest, AcquireResponse>;
+    release: handleUnaryCall<ReleaseRequest, ReleaseResponse>;
+    renew: handleUnaryCall<RenewRequest, RenewResponse>;
 }
 export interface RateLimitServiceClient extends Client {
     shouldRateLimit(request: ShouldRateLimitRequest, callback: (error: ServiceError | null, response: ShouldRateLimitResponse) => void): ClientUnaryCall;
@@ -160,6 +234,15 @@ export interface RateLimitServiceClient extends Client {
     explain(request: ExplainRequest, callback: (error: ServiceError | null, response: ExplainResponse) => void): ClientUnaryCall;
     explain(request: ExplainRequest, metadata: Metadata, callback: (error: ServiceError | null, response: ExplainResponse) => void): ClientUnaryCall;
     explain(request: ExplainRequest, metadata: Metadata, options: Partial<CallOptions>, callback: (error: ServiceError | null, response: ExplainResponse) => void): ClientUnaryCall;
+    acquire(request: AcquireRequest, callback: (error: ServiceError | null, response: AcquireResponse) => void): ClientUnaryCall;
+    acquire(request: AcquireRequest, metadata: Metadata, callback: (error: ServiceError | null, response: AcquireResponse) => void): ClientUnaryCall;
+    acquire(request: AcquireRequest, metadata: Metadata, options: Partial<CallOptions>, callback: (error: ServiceError | null, response: AcquireResponse) => void): ClientUnaryCall;
+    release(request: ReleaseRequest, callback: (error: ServiceError | null, response: ReleaseResponse) => void): ClientUnaryCall;
+    release(request: ReleaseRequest, metadata: Metadata, callback: (error: ServiceError | null, response: ReleaseResponse) => void): ClientUnaryCall;
+    release(request: ReleaseRequest, metadata: Metadata, options: Partial<CallOptions>, callback: (error: ServiceError | null, response: ReleaseResponse) => void): ClientUnaryCall;
+    renew(request: RenewRequest, callback: (error: ServiceError | null, response: RenewResponse) => void): ClientUnaryCall;
+    renew(request: RenewRequest, metadata: Metadata, callback: (error: ServiceError | null, response: RenewResponse) => void): ClientUnaryCall;
+    renew(request: RenewRequest, metadata: Metadata, options: Partial<CallOptions>, callback: (error: ServiceError | null, response: RenewResponse) => void): ClientUnaryCall;
 }
 export declare const RateLimitServiceClient: {
     new (address: string, credentials: ChannelCredentials, options?: Partial<ClientOptions>): RateLimitServiceClient;

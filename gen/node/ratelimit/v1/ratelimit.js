@@ -6,7 +6,7 @@
 //   typescript           v5.9.3
 // source: ratelimit/v1/ratelimit.proto
 Object.defineProperty(exports, "__esModule", { value: true });
-exports.RateLimitServiceClient = exports.RateLimitServiceService = exports.LimitExplanation = exports.MatchedRule = exports.DescriptorExplanation = exports.ExplainResponse = exports.ExplainRequest = exports.Header = exports.Limit = exports.DescriptorStatus = exports.ShouldRateLimitResponse = exports.LimitOverride = exports.Entry = exports.Descriptor = exports.ShouldRateLimitRequest = exports.Decision = exports.Algorithm = exports.Code = exports.protobufFileName = exports.protobufPackage = void 0;
+exports.RateLimitServiceClient = exports.RateLimitServiceService = exports.RenewResponse = exports.RenewRequest = exports.ReleaseResponse = exports.ReleaseRequest = exports.Lease = exports.AcquireResponse = exports.AcquireRequest = exports.LimitExplanation = exports.MatchedRule = exports.DescriptorExplanation = exports.ExplainResponse = exports.ExplainRequest = exports.Header = exports.Limit = exports.DescriptorStatus = exports.ShouldRateLimitResponse = exports.LimitOverride = exports.Entry = exports.Descriptor = exports.ShouldRateLimitRequest = exports.Decision = exports.Algorithm = exports.Code = exports.protobufFileName = exports.protobufPackage = void 0;
 exports.codeFromJSON = codeFromJSON;
 exports.codeToJSON = codeToJSON;
 exports.algorithmFromJSON = algorithmFromJSON;
@@ -17,6 +17,7 @@ exports.decisionToJSON = decisionToJSON;
 const wire_1 = require("@bufbuild/protobuf/wire");
 const grpc_js_1 = require("@grpc/grpc-js");
 const duration_1 = require("../../google/protobuf/duration");
+const timestamp_1 = require("../../google/protobuf/timestamp");
 exports.protobufPackage = "ratelimit.v1";
 exports.protobufFileName = "ratelimit/v1/ratelimit.proto";
 var Code;
@@ -64,6 +65,7 @@ var Algorithm;
     Algorithm[Algorithm["ALGORITHM_SLIDING_LOG"] = 3] = "ALGORITHM_SLIDING_LOG";
     Algorithm[Algorithm["ALGORITHM_TOKEN_BUCKET"] = 4] = "ALGORITHM_TOKEN_BUCKET";
     Algorithm[Algorithm["ALGORITHM_GCRA"] = 5] = "ALGORITHM_GCRA";
+    Algorithm[Algorithm["ALGORITHM_CONCURRENCY"] = 6] = "ALGORITHM_CONCURRENCY";
     Algorithm[Algorithm["UNRECOGNIZED"] = -1] = "UNRECOGNIZED";
 })(Algorithm || (exports.Algorithm = Algorithm = {}));
 function algorithmFromJSON(object) {
@@ -86,6 +88,9 @@ function algorithmFromJSON(object) {
         case 5:
         case "ALGORITHM_GCRA":
             return Algorithm.ALGORITHM_GCRA;
+        case 6:
+        case "ALGORITHM_CONCURRENCY":
+            return Algorithm.ALGORITHM_CONCURRENCY;
         case -1:
         case "UNRECOGNIZED":
         default:
@@ -106,6 +111,8 @@ function algorithmToJSON(object) {
             return "ALGORITHM_TOKEN_BUCKET";
         case Algorithm.ALGORITHM_GCRA:
             return "ALGORITHM_GCRA";
+        case Algorithm.ALGORITHM_CONCURRENCY:
+            return "ALGORITHM_CONCURRENCY";
         case Algorithm.UNRECOGNIZED:
         default:
             return "UNRECOGNIZED";
@@ -256,7 +263,7 @@ exports.ShouldRateLimitRequest = {
     },
 };
 function createBaseDescriptor() {
-    return { entries: [], hits: undefined, limit: undefined };
+    return { entries: [], hits: undefined, limit: undefined, giveBack: false };
 }
 exports.Descriptor = {
     encode(message, writer = new wire_1.BinaryWriter()) {
@@ -268,6 +275,9 @@ exports.Descriptor = {
         }
         if (message.limit !== undefined) {
             exports.LimitOverride.encode(message.limit, writer.uint32(26).fork()).join();
+        }
+        if (message.giveBack !== false) {
+            writer.uint32(32).bool(message.giveBack);
         }
         return writer;
     },
@@ -305,6 +315,13 @@ exports.Descriptor = {
                         message.limit = exports.LimitOverride.decode(reader, reader.uint32());
                         continue;
                     }
+                    case 4: {
+                        if (tag !== 32) {
+                            break;
+                        }
+                        message.giveBack = reader.bool();
+                        continue;
+                    }
                 }
                 if ((tag & 7) === 4 || tag === 0) {
                     break;
@@ -322,6 +339,11 @@ exports.Descriptor = {
             entries: globalThis.Array.isArray(object?.entries) ? object.entries.map((e) => exports.Entry.fromJSON(e)) : [],
             hits: isSet(object.hits) ? globalThis.Number(object.hits) : undefined,
             limit: isSet(object.limit) ? exports.LimitOverride.fromJSON(object.limit) : undefined,
+            giveBack: isSet(object.giveBack)
+                ? globalThis.Boolean(object.giveBack)
+                : isSet(object.give_back)
+                    ? globalThis.Boolean(object.give_back)
+                    : false,
         };
     },
     toJSON(message) {
@@ -335,6 +357,9 @@ exports.Descriptor = {
         if (message.limit !== undefined) {
             obj.limit = exports.LimitOverride.toJSON(message.limit);
         }
+        if (message.giveBack !== false) {
+            obj.giveBack = message.giveBack;
+        }
         return obj;
     },
     create(base) {
@@ -347,6 +372,7 @@ exports.Descriptor = {
         message.limit = (object.limit !== undefined && object.limit !== null)
             ? exports.LimitOverride.fromPartial(object.limit)
             : undefined;
+        message.giveBack = object.giveBack ?? false;
         return message;
     },
 };
@@ -1631,6 +1657,681 @@ exports.LimitExplanation = {
         return message;
     },
 };
+function createBaseAcquireRequest() {
+    return { domain: "", descriptors: [], hits: 0 };
+}
+exports.AcquireRequest = {
+    encode(message, writer = new wire_1.BinaryWriter()) {
+        if (message.domain !== "") {
+            writer.uint32(10).string(message.domain);
+        }
+        for (const v of message.descriptors) {
+            exports.Descriptor.encode(v, writer.uint32(18).fork()).join();
+        }
+        if (message.hits !== 0) {
+            writer.uint32(24).uint64(message.hits);
+        }
+        return writer;
+    },
+    decode(input, length) {
+        const reader = input instanceof wire_1.BinaryReader ? input : new wire_1.BinaryReader(input);
+        const previousRecursionDepth = reader.__tsProtoDecodeDepth ?? 0;
+        if (previousRecursionDepth >= 100) {
+            throw new globalThis.Error("protobuf decode recursion limit exceeded");
+        }
+        reader.__tsProtoDecodeDepth = previousRecursionDepth + 1;
+        try {
+            const end = length === undefined ? reader.len : reader.pos + length;
+            const message = createBaseAcquireRequest();
+            while (reader.pos < end) {
+                const tag = reader.uint32();
+                switch (tag >>> 3) {
+                    case 1: {
+                        if (tag !== 10) {
+                            break;
+                        }
+                        message.domain = reader.string();
+                        continue;
+                    }
+                    case 2: {
+                        if (tag !== 18) {
+                            break;
+                        }
+                        message.descriptors.push(exports.Descriptor.decode(reader, reader.uint32()));
+                        continue;
+                    }
+                    case 3: {
+                        if (tag !== 24) {
+                            break;
+                        }
+                        message.hits = longToNumber(reader.uint64());
+                        continue;
+                    }
+                }
+                if ((tag & 7) === 4 || tag === 0) {
+                    break;
+                }
+                reader.skip(tag & 7);
+            }
+            return message;
+        }
+        finally {
+            reader.__tsProtoDecodeDepth = previousRecursionDepth;
+        }
+    },
+    fromJSON(object) {
+        return {
+            domain: isSet(object.domain) ? globalThis.String(object.domain) : "",
+            descriptors: globalThis.Array.isArray(object?.descriptors)
+                ? object.descriptors.map((e) => exports.Descriptor.fromJSON(e))
+                : [],
+            hits: isSet(object.hits) ? globalThis.Number(object.hits) : 0,
+        };
+    },
+    toJSON(message) {
+        const obj = {};
+        if (message.domain !== "") {
+            obj.domain = message.domain;
+        }
+        if (message.descriptors?.length) {
+            obj.descriptors = message.descriptors.map((e) => exports.Descriptor.toJSON(e));
+        }
+        if (message.hits !== 0) {
+            obj.hits = Math.round(message.hits);
+        }
+        return obj;
+    },
+    create(base) {
+        return exports.AcquireRequest.fromPartial(base ?? {});
+    },
+    fromPartial(object) {
+        const message = createBaseAcquireRequest();
+        message.domain = object.domain ?? "";
+        message.descriptors = object.descriptors?.map((e) => exports.Descriptor.fromPartial(e)) || [];
+        message.hits = object.hits ?? 0;
+        return message;
+    },
+};
+function createBaseAcquireResponse() {
+    return { code: 0, statuses: [], headers: [], lease: undefined };
+}
+exports.AcquireResponse = {
+    encode(message, writer = new wire_1.BinaryWriter()) {
+        if (message.code !== 0) {
+            writer.uint32(8).int32(message.code);
+        }
+        for (const v of message.statuses) {
+            exports.DescriptorStatus.encode(v, writer.uint32(18).fork()).join();
+        }
+        for (const v of message.headers) {
+            exports.Header.encode(v, writer.uint32(26).fork()).join();
+        }
+        if (message.lease !== undefined) {
+            exports.Lease.encode(message.lease, writer.uint32(34).fork()).join();
+        }
+        return writer;
+    },
+    decode(input, length) {
+        const reader = input instanceof wire_1.BinaryReader ? input : new wire_1.BinaryReader(input);
+        const previousRecursionDepth = reader.__tsProtoDecodeDepth ?? 0;
+        if (previousRecursionDepth >= 100) {
+            throw new globalThis.Error("protobuf decode recursion limit exceeded");
+        }
+        reader.__tsProtoDecodeDepth = previousRecursionDepth + 1;
+        try {
+            const end = length === undefined ? reader.len : reader.pos + length;
+            const message = createBaseAcquireResponse();
+            while (reader.pos < end) {
+                const tag = reader.uint32();
+                switch (tag >>> 3) {
+                    case 1: {
+                        if (tag !== 8) {
+                            break;
+                        }
+                        message.code = reader.int32();
+                        continue;
+                    }
+                    case 2: {
+                        if (tag !== 18) {
+                            break;
+                        }
+                        message.statuses.push(exports.DescriptorStatus.decode(reader, reader.uint32()));
+                        continue;
+                    }
+                    case 3: {
+                        if (tag !== 26) {
+                            break;
+                        }
+                        message.headers.push(exports.Header.decode(reader, reader.uint32()));
+                        continue;
+                    }
+                    case 4: {
+                        if (tag !== 34) {
+                            break;
+                        }
+                        message.lease = exports.Lease.decode(reader, reader.uint32());
+                        continue;
+                    }
+                }
+                if ((tag & 7) === 4 || tag === 0) {
+                    break;
+                }
+                reader.skip(tag & 7);
+            }
+            return message;
+        }
+        finally {
+            reader.__tsProtoDecodeDepth = previousRecursionDepth;
+        }
+    },
+    fromJSON(object) {
+        return {
+            code: isSet(object.code) ? codeFromJSON(object.code) : 0,
+            statuses: globalThis.Array.isArray(object?.statuses)
+                ? object.statuses.map((e) => exports.DescriptorStatus.fromJSON(e))
+                : [],
+            headers: globalThis.Array.isArray(object?.headers) ? object.headers.map((e) => exports.Header.fromJSON(e)) : [],
+            lease: isSet(object.lease) ? exports.Lease.fromJSON(object.lease) : undefined,
+        };
+    },
+    toJSON(message) {
+        const obj = {};
+        if (message.code !== 0) {
+            obj.code = codeToJSON(message.code);
+        }
+        if (message.statuses?.length) {
+            obj.statuses = message.statuses.map((e) => exports.DescriptorStatus.toJSON(e));
+        }
+        if (message.headers?.length) {
+            obj.headers = message.headers.map((e) => exports.Header.toJSON(e));
+        }
+        if (message.lease !== undefined) {
+            obj.lease = exports.Lease.toJSON(message.lease);
+        }
+        return obj;
+    },
+    create(base) {
+        return exports.AcquireResponse.fromPartial(base ?? {});
+    },
+    fromPartial(object) {
+        const message = createBaseAcquireResponse();
+        message.code = object.code ?? 0;
+        message.statuses = object.statuses?.map((e) => exports.DescriptorStatus.fromPartial(e)) || [];
+        message.headers = object.headers?.map((e) => exports.Header.fromPartial(e)) || [];
+        message.lease = (object.lease !== undefined && object.lease !== null) ? exports.Lease.fromPartial(object.lease) : undefined;
+        return message;
+    },
+};
+function createBaseLease() {
+    return { id: Buffer.alloc(0), expiresAt: undefined };
+}
+exports.Lease = {
+    encode(message, writer = new wire_1.BinaryWriter()) {
+        if (message.id.length !== 0) {
+            writer.uint32(10).bytes(message.id);
+        }
+        if (message.expiresAt !== undefined) {
+            timestamp_1.Timestamp.encode(toTimestamp(message.expiresAt), writer.uint32(18).fork()).join();
+        }
+        return writer;
+    },
+    decode(input, length) {
+        const reader = input instanceof wire_1.BinaryReader ? input : new wire_1.BinaryReader(input);
+        const previousRecursionDepth = reader.__tsProtoDecodeDepth ?? 0;
+        if (previousRecursionDepth >= 100) {
+            throw new globalThis.Error("protobuf decode recursion limit exceeded");
+        }
+        reader.__tsProtoDecodeDepth = previousRecursionDepth + 1;
+        try {
+            const end = length === undefined ? reader.len : reader.pos + length;
+            const message = createBaseLease();
+            while (reader.pos < end) {
+                const tag = reader.uint32();
+                switch (tag >>> 3) {
+                    case 1: {
+                        if (tag !== 10) {
+                            break;
+                        }
+                        message.id = Buffer.from(reader.bytes());
+                        continue;
+                    }
+                    case 2: {
+                        if (tag !== 18) {
+                            break;
+                        }
+                        message.expiresAt = fromTimestamp(timestamp_1.Timestamp.decode(reader, reader.uint32()));
+                        continue;
+                    }
+                }
+                if ((tag & 7) === 4 || tag === 0) {
+                    break;
+                }
+                reader.skip(tag & 7);
+            }
+            return message;
+        }
+        finally {
+            reader.__tsProtoDecodeDepth = previousRecursionDepth;
+        }
+    },
+    fromJSON(object) {
+        return {
+            id: isSet(object.id) ? Buffer.from(bytesFromBase64(object.id)) : Buffer.alloc(0),
+            expiresAt: isSet(object.expiresAt)
+                ? fromJsonTimestamp(object.expiresAt)
+                : isSet(object.expires_at)
+                    ? fromJsonTimestamp(object.expires_at)
+                    : undefined,
+        };
+    },
+    toJSON(message) {
+        const obj = {};
+        if (message.id.length !== 0) {
+            obj.id = base64FromBytes(message.id);
+        }
+        if (message.expiresAt !== undefined) {
+            obj.expiresAt = message.expiresAt.toISOString();
+        }
+        return obj;
+    },
+    create(base) {
+        return exports.Lease.fromPartial(base ?? {});
+    },
+    fromPartial(object) {
+        const message = createBaseLease();
+        message.id = object.id ?? Buffer.alloc(0);
+        message.expiresAt = object.expiresAt ?? undefined;
+        return message;
+    },
+};
+function createBaseReleaseRequest() {
+    return { domain: "", descriptors: [], hits: 0, leaseId: Buffer.alloc(0) };
+}
+exports.ReleaseRequest = {
+    encode(message, writer = new wire_1.BinaryWriter()) {
+        if (message.domain !== "") {
+            writer.uint32(10).string(message.domain);
+        }
+        for (const v of message.descriptors) {
+            exports.Descriptor.encode(v, writer.uint32(18).fork()).join();
+        }
+        if (message.hits !== 0) {
+            writer.uint32(24).uint64(message.hits);
+        }
+        if (message.leaseId.length !== 0) {
+            writer.uint32(34).bytes(message.leaseId);
+        }
+        return writer;
+    },
+    decode(input, length) {
+        const reader = input instanceof wire_1.BinaryReader ? input : new wire_1.BinaryReader(input);
+        const previousRecursionDepth = reader.__tsProtoDecodeDepth ?? 0;
+        if (previousRecursionDepth >= 100) {
+            throw new globalThis.Error("protobuf decode recursion limit exceeded");
+        }
+        reader.__tsProtoDecodeDepth = previousRecursionDepth + 1;
+        try {
+            const end = length === undefined ? reader.len : reader.pos + length;
+            const message = createBaseReleaseRequest();
+            while (reader.pos < end) {
+                const tag = reader.uint32();
+                switch (tag >>> 3) {
+                    case 1: {
+                        if (tag !== 10) {
+                            break;
+                        }
+                        message.domain = reader.string();
+                        continue;
+                    }
+                    case 2: {
+                        if (tag !== 18) {
+                            break;
+                        }
+                        message.descriptors.push(exports.Descriptor.decode(reader, reader.uint32()));
+                        continue;
+                    }
+                    case 3: {
+                        if (tag !== 24) {
+                            break;
+                        }
+                        message.hits = longToNumber(reader.uint64());
+                        continue;
+                    }
+                    case 4: {
+                        if (tag !== 34) {
+                            break;
+                        }
+                        message.leaseId = Buffer.from(reader.bytes());
+                        continue;
+                    }
+                }
+                if ((tag & 7) === 4 || tag === 0) {
+                    break;
+                }
+                reader.skip(tag & 7);
+            }
+            return message;
+        }
+        finally {
+            reader.__tsProtoDecodeDepth = previousRecursionDepth;
+        }
+    },
+    fromJSON(object) {
+        return {
+            domain: isSet(object.domain) ? globalThis.String(object.domain) : "",
+            descriptors: globalThis.Array.isArray(object?.descriptors)
+                ? object.descriptors.map((e) => exports.Descriptor.fromJSON(e))
+                : [],
+            hits: isSet(object.hits) ? globalThis.Number(object.hits) : 0,
+            leaseId: isSet(object.leaseId)
+                ? Buffer.from(bytesFromBase64(object.leaseId))
+                : isSet(object.lease_id)
+                    ? Buffer.from(bytesFromBase64(object.lease_id))
+                    : Buffer.alloc(0),
+        };
+    },
+    toJSON(message) {
+        const obj = {};
+        if (message.domain !== "") {
+            obj.domain = message.domain;
+        }
+        if (message.descriptors?.length) {
+            obj.descriptors = message.descriptors.map((e) => exports.Descriptor.toJSON(e));
+        }
+        if (message.hits !== 0) {
+            obj.hits = Math.round(message.hits);
+        }
+        if (message.leaseId.length !== 0) {
+            obj.leaseId = base64FromBytes(message.leaseId);
+        }
+        return obj;
+    },
+    create(base) {
+        return exports.ReleaseRequest.fromPartial(base ?? {});
+    },
+    fromPartial(object) {
+        const message = createBaseReleaseRequest();
+        message.domain = object.domain ?? "";
+        message.descriptors = object.descriptors?.map((e) => exports.Descriptor.fromPartial(e)) || [];
+        message.hits = object.hits ?? 0;
+        message.leaseId = object.leaseId ?? Buffer.alloc(0);
+        return message;
+    },
+};
+function createBaseReleaseResponse() {
+    return { statuses: [] };
+}
+exports.ReleaseResponse = {
+    encode(message, writer = new wire_1.BinaryWriter()) {
+        for (const v of message.statuses) {
+            exports.DescriptorStatus.encode(v, writer.uint32(10).fork()).join();
+        }
+        return writer;
+    },
+    decode(input, length) {
+        const reader = input instanceof wire_1.BinaryReader ? input : new wire_1.BinaryReader(input);
+        const previousRecursionDepth = reader.__tsProtoDecodeDepth ?? 0;
+        if (previousRecursionDepth >= 100) {
+            throw new globalThis.Error("protobuf decode recursion limit exceeded");
+        }
+        reader.__tsProtoDecodeDepth = previousRecursionDepth + 1;
+        try {
+            const end = length === undefined ? reader.len : reader.pos + length;
+            const message = createBaseReleaseResponse();
+            while (reader.pos < end) {
+                const tag = reader.uint32();
+                switch (tag >>> 3) {
+                    case 1: {
+                        if (tag !== 10) {
+                            break;
+                        }
+                        message.statuses.push(exports.DescriptorStatus.decode(reader, reader.uint32()));
+                        continue;
+                    }
+                }
+                if ((tag & 7) === 4 || tag === 0) {
+                    break;
+                }
+                reader.skip(tag & 7);
+            }
+            return message;
+        }
+        finally {
+            reader.__tsProtoDecodeDepth = previousRecursionDepth;
+        }
+    },
+    fromJSON(object) {
+        return {
+            statuses: globalThis.Array.isArray(object?.statuses)
+                ? object.statuses.map((e) => exports.DescriptorStatus.fromJSON(e))
+                : [],
+        };
+    },
+    toJSON(message) {
+        const obj = {};
+        if (message.statuses?.length) {
+            obj.statuses = message.statuses.map((e) => exports.DescriptorStatus.toJSON(e));
+        }
+        return obj;
+    },
+    create(base) {
+        return exports.ReleaseResponse.fromPartial(base ?? {});
+    },
+    fromPartial(object) {
+        const message = createBaseReleaseResponse();
+        message.statuses = object.statuses?.map((e) => exports.DescriptorStatus.fromPartial(e)) || [];
+        return message;
+    },
+};
+function createBaseRenewRequest() {
+    return { domain: "", descriptors: [], hits: 0, leaseId: Buffer.alloc(0) };
+}
+exports.RenewRequest = {
+    encode(message, writer = new wire_1.BinaryWriter()) {
+        if (message.domain !== "") {
+            writer.uint32(10).string(message.domain);
+        }
+        for (const v of message.descriptors) {
+            exports.Descriptor.encode(v, writer.uint32(18).fork()).join();
+        }
+        if (message.hits !== 0) {
+            writer.uint32(24).uint64(message.hits);
+        }
+        if (message.leaseId.length !== 0) {
+            writer.uint32(34).bytes(message.leaseId);
+        }
+        return writer;
+    },
+    decode(input, length) {
+        const reader = input instanceof wire_1.BinaryReader ? input : new wire_1.BinaryReader(input);
+        const previousRecursionDepth = reader.__tsProtoDecodeDepth ?? 0;
+        if (previousRecursionDepth >= 100) {
+            throw new globalThis.Error("protobuf decode recursion limit exceeded");
+        }
+        reader.__tsProtoDecodeDepth = previousRecursionDepth + 1;
+        try {
+            const end = length === undefined ? reader.len : reader.pos + length;
+            const message = createBaseRenewRequest();
+            while (reader.pos < end) {
+                const tag = reader.uint32();
+                switch (tag >>> 3) {
+                    case 1: {
+                        if (tag !== 10) {
+                            break;
+                        }
+                        message.domain = reader.string();
+                        continue;
+                    }
+                    case 2: {
+                        if (tag !== 18) {
+                            break;
+                        }
+                        message.descriptors.push(exports.Descriptor.decode(reader, reader.uint32()));
+                        continue;
+                    }
+                    case 3: {
+                        if (tag !== 24) {
+                            break;
+                        }
+                        message.hits = longToNumber(reader.uint64());
+                        continue;
+                    }
+                    case 4: {
+                        if (tag !== 34) {
+                            break;
+                        }
+                        message.leaseId = Buffer.from(reader.bytes());
+                        continue;
+                    }
+                }
+                if ((tag & 7) === 4 || tag === 0) {
+                    break;
+                }
+                reader.skip(tag & 7);
+            }
+            return message;
+        }
+        finally {
+            reader.__tsProtoDecodeDepth = previousRecursionDepth;
+        }
+    },
+    fromJSON(object) {
+        return {
+            domain: isSet(object.domain) ? globalThis.String(object.domain) : "",
+            descriptors: globalThis.Array.isArray(object?.descriptors)
+                ? object.descriptors.map((e) => exports.Descriptor.fromJSON(e))
+                : [],
+            hits: isSet(object.hits) ? globalThis.Number(object.hits) : 0,
+            leaseId: isSet(object.leaseId)
+                ? Buffer.from(bytesFromBase64(object.leaseId))
+                : isSet(object.lease_id)
+                    ? Buffer.from(bytesFromBase64(object.lease_id))
+                    : Buffer.alloc(0),
+        };
+    },
+    toJSON(message) {
+        const obj = {};
+        if (message.domain !== "") {
+            obj.domain = message.domain;
+        }
+        if (message.descriptors?.length) {
+            obj.descriptors = message.descriptors.map((e) => exports.Descriptor.toJSON(e));
+        }
+        if (message.hits !== 0) {
+            obj.hits = Math.round(message.hits);
+        }
+        if (message.leaseId.length !== 0) {
+            obj.leaseId = base64FromBytes(message.leaseId);
+        }
+        return obj;
+    },
+    create(base) {
+        return exports.RenewRequest.fromPartial(base ?? {});
+    },
+    fromPartial(object) {
+        const message = createBaseRenewRequest();
+        message.domain = object.domain ?? "";
+        message.descriptors = object.descriptors?.map((e) => exports.Descriptor.fromPartial(e)) || [];
+        message.hits = object.hits ?? 0;
+        message.leaseId = object.leaseId ?? Buffer.alloc(0);
+        return message;
+    },
+};
+function createBaseRenewResponse() {
+    return { code: 0, statuses: [], lease: undefined };
+}
+exports.RenewResponse = {
+    encode(message, writer = new wire_1.BinaryWriter()) {
+        if (message.code !== 0) {
+            writer.uint32(8).int32(message.code);
+        }
+        for (const v of message.statuses) {
+            exports.DescriptorStatus.encode(v, writer.uint32(18).fork()).join();
+        }
+        if (message.lease !== undefined) {
+            exports.Lease.encode(message.lease, writer.uint32(26).fork()).join();
+        }
+        return writer;
+    },
+    decode(input, length) {
+        const reader = input instanceof wire_1.BinaryReader ? input : new wire_1.BinaryReader(input);
+        const previousRecursionDepth = reader.__tsProtoDecodeDepth ?? 0;
+        if (previousRecursionDepth >= 100) {
+            throw new globalThis.Error("protobuf decode recursion limit exceeded");
+        }
+        reader.__tsProtoDecodeDepth = previousRecursionDepth + 1;
+        try {
+            const end = length === undefined ? reader.len : reader.pos + length;
+            const message = createBaseRenewResponse();
+            while (reader.pos < end) {
+                const tag = reader.uint32();
+                switch (tag >>> 3) {
+                    case 1: {
+                        if (tag !== 8) {
+                            break;
+                        }
+                        message.code = reader.int32();
+                        continue;
+                    }
+                    case 2: {
+                        if (tag !== 18) {
+                            break;
+                        }
+                        message.statuses.push(exports.DescriptorStatus.decode(reader, reader.uint32()));
+                        continue;
+                    }
+                    case 3: {
+                        if (tag !== 26) {
+                            break;
+                        }
+                        message.lease = exports.Lease.decode(reader, reader.uint32());
+                        continue;
+                    }
+                }
+                if ((tag & 7) === 4 || tag === 0) {
+                    break;
+                }
+                reader.skip(tag & 7);
+            }
+            return message;
+        }
+        finally {
+            reader.__tsProtoDecodeDepth = previousRecursionDepth;
+        }
+    },
+    fromJSON(object) {
+        return {
+            code: isSet(object.code) ? codeFromJSON(object.code) : 0,
+            statuses: globalThis.Array.isArray(object?.statuses)
+                ? object.statuses.map((e) => exports.DescriptorStatus.fromJSON(e))
+                : [],
+            lease: isSet(object.lease) ? exports.Lease.fromJSON(object.lease) : undefined,
+        };
+    },
+    toJSON(message) {
+        const obj = {};
+        if (message.code !== 0) {
+            obj.code = codeToJSON(message.code);
+        }
+        if (message.statuses?.length) {
+            obj.statuses = message.statuses.map((e) => exports.DescriptorStatus.toJSON(e));
+        }
+        if (message.lease !== undefined) {
+            obj.lease = exports.Lease.toJSON(message.lease);
+        }
+        return obj;
+    },
+    create(base) {
+        return exports.RenewResponse.fromPartial(base ?? {});
+    },
+    fromPartial(object) {
+        const message = createBaseRenewResponse();
+        message.code = object.code ?? 0;
+        message.statuses = object.statuses?.map((e) => exports.DescriptorStatus.fromPartial(e)) || [];
+        message.lease = (object.lease !== undefined && object.lease !== null) ? exports.Lease.fromPartial(object.lease) : undefined;
+        return message;
+    },
+};
 exports.RateLimitServiceService = {
     shouldRateLimit: {
         path: "/ratelimit.v1.RateLimitService/ShouldRateLimit",
@@ -1650,6 +2351,33 @@ exports.RateLimitServiceService = {
         responseSerialize: (value) => Buffer.from(exports.ExplainResponse.encode(value).finish()),
         responseDeserialize: (value) => exports.ExplainResponse.decode(value),
     },
+    acquire: {
+        path: "/ratelimit.v1.RateLimitService/Acquire",
+        requestStream: false,
+        responseStream: false,
+        requestSerialize: (value) => Buffer.from(exports.AcquireRequest.encode(value).finish()),
+        requestDeserialize: (value) => exports.AcquireRequest.decode(value),
+        responseSerialize: (value) => Buffer.from(exports.AcquireResponse.encode(value).finish()),
+        responseDeserialize: (value) => exports.AcquireResponse.decode(value),
+    },
+    release: {
+        path: "/ratelimit.v1.RateLimitService/Release",
+        requestStream: false,
+        responseStream: false,
+        requestSerialize: (value) => Buffer.from(exports.ReleaseRequest.encode(value).finish()),
+        requestDeserialize: (value) => exports.ReleaseRequest.decode(value),
+        responseSerialize: (value) => Buffer.from(exports.ReleaseResponse.encode(value).finish()),
+        responseDeserialize: (value) => exports.ReleaseResponse.decode(value),
+    },
+    renew: {
+        path: "/ratelimit.v1.RateLimitService/Renew",
+        requestStream: false,
+        responseStream: false,
+        requestSerialize: (value) => Buffer.from(exports.RenewRequest.encode(value).finish()),
+        requestDeserialize: (value) => exports.RenewRequest.decode(value),
+        responseSerialize: (value) => Buffer.from(exports.RenewResponse.encode(value).finish()),
+        responseDeserialize: (value) => exports.RenewResponse.decode(value),
+    },
 };
 exports.RateLimitServiceClient = (0, grpc_js_1.makeGenericClientConstructor)(exports.RateLimitServiceService, "ratelimit.v1.RateLimitService");
 function bytesFromBase64(b64) {
@@ -1657,6 +2385,27 @@ function bytesFromBase64(b64) {
 }
 function base64FromBytes(arr) {
     return globalThis.Buffer.from(arr).toString("base64");
+}
+function toTimestamp(date) {
+    const seconds = Math.trunc(date.getTime() / 1000);
+    const nanos = (date.getTime() % 1000) * 1000000;
+    return { seconds, nanos };
+}
+function fromTimestamp(t) {
+    let millis = (t.seconds || 0) * 1000;
+    millis += (t.nanos || 0) / 1000000;
+    return new globalThis.Date(millis);
+}
+function fromJsonTimestamp(o) {
+    if (o instanceof globalThis.Date) {
+        return o;
+    }
+    else if (typeof o === "string") {
+        return new globalThis.Date(o);
+    }
+    else {
+        return fromTimestamp(timestamp_1.Timestamp.fromJSON(o));
+    }
 }
 function longToNumber(int64) {
     const num = globalThis.Number(int64.toString());

@@ -13,9 +13,10 @@ _sym_db = _symbol_database.Default()
 
 
 from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb2
+from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1cratelimit/v1/ratelimit.proto\x12\x0cratelimit.v1\x1a\x1egoogle/protobuf/duration.proto\"\x80\x01\n\x16ShouldRateLimitRequest\x12\x16\n\x06\x64omain\x18\x01 \x01(\tR\x06\x64omain\x12:\n\x0b\x64\x65scriptors\x18\x02 \x03(\x0b\x32\x18.ratelimit.v1.DescriptorR\x0b\x64\x65scriptors\x12\x12\n\x04hits\x18\x03 \x01(\x04R\x04hits\"\x90\x01\n\nDescriptor\x12-\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x13.ratelimit.v1.EntryR\x07\x65ntries\x12\x17\n\x04hits\x18\x02 \x01(\x04H\x00R\x04hits\x88\x01\x01\x12\x31\n\x05limit\x18\x03 \x01(\x0b\x32\x1b.ratelimit.v1.LimitOverrideR\x05limitB\x07\n\x05_hits\"o\n\x05\x45ntry\x12\x10\n\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n\x05value\x18\x02 \x01(\tR\x05value\x12\x1b\n\traw_value\x18\x03 \x01(\x0cR\x08rawValue\x12!\n\x0cvalue_sha256\x18\x04 \x01(\x0cR\x0bvalueSha256\"^\n\rLimitOverride\x12\x1a\n\x08requests\x18\x01 \x01(\rR\x08requests\x12\x31\n\x06window\x18\x02 \x01(\x0b\x32\x19.google.protobuf.DurationR\x06window\"\xad\x01\n\x17ShouldRateLimitResponse\x12&\n\x04\x63ode\x18\x01 \x01(\x0e\x32\x12.ratelimit.v1.CodeR\x04\x63ode\x12:\n\x08statuses\x18\x02 \x03(\x0b\x32\x1e.ratelimit.v1.DescriptorStatusR\x08statuses\x12.\n\x07headers\x18\x03 \x03(\x0b\x32\x14.ratelimit.v1.HeaderR\x07headers\"\x99\x02\n\x10\x44\x65scriptorStatus\x12&\n\x04\x63ode\x18\x01 \x01(\x0e\x32\x12.ratelimit.v1.CodeR\x04\x63ode\x12)\n\x05limit\x18\x02 \x01(\x0b\x32\x13.ratelimit.v1.LimitR\x05limit\x12\x1c\n\tremaining\x18\x03 \x01(\x04R\tremaining\x12:\n\x0breset_after\x18\x04 \x01(\x0b\x32\x19.google.protobuf.DurationR\nresetAfter\x12:\n\x0bretry_after\x18\x05 \x01(\x0b\x32\x19.google.protobuf.DurationR\nretryAfter\x12\x1c\n\tunlimited\x18\x06 \x01(\x08R\tunlimited\"\xb7\x01\n\x05Limit\x12\x1a\n\x08requests\x18\x01 \x01(\rR\x08requests\x12\x31\n\x06window\x18\x02 \x01(\x0b\x32\x19.google.protobuf.DurationR\x06window\x12\x35\n\talgorithm\x18\x03 \x01(\x0e\x32\x17.ratelimit.v1.AlgorithmR\talgorithm\x12\x12\n\x04name\x18\x04 \x01(\tR\x04name\x12\x14\n\x05\x62urst\x18\x05 \x01(\rR\x05\x62urst\"2\n\x06Header\x12\x12\n\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n\x05value\x18\x02 \x01(\tR\x05value\"P\n\x0e\x45xplainRequest\x12>\n\x07request\x18\x01 \x01(\x0b\x32$.ratelimit.v1.ShouldRateLimitRequestR\x07request\"\xa1\x01\n\x0f\x45xplainResponse\x12&\n\x04\x63ode\x18\x01 \x01(\x0e\x32\x12.ratelimit.v1.CodeR\x04\x63ode\x12\x45\n\x0b\x64\x65scriptors\x18\x02 \x03(\x0b\x32#.ratelimit.v1.DescriptorExplanationR\x0b\x64\x65scriptors\x12\x1f\n\x0bshadow_mode\x18\x03 \x01(\x08R\nshadowMode\"\xdc\x02\n\x15\x44\x65scriptorExplanation\x12-\n\x04rule\x18\x01 \x01(\x0b\x32\x19.ratelimit.v1.MatchedRuleR\x04rule\x12\x32\n\x08\x64\x65\x63ision\x18\x02 \x01(\x0e\x32\x16.ratelimit.v1.DecisionR\x08\x64\x65\x63ision\x12\x1c\n\tunlimited\x18\x03 \x01(\x08R\tunlimited\x12\x1f\n\x0bshadow_mode\x18\x04 \x01(\x08R\nshadowMode\x12\x1d\n\nquota_mode\x18\x05 \x01(\x08R\tquotaMode\x12\x1a\n\x08replaces\x18\x06 \x03(\tR\x08replaces\x12\x1a\n\x08override\x18\x07 \x01(\x08R\x08override\x12\x12\n\x04hits\x18\x08 \x01(\x04R\x04hits\x12\x36\n\x06limits\x18\t \x03(\x0b\x32\x1e.ratelimit.v1.LimitExplanationR\x06limits\"I\n\x0bMatchedRule\x12\x12\n\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n\x04\x66ile\x18\x02 \x01(\tR\x04\x66ile\x12\x12\n\x04line\x18\x03 \x01(\rR\x04line\"\xaa\x02\n\x10LimitExplanation\x12)\n\x05limit\x18\x01 \x01(\x0b\x32\x13.ratelimit.v1.LimitR\x05limit\x12\x1a\n\x08replaced\x18\x02 \x01(\x08R\x08replaced\x12\x18\n\x07\x63ounter\x18\x03 \x01(\tR\x07\x63ounter\x12\x1c\n\tremaining\x18\x04 \x01(\x04R\tremaining\x12:\n\x0breset_after\x18\x05 \x01(\x0b\x32\x19.google.protobuf.DurationR\nresetAfter\x12\x1f\n\x0bwould_admit\x18\x06 \x01(\x08R\nwouldAdmit\x12:\n\x0bretry_after\x18\x07 \x01(\x0b\x32\x19.google.protobuf.DurationR\nretryAfter*>\n\x04\x43ode\x12\x14\n\x10\x43ODE_UNSPECIFIED\x10\x00\x12\x0b\n\x07\x43ODE_OK\x10\x01\x12\x13\n\x0f\x43ODE_OVER_LIMIT\x10\x02*\xab\x01\n\tAlgorithm\x12\x19\n\x15\x41LGORITHM_UNSPECIFIED\x10\x00\x12\x1c\n\x18\x41LGORITHM_SLIDING_WINDOW\x10\x01\x12\x1a\n\x16\x41LGORITHM_FIXED_WINDOW\x10\x02\x12\x19\n\x15\x41LGORITHM_SLIDING_LOG\x10\x03\x12\x1a\n\x16\x41LGORITHM_TOKEN_BUCKET\x10\x04\x12\x12\n\x0e\x41LGORITHM_GCRA\x10\x05*|\n\x08\x44\x65\x63ision\x12\x18\n\x14\x44\x45\x43ISION_UNSPECIFIED\x10\x00\x12\x0f\n\x0b\x44\x45\x43ISION_OK\x10\x01\x12\x17\n\x13\x44\x45\x43ISION_OVER_LIMIT\x10\x02\x12\x16\n\x12\x44\x45\x43ISION_UNLIMITED\x10\x03\x12\x14\n\x10\x44\x45\x43ISION_NO_RULE\x10\x04\x32\xba\x01\n\x10RateLimitService\x12^\n\x0fShouldRateLimit\x12$.ratelimit.v1.ShouldRateLimitRequest\x1a%.ratelimit.v1.ShouldRateLimitResponse\x12\x46\n\x07\x45xplain\x12\x1c.ratelimit.v1.ExplainRequest\x1a\x1d.ratelimit.v1.ExplainResponseB\xb2\x01\n\x10\x63om.ratelimit.v1B\x0eRatelimitProtoP\x01Z=github.com/ratelimitd/ratelimitd/gen/ratelimit/v1;ratelimitv1\xa2\x02\x03RXX\xaa\x02\x0cRatelimit.V1\xca\x02\x0cRatelimit\\V1\xe2\x02\x18Ratelimit\\V1\\GPBMetadata\xea\x02\rRatelimit::V1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1cratelimit/v1/ratelimit.proto\x12\x0cratelimit.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x80\x01\n\x16ShouldRateLimitRequest\x12\x16\n\x06\x64omain\x18\x01 \x01(\tR\x06\x64omain\x12:\n\x0b\x64\x65scriptors\x18\x02 \x03(\x0b\x32\x18.ratelimit.v1.DescriptorR\x0b\x64\x65scriptors\x12\x12\n\x04hits\x18\x03 \x01(\x04R\x04hits\"\xad\x01\n\nDescriptor\x12-\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x13.ratelimit.v1.EntryR\x07\x65ntries\x12\x17\n\x04hits\x18\x02 \x01(\x04H\x00R\x04hits\x88\x01\x01\x12\x31\n\x05limit\x18\x03 \x01(\x0b\x32\x1b.ratelimit.v1.LimitOverrideR\x05limit\x12\x1b\n\tgive_back\x18\x04 \x01(\x08R\x08giveBackB\x07\n\x05_hits\"o\n\x05\x45ntry\x12\x10\n\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n\x05value\x18\x02 \x01(\tR\x05value\x12\x1b\n\traw_value\x18\x03 \x01(\x0cR\x08rawValue\x12!\n\x0cvalue_sha256\x18\x04 \x01(\x0cR\x0bvalueSha256\"^\n\rLimitOverride\x12\x1a\n\x08requests\x18\x01 \x01(\rR\x08requests\x12\x31\n\x06window\x18\x02 \x01(\x0b\x32\x19.google.protobuf.DurationR\x06window\"\xad\x01\n\x17ShouldRateLimitResponse\x12&\n\x04\x63ode\x18\x01 \x01(\x0e\x32\x12.ratelimit.v1.CodeR\x04\x63ode\x12:\n\x08statuses\x18\x02 \x03(\x0b\x32\x1e.ratelimit.v1.DescriptorStatusR\x08statuses\x12.\n\x07headers\x18\x03 \x03(\x0b\x32\x14.ratelimit.v1.HeaderR\x07headers\"\x99\x02\n\x10\x44\x65scriptorStatus\x12&\n\x04\x63ode\x18\x01 \x01(\x0e\x32\x12.ratelimit.v1.CodeR\x04\x63ode\x12)\n\x05limit\x18\x02 \x01(\x0b\x32\x13.ratelimit.v1.LimitR\x05limit\x12\x1c\n\tremaining\x18\x03 \x01(\x04R\tremaining\x12:\n\x0breset_after\x18\x04 \x01(\x0b\x32\x19.google.protobuf.DurationR\nresetAfter\x12:\n\x0bretry_after\x18\x05 \x01(\x0b\x32\x19.google.protobuf.DurationR\nretryAfter\x12\x1c\n\tunlimited\x18\x06 \x01(\x08R\tunlimited\"\xb7\x01\n\x05Limit\x12\x1a\n\x08requests\x18\x01 \x01(\rR\x08requests\x12\x31\n\x06window\x18\x02 \x01(\x0b\x32\x19.google.protobuf.DurationR\x06window\x12\x35\n\talgorithm\x18\x03 \x01(\x0e\x32\x17.ratelimit.v1.AlgorithmR\talgorithm\x12\x12\n\x04name\x18\x04 \x01(\tR\x04name\x12\x14\n\x05\x62urst\x18\x05 \x01(\rR\x05\x62urst\"2\n\x06Header\x12\x12\n\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n\x05value\x18\x02 \x01(\tR\x05value\"P\n\x0e\x45xplainRequest\x12>\n\x07request\x18\x01 \x01(\x0b\x32$.ratelimit.v1.ShouldRateLimitRequestR\x07request\"\xa1\x01\n\x0f\x45xplainResponse\x12&\n\x04\x63ode\x18\x01 \x01(\x0e\x32\x12.ratelimit.v1.CodeR\x04\x63ode\x12\x45\n\x0b\x64\x65scriptors\x18\x02 \x03(\x0b\x32#.ratelimit.v1.DescriptorExplanationR\x0b\x64\x65scriptors\x12\x1f\n\x0bshadow_mode\x18\x03 \x01(\x08R\nshadowMode\"\xdc\x02\n\x15\x44\x65scriptorExplanation\x12-\n\x04rule\x18\x01 \x01(\x0b\x32\x19.ratelimit.v1.MatchedRuleR\x04rule\x12\x32\n\x08\x64\x65\x63ision\x18\x02 \x01(\x0e\x32\x16.ratelimit.v1.DecisionR\x08\x64\x65\x63ision\x12\x1c\n\tunlimited\x18\x03 \x01(\x08R\tunlimited\x12\x1f\n\x0bshadow_mode\x18\x04 \x01(\x08R\nshadowMode\x12\x1d\n\nquota_mode\x18\x05 \x01(\x08R\tquotaMode\x12\x1a\n\x08replaces\x18\x06 \x03(\tR\x08replaces\x12\x1a\n\x08override\x18\x07 \x01(\x08R\x08override\x12\x12\n\x04hits\x18\x08 \x01(\x04R\x04hits\x12\x36\n\x06limits\x18\t \x03(\x0b\x32\x1e.ratelimit.v1.LimitExplanationR\x06limits\"I\n\x0bMatchedRule\x12\x12\n\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n\x04\x66ile\x18\x02 \x01(\tR\x04\x66ile\x12\x12\n\x04line\x18\x03 \x01(\rR\x04line\"\xaa\x02\n\x10LimitExplanation\x12)\n\x05limit\x18\x01 \x01(\x0b\x32\x13.ratelimit.v1.LimitR\x05limit\x12\x1a\n\x08replaced\x18\x02 \x01(\x08R\x08replaced\x12\x18\n\x07\x63ounter\x18\x03 \x01(\tR\x07\x63ounter\x12\x1c\n\tremaining\x18\x04 \x01(\x04R\tremaining\x12:\n\x0breset_after\x18\x05 \x01(\x0b\x32\x19.google.protobuf.DurationR\nresetAfter\x12\x1f\n\x0bwould_admit\x18\x06 \x01(\x08R\nwouldAdmit\x12:\n\x0bretry_after\x18\x07 \x01(\x0b\x32\x19.google.protobuf.DurationR\nretryAfter\"x\n\x0e\x41\x63quireRequest\x12\x16\n\x06\x64omain\x18\x01 \x01(\tR\x06\x64omain\x12:\n\x0b\x64\x65scriptors\x18\x02 \x03(\x0b\x32\x18.ratelimit.v1.DescriptorR\x0b\x64\x65scriptors\x12\x12\n\x04hits\x18\x03 \x01(\x04R\x04hits\"\xd0\x01\n\x0f\x41\x63quireResponse\x12&\n\x04\x63ode\x18\x01 \x01(\x0e\x32\x12.ratelimit.v1.CodeR\x04\x63ode\x12:\n\x08statuses\x18\x02 \x03(\x0b\x32\x1e.ratelimit.v1.DescriptorStatusR\x08statuses\x12.\n\x07headers\x18\x03 \x03(\x0b\x32\x14.ratelimit.v1.HeaderR\x07headers\x12)\n\x05lease\x18\x04 \x01(\x0b\x32\x13.ratelimit.v1.LeaseR\x05lease\"R\n\x05Lease\x12\x0e\n\x02id\x18\x01 \x01(\x0cR\x02id\x12\x39\n\nexpires_at\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.TimestampR\texpiresAt\"\x93\x01\n\x0eReleaseRequest\x12\x16\n\x06\x64omain\x18\x01 \x01(\tR\x06\x64omain\x12:\n\x0b\x64\x65scriptors\x18\x02 \x03(\x0b\x32\x18.ratelimit.v1.DescriptorR\x0b\x64\x65scriptors\x12\x12\n\x04hits\x18\x03 \x01(\x04R\x04hits\x12\x19\n\x08lease_id\x18\x04 \x01(\x0cR\x07leaseId\"M\n\x0fReleaseResponse\x12:\n\x08statuses\x18\x01 \x03(\x0b\x32\x1e.ratelimit.v1.DescriptorStatusR\x08statuses\"\x91\x01\n\x0cRenewRequest\x12\x16\n\x06\x64omain\x18\x01 \x01(\tR\x06\x64omain\x12:\n\x0b\x64\x65scriptors\x18\x02 \x03(\x0b\x32\x18.ratelimit.v1.DescriptorR\x0b\x64\x65scriptors\x12\x12\n\x04hits\x18\x03 \x01(\x04R\x04hits\x12\x19\n\x08lease_id\x18\x04 \x01(\x0cR\x07leaseId\"\x9e\x01\n\rRenewResponse\x12&\n\x04\x63ode\x18\x01 \x01(\x0e\x32\x12.ratelimit.v1.CodeR\x04\x63ode\x12:\n\x08statuses\x18\x02 \x03(\x0b\x32\x1e.ratelimit.v1.DescriptorStatusR\x08statuses\x12)\n\x05lease\x18\x03 \x01(\x0b\x32\x13.ratelimit.v1.LeaseR\x05lease*>\n\x04\x43ode\x12\x14\n\x10\x43ODE_UNSPECIFIED\x10\x00\x12\x0b\n\x07\x43ODE_OK\x10\x01\x12\x13\n\x0f\x43ODE_OVER_LIMIT\x10\x02*\xc6\x01\n\tAlgorithm\x12\x19\n\x15\x41LGORITHM_UNSPECIFIED\x10\x00\x12\x1c\n\x18\x41LGORITHM_SLIDING_WINDOW\x10\x01\x12\x1a\n\x16\x41LGORITHM_FIXED_WINDOW\x10\x02\x12\x19\n\x15\x41LGORITHM_SLIDING_LOG\x10\x03\x12\x1a\n\x16\x41LGORITHM_TOKEN_BUCKET\x10\x04\x12\x12\n\x0e\x41LGORITHM_GCRA\x10\x05\x12\x19\n\x15\x41LGORITHM_CONCURRENCY\x10\x06*|\n\x08\x44\x65\x63ision\x12\x18\n\x14\x44\x45\x43ISION_UNSPECIFIED\x10\x00\x12\x0f\n\x0b\x44\x45\x43ISION_OK\x10\x01\x12\x17\n\x13\x44\x45\x43ISION_OVER_LIMIT\x10\x02\x12\x16\n\x12\x44\x45\x43ISION_UNLIMITED\x10\x03\x12\x14\n\x10\x44\x45\x43ISION_NO_RULE\x10\x04\x32\x8c\x03\n\x10RateLimitService\x12^\n\x0fShouldRateLimit\x12$.ratelimit.v1.ShouldRateLimitRequest\x1a%.ratelimit.v1.ShouldRateLimitResponse\x12\x46\n\x07\x45xplain\x12\x1c.ratelimit.v1.ExplainRequest\x1a\x1d.ratelimit.v1.ExplainResponse\x12\x46\n\x07\x41\x63quire\x12\x1c.ratelimit.v1.AcquireRequest\x1a\x1d.ratelimit.v1.AcquireResponse\x12\x46\n\x07Release\x12\x1c.ratelimit.v1.ReleaseRequest\x1a\x1d.ratelimit.v1.ReleaseResponse\x12@\n\x05Renew\x12\x1a.ratelimit.v1.RenewRequest\x1a\x1b.ratelimit.v1.RenewResponseB\xb2\x01\n\x10\x63om.ratelimit.v1B\x0eRatelimitProtoP\x01Z=github.com/ratelimitd/ratelimitd/gen/ratelimit/v1;ratelimitv1\xa2\x02\x03RXX\xaa\x02\x0cRatelimit.V1\xca\x02\x0cRatelimit\\V1\xe2\x02\x18Ratelimit\\V1\\GPBMetadata\xea\x02\rRatelimit::V1b\x06proto3')
 
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, globals())
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'ratelimitd.proto.ratelimit.v1.ratelimit_pb2', globals())
@@ -23,38 +24,52 @@ if _descriptor._USE_C_DESCRIPTORS == False:
 
   DESCRIPTOR._options = None
   DESCRIPTOR._serialized_options = b'\n\020com.ratelimit.v1B\016RatelimitProtoP\001Z=github.com/ratelimitd/ratelimitd/gen/ratelimit/v1;ratelimitv1\242\002\003RXX\252\002\014Ratelimit.V1\312\002\014Ratelimit\\V1\342\002\030Ratelimit\\V1\\GPBMetadata\352\002\rRatelimit::V1'
-  _CODE._serialized_start=2236
-  _CODE._serialized_end=2298
-  _ALGORITHM._serialized_start=2301
-  _ALGORITHM._serialized_end=2472
-  _DECISION._serialized_start=2474
-  _DECISION._serialized_end=2598
-  _SHOULDRATELIMITREQUEST._serialized_start=79
-  _SHOULDRATELIMITREQUEST._serialized_end=207
-  _DESCRIPTOR._serialized_start=210
-  _DESCRIPTOR._serialized_end=354
-  _ENTRY._serialized_start=356
-  _ENTRY._serialized_end=467
-  _LIMITOVERRIDE._serialized_start=469
-  _LIMITOVERRIDE._serialized_end=563
-  _SHOULDRATELIMITRESPONSE._serialized_start=566
-  _SHOULDRATELIMITRESPONSE._serialized_end=739
-  _DESCRIPTORSTATUS._serialized_start=742
-  _DESCRIPTORSTATUS._serialized_end=1023
-  _LIMIT._serialized_start=1026
-  _LIMIT._serialized_end=1209
-  _HEADER._serialized_start=1211
-  _HEADER._serialized_end=1261
-  _EXPLAINREQUEST._serialized_start=1263
-  _EXPLAINREQUEST._serialized_end=1343
-  _EXPLAINRESPONSE._serialized_start=1346
-  _EXPLAINRESPONSE._serialized_end=1507
-  _DESCRIPTOREXPLANATION._serialized_start=1510
-  _DESCRIPTOREXPLANATION._serialized_end=1858
-  _MATCHEDRULE._serialized_start=1860
-  _MATCHEDRULE._serialized_end=1933
-  _LIMITEXPLANATION._serialized_start=1936
-  _LIMITEXPLANATION._serialized_end=2234
-  _RATELIMITSERVICE._serialized_start=2601
-  _RATELIMITSERVICE._serialized_end=2787
+  _CODE._serialized_start=3253
+  _CODE._serialized_end=3315
+  _ALGORITHM._serialized_start=3318
+  _ALGORITHM._serialized_end=3516
+  _DECISION._serialized_start=3518
+  _DECISION._serialized_end=3642
+  _SHOULDRATELIMITREQUEST._serialized_start=112
+  _SHOULDRATELIMITREQUEST._serialized_end=240
+  _DESCRIPTOR._serialized_start=243
+  _DESCRIPTOR._serialized_end=416
+  _ENTRY._serialized_start=418
+  _ENTRY._serialized_end=529
+  _LIMITOVERRIDE._serialized_start=531
+  _LIMITOVERRIDE._serialized_end=625
+  _SHOULDRATELIMITRESPONSE._serialized_start=628
+  _SHOULDRATELIMITRESPONSE._serialized_end=801
+  _DESCRIPTORSTATUS._serialized_start=804
+  _DESCRIPTORSTATUS._serialized_end=1085
+  _LIMIT._serialized_start=1088
+  _LIMIT._serialized_end=1271
+  _HEADER._serialized_start=1273
+  _HEADER._serialized_end=1323
+  _EXPLAINREQUEST._serialized_start=1325
+  _EXPLAINREQUEST._serialized_end=1405
+  _EXPLAINRESPONSE._serialized_start=1408
+  _EXPLAINRESPONSE._serialized_end=1569
+  _DESCRIPTOREXPLANATION._serialized_start=1572
+  _DESCRIPTOREXPLANATION._serialized_end=1920
+  _MATCHEDRULE._serialized_start=1922
+  _MATCHEDRULE._serialized_end=1995
+  _LIMITEXPLANATION._serialized_start=1998
+  _LIMITEXPLANATION._serialized_end=2296
+  _ACQUIREREQUEST._serialized_start=2298
+  _ACQUIREREQUEST._serialized_end=2418
+  _ACQUIRERESPONSE._serialized_start=2421
+  _ACQUIRERESPONSE._serialized_end=2629
+  _LEASE._serialized_start=2631
+  _LEASE._serialized_end=2713
+  _RELEASEREQUEST._serialized_start=2716
+  _RELEASEREQUEST._serialized_end=2863
+  _RELEASERESPONSE._serialized_start=2865
+  _RELEASERESPONSE._serialized_end=2942
+  _RENEWREQUEST._serialized_start=2945
+  _RENEWREQUEST._serialized_end=3090
+  _RENEWRESPONSE._serialized_start=3093
+  _RENEWRESPONSE._serialized_end=3251
+  _RATELIMITSERVICE._serialized_start=3645
+  _RATELIMITSERVICE._serialized_end=4041
 # @@protoc_insertion_point(module_scope)

@@ -1,11 +1,13 @@
 from google.protobuf import duration_pb2 as _duration_pb2
 # ratelimitd: made by .ci/generate-python with protoc 3.21.12 and grpc_python_plugin 1.51.1; nested under ratelimitd.proto.
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from typing import ClassVar as _ClassVar, Iterable as _Iterable, Mapping as _Mapping, Optional as _Optional, Union as _Union
 
+ALGORITHM_CONCURRENCY: Algorithm
 ALGORITHM_FIXED_WINDOW: Algorithm
 ALGORITHM_GCRA: Algorithm
 ALGORITHM_SLIDING_LOG: Algorithm
@@ -22,15 +24,39 @@ DECISION_UNLIMITED: Decision
 DECISION_UNSPECIFIED: Decision
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class AcquireRequest(_message.Message):
+    __slots__ = ["descriptors", "domain", "hits"]
+    DESCRIPTORS_FIELD_NUMBER: _ClassVar[int]
+    DOMAIN_FIELD_NUMBER: _ClassVar[int]
+    HITS_FIELD_NUMBER: _ClassVar[int]
+    descriptors: _containers.RepeatedCompositeFieldContainer[Descriptor]
+    domain: str
+    hits: int
+    def __init__(self, domain: _Optional[str] = ..., descriptors: _Optional[_Iterable[_Union[Descriptor, _Mapping]]] = ..., hits: _Optional[int] = ...) -> None: ...
+
+class AcquireResponse(_message.Message):
+    __slots__ = ["code", "headers", "lease", "statuses"]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    HEADERS_FIELD_NUMBER: _ClassVar[int]
+    LEASE_FIELD_NUMBER: _ClassVar[int]
+    STATUSES_FIELD_NUMBER: _ClassVar[int]
+    code: Code
+    headers: _containers.RepeatedCompositeFieldContainer[Header]
+    lease: Lease
+    statuses: _containers.RepeatedCompositeFieldContainer[DescriptorStatus]
+    def __init__(self, code: _Optional[_Union[Code, str]] = ..., statuses: _Optional[_Iterable[_Union[DescriptorStatus, _Mapping]]] = ..., headers: _Optional[_Iterable[_Union[Header, _Mapping]]] = ..., lease: _Optional[_Union[Lease, _Mapping]] = ...) -> None: ...
+
 class Descriptor(_message.Message):
-    __slots__ = ["entries", "hits", "limit"]
+    __slots__ = ["entries", "give_back", "hits", "limit"]
     ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    GIVE_BACK_FIELD_NUMBER: _ClassVar[int]
     HITS_FIELD_NUMBER: _ClassVar[int]
     LIMIT_FIELD_NUMBER: _ClassVar[int]
     entries: _containers.RepeatedCompositeFieldContainer[Entry]
+    give_back: bool
     hits: int
     limit: LimitOverride
-    def __init__(self, entries: _Optional[_Iterable[_Union[Entry, _Mapping]]] = ..., hits: _Optional[int] = ..., limit: _Optional[_Union[LimitOverride, _Mapping]] = ...) -> None: ...
+    def __init__(self, entries: _Optional[_Iterable[_Union[Entry, _Mapping]]] = ..., hits: _Optional[int] = ..., limit: _Optional[_Union[LimitOverride, _Mapping]] = ..., give_back: bool = ...) -> None: ...
 
 class DescriptorExplanation(_message.Message):
     __slots__ = ["decision", "hits", "limits", "override", "quota_mode", "replaces", "rule", "shadow_mode", "unlimited"]
@@ -106,6 +132,14 @@ class Header(_message.Message):
     value: str
     def __init__(self, name: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
 
+class Lease(_message.Message):
+    __slots__ = ["expires_at", "id"]
+    EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
+    ID_FIELD_NUMBER: _ClassVar[int]
+    expires_at: _timestamp_pb2.Timestamp
+    id: bytes
+    def __init__(self, id: _Optional[bytes] = ..., expires_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
 class Limit(_message.Message):
     __slots__ = ["algorithm", "burst", "name", "requests", "window"]
     ALGORITHM_FIELD_NUMBER: _ClassVar[int]
@@ -155,6 +189,46 @@ class MatchedRule(_message.Message):
     line: int
     path: str
     def __init__(self, path: _Optional[str] = ..., file: _Optional[str] = ..., line: _Optional[int] = ...) -> None: ...
+
+class ReleaseRequest(_message.Message):
+    __slots__ = ["descriptors", "domain", "hits", "lease_id"]
+    DESCRIPTORS_FIELD_NUMBER: _ClassVar[int]
+    DOMAIN_FIELD_NUMBER: _ClassVar[int]
+    HITS_FIELD_NUMBER: _ClassVar[int]
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    descriptors: _containers.RepeatedCompositeFieldContainer[Descriptor]
+    domain: str
+    hits: int
+    lease_id: bytes
+    def __init__(self, domain: _Optional[str] = ..., descriptors: _Optional[_Iterable[_Union[Descriptor, _Mapping]]] = ..., hits: _Optional[int] = ..., lease_id: _Optional[bytes] = ...) -> None: ...
+
+class ReleaseResponse(_message.Message):
+    __slots__ = ["statuses"]
+    STATUSES_FIELD_NUMBER: _ClassVar[int]
+    statuses: _containers.RepeatedCompositeFieldContainer[DescriptorStatus]
+    def __init__(self, statuses: _Optional[_Iterable[_Union[DescriptorStatus, _Mapping]]] = ...) -> None: ...
+
+class RenewRequest(_message.Message):
+    __slots__ = ["descriptors", "domain", "hits", "lease_id"]
+    DESCRIPTORS_FIELD_NUMBER: _ClassVar[int]
+    DOMAIN_FIELD_NUMBER: _ClassVar[int]
+    HITS_FIELD_NUMBER: _ClassVar[int]
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    descriptors: _containers.RepeatedCompositeFieldContainer[Descriptor]
+    domain: str
+    hits: int
+    lease_id: bytes
+    def __init__(self, domain: _Optional[str] = ..., descriptors: _Optional[_Iterable[_Union[Descriptor, _Mapping]]] = ..., hits: _Optional[int] = ..., lease_id: _Optional[bytes] = ...) -> None: ...
+
+class RenewResponse(_message.Message):
+    __slots__ = ["code", "lease", "statuses"]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    LEASE_FIELD_NUMBER: _ClassVar[int]
+    STATUSES_FIELD_NUMBER: _ClassVar[int]
+    code: Code
+    lease: Lease
+    statuses: _containers.RepeatedCompositeFieldContainer[DescriptorStatus]
+    def __init__(self, code: _Optional[_Union[Code, str]] = ..., statuses: _Optional[_Iterable[_Union[DescriptorStatus, _Mapping]]] = ..., lease: _Optional[_Union[Lease, _Mapping]] = ...) -> None: ...
 
 class ShouldRateLimitRequest(_message.Message):
     __slots__ = ["descriptors", "domain", "hits"]

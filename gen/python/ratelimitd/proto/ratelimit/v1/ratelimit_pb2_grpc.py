@@ -25,6 +25,21 @@ class RateLimitServiceStub(object):
                 request_serializer=ratelimit_dot_v1_dot_ratelimit__pb2.ExplainRequest.SerializeToString,
                 response_deserializer=ratelimit_dot_v1_dot_ratelimit__pb2.ExplainResponse.FromString,
                 )
+        self.Acquire = channel.unary_unary(
+                '/ratelimit.v1.RateLimitService/Acquire',
+                request_serializer=ratelimit_dot_v1_dot_ratelimit__pb2.AcquireRequest.SerializeToString,
+                response_deserializer=ratelimit_dot_v1_dot_ratelimit__pb2.AcquireResponse.FromString,
+                )
+        self.Release = channel.unary_unary(
+                '/ratelimit.v1.RateLimitService/Release',
+                request_serializer=ratelimit_dot_v1_dot_ratelimit__pb2.ReleaseRequest.SerializeToString,
+                response_deserializer=ratelimit_dot_v1_dot_ratelimit__pb2.ReleaseResponse.FromString,
+                )
+        self.Renew = channel.unary_unary(
+                '/ratelimit.v1.RateLimitService/Renew',
+                request_serializer=ratelimit_dot_v1_dot_ratelimit__pb2.RenewRequest.SerializeToString,
+                response_deserializer=ratelimit_dot_v1_dot_ratelimit__pb2.RenewResponse.FromString,
+                )
 
 
 class RateLimitServiceServicer(object):
@@ -42,6 +57,24 @@ class RateLimitServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Acquire(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Release(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Renew(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RateLimitServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -54,6 +87,21 @@ def add_RateLimitServiceServicer_to_server(servicer, server):
                     servicer.Explain,
                     request_deserializer=ratelimit_dot_v1_dot_ratelimit__pb2.ExplainRequest.FromString,
                     response_serializer=ratelimit_dot_v1_dot_ratelimit__pb2.ExplainResponse.SerializeToString,
+            ),
+            'Acquire': grpc.unary_unary_rpc_method_handler(
+                    servicer.Acquire,
+                    request_deserializer=ratelimit_dot_v1_dot_ratelimit__pb2.AcquireRequest.FromString,
+                    response_serializer=ratelimit_dot_v1_dot_ratelimit__pb2.AcquireResponse.SerializeToString,
+            ),
+            'Release': grpc.unary_unary_rpc_method_handler(
+                    servicer.Release,
+                    request_deserializer=ratelimit_dot_v1_dot_ratelimit__pb2.ReleaseRequest.FromString,
+                    response_serializer=ratelimit_dot_v1_dot_ratelimit__pb2.ReleaseResponse.SerializeToString,
+            ),
+            'Renew': grpc.unary_unary_rpc_method_handler(
+                    servicer.Renew,
+                    request_deserializer=ratelimit_dot_v1_dot_ratelimit__pb2.RenewRequest.FromString,
+                    response_serializer=ratelimit_dot_v1_dot_ratelimit__pb2.RenewResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -96,5 +144,56 @@ class RateLimitService(object):
         return grpc.experimental.unary_unary(request, target, '/ratelimit.v1.RateLimitService/Explain',
             ratelimit_dot_v1_dot_ratelimit__pb2.ExplainRequest.SerializeToString,
             ratelimit_dot_v1_dot_ratelimit__pb2.ExplainResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def Acquire(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/ratelimit.v1.RateLimitService/Acquire',
+            ratelimit_dot_v1_dot_ratelimit__pb2.AcquireRequest.SerializeToString,
+            ratelimit_dot_v1_dot_ratelimit__pb2.AcquireResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def Release(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/ratelimit.v1.RateLimitService/Release',
+            ratelimit_dot_v1_dot_ratelimit__pb2.ReleaseRequest.SerializeToString,
+            ratelimit_dot_v1_dot_ratelimit__pb2.ReleaseResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def Renew(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/ratelimit.v1.RateLimitService/Renew',
+            ratelimit_dot_v1_dot_ratelimit__pb2.RenewRequest.SerializeToString,
+            ratelimit_dot_v1_dot_ratelimit__pb2.RenewResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
