@@ -69,9 +69,9 @@ type desc struct {
 	hasLease bool       // it names a lease: it touches its concurrency limits only
 	lease    []int64    // the lease's stamps, one per concurrency limit
 	key      [2]int     // the counter key's prefix, sc.keys[key[0]:key[1]]
-	first, n int    // the store requests of this descriptor, sc.reqs[first:first+n]
-	shadow   bool   // the rule is in shadow mode: report OK when over
-	path     string // name for headers when the limit has none
+	first, n int        // the store requests of this descriptor, sc.reqs[first:first+n]
+	shadow   bool       // the rule is in shadow mode: report OK when over
+	path     string     // name for headers when the limit has none
 	// metricPath is the rule label when the rule's metrics carry request
 	// values (see metricPath), else "".
 	metricPath string
