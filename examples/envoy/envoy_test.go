@@ -256,7 +256,16 @@ type request struct {
 	path    string            // :path, with the query string
 	headers map[string]string // lower-case names
 	ip      string            // the downstream address
+	// metadata is the stream's dynamic metadata under the ratelimit
+	// filter's namespace (envoy.filters.http.ratelimit): what ratelimitd's
+	// answer on the request path carried, which the actions applied at
+	// stream end may read. nil before that answer.
+	metadata *structpb.Struct
 }
+
+// ratelimitNamespace is where Envoy's ratelimit filter keeps the dynamic
+// metadata of ratelimitd's answers.
+const ratelimitNamespace = "envoy.filters.http.ratelimit"
 
 // route returns the first route of vh that matches r, as Envoy picks it,
 // for the kinds of match envoy.yaml uses.
@@ -284,11 +293,30 @@ func route(t *testing.T, vh *routev3.VirtualHost, r request) *routev3.Route {
 	return nil
 }
 
-// descriptors returns what Envoy sends for r on route rt: one descriptor
-// per rate_limits entry whose actions all produced an entry, and which
-// entries of rt's rate_limits produced them. It implements the actions
-// envoy.yaml uses, and fails on any other.
+// descriptors returns what Envoy sends for r on route rt before
+// forwarding it: one descriptor per rate_limits entry (but those applied
+// on stream done) whose actions all produced an entry, and which entries
+// of rt's rate_limits produced them. It implements the actions the
+// examples use, and fails on any other.
 func descriptors(t *testing.T, rt *routev3.Route, r request) (ds []*commonv3.RateLimitDescriptor, from []int) {
+	t.Helper()
+	return envoyDescriptors(t, rt, r, false)
+}
+
+// streamDoneDescriptors returns what Envoy sends for r on route rt when
+// its stream ends (the filter's onDestroy): the descriptors of the
+// rate_limits entries with apply_on_stream_done, built as descriptors
+// builds the others, reading r.metadata as it was then.
+func streamDoneDescriptors(t *testing.T, rt *routev3.Route, r request) (ds []*commonv3.RateLimitDescriptor, from []int) {
+	t.Helper()
+	return envoyDescriptors(t, rt, r, true)
+}
+
+// envoyDescriptors builds the descriptors of the rate_limits entries of
+// rt whose apply_on_stream_done is onStreamDone, as Envoy does: stage 0,
+// no limit override; a hits_addend's number and is_negative_hits go into
+// the descriptor (a format is not implemented).
+func envoyDescriptors(t *testing.T, rt *routev3.Route, r request, onStreamDone bool) (ds []*commonv3.RateLimitDescriptor, from []int) {
 	t.Helper()
 	header := func(name string) (string, bool) {
 		if name == ":path" {
@@ -299,10 +327,16 @@ func descriptors(t *testing.T, rt *routev3.Route, r request) (ds []*commonv3.Rat
 	}
 entries:
 	for i, rl := range rt.GetRoute().GetRateLimits() {
-		if rl.GetStage().GetValue() != 0 || rl.GetLimit() != nil || rl.GetHitsAddend() != nil {
-			t.Fatalf("rate_limits[%d]: this test implements stage 0 without limit or hits_addend", i)
+		if rl.GetStage().GetValue() != 0 || rl.GetLimit() != nil || rl.GetHitsAddend().GetFormat() != "" {
+			t.Fatalf("rate_limits[%d]: this test implements stage 0, without limit or a hits_addend format", i)
+		}
+		if rl.GetApplyOnStreamDone() != onStreamDone {
+			continue
 		}
 		d := &commonv3.RateLimitDescriptor{}
+		if ha := rl.GetHitsAddend(); ha != nil {
+			d.HitsAddend, d.IsNegativeHits = ha.GetNumber(), ha.GetIsNegativeHits()
+		}
 		add := func(k, v string) {
 			d.Entries = append(d.Entries, &commonv3.RateLimitDescriptor_Entry{Key: k, Value: v})
 		}
@@ -323,6 +357,25 @@ entries:
 			case a.GetGenericKey() != nil:
 				k := cmp.Or(a.GetGenericKey().GetDescriptorKey(), "generic_key")
 				add(k, a.GetGenericKey().GetDescriptorValue())
+			case a.GetMetadata() != nil:
+				md := a.GetMetadata()
+				if md.GetSource() != routev3.RateLimit_Action_MetaData_DYNAMIC || md.GetMetadataKey().GetKey() != ratelimitNamespace {
+					t.Fatalf("rate_limits[%d]: this test implements metadata actions on the dynamic metadata of %s only", i, ratelimitNamespace)
+				}
+				// As Envoy: a string value, else default_value, else the
+				// action is skipped (skip_if_absent) or drops the
+				// descriptor.
+				v := structpb.NewStructValue(r.metadata)
+				for _, seg := range md.GetMetadataKey().GetPath() {
+					v = v.GetStructValue().GetFields()[seg.GetKey()]
+				}
+				switch s := cmp.Or(v.GetStringValue(), md.GetDefaultValue()); {
+				case s != "":
+					add(md.GetDescriptorKey(), s)
+				case md.GetSkipIfAbsent():
+				default:
+					continue entries
+				}
 			case a.GetHeaderValueMatch() != nil:
 				hm := a.GetHeaderValueMatch()
 				want := hm.GetExpectMatch() == nil || hm.GetExpectMatch().GetValue()
@@ -382,7 +435,14 @@ func rls(t *testing.T, rules *config.Rules) rlsv3.RateLimitServiceClient {
 // its gRPC port.
 func startRatelimitd(t *testing.T, rules *config.Rules, opts server.Options) *grpc.ClientConn {
 	t.Helper()
-	store := memory.New(memory.Options{Now: backendtest.NewClock(backendtest.T0).Now})
+	return startRatelimitdOn(t, rules, opts, backendtest.NewClock(backendtest.T0))
+}
+
+// startRatelimitdOn is startRatelimitd on the memory store with clock,
+// which the test moves.
+func startRatelimitdOn(t *testing.T, rules *config.Rules, opts server.Options, clock *backendtest.Clock) *grpc.ClientConn {
+	t.Helper()
+	store := memory.New(memory.Options{Now: clock.Now})
 	t.Cleanup(func() { store.Close() })
 	srv := server.New(store, rules, opts)
 	t.Cleanup(srv.EndHealthWatches) // ends the RLQS sharing loop, after the gRPC server stops
