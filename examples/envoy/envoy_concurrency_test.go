@@ -3,6 +3,7 @@ package envoy_test
 import (
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -259,6 +260,19 @@ func TestEnvoyConcurrencyLimitsExports(t *testing.T) {
 	}
 	if e.givenBack != 1 {
 		t.Errorf("%d give-backs sent, want 1: the ended export's", e.givenBack)
+	}
+
+	// The access log prints the slot an export holds (held=) and the rule
+	// that refused one: each path it prints is in an admitted export's
+	// answer or in a refusal's.
+	paths, format := accessLogMetadata(t, e.p)
+	if !slices.ContainsFunc(paths, func(p []string) bool { return slices.Equal(p, []string{"metadata", "export_slot"}) }) {
+		t.Errorf("the access log %q does not print metadata:export_slot", format)
+	}
+	for _, path := range paths {
+		if metadataAt(running[0].r.metadata, path) == nil && metadataAt(refused.r.metadata, path) == nil {
+			t.Errorf("the access log prints %s, which neither an admitted export's answer nor a refusal carries", strings.Join(path, ":"))
+		}
 	}
 }
 

@@ -365,11 +365,11 @@ entries:
 				// As Envoy: a string value, else default_value, else the
 				// action is skipped (skip_if_absent) or drops the
 				// descriptor.
-				v := structpb.NewStructValue(r.metadata)
+				var path []string
 				for _, seg := range md.GetMetadataKey().GetPath() {
-					v = v.GetStructValue().GetFields()[seg.GetKey()]
+					path = append(path, seg.GetKey())
 				}
-				switch s := cmp.Or(v.GetStringValue(), md.GetDefaultValue()); {
+				switch s := cmp.Or(metadataAt(r.metadata, path).GetStringValue(), md.GetDefaultValue()); {
 				case s != "":
 					add(md.GetDescriptorKey(), s)
 				case md.GetSkipIfAbsent():
@@ -610,23 +610,7 @@ func TestEnvoyLoginLimitIsEnforced(t *testing.T) {
 // the one that refused.
 func TestEnvoyAccessLogNamesTheRefusingRule(t *testing.T) {
 	_, p := loadProxy(t)
-	var format string
-	for _, al := range p.accessLog {
-		stdout := &streamv3.StdoutAccessLog{}
-		if err := al.GetTypedConfig().UnmarshalTo(stdout); err != nil {
-			t.Fatalf("access log %s: %v", al.GetName(), err)
-		}
-		format += stdout.GetLogFormat().GetTextFormatSource().GetInlineString()
-	}
-	// %DYNAMIC_METADATA(NAMESPACE:KEY:...)%, with an optional length.
-	var paths [][]string
-	for _, m := range regexp.MustCompile(`%DYNAMIC_METADATA\(([^)]*)\)(:[0-9]+)?%`).FindAllStringSubmatch(format, -1) {
-		ns, path, _ := strings.Cut(m[1], ":")
-		if ns != "envoy.filters.http.ratelimit" {
-			t.Errorf("the access log reads dynamic metadata of %q; the ratelimit filter keeps ratelimitd's under envoy.filters.http.ratelimit", ns)
-		}
-		paths = append(paths, strings.Split(path, ":"))
-	}
+	paths, format := accessLogMetadata(t, p)
 	if !slices.ContainsFunc(paths, func(p []string) bool { return p[0] == server.DecidedByKey }) {
 		t.Fatalf("the access log %q prints no %s", format, server.DecidedByKey)
 	}
@@ -652,13 +636,8 @@ func TestEnvoyAccessLogNamesTheRefusingRule(t *testing.T) {
 		t.Fatalf("sixth login in a minute: %v, want OVER_LIMIT", resp.GetOverallCode())
 	}
 	// Each path the log prints resolves in the refusal's metadata.
-	md := structpb.NewStructValue(resp.GetDynamicMetadata())
 	for _, path := range paths {
-		v := md
-		for _, k := range path {
-			v = v.GetStructValue().GetFields()[k]
-		}
-		if v == nil {
+		if metadataAt(resp.GetDynamicMetadata(), path) == nil {
 			t.Errorf("the access log prints %s, which the refusal's dynamic metadata %v lacks", strings.Join(path, ":"), resp.GetDynamicMetadata())
 		}
 	}
@@ -668,4 +647,36 @@ func TestEnvoyAccessLogNamesTheRefusingRule(t *testing.T) {
 	if got := resp.GetDynamicMetadata().GetFields()[server.DecidedByKey].GetStructValue().GetFields()["rule"].GetStringValue(); got != want {
 		t.Errorf("decided_by's rule is %q, want the login rule's %q", got, want)
 	}
+}
+
+// accessLogMetadata returns the paths of ratelimitd's dynamic metadata
+// that p's access log prints (%DYNAMIC_METADATA(NAMESPACE:KEY:...)%, with
+// an optional length), and the log's format. It fails on other
+// namespaces than the ratelimit filter's.
+func accessLogMetadata(t *testing.T, p proxy) (paths [][]string, format string) {
+	t.Helper()
+	for _, al := range p.accessLog {
+		stdout := &streamv3.StdoutAccessLog{}
+		if err := al.GetTypedConfig().UnmarshalTo(stdout); err != nil {
+			t.Fatalf("access log %s: %v", al.GetName(), err)
+		}
+		format += stdout.GetLogFormat().GetTextFormatSource().GetInlineString()
+	}
+	for _, m := range regexp.MustCompile(`%DYNAMIC_METADATA\(([^)]*)\)(:[0-9]+)?%`).FindAllStringSubmatch(format, -1) {
+		ns, path, _ := strings.Cut(m[1], ":")
+		if ns != ratelimitNamespace {
+			t.Errorf("the access log reads dynamic metadata of %q; the ratelimit filter keeps ratelimitd's under %s", ns, ratelimitNamespace)
+		}
+		paths = append(paths, strings.Split(path, ":"))
+	}
+	return paths, format
+}
+
+// metadataAt returns the value at path in md, or nil.
+func metadataAt(md *structpb.Struct, path []string) *structpb.Value {
+	v := structpb.NewStructValue(md)
+	for _, k := range path {
+		v = v.GetStructValue().GetFields()[k]
+	}
+	return v
 }
