@@ -2,7 +2,9 @@ package backendtest
 
 import (
 	"math/rand/v2"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -356,6 +358,9 @@ func runLeases(t *testing.T, newStore NewStore) {
 		mu    sync.Mutex
 		held  = map[int64]uint64{} // lease → its hits
 		stale []int64              // leases released or lapsed
+		// what the callers did: admitted and refused acquires,
+		// releases, renews, and releases and renews of stale leases
+		acquired, refused, released, renewed, staleOps atomic.Int64
 	)
 	count := func() (n uint64) {
 		for _, h := range held {
@@ -408,14 +413,19 @@ func runLeases(t *testing.T, newStore NewStore) {
 					switch r.IntN(8) {
 					case 0, 1, 2: // acquire
 						if res := do(q); !res.OverLimit {
+							acquired.Add(1)
 							hold(res.Lease, q.Hits)
-						} else if res.Lease != 0 {
-							t.Errorf("refused acquire with a lease: %+v", res)
+						} else {
+							refused.Add(1)
+							if res.Lease != 0 {
+								t.Errorf("refused acquire with a lease: %+v", res)
+							}
 						}
 					case 3, 4: // release
 						if q.Lease, _ = pick(r, false); q.Lease != 0 {
 							q.Op = give
 							do(q)
+							released.Add(1)
 							mu.Lock()
 							stale = append(stale, q.Lease)
 							mu.Unlock()
@@ -431,16 +441,19 @@ func runLeases(t *testing.T, newStore NewStore) {
 								t.Errorf("renew of held lease %d refused: %+v", q.Lease, res)
 								continue
 							}
+							renewed.Add(1)
 							hold(res.Lease, q.Hits)
 						}
 					case 6: // release a stale lease: frees nothing
 						if q.Lease, _ = pick(r, true); q.Lease != 0 {
 							q.Op = give
 							do(q)
+							staleOps.Add(1)
 						}
 					case 7: // renew a stale lease: over
 						if q.Lease, _ = pick(r, true); q.Lease != 0 {
 							q.Op = renw
+							staleOps.Add(1)
 							if res := do(q); !res.OverLimit || res.Lease != 0 {
 								t.Errorf("renew of stale lease %d: %+v, want over", q.Lease, res)
 							}
@@ -466,5 +479,11 @@ func runLeases(t *testing.T, newStore NewStore) {
 				stale = append(stale, lease)
 			}
 		}
+	}
+	// The mix must have reached every case, else the test shows nothing.
+	counts := []int64{acquired.Load(), refused.Load(), released.Load(), renewed.Load(), staleOps.Load()}
+	t.Logf("acquired %d, refused %d, released %d, renewed %d, stale leases released or renewed %d", counts[0], counts[1], counts[2], counts[3], counts[4])
+	if slices.Contains(counts, 0) {
+		t.Errorf("a kind of call never happened: acquired, refused, released, renewed, stale = %v", counts)
 	}
 }
