@@ -272,7 +272,7 @@ function log.each(st, f)
 end
 function log.load(key)
   local st = { n = 0, len = 0, hdr = false, first = false, changed = false, counted = false, key = key, f = log,
-                dirty = false, hw = 0 }
+                dirty = false, hw = 0, last = false }
   local head = pcall('LINDEX', key, 0)
   if type(head) == 'table' then
     call('DEL', key) -- not a list: a fresh log
@@ -333,7 +333,7 @@ function log.add(st, r, hits)
 end
 -- take removes up to hits from the entry stamped stamp, dropping it when
 -- it empties, and returns how many it removed (0: no such entry); it
--- leaves st.n to the caller.
+-- leaves st.n, and the TTL (counted), to the caller.
 function log.take(st, stamp, hits)
   -- Newest first: the entry is most likely the newest.
   local k = st.len
@@ -351,7 +351,8 @@ function log.take(st, stamp, hits)
         else
           call('LSET', st.key, log.at(st, from + j - 1), pack(P.LOG_ENTRY, t, c - back))
         end
-        st.first, st.changed, st.counted = false, true, true
+        if from + j == 1 then st.first = false end -- the oldest changed
+        st.last, st.changed = false, true
         return back
       end
     end
@@ -361,7 +362,8 @@ function log.take(st, stamp, hits)
 end
 function log.refund(st, r, hits, stamp)
   log.advance(st, r, now)
-  st.n = max(st.n - log.take(st, stamp, hits), 0)
+  local back = log.take(st, stamp, hits)
+  if back > 0 then st.n, st.counted = max(st.n - back, 0), true end
 end
 -- drop_newest removes up to hits from the newest entries, dropping those
 -- it empties.
@@ -371,6 +373,7 @@ function log.drop_newest(st, hits)
     local t, c = unpack(P.LOG_ENTRY, call('LINDEX', st.key, -1))
     local d = min(hits - back, c)
     back = back + d
+    if st.len == 1 then st.first = false end -- the oldest changes
     if d == c then
       call('RPOP', st.key)
       st.len = st.len - 1
@@ -378,11 +381,12 @@ function log.drop_newest(st, hits)
       call('LSET', st.key, -1, pack(P.LOG_ENTRY, t, c - d))
     end
   end
-  if back > 0 then st.n, st.first, st.changed, st.counted = max(st.n - back, 0), false, true, true end
+  if back > 0 then st.n, st.last, st.changed = max(st.n - back, 0), false, true end
+  return back
 end
 function log.give_back(st, r, hits)
   log.advance(st, r, now)
-  log.drop_newest(st, hits)
+  if log.drop_newest(st, hits) > 0 then st.counted = true end
 end
 function log.result(st, r)
   log.advance(st, r, now)
@@ -408,7 +412,11 @@ function log.expiry(st) return log.newest(st) + st.w end
 
 -- A concurrency limit's leases (backend.State's Concurrency): a log whose
 -- entries are leases, each stamped max(now, hw + 1), hw being the newest
--- stamp it gave (Go's State.T), kept in its header.
+-- stamp it gave (Go's State.T), kept in its header. Its state also keeps
+-- last, the newest lease's stamp once known (false: read it), and its
+-- TTL is set only when a lease is added (counted), so that a release
+-- runs as few commands as it can: a TTL longer than the state needs
+-- changes no decision.
 local conc = {}
 conc.advance, conc.admits, conc.result, conc.retry_at = log.advance, log.admits, log.result, log.retry_at
 -- stamp gives the next stamp.
@@ -428,7 +436,7 @@ function conc.add(st, r, hits)
     st.len = st.len + 1
   end
   if st.len == 1 then st.first = false end
-  st.n, st.changed, st.counted = st.n + hits, true, true
+  st.n, st.last, st.changed, st.counted = st.n + hits, t, true, true
   return t
 end
 function conc.refund(st, r, hits, stamp)
@@ -438,11 +446,19 @@ function conc.refund(st, r, hits, stamp)
 end
 function conc.give_back(st, r, hits, lease)
   log.advance(st, r, now)
-  if lease ~= 0 then
-    st.n = max(st.n - log.take(st, lease, MAX_T), 0)
-  else
+  if lease == 0 then
     log.drop_newest(st, hits)
+    return
   end
+  -- Most releases give back the hits they took: try that entry first,
+  -- one command, else look for the lease.
+  if hits > 0 and call('LREM', st.key, -1, pack(P.LOG_ENTRY, lease, hits)) == 1 then
+    st.len, st.last, st.changed = st.len - 1, false, true
+    if st.first and st.first[1] == lease then st.first = false end
+  else
+    hits = log.take(st, lease, MAX_T)
+  end
+  st.n = max(st.n - hits, 0)
 end
 -- renew moves the lease stamped lease to a new stamp, and returns it, or
 -- false if no lease is stamped so.
@@ -454,11 +470,12 @@ function conc.renew(st, r, lease)
   call('RPUSH', st.key, pack(P.LOG_ENTRY, t, c))
   st.len = st.len + 1
   if st.len == 1 then st.first = false end
+  st.last, st.counted = t, true
   return t
 end
 function conc.expiry(st)
   if st.len == 0 then return st.hw + 1 end
-  return max(log.newest(st) + st.w, st.hw + 1)
+  return max((st.last or log.newest(st)) + st.w, st.hw + 1)
 end
 
 local algorithms = { [P.SLIDING] = sliding, [P.FIXED] = fixed, [P.LOG] = log, [P.BUCKET] = bucket, [P.GCRA] = gcra,
@@ -582,19 +599,36 @@ local function save(st)
     end
     return
   end
+  if f == conc then
+    -- Its entries are all live (advanced at now), so only an empty log
+    -- can be as good as fresh: when now passes its newest stamp.
+    if st.len == 0 and st.hw + 1 <= now then
+      call('DEL', st.key)
+      return
+    end
+    if st.changed then
+      local h = pack(P.LEASE_HEADER, st.n, st.hw, 0)
+      if st.hdr then
+        call('LSET', st.key, 0, h)
+      else
+        call('LPUSH', st.key, h)
+        if st.len == 0 then st.counted = true end -- a key of its own again: give it its TTL
+      end
+    end
+    if st.counted then call('PEXPIRE', st.key, int(ttl(st) + grace)) end
+    return
+  end
   local ms = ttl(st)
-  -- (A concurrency log is kept, empty, until now passes its newest stamp.)
   if ms <= 0 or (f == log and st.len == 0) then
     call('DEL', st.key)
     return
   end
-  if f ~= log and f ~= conc then
+  if f ~= log then
     call('SET', st.key, pack(P.STATE, st.t, st.n, st.p), 'PX', int(ms + grace))
     return
   end
   if st.changed then
-    local h
-    if f == conc then h = pack(P.LEASE_HEADER, st.n, st.hw, 0) else h = pack(P.LOG_HEADER, st.n) end
+    local h = pack(P.LOG_HEADER, st.n)
     if st.hdr then call('LSET', st.key, 0, h) else call('LPUSH', st.key, h) end
   end
   -- A log that only dropped entries keeps its newest, so its TTL.
