@@ -52,14 +52,15 @@ func keyOf(r *backend.Request) cacheKey {
 // answer decides reqs into res from the cache, if every request has a
 // live entry for the same hits and those entries refuse the call: it then
 // marks every result Cached and counts its hits and misses. Calls that
-// record usage past the limit (ConsumeWhenOver) always go to Redis. A
-// call that the cache does not answer is counted by the caller.
+// record usage past the limit (ConsumeWhenOver), give back or renew, or
+// apply a Concurrency limit, always go to Redis (see remember). A call
+// that the cache does not answer is counted by the caller.
 func (c *cache) answer(reqs []backend.Request, res []backend.Result) bool {
 	if c.size.Load() == 0 {
 		return false // nothing refused lately: no lock on the common path
 	}
 	for i := range reqs {
-		if reqs[i].ConsumeWhenOver {
+		if uncached(&reqs[i]) {
 			return false
 		}
 	}
@@ -94,15 +95,32 @@ func (c *cache) answer(reqs []backend.Request, res []backend.Result) bool {
 	return true
 }
 
+// uncached reports whether a call with r always goes to Redis: r records
+// usage past the limit, or is no take (it changes the counter whatever
+// the cache holds), or is on a Concurrency limit, whose refusals lift
+// when a holder releases its lease, not at their retry_after.
+func uncached(r *backend.Request) bool {
+	return r.ConsumeWhenOver || r.Op != backend.Take || r.Limit.Algorithm == backend.Concurrency
+}
+
 // remember records a call that Redis refused: each over-limit counter
 // until its retry_after, the others' results until the soonest of those.
+// A call that gives back forgets the refusals of its counters instead:
+// they may lift now. (Those that other replicas' caches hold lift at
+// their retry_after, or the Cluster bound on holding, clusterCacheHold.)
 func (c *cache) remember(reqs []backend.Request, res []backend.Result) {
+	for i := range reqs {
+		if reqs[i].Op != backend.Take {
+			c.forget(reqs)
+			return
+		}
+	}
 	if !backend.Refused(reqs, res) {
 		return
 	}
 	soonest := time.Duration(1<<63 - 1)
 	for i := range reqs {
-		if reqs[i].ConsumeWhenOver {
+		if uncached(&reqs[i]) {
 			return
 		}
 		for j := range i {
@@ -146,6 +164,22 @@ func (c *cache) remember(reqs []backend.Request, res []backend.Result) {
 			until: now + int64(hold/time.Microsecond),
 			hits:  reqs[i].Hits,
 			res:   res[i],
+		}
+	}
+	c.size.Store(int64(len(c.m)))
+}
+
+// forget drops the entries of the counters that reqs give back to or
+// renew on.
+func (c *cache) forget(reqs []backend.Request) {
+	if c.size.Load() == 0 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i := range reqs {
+		if reqs[i].Op != backend.Take {
+			delete(c.m, keyOf(&reqs[i]))
 		}
 	}
 	c.size.Store(int64(len(c.m)))

@@ -501,7 +501,7 @@ func (s *Store) takeOne(ctx context.Context, reqs []backend.Request, res []backe
 		if err != nil {
 			return err
 		}
-		return decode(reply, opTake, res, nil, nil)
+		return decode(reply, replyFormat(c.arg[0]), res, nil, nil)
 	})
 }
 
