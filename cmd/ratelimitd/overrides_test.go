@@ -142,6 +142,13 @@ func TestOverridesCommand(t *testing.T) {
 	if _, limit := checkKV(t, d); limit != 3 {
 		t.Errorf("the limit after a refused set = %d, want 3", limit)
 	}
+
+	open := startDaemon(t, "--config", rules, "--admin-addr", "127.0.0.1:0")
+	code, _, errOut = overridesCLI(t, map[string]string{"RATELIMITD_ADMIN": "http://" + open.adminAddr, "RATELIMITD_TOKEN_FILE": tokens},
+		append([]string{"set", "--limit", "9/second", "--reason", "x"}, kv...)...)
+	if code != 1 || !strings.Contains(errOut, "403") || !strings.Contains(errOut, "--admin-token-file") {
+		t.Errorf("overrides set on a daemon without a token file: exit %d, stderr %q; want 1 and the daemon's 403 message", code, errOut)
+	}
 }
 
 // TestOverridesCommandUsage: bad usage exits 2 with a message, sending
