@@ -42,9 +42,9 @@
 //   - prometheus.Collector (from prometheus/client_golang): its own
 //     metrics, registered by the daemon.
 //
-// The memory store (backend/memory) implements ShareStore and
-// prometheus.Collector; the Redis store (backend/redis) implements all of
-// them.
+// The memory store (backend/memory) implements ShareStore,
+// OverrideStore, Resetter and prometheus.Collector; the Redis store
+// (backend/redis) implements all of them.
 package backend
 
 // A StateReporter is a store that reports its health: "ok", or a word for

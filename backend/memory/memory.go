@@ -108,7 +108,8 @@ type Store struct {
 	perShard int // keys a shard holds at most
 	mainCap  int // of those, keys in its main region: perShard less its window's
 
-	watchers shareWatchers // see WatchShares
+	watchers  shareWatchers // see WatchShares
+	overrides overrides     // see PutOverride
 
 	evictions atomic.Uint64
 	refusing  atomic.Uint64 // evictions of refusing counters

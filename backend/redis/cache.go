@@ -111,7 +111,7 @@ func uncached(r *backend.Request) bool {
 func (c *cache) remember(reqs []backend.Request, res []backend.Result) {
 	for i := range reqs {
 		if reqs[i].Op != backend.Take {
-			c.forget(reqs)
+			c.forgetGiven(reqs)
 			return
 		}
 	}
@@ -169,9 +169,9 @@ func (c *cache) remember(reqs []backend.Request, res []backend.Result) {
 	c.size.Store(int64(len(c.m)))
 }
 
-// forget drops the entries of the counters that reqs give back to or
-// renew on.
-func (c *cache) forget(reqs []backend.Request) {
+// forgetGiven drops the entries of the counters that reqs give back to
+// or renew on.
+func (c *cache) forgetGiven(reqs []backend.Request) {
 	if c.size.Load() == 0 {
 		return
 	}
@@ -193,4 +193,32 @@ func (c *cache) sweep(now int64) {
 		}
 	}
 	c.size.Store(int64(len(c.m)))
+}
+
+// forget drops the entries of the counters keys, whatever their limits:
+// a reset counter (Store.Reset) refuses nothing that Redis would admit.
+func (c *cache) forget(keys []string) {
+	if c.size.Load() == 0 {
+		return
+	}
+	set := make(map[string]struct{}, len(keys))
+	for _, k := range keys {
+		set[k] = struct{}{}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k := range c.m {
+		if _, ok := set[k.key]; ok {
+			delete(c.m, k)
+		}
+	}
+	c.size.Store(int64(len(c.m)))
+}
+
+// clear drops every entry.
+func (c *cache) clear() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	clear(c.m)
+	c.size.Store(0)
 }
