@@ -419,7 +419,7 @@ function log.expiry(st) return log.newest(st) + st.w end
 -- changes no decision.
 local conc = {}
 conc.advance, conc.admits, conc.result, conc.retry_at = log.advance, log.admits, log.result, log.retry_at
--- stamp gives the next stamp.
+-- stamp_lease returns a new lease's stamp, and makes it the newest given.
 local function stamp_lease(st)
   st.hw = max(now, st.hw + 1)
   return st.hw
