@@ -67,7 +67,7 @@ const (
 	// (its group must hold give-backs only); the call's give-backs apply
 	// before its takes, whatever the takes decide.
 	GiveBack
-	// Renew, on a Concurrency limit only, extends the lease stamped Lease
+	// Renew extends the lease stamped Lease, on a Concurrency limit only,
 	// to a full Window from now; the Result's Lease is its new stamp. It
 	// is over when that lease is no longer held (expired or released),
 	// and then changes nothing. Like a give-back, a renew takes no part

@@ -133,7 +133,7 @@ const (
 	leasedStamp = leasedSize + 8        // '<Bddddd': a result, its lease and its stamp (opPart)
 	stateSize   = 3 * 8                 // '<ddd': a counter's T, N and P (tokens in N for a token bucket)
 	logHeader   = 8                     // '<d': a sliding log's first element, the sum of its hits
-	leaseHeader = 3 * 8                 // '<ddd': a concurrency log's first element: the sum, the newest stamp given, 0
+	leaseHeader = 5 * 8                 // '<ddddd': a concurrency log's first element: the sum, the newest stamp given, the number of leases, the oldest's stamp and hits
 	logEntry    = 2 * 8                 // '<dd': each further element, a time and its hits, oldest first
 	maxLog      = backend.MaxSlidingLog // the most entries of a log: further instants fold into the newest
 )

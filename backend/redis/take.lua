@@ -31,7 +31,9 @@
 -- may be missing (dropped with expired entries, and written back when the
 -- script saves the log), and its sum is then recounted. A concurrency
 -- limit's leases are a log too, whose entries have stamps of their own,
--- and whose header, LEASE_HEADER, also holds the newest stamp it gave.
+-- and whose header, LEASE_HEADER, also holds the newest stamp it gave,
+-- the list's length and its oldest entry, so that an acquire or a release
+-- reads one element before it writes.
 --
 -- A run reads every counter but the logs with one MGET (one per 4,096
 -- counters) before it decides. The keys of windows are not in KEYS, but
@@ -77,7 +79,9 @@ local P = {
   REASON = '<I4', -- the length of the error that follows
   STATE = '<ddd', -- a bucket's or GCRA's T, N, P (the tokens in N for a token bucket)
   LOG_HEADER = '<d', -- the sum of the log's hits
-  LEASE_HEADER = '<ddd', -- a concurrency log's: the sum, the newest stamp given, 0 (reserved)
+  -- a concurrency log's header: the sum, the newest stamp given, the
+  -- number of leases, and the oldest lease's stamp and hits (0 and 0 if none)
+  LEASE_HEADER = '<ddddd',
   LOG_ENTRY = '<dd', -- a time and the hits counted then
   MAX_LOG = 10000, -- the most entries of a log; further hits fold into the newest
 }
@@ -276,13 +280,14 @@ function log.load(key)
   local head = pcall('LINDEX', key, 0)
   if type(head) == 'table' then
     call('DEL', key) -- not a list: a fresh log
+  elseif head and #head == 40 then
+    local t, c
+    st.hdr, st.n, st.hw, st.len, t, c = true, unpack(P.LEASE_HEADER, head)
+    if st.len > 0 then st.first = { t, c } end
   elseif head then
     st.len = call('LLEN', key)
     if #head == 8 then
       st.hdr, st.len, st.n = true, st.len - 1, unpack(P.LOG_HEADER, head)
-    elseif #head == 24 then
-      st.hdr, st.len = true, st.len - 1
-      st.n, st.hw = unpack(P.LEASE_HEADER, head)
     else
       log.each(st, function(_, c) st.n = st.n + c end)
       st.changed = true
@@ -293,16 +298,19 @@ end
 -- advance drops the expired entries, only ever at now (admits probes
 -- later instants without changing the log).
 function log.advance(st, r, at)
-  local k, cut = 0, at - r.w
+  local k, cut, kept = 0, at - r.w, false
   while k < st.len do
     local t, c
     if k == 0 then t, c = log.oldest(st) else t, c = log.entry(st, k) end
-    if t > cut then break end
+    if t > cut then
+      kept = { t, c } -- the oldest left
+      break
+    end
     st.n, k = max(st.n - c, 0), k + 1
   end
   if k > 0 then
     call('LTRIM', st.key, log.at(st, k), -1) -- the header goes too; save writes it back
-    st.len, st.hdr, st.first, st.changed = st.len - k, false, false, true
+    st.len, st.hdr, st.first, st.changed = st.len - k, false, kept, true
   end
 end
 function log.admits(st, r, at, hits)
@@ -419,7 +427,7 @@ function log.expiry(st) return log.newest(st) + st.w end
 -- changes no decision.
 local conc = {}
 conc.advance, conc.admits, conc.result, conc.retry_at = log.advance, log.admits, log.result, log.retry_at
--- stamp gives the next stamp.
+-- stamp_lease returns a new lease's stamp, and makes it the newest given.
 local function stamp_lease(st)
   st.hw = max(now, st.hw + 1)
   return st.hw
@@ -435,7 +443,7 @@ function conc.add(st, r, hits)
     call('RPUSH', st.key, pack(P.LOG_ENTRY, t, hits))
     st.len = st.len + 1
   end
-  if st.len == 1 then st.first = false end
+  if st.len == 1 then st.first = { t, hits } end -- (a log of one entry never folds)
   st.n, st.last, st.changed, st.counted = st.n + hits, t, true, true
   return t
 end
@@ -469,7 +477,7 @@ function conc.renew(st, r, lease)
   local t = stamp_lease(st)
   call('RPUSH', st.key, pack(P.LOG_ENTRY, t, c))
   st.len = st.len + 1
-  if st.len == 1 then st.first = false end
+  if st.len == 1 then st.first = { t, c } end
   st.last, st.counted = t, true
   return t
 end
@@ -607,7 +615,9 @@ local function save(st)
       return
     end
     if st.changed then
-      local h = pack(P.LEASE_HEADER, st.n, st.hw, 0)
+      local ot, oc = 0, 0
+      if st.len > 0 then ot, oc = log.oldest(st) end
+      local h = pack(P.LEASE_HEADER, st.n, st.hw, st.len, ot, oc)
       if st.hdr then
         call('LSET', st.key, 0, h)
       else
