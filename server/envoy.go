@@ -154,6 +154,8 @@ func envoyResponse(sc *scratch, reference bool, by *decidedByCache) *rlsv3.RateL
 	if !reference {
 		if i := refusing(dec); i >= 0 {
 			resp.DynamicMetadata = by.withDecidedBy(resp.DynamicMetadata, sc, i)
+		} else if !dec.Over {
+			resp.DynamicMetadata = withLeases(resp.DynamicMetadata, sc)
 		}
 	}
 	return resp

@@ -293,6 +293,9 @@ func envoyRequest(sc *scratch, hits uint64) error {
 			op = backend.GiveBack // the descriptor's hits_addend, else the request's, given back
 		}
 		r.Descs = append(r.Descs, engine.Descriptor{Entries: ed.entries, Hits: h, Op: op})
+		if err := envoyLease(sc, &r.Descs[len(r.Descs)-1], i); err != nil {
+			return err
+		}
 		if !ed.hasLimit {
 			continue
 		}

@@ -28,19 +28,45 @@ const (
 // returns it with the lease's expiry (µs; 0 when it holds nothing).
 func appendLeaseID(b []byte, sc *scratch) (_ []byte, expires int64) {
 	b = append(b, leaseVersion)
-	var stamps []int64
 	for i := range sc.Req.Descs {
 		var exp int64
-		stamps, exp = sc.AppendLease(stamps[:0], i)
+		sc.leaseBuf, exp = sc.AppendLease(sc.leaseBuf[:0], i)
 		if exp != 0 && (expires == 0 || exp < expires) {
 			expires = exp
 		}
-		b = binary.AppendUvarint(b, uint64(len(stamps)))
-		for _, s := range stamps {
-			b = binary.AppendUvarint(b, uint64(s))
-		}
+		b = appendStamps(b, sc.leaseBuf)
 	}
 	return b, expires
+}
+
+// appendStamps appends one descriptor's part of a lease id: how many
+// stamps, then each, as uvarints.
+func appendStamps(b []byte, stamps []int64) []byte {
+	b = binary.AppendUvarint(b, uint64(len(stamps)))
+	for _, s := range stamps {
+		b = binary.AppendUvarint(b, uint64(s))
+	}
+	return b
+}
+
+// readStamps reads one descriptor's part of a lease id from b, appending
+// its stamps to dst; it returns the rest of b, and false when b holds no
+// such part.
+func readStamps(b []byte, dst []int64) (_ []int64, rest []byte, ok bool) {
+	n, k := binary.Uvarint(b)
+	if k <= 0 || n > uint64(len(b)) {
+		return dst, nil, false
+	}
+	b = b[k:]
+	for range n {
+		s, k := binary.Uvarint(b)
+		if k <= 0 || s > 1<<62 {
+			return dst, nil, false
+		}
+		b = b[k:]
+		dst = append(dst, int64(s))
+	}
+	return dst, b, true
 }
 
 // applyLeaseID gives each descriptor of sc.Req the op and its stamps
@@ -58,19 +84,10 @@ func applyLeaseID(sc *scratch, id []byte, op backend.Op) error {
 	r := &sc.Req
 	id = id[1:]
 	for i := range r.Descs {
-		n, k := binary.Uvarint(id)
-		if k <= 0 || n > uint64(len(id)) {
-			return engine.Invalid("lease_id does not match the request's descriptors")
-		}
-		id = id[k:]
 		from := len(r.Leases)
-		for range n {
-			s, k := binary.Uvarint(id)
-			if k <= 0 || s > 1<<62 {
-				return engine.Invalid("lease_id does not match the request's descriptors")
-			}
-			id = id[k:]
-			r.Leases = append(r.Leases, int64(s))
+		var ok bool
+		if r.Leases, id, ok = readStamps(id, r.Leases); !ok {
+			return engine.Invalid("lease_id does not match the request's descriptors")
 		}
 		d := &r.Descs[i]
 		d.Op, d.HasLease, d.Lease = op, true, [2]int{from, len(r.Leases)}

@@ -303,3 +303,86 @@ func TestExplainConcurrency(t *testing.T) {
 		t.Errorf("explained: %v, want 2 held, the next lapsing in 8m, algorithm CONCURRENCY", l)
 	}
 }
+
+// envoyLease returns the lease that resp's dynamic metadata names for
+// rule path, "" when none.
+func envoyLease(resp *rlsv3.RateLimitResponse, path string) string {
+	return resp.GetDynamicMetadata().GetFields()[server.LeasesKey].GetStructValue().GetFields()[path].GetStringValue()
+}
+
+// releaseOf returns a give-back of d naming lease, as Envoy builds it
+// from the answer's metadata.
+func releaseOf(d *rlv3.RateLimitDescriptor, lease string) *rlv3.RateLimitDescriptor {
+	d.Entries = append(d.Entries, &rlv3.RateLimitDescriptor_Entry{Key: server.LeaseEntryKey, Value: lease})
+	return giveBack(d)
+}
+
+// TestEnvoyLeases: an admitted Envoy answer names the lease it took in
+// its dynamic metadata, and a give-back that carries it frees exactly
+// that lease, once; a refused answer names none. Releasing by lease,
+// the slots left held are the running ones': no more than the limit run
+// at once, where anonymous give-backs, which free the newest slot, would
+// let an old slot lapse under running work.
+func TestEnvoyLeases(t *testing.T) {
+	h := newHarness(t, loadRules(t, "concurrency.yaml"), server.Options{})
+	acquire := func() (string, bool) {
+		t.Helper()
+		resp := h.should(t, request("jobs", desc("exports", "acme")))
+		return envoyLease(resp, "exports"), resp.GetOverallCode() == ok
+	}
+	release := func(lease string) {
+		t.Helper()
+		resp := h.should(t, request("jobs", releaseOf(desc("exports", "acme"), lease)))
+		if resp.GetOverallCode() != ok {
+			t.Fatalf("release: %s, want OK", brief(resp))
+		}
+	}
+	// a and b start; a ends and c starts; b ends; c runs on. Given back
+	// by lease, c's slot is held until c ends. Anonymous give-backs would
+	// have freed b's slot for a's and c's for b's, leaving a's, which
+	// lapses at 10m under c: a third would then run beside c and another.
+	h.at(0)
+	a, okA := acquire()
+	b, okB := acquire()
+	if !okA || !okB || a == "" || b == "" || a == b {
+		t.Fatalf("two acquires: leases %q and %q, want two different ones", a, b)
+	}
+	if c, admitted := acquire(); admitted || c != "" {
+		t.Fatalf("third acquire of 2: admitted %v with lease %q, want refused without one", admitted, c)
+	}
+	h.at(time.Minute)
+	release(a)
+	release(a) // a second release of a frees nothing
+	c, okC := acquire()
+	if !okC {
+		t.Fatal("acquire after a's release refused")
+	}
+	if _, admitted := acquire(); admitted {
+		t.Fatal("acquire with b and c running admitted: the double release freed a slot")
+	}
+	h.at(5 * time.Minute)
+	release(b)
+	h.at(10*time.Minute + time.Second) // the first leases would have lapsed by now
+	if _, admitted := acquire(); !admitted {
+		t.Fatal("acquire beside c refused")
+	}
+	if _, admitted := acquire(); admitted {
+		t.Fatal("a third slot while c and another run: released by lease, c's slot must stay held")
+	}
+	release(c)
+
+	// A lease entry on a descriptor that gives nothing back, or one that
+	// this server never answered, is a bad request.
+	_, err := h.envoy.ShouldRateLimit(t.Context(), request("jobs", &rlv3.RateLimitDescriptor{Entries: releaseOf(desc("exports", "acme"), a).Entries}))
+	wantCode(t, "lease entry without is_negative_hits", err, codes.InvalidArgument, server.LeaseEntryKey)
+	_, err = h.envoy.ShouldRateLimit(t.Context(), request("jobs", releaseOf(desc("exports", "acme"), "not-a-lease")))
+	wantCode(t, "a lease not answered", err, codes.InvalidArgument, server.LeaseEntryKey)
+	_, err = h.envoy.ShouldRateLimit(t.Context(), request("jobs", releaseOf(desc(), a)))
+	wantCode(t, "a lease entry alone", err, codes.InvalidArgument, "no entries")
+
+	// The reference's answers carry nothing of ratelimitd's own.
+	ref := newHarness(t, loadRules(t, "concurrency.yaml"), server.Options{EnvoyproxyAnswers: true})
+	if resp := ref.should(t, request("jobs", desc("exports", "acme"))); resp.GetDynamicMetadata() != nil {
+		t.Errorf("under EnvoyproxyAnswers: dynamic metadata %v, want none", resp.GetDynamicMetadata())
+	}
+}

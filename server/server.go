@@ -475,7 +475,9 @@ func (s *Server) ready() (bool, string) {
 // the engine: the engine's, and what Envoy's faces decode first.
 type scratch struct {
 	engine.Scratch
-	envoy []envoyDesc // Envoy's descriptors, while an Envoy face decodes
+	envoy    []envoyDesc // Envoy's descriptors, while an Envoy face decodes
+	leaseBuf []int64     // a descriptor's lease stamps, while an answer is built
+	idBuf    []byte      // a lease id, while an answer is built
 }
 
 func (s *Server) getScratch() *scratch { return s.scratches.Get().(*scratch) }
