@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"slices"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
@@ -144,8 +145,10 @@ func (c *Client) shouldRateLimit(ctx context.Context, domain string, descriptors
 	if err := check(domain, descriptors); err != nil {
 		return Decision{}, err
 	}
+	// A request that gives hits back is always sent: its give-backs apply
+	// whatever it decides, and a refusal from memory would lose them.
 	var key []byte
-	if c.refusals != nil {
+	if c.refusals != nil && !slices.ContainsFunc(descriptors, func(d Descriptor) bool { return d.GiveBack }) {
 		key = refusalKey(make([]byte, 0, 128), domain, descriptors)
 		if d, ok := c.refusals.get(key, c.opts.now()); ok {
 			c.local.Add(1)
@@ -157,38 +160,62 @@ func (c *Client) shouldRateLimit(ctx context.Context, domain string, descriptors
 	if err != nil {
 		return Decision{}, err
 	}
-
-	if err := c.connect.wait(ctx); err != nil {
-		return Decision{}, fmt.Errorf("client: ShouldRateLimit: waiting for the connection: %w", err)
+	var resp *ratelimitv1.ShouldRateLimitResponse
+	failed, err := c.send(ctx, "ShouldRateLimit", c.opts.timeout, func(ctx context.Context) (err error) {
+		resp, err = c.rls.ShouldRateLimit(ctx, req)
+		return err
+	})
+	switch {
+	case err != nil:
+		return Decision{}, err
+	case failed != nil:
+		return c.policy(failed), nil
 	}
-	callCtx := ctx
-	if c.opts.timeout > 0 {
-		var cancel context.CancelFunc
-		callCtx, cancel = context.WithTimeout(ctx, c.opts.timeout)
-		defer cancel()
-	}
-	resp, err := c.rls.ShouldRateLimit(callCtx, req)
-	if err != nil {
-		if err := ended(ctx, callCtx, err); err != nil {
-			return Decision{}, fmt.Errorf("client: ShouldRateLimit: %w", err)
-		}
-		switch status.Code(err) {
-		case codes.InvalidArgument:
-			return Decision{}, err
-		case codes.Unimplemented:
-			c.warnUnimplemented(ctx, err)
-		}
-		if !c.opts.failClosed {
-			c.failOpen.Add(1)
-		}
-		return Decision{Allowed: !c.opts.failClosed, Err: err}, nil
-	}
-
-	d := decision(resp)
-	if !d.Allowed && c.refusals != nil && d.RetryAfter > 0 {
+	d := decision(resp.GetCode(), resp.GetStatuses(), resp.GetHeaders())
+	if !d.Allowed && key != nil && d.RetryAfter > 0 {
 		c.refusals.put(key, d, c.opts.now())
 	}
 	return d, nil
+}
+
+// send waits for the connection, then calls rpc with ctx shortened to
+// budget (none when budget <= 0). It returns in err the error the caller
+// must return: ctx ended (wrapping ctx.Err()), or ratelimitd refused the
+// request as malformed (codes.InvalidArgument). It returns in failed any
+// other failure of ratelimitd, for the failure policy to decide.
+func (c *Client) send(ctx context.Context, method string, budget time.Duration, rpc func(context.Context) error) (failed, err error) {
+	if err := c.connect.wait(ctx); err != nil {
+		return nil, fmt.Errorf("client: %s: waiting for the connection: %w", method, err)
+	}
+	callCtx := ctx
+	if budget > 0 {
+		var cancel context.CancelFunc
+		callCtx, cancel = context.WithTimeout(ctx, budget)
+		defer cancel()
+	}
+	err = rpc(callCtx)
+	if err == nil {
+		return nil, nil
+	}
+	if err := ended(ctx, callCtx, err); err != nil {
+		return nil, fmt.Errorf("client: %s: %w", method, err)
+	}
+	switch status.Code(err) {
+	case codes.InvalidArgument:
+		return nil, err
+	case codes.Unimplemented:
+		c.warnUnimplemented(ctx, err)
+	}
+	return err, nil
+}
+
+// policy returns the failure policy's decision on a call that failed
+// with err, and counts it when it fails open.
+func (c *Client) policy(err error) Decision {
+	if !c.opts.failClosed {
+		c.failOpen.Add(1)
+	}
+	return Decision{Allowed: !c.opts.failClosed, Err: err}
 }
 
 // warnUnimplemented logs, the first time only, that the server does not
@@ -281,6 +308,8 @@ func check(domain string, descriptors []Descriptor) error {
 			return status.Errorf(codes.InvalidArgument, "client: descriptor %d has %d entries, over the maximum %d", i, len(d.Entries), maxEntries)
 		case !d.CheckOnly && d.Hits > maxHits:
 			return status.Errorf(codes.InvalidArgument, "client: descriptor %d: hits %d over the maximum %d", i, d.Hits, uint64(maxHits))
+		case d.CheckOnly && d.GiveBack:
+			return status.Errorf(codes.InvalidArgument, "client: descriptor %d: both CheckOnly and GiveBack", i)
 		}
 		if err := checkOverride(i, d.Limit); err != nil {
 			return err
@@ -340,6 +369,7 @@ func request(domain string, descriptors []Descriptor) (*ratelimitv1.ShouldRateLi
 		case d.Hits != 0:
 			rd.Hits = proto.Uint64(d.Hits)
 		}
+		rd.GiveBack = d.GiveBack
 		if l := d.Limit; l != nil {
 			rd.Limit = &ratelimitv1.LimitOverride{Requests: l.Requests, Window: durationpb.New(l.Window)}
 		}
@@ -370,10 +400,11 @@ func entry(e Entry) *ratelimitv1.Entry {
 	return &ratelimitv1.Entry{Key: e.Key, Value: e.Value}
 }
 
-// decision converts ratelimitd's answer.
-func decision(resp *ratelimitv1.ShouldRateLimitResponse) Decision {
-	d := Decision{Allowed: resp.GetCode() != ratelimitv1.Code_CODE_OVER_LIMIT}
-	if sts := resp.GetStatuses(); len(sts) > 0 {
+// decision converts ratelimitd's answer: its code, statuses and headers,
+// which ShouldRateLimit, Acquire and Renew answer alike.
+func decision(code ratelimitv1.Code, sts []*ratelimitv1.DescriptorStatus, hs []*ratelimitv1.Header) Decision {
+	d := Decision{Allowed: code != ratelimitv1.Code_CODE_OVER_LIMIT}
+	if len(sts) > 0 {
 		d.Statuses = make([]Status, len(sts))
 		for i, st := range sts {
 			s := &d.Statuses[i]
@@ -396,7 +427,7 @@ func decision(resp *ratelimitv1.ShouldRateLimitResponse) Decision {
 			}
 		}
 	}
-	if hs := resp.GetHeaders(); len(hs) > 0 {
+	if len(hs) > 0 {
 		d.Headers = make([]Header, len(hs))
 		for i, h := range hs {
 			d.Headers[i] = Header{Name: h.GetName(), Value: h.GetValue()}
@@ -420,6 +451,8 @@ func algorithm(a ratelimitv1.Algorithm) Algorithm {
 		return TokenBucket
 	case ratelimitv1.Algorithm_ALGORITHM_GCRA:
 		return GCRA
+	case ratelimitv1.Algorithm_ALGORITHM_CONCURRENCY:
+		return Concurrency
 	}
 	return ""
 }
