@@ -252,6 +252,30 @@ func Validate(domain string, descriptors ...Descriptor) error {
 	return err
 }
 
+// ValidateAcquire is Validate for Acquire, which also refuses a
+// descriptor with GiveBack (its release gives the slots back).
+// clienttest.Fake's Acquire calls it.
+func ValidateAcquire(domain string, descriptors ...Descriptor) error {
+	if err := checkAcquire(domain, descriptors); err != nil {
+		return err
+	}
+	_, err := request(domain, descriptors)
+	return err
+}
+
+// checkAcquire is check for Acquire: no descriptor gives back.
+func checkAcquire(domain string, descriptors []Descriptor) error {
+	if err := check(domain, descriptors); err != nil {
+		return err
+	}
+	for i, d := range descriptors {
+		if d.GiveBack {
+			return status.Errorf(codes.InvalidArgument, "client: descriptor %d: GiveBack in Acquire", i)
+		}
+	}
+	return nil
+}
+
 // ended returns the caller's context error if the call failed because ctx
 // ended rather than ratelimitd, else nil. A deadline can end the call
 // (gRPC's timer, or the server's) just before ctx reports it: when the

@@ -8,9 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
 	ratelimitv1 "github.com/ratelimitd/ratelimitd/gen/ratelimit/v1"
 )
 
@@ -122,13 +119,8 @@ func (c *Client) AcquireLease(ctx context.Context, domain string, descriptors ..
 
 // acquire asks for l's slots.
 func (l *Lease) acquire(ctx context.Context, descriptors []Descriptor) (Decision, error) {
-	if err := check(l.domain, descriptors); err != nil {
+	if err := checkAcquire(l.domain, descriptors); err != nil {
 		return Decision{}, err
-	}
-	for i, d := range descriptors {
-		if d.GiveBack {
-			return Decision{}, status.Errorf(codes.InvalidArgument, "client: descriptor %d: GiveBack in Acquire", i)
-		}
 	}
 	req, err := request(l.domain, descriptors)
 	if err != nil {
