@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
-	"log/slog"
 	"math"
 	"slices"
 	"sync/atomic"
@@ -204,7 +203,7 @@ func (c *Client) send(ctx context.Context, method string, budget time.Duration, 
 	case codes.InvalidArgument:
 		return nil, err
 	case codes.Unimplemented:
-		c.warnUnimplemented(ctx, err)
+		c.warnUnimplemented(ctx, method, err)
 	}
 	return err, nil
 }
@@ -219,23 +218,19 @@ func (c *Client) policy(err error) Decision {
 }
 
 // warnUnimplemented logs, the first time only, that the server does not
-// implement the native API.
-func (c *Client) warnUnimplemented(ctx context.Context, err error) {
+// implement method of the native API.
+func (c *Client) warnUnimplemented(ctx context.Context, method string, err error) {
 	if !c.unimplemented.CompareAndSwap(false, true) {
 		return
-	}
-	l := c.opts.logger
-	if l == nil {
-		l = slog.Default()
 	}
 	policy := "fail open: every request is allowed unchecked"
 	if c.opts.failClosed {
 		policy = "fail closed: every request is refused"
 	}
-	l.ErrorContext(ctx, "ratelimitd client: the server does not implement ratelimit.v1.RateLimitService "+
-		"(an Envoy rate limit service such as envoyproxy/ratelimit, or the wrong address?); "+
+	c.logger().ErrorContext(ctx, "ratelimitd client: the server does not implement ratelimit.v1.RateLimitService "+
+		"(an Envoy rate limit service such as envoyproxy/ratelimit, a ratelimitd older than the method, or the wrong address?); "+
 		"nothing is rate limited, the failure policy decides every request (logged once)",
-		"policy", policy, "err", err)
+		"method", method, "policy", policy, "err", err)
 }
 
 // Validate returns the error ShouldRateLimit would return for a request
