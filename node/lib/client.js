@@ -359,7 +359,7 @@ class Client {
     } catch (err) {
       if (signal && signal.aborted) throw abortError(signal);
       if (err.code === grpc.status.INVALID_ARGUMENT) throw err;
-      if (err.code === grpc.status.UNIMPLEMENTED) this._logUnimplemented(err);
+      if (err.code === grpc.status.UNIMPLEMENTED) this._logUnimplemented(method, err);
       this._failures++;
       if (!this._failClosed) this._failOpens++;
       const d = { allowed: !this._failClosed, statuses: [], retryAfterMs: 0, headers: [], error: err, local: false };
@@ -488,13 +488,13 @@ class Client {
    * _logUnimplemented logs, once, at error (as the Go client does), that
    * the server does not serve the native API.
    */
-  _logUnimplemented(err) {
+  _logUnimplemented(method, err) {
     if (this._loggedUnimplemented) return;
     this._loggedUnimplemented = true;
     this._logger.error(
-      `ratelimitd: ${this._target} answered UNIMPLEMENTED to ratelimit.v1.RateLimitService/ShouldRateLimit ` +
-        `(${err.details || err.message}): it does not serve ratelimitd's native API. Is it envoyproxy/ratelimit, ` +
-        "which serves only Envoy's envoy.service.ratelimit.v3? Point this client at ratelimitd, or use the " +
+      `ratelimitd: ${this._target} answered UNIMPLEMENTED to ratelimit.v1.RateLimitService/${method[0].toUpperCase()}${method.slice(1)} ` +
+        `(${err.details || err.message}): it does not serve ratelimitd's native API (or is a ratelimitd older than the method). ` +
+        "Is it envoyproxy/ratelimit, which serves only Envoy's envoy.service.ratelimit.v3? Point this client at ratelimitd, or use the " +
         `package's envoy stubs. Until then every call fails ${this._failClosed ? 'closed (refused)' : 'open (allowed)'}.`,
     );
   }

@@ -629,7 +629,7 @@ class _Base:
         """The decision on an Acquire (ratelimitd's answer resp, or the
         failure policy's on err), passed to the hook, and the lease it
         answered (None when nothing is held)."""
-        d = decision(resp) if resp is not None else self._failed(cast(grpc.RpcError, err))
+        d = decision(resp) if resp is not None else self._failed(cast(grpc.RpcError, err), "Acquire")
         lease = resp.lease if resp is not None and d.allowed and resp.HasField("lease") and resp.lease.id else None
         return self._hook(domain, descriptors, d), lease
 
@@ -638,32 +638,32 @@ class _Base:
             return self._timeout
         return timeout if timeout > 0 else None
 
-    def _failed(self, err: grpc.RpcError) -> Decision:
+    def _failed(self, err: grpc.RpcError, method: str = "ShouldRateLimit") -> Decision:
         """The failure policy's decision on ratelimitd's error err; raises
         InvalidRequest for INVALID_ARGUMENT."""
         code = err.code() if hasattr(err, "code") else None
         if code == grpc.StatusCode.INVALID_ARGUMENT:
             raise InvalidRequest(f"ratelimitd: {err.details()}", err) from err
         if code == grpc.StatusCode.UNIMPLEMENTED:
-            self._unimplemented()
+            self._unimplemented(method)
         with self._lock:
             self._failures += 1
             if not self._fail_closed:
                 self._fail_opens += 1
         return Decision(allowed=not self._fail_closed, error=err)
 
-    def _unimplemented(self) -> None:
+    def _unimplemented(self, method: str) -> None:
         with self._lock:
             if self._unimplemented_logged:
                 return
             self._unimplemented_logged = True
         self._log.error(
-            "ratelimitd: the server does not implement ratelimit.v1.RateLimitService/ShouldRateLimit "
-            "(UNIMPLEMENTED): is this client pointed at ratelimitd, or at another rate limit service "
-            "(such as envoyproxy/ratelimit, which serves only Envoy's envoy.service.ratelimit.v3; use "
-            "ratelimitd.envoy_rls for it)? Calls so answered are decided by the failure policy (%s); "
-            "this is logged once.",
-            "fail closed" if self._fail_closed else "fail open")
+            "ratelimitd: the server does not implement ratelimit.v1.RateLimitService/%s "
+            "(UNIMPLEMENTED): is this client pointed at ratelimitd (one recent enough for the method), or at "
+            "another rate limit service (such as envoyproxy/ratelimit, which serves only Envoy's "
+            "envoy.service.ratelimit.v3; use ratelimitd.envoy_rls for it)? Calls so answered are decided by "
+            "the failure policy (%s); this is logged once.",
+            method, "fail closed" if self._fail_closed else "fail open")
 
     def _hook(self, domain: str, descriptors: Sequence[Descriptor], d: Decision) -> Decision:
         if self._on_decision is not None:
