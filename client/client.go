@@ -38,7 +38,9 @@ var _ RateLimiter = (*Client)(nil)
 // A Client asks ratelimitd's native API whether work may proceed.
 //
 // A Client is safe for concurrent use by multiple goroutines. It starts no
-// goroutines and holds nothing to close: the caller owns the connection.
+// goroutines (but one per lease held with WithAutoRenew, which ends with
+// its release) and holds nothing to close: the caller owns the
+// connection.
 type Client struct {
 	rls      ratelimitv1.RateLimitServiceClient
 	opts     options
@@ -49,6 +51,9 @@ type Client struct {
 	// unimplemented is set once the server answered Unimplemented, and
 	// that was logged.
 	unimplemented atomic.Bool
+	// timer starts a timer of d (time.NewTimer; tests replace it): its
+	// channel, and a func that stops it.
+	timer func(d time.Duration) (<-chan time.Time, func() bool)
 }
 
 // An Observation describes one ShouldRateLimit call, for the hook of
@@ -90,12 +95,18 @@ func New(conn grpc.ClientConnInterface, opts ...Option) *Client {
 	for _, opt := range opts {
 		opt.applyClient(&o)
 	}
-	c := &Client{rls: ratelimitv1.NewRateLimitServiceClient(conn), opts: o}
+	c := &Client{rls: ratelimitv1.NewRateLimitServiceClient(conn), opts: o, timer: newTimer}
 	c.connect.start(conn, o.connectTimeout)
 	if o.refusalAge > 0 && o.refusalSize > 0 {
 		c.refusals = newRefusals(o.refusalAge, o.refusalSize)
 	}
 	return c
+}
+
+// newTimer is time.NewTimer's channel and Stop.
+func newTimer(d time.Duration) (<-chan time.Time, func() bool) {
+	t := time.NewTimer(d)
+	return t.C, t.Stop
 }
 
 // LocalRefusals reports how many requests the Client refused by itself,

@@ -186,8 +186,9 @@
 // A slot frees itself when its lease expires (the limit's window), so a
 // caller that dies holds nothing for longer. Work that may outlive the
 // lease takes it with AcquireLease, and calls Lease.Renew (halfway to
-// Lease.ExpiresAt, say); Renew answers ErrLeaseLost once the lease has
-// lapsed. WithConcurrency makes the server interceptors, and
+// Lease.ExpiresAt, say), or runs Lease.KeepAlive, which does so until the
+// release; Renew answers ErrLeaseLost once the lease has lapsed.
+// WithAutoRenew makes Acquire keep its leases alive. WithConcurrency makes the server interceptors, and
 // WithHTTPConcurrency makes HTTPMiddleware, hold a slot while the handler
 // runs. Refusals and the failure policy are ShouldRateLimit's; the memory
 // of refusals is not used.

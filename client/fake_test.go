@@ -40,6 +40,9 @@ type fakeRLS struct {
 	answer func(*ratelimitv1.ShouldRateLimitRequest) (*ratelimitv1.ShouldRateLimitResponse, error)
 	// slow makes the server answer only when the call's context ends.
 	slow atomic.Bool
+	// renewing, when set, makes Renew signal on it, then answer only when
+	// the call's context ends.
+	renewing atomic.Pointer[chan struct{}]
 	// fail, when set, is the error the server answers with.
 	fail atomic.Pointer[error]
 	// stop stops the server early (newFakeRLS sets it); idempotent.
@@ -260,6 +263,11 @@ func (f *fakeRLS) Release(ctx context.Context, req *ratelimitv1.ReleaseRequest) 
 // Renew implements ratelimitv1.RateLimitServiceServer: it replaces a
 // held lease by a new one (a new id), or answers OVER_LIMIT.
 func (f *fakeRLS) Renew(ctx context.Context, req *ratelimitv1.RenewRequest) (*ratelimitv1.RenewResponse, error) {
+	if renewing := f.renewing.Load(); renewing != nil {
+		*renewing <- struct{}{}
+		<-ctx.Done()
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
 	if err := f.failure(ctx); err != nil {
 		return nil, err
 	}

@@ -46,6 +46,11 @@ type Lease struct {
 	domain string
 	ds     []*ratelimitv1.Descriptor // as Acquire sent them; read only
 
+	// released is done once Release is called: it stops KeepAlive, and
+	// cancels its Renew in flight, which Release would wait for.
+	released     context.Context
+	markReleased context.CancelFunc
+
 	// op serializes Release and Renew, so that a Release never sends an
 	// id that a Renew in flight is replacing.
 	op         sync.Mutex
@@ -94,11 +99,24 @@ func (c *Client) Acquire(ctx context.Context, domain string, descriptors ...Desc
 	if err != nil || l.held() == nil {
 		return func() {}, d, err
 	}
+	kept := make(chan struct{})
+	if c.opts.autoRenew {
+		go func() {
+			defer close(kept)
+			if err := l.KeepAlive(context.WithoutCancel(ctx)); err != nil {
+				c.logger().WarnContext(ctx, "ratelimitd client: a lease held was lost; its slots may be held by others",
+					"domain", domain, "err", err)
+			}
+		}()
+	} else {
+		close(kept)
+	}
 	return func() {
 		if err := l.Release(ctx); err != nil {
 			c.logger().WarnContext(ctx, "ratelimitd client: release failed; the slots free themselves when their lease expires",
 				"domain", domain, "expires_at", l.ExpiresAt(), "err", err)
 		}
+		<-kept // KeepAlive ends with the release
 	}, d, nil
 }
 
@@ -107,6 +125,7 @@ func (c *Client) Acquire(ctx context.Context, domain string, descriptors ...Desc
 // never nil; release it once the work is done.
 func (c *Client) AcquireLease(ctx context.Context, domain string, descriptors ...Descriptor) (*Lease, Decision, error) {
 	l := &Lease{c: c, domain: domain}
+	l.released, l.markReleased = context.WithCancel(context.Background())
 	if c.opts.hook == nil {
 		d, err := l.acquire(ctx, descriptors)
 		return l, d, err
@@ -179,6 +198,7 @@ func (l *Lease) ExpiresAt() time.Time {
 // A non-nil error means ratelimitd could not be told (unreachable, timed
 // out); the slots then free themselves when the lease expires.
 func (l *Lease) Release(ctx context.Context) error {
+	l.markReleased() // before op: a KeepAlive's Renew in flight gives up
 	l.op.Lock()
 	defer l.op.Unlock()
 	if l.ended {
@@ -238,6 +258,83 @@ func (l *Lease) Renew(ctx context.Context) error {
 	}
 	l.hold(resp.GetLease())
 	return nil
+}
+
+// minRenewWait is the least KeepAlive waits between renewals, so that a
+// lease about to expire, or a ratelimitd that fails at once, does not
+// make it spin.
+const minRenewWait = 100 * time.Millisecond
+
+// KeepAlive renews the lease halfway to its expiry, again and again,
+// until it is released (KeepAlive then returns nil), ctx ends (it returns
+// ctx.Err()), or the lease is lost: refused renewal, or no renewal
+// succeeded before it expired (ErrLeaseLost, wrapping the last failure).
+// A renewal that fails is tried again halfway to the expiry still in
+// force (no sooner than 100 ms). It returns nil at once for a Lease that
+// never held anything.
+//
+// KeepAlive blocks: run it in a goroutine of its own, which ends with the
+// lease's release:
+//
+//	go lease.KeepAlive(ctx)
+//	defer lease.Release(ctx)
+//
+// A kept lease never lapses while the process lives: work that hangs
+// holds its slots until released. Expiries are ratelimitd's, compared
+// with the Client's clock (WithClock). WithAutoRenew makes Acquire keep
+// its leases alive.
+func (l *Lease) KeepAlive(ctx context.Context) error {
+	if l.held() == nil {
+		return nil // never held, or over already
+	}
+	var last error
+	for {
+		exp := l.ExpiresAt()
+		switch {
+		case l.released.Err() != nil:
+			return nil
+		case exp.IsZero(): // lost to another Renew
+			return ErrLeaseLost
+		}
+		now := l.c.opts.now()
+		if last != nil && !now.Before(exp) {
+			return fmt.Errorf("%w (no renewal before it expired: %w)", ErrLeaseLost, last)
+		}
+		wake, stop := l.c.timer(max(exp.Sub(now)/2, minRenewWait))
+		select {
+		case <-ctx.Done():
+			stop()
+			return ctx.Err()
+		case <-l.released.Done():
+			stop()
+			return nil
+		case <-wake:
+		}
+		err := l.renewUnlessReleased(ctx)
+		switch {
+		case err == nil:
+			last = nil
+		case l.released.Err() != nil:
+			return nil
+		case errors.Is(err, ErrLeaseLost):
+			return err
+		case ctx.Err() != nil:
+			return ctx.Err()
+		default:
+			last = err
+		}
+	}
+}
+
+// renewUnlessReleased is Renew, given up when Release is called.
+func (l *Lease) renewUnlessReleased(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	// l.released is no context to inherit values or a deadline from: it
+	// only signals the release.
+	stop := context.AfterFunc(l.released, cancel) //nolint:contextcheck // see above
+	defer stop()
+	return l.Renew(ctx)
 }
 
 // logger returns the logger of warnings.

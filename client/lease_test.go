@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -432,4 +433,157 @@ func TestHTTPConcurrency(t *testing.T) {
 // h2 wraps a handler that answers 200 in mw.
 func h2(mw func(http.Handler) http.Handler) http.Handler {
 	return mw(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+}
+
+// timers replaces a Client's timers: each one started is sent on started,
+// to be fired by the test.
+type timers struct{ started chan timer }
+
+type timer struct {
+	d    time.Duration
+	fire chan time.Time
+}
+
+func newTimers(c *client.Client) *timers {
+	ts := &timers{started: make(chan timer, 16)}
+	client.SetTimer(c, func(d time.Duration) (<-chan time.Time, func() bool) {
+		tm := timer{d: d, fire: make(chan time.Time, 1)}
+		ts.started <- tm
+		return tm.fire, func() bool { return true }
+	})
+	return ts
+}
+
+// next returns the next timer started, failing the test after 10 s.
+func (ts *timers) next(t *testing.T) timer {
+	t.Helper()
+	select {
+	case tm := <-ts.started:
+		return tm
+	case <-time.After(10 * time.Second):
+		t.Fatal("no timer started")
+		return timer{}
+	}
+}
+
+// result returns KeepAlive's result, failing the test after 10 s.
+func result(t *testing.T, done <-chan error) error {
+	t.Helper()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(10 * time.Second):
+		t.Fatal("KeepAlive did not return")
+		return nil
+	}
+}
+
+// TestKeepAlive: KeepAlive renews halfway to the expiry, stops when the
+// lease is released (the release giving back the renewed id), when ctx
+// ends, and when the lease is lost.
+func TestKeepAlive(t *testing.T) {
+	f := &fakeRLS{slots: 3}
+	c := client.New(newFakeRLS(t, f))
+	ts := newTimers(c)
+
+	l, _ := acquire(t, c, slot)
+	done := make(chan error, 1)
+	go func() { done <- l.KeepAlive(t.Context()) }()
+	tm := ts.next(t)
+	if tm.d <= leaseTTL/2-5*time.Second || tm.d > leaseTTL/2 {
+		t.Errorf("first renewal in %v, want about %v", tm.d, leaseTTL/2)
+	}
+	tm.fire <- time.Now()
+	ts.next(t) // renewed: waiting for the next
+	if err := l.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := result(t, done); err != nil {
+		t.Errorf("KeepAlive after Release = %v, want nil", err)
+	}
+	if diff := cmp.Diff([]string{"lease-2"}, f.released()); diff != "" {
+		t.Errorf("Release after KeepAlive renewed mismatch (-want +got):\n%s", diff)
+	}
+
+	l, _ = acquire(t, c, slot) // lease-3
+	go func() { done <- l.KeepAlive(t.Context()) }()
+	tm = ts.next(t)
+	f.lapse("lease-3")
+	tm.fire <- time.Now()
+	if err := result(t, done); !errors.Is(err, client.ErrLeaseLost) {
+		t.Errorf("KeepAlive of a lapsed lease = %v, want ErrLeaseLost", err)
+	}
+
+	l, _ = acquire(t, c, slot)
+	ctx, cancel := context.WithCancel(t.Context())
+	go func() { done <- l.KeepAlive(ctx) }()
+	ts.next(t)
+	cancel()
+	if err := result(t, done); !errors.Is(err, context.Canceled) {
+		t.Errorf("KeepAlive after its ctx ended = %v, want context.Canceled", err)
+	}
+	if err := l.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+
+	// Never held: nothing to keep.
+	nothing, _ := acquire(t, client.New(newFakeRLS(t, &fakeRLS{})), slot)
+	if err := nothing.KeepAlive(t.Context()); err != nil {
+		t.Errorf("KeepAlive of no lease = %v", err)
+	}
+}
+
+// TestKeepAliveFailures: a renewal that fails is tried again; once the
+// lease expired without one, KeepAlive reports it lost, with the failure.
+func TestKeepAliveFailures(t *testing.T) {
+	f := &fakeRLS{slots: 1}
+	var now atomic.Pointer[time.Time]
+	start := time.Now()
+	now.Store(&start)
+	c := client.New(newFakeRLS(t, f), client.WithClock(func() time.Time { return *now.Load() }))
+	ts := newTimers(c)
+	l, _ := acquire(t, c, slot)
+	done := make(chan error, 1)
+	go func() { done <- l.KeepAlive(t.Context()) }()
+	first := ts.next(t)
+	down := status.Error(codes.Unavailable, "down")
+	f.fail.Store(&down)
+	first.fire <- time.Now()
+	// Tried again halfway to the same expiry: the clock has not moved.
+	if retry := ts.next(t); retry.d != first.d {
+		t.Errorf("retry in %v, want %v", retry.d, first.d)
+	} else {
+		later := l.ExpiresAt().Add(time.Second)
+		now.Store(&later)
+		retry.fire <- time.Now()
+	}
+	if err := result(t, done); !errors.Is(err, client.ErrLeaseLost) || !strings.Contains(err.Error(), "down") {
+		t.Errorf("KeepAlive past the expiry without renewal = %v, want ErrLeaseLost with the failure", err)
+	}
+}
+
+// TestAutoRenew: with WithAutoRenew, Acquire keeps its lease alive until
+// the release, which stops the renewals (and their goroutine: goleak
+// checks), even one in flight, within its own bound.
+func TestAutoRenew(t *testing.T) {
+	f := &fakeRLS{slots: 1}
+	c := client.New(newFakeRLS(t, f), client.WithAutoRenew())
+	ts := newTimers(c)
+	release, d, err := c.Acquire(t.Context(), "jobs", slot)
+	if err != nil || !d.Allowed {
+		t.Fatalf("Acquire = %+v, %v", d, err)
+	}
+	ts.next(t).fire <- time.Now()
+	tm := ts.next(t) // renewed once
+	renewing := make(chan struct{}, 1)
+	f.renewing.Store(&renewing)
+	tm.fire <- time.Now()
+	<-renewing // a renewal in flight, which never answers
+	release()
+	if diff := cmp.Diff([]string{"lease-2"}, f.released()); diff != "" {
+		t.Errorf("Release calls mismatch (-want +got):\n%s", diff)
+	}
+	if got := f.holding(slot); got != 0 {
+		t.Errorf("%d slots held after the release, want 0", got)
+	}
 }
