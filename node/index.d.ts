@@ -260,6 +260,14 @@ export interface ClientOptions {
   refusalCacheSize?: number;
   /** The refusal memory's clock, in ms, never going back (tests); performance.now by default. */
   clock?: () => number;
+  /**
+   * Renew each lease acquire holds halfway to its expiry (no sooner than
+   * 100 ms), until it is released: for work that may outlive its limit's
+   * window. A slot is then held as long as the work, and a release never
+   * called leaks it for as long as the process lives. A lease lost all the
+   * same (ratelimitd away past its expiry) is logged (warn). Default false.
+   */
+  autoRenew?: boolean;
 }
 
 export interface CallOptions {

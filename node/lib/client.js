@@ -17,6 +17,8 @@ const DEFAULT_TIMEOUT_MS = 50;
 const DEFAULT_CONNECT_TIMEOUT_MS = 1000;
 /** How long, at most, a release waits for ratelimitd, in milliseconds (see Lease.release). */
 const RELEASE_TIMEOUT_MS = 1000;
+/** The least an auto-renewal waits, in milliseconds, so that a lease about to expire does not make it spin. */
+const MIN_RENEW_WAIT_MS = 100;
 
 const { IDLE, READY, TRANSIENT_FAILURE, SHUTDOWN } = grpc.connectivityState;
 
@@ -260,6 +262,9 @@ class Client {
     this._timeoutMs = options.timeoutMs === undefined ? DEFAULT_TIMEOUT_MS : options.timeoutMs;
     this._failClosed = Boolean(options.failClosed);
     this._releaseTimeoutMs = RELEASE_TIMEOUT_MS; // tests shorten it
+    this._autoRenew = Boolean(options.autoRenew);
+    // Starts the timer of an auto-renewal (tests replace it); returns what clearTimeout takes.
+    this._setTimer = (f, ms) => setTimeout(f, ms).unref();
     this._onDecision = options.onDecision || null;
     this._logger = options.logger || console;
     this._failOpens = 0;
@@ -531,6 +536,40 @@ class Lease {
     this._ended = false; // released, or lost
     this._released = null; // the promise of the one release
     this._op = Promise.resolve(); // serializes release and renew
+    // With autoRenew: the timer of the next renewal, and the renewal in flight's AbortController.
+    this._timer = null;
+    this._renewing = null;
+    if (client._autoRenew && this._id !== null) this._keep(null);
+  }
+
+  /**
+   * _keep schedules the next renewal halfway to the expiry (no sooner
+   * than MIN_RENEW_WAIT_MS), after the failure last if any; once the
+   * lease expired without a renewal, it logs it lost instead.
+   */
+  _keep(last) {
+    if (this._ended || this._expiresAt === null) return;
+    const left = this._expiresAt.getTime() - Date.now();
+    if (last && left <= 0) {
+      this._lost(last);
+      return;
+    }
+    this._timer = this._client._setTimer(() => {
+      this._timer = null;
+      this._renewing = new AbortController();
+      this.renew({ signal: this._renewing.signal }).then(
+        () => this._keep(null),
+        (err) => {
+          if (this._released !== null) return; // released meanwhile
+          if (err instanceof LeaseLostError) this._lost(err);
+          else this._keep(err);
+        },
+      );
+    }, Math.max(left / 2, MIN_RENEW_WAIT_MS));
+  }
+
+  _lost(err) {
+    this._client._logger.warn(`ratelimitd: a lease held was lost; its slots may be held by others (domain ${this._req.domain}): ${err.message}`);
   }
 
   /** Whether the work may proceed: decision.allowed. */
@@ -563,6 +602,8 @@ class Lease {
    * expires).
    */
   release() {
+    if (this._timer !== null) clearTimeout(this._timer);
+    if (this._renewing !== null) this._renewing.abort(); // a renewal in flight gives up
     if (this._released === null) {
       this._released = this._serial(async () => {
         if (this._ended) return;
@@ -626,6 +667,7 @@ async function withSlot(client, domain, descriptors, fn, callOptions = {}) {
 }
 
 module.exports = {
+  MIN_RENEW_WAIT_MS,
   Lease,
   withSlot,
   RELEASE_TIMEOUT_MS,

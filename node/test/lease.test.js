@@ -21,7 +21,7 @@ const busy = () => ({
 });
 
 /** leaseServer starts a fake answering the lease calls from the queues of answers. */
-async function leaseServer(t, { acquire = [], release = [], renew = [] }) {
+async function leaseServer(t, { acquire = [], release = [], renew = [] }, options = {}) {
   const next = (q, empty) => () => {
     const a = q.length ? q.shift() : empty;
     if (a instanceof Error) throw a;
@@ -33,7 +33,7 @@ async function leaseServer(t, { acquire = [], release = [], renew = [] }) {
     renew: next(renew, { code: pb.Code.CODE_OVER_LIMIT }),
   });
   t.after(() => fake.stop());
-  const client = new Client(fake.addr, { timeoutMs: 5000, logger: quiet() });
+  const client = new Client(fake.addr, { timeoutMs: 5000, logger: quiet(), ...options });
   t.after(() => client.close());
   return { fake, client };
 }
@@ -172,4 +172,43 @@ test('giveBack: sent as give_back; malformed with checkOnly or in acquire; never
   await assert.rejects(client.shouldRateLimit('d', [{ ...back, checkOnly: true }]), (err) => err instanceof RateLimitError && err.code === 3);
   await assert.rejects(client.acquire('d', [back]), (err) => err instanceof RateLimitError && err.code === 3);
   assert.equal(fake.requests.length, 3);
+});
+
+/** until waits, a turn of the event loop at a time, for cond to hold. */
+async function until(cond) {
+  for (let i = 0; i < 2000 && !cond(); i++) await new Promise((resolve) => setTimeout(resolve, 1));
+  assert.ok(cond(), String(cond));
+}
+
+test('autoRenew: renews halfway to the expiry until released; the release aborts a renewal in flight', async (t) => {
+  const later = new Date(expiresAt.getTime() + 60000);
+  const { fake, client } = await leaseServer(t, {
+    acquire: [admitted('L1'), admitted('L3')],
+    renew: [{ code: pb.Code.CODE_OK, lease: { id: Buffer.from('L2'), expiresAt: later } }, 'hang', { code: pb.Code.CODE_OVER_LIMIT }],
+  }, { autoRenew: true });
+  const timers = [];
+  client._setTimer = (f, ms) => {
+    timers.push({ f, ms });
+    return {};
+  };
+  const lease = await client.acquire('jobs', [D('job', 'export')]);
+  assert.equal(timers.length, 1);
+  const half = (expiresAt.getTime() - Date.now()) / 2;
+  assert.ok(Math.abs(timers[0].ms - half) < 5000, `first renewal in ${timers[0].ms} ms, want about ${half}`);
+  timers[0].f();
+  await until(() => timers.length === 2);
+  assert.deepEqual(lease.expiresAt, later);
+  timers[1].f(); // this renewal never answers
+  await until(() => fake.methods.length === 3);
+  await lease.release();
+  assert.deepEqual(fake.methods, ['acquire', 'renew', 'renew', 'release']);
+  assert.deepEqual(releases(fake), ['L2']);
+  assert.equal(timers.length, 2, 'no renewal after the release');
+
+  const lost = await client.acquire('jobs', [D('job', 'export')]);
+  timers[2].f();
+  await until(() => client._logger.lines.warn.length === 1);
+  assert.match(client._logger.lines.warn[0], /lost/);
+  assert.equal(timers.length, 3);
+  await lost.release();
 });
