@@ -79,6 +79,9 @@ DEFAULT_REFUSAL_CACHE_SIZE = 10000
 #: even when the caller was cancelled, so it has a bound of its own. A
 #: release that fails leaves the slots held until their lease expires.
 RELEASE_TIMEOUT = 1.0
+# The least an auto-renewal waits, in seconds, so that a lease about to
+# expire does not make it spin.
+_MIN_RENEW_WAIT = 0.1
 
 log = logging.getLogger("ratelimitd")
 
@@ -534,7 +537,8 @@ class _Base:
                  refusal_cache: float = DEFAULT_REFUSAL_CACHE,
                  refusal_cache_size: int = DEFAULT_REFUSAL_CACHE_SIZE,
                  clock: Callable[[], float] = time.monotonic,
-                 connect_timeout: Optional[float] = DEFAULT_CONNECT_TIMEOUT):
+                 connect_timeout: Optional[float] = DEFAULT_CONNECT_TIMEOUT, auto_renew: bool = False):
+        self._auto_renew = auto_renew
         # The generated stub serves both channels: its calls are awaitable
         # on a grpc.aio.Channel.
         self._stub = pb_grpc.RateLimitServiceStub(channel)
@@ -558,6 +562,15 @@ class _Base:
     def _start_connecting(self, channel) -> None:
         """Asks channel to connect, and notes how to learn its state."""
         raise NotImplementedError
+
+    @staticmethod
+    def _start_timer(delay: float, f: Callable[[], object]) -> Callable[[], object]:
+        """Calls f in delay seconds (auto_renew's timers; tests replace it),
+        and returns what cancels it: here a daemon thread's timer."""
+        t = threading.Timer(delay, f)
+        t.daemon = True
+        t.start()
+        return t.cancel
 
     def _wait_left(self, state) -> Optional[float]:
         """The step of a call waiting for the connection, which is in state:
@@ -715,6 +728,13 @@ class Client(_Base):
     Decision.local is then True, and local_refusals counts them.
     refusal_cache_size bounds how many are remembered (10000). clock: the
     seconds clock of that memory (time.monotonic).
+
+    auto_renew: renew each lease acquire holds halfway to its expiry (no
+    sooner than 0.1 s) until it is released, for work that may outlive its
+    limit's window: on a daemon thread's timer (an AsyncClient's: a task of
+    its event loop). A slot is then held as long as the work, and a lease
+    never released holds it as long as the process lives. A lease lost all
+    the same (ratelimitd away past its expiry) is logged (warning).
     """
 
     def should_rate_limit(self, domain: str, *descriptors: Descriptor,
@@ -821,6 +841,11 @@ class AsyncClient(_Base):
         if self._channel is not None and self._channel.get_state(try_to_connect=True) is not _C.READY:
             self._since = time.monotonic()
 
+    @staticmethod
+    def _start_timer(delay: float, f: Callable[[], object]) -> Callable[[], object]:
+        """See _Base._start_timer: here the running event loop's."""
+        return asyncio.get_running_loop().call_later(delay, f).cancel
+
     async def _await_connection(self) -> None:
         """See Client._await_connection."""
         ch = self._channel
@@ -909,6 +934,11 @@ class _LeaseBase:
         # Released, or lost: release and renew do nothing more.
         self._ended = False
         self._release_error: Optional[Exception] = None
+        # Set when release is called: auto_renew stops. The cancel of the
+        # next renewal's timer, under _timer_lock.
+        self._releasing = False
+        self._timer_lock = threading.Lock()
+        self._cancel: Optional[Callable[[], object]] = None
 
     @property
     def allowed(self) -> bool:
@@ -956,6 +986,30 @@ class _LeaseBase:
             raise LeaseLost("ratelimitd: lease expired or released")
         self._hold(resp.lease)
 
+    def _keep(self, last: Optional[BaseException], renew: Callable[[], object]) -> None:
+        """Schedules renew halfway to the expiry (no sooner than 0.1 s),
+        after the failure last if any; once the lease expired without a
+        renewal, logs it lost instead. Nothing once released."""
+        with self._timer_lock:
+            if self._releasing or self._ended or self._expires_at is None:
+                return
+            left = self._expires_at - time.time()
+            if last is not None and left <= 0:
+                self._log_lost(last)
+                return
+            self._cancel = self._client._start_timer(max(left / 2, _MIN_RENEW_WAIT), renew)
+
+    def _stop_keeping(self) -> None:
+        """Stops auto_renew: called first thing by release."""
+        with self._timer_lock:
+            self._releasing = True
+            if self._cancel is not None:
+                self._cancel()
+
+    def _log_lost(self, err: BaseException) -> None:
+        self._client._log.warning("ratelimitd: a lease held was lost; its slots may be held by others (domain %s): %s",
+                                  self._req.domain, err)
+
     def _log_release(self, err: BaseException) -> None:
         self._client._log.warning("ratelimitd: release failed; the slots free themselves when their lease "
                                   "expires (domain %s): %s", self._req.domain, err)
@@ -970,6 +1024,21 @@ class Lease(_LeaseBase):
     def __init__(self, client: _Base, req: pb.AcquireRequest, decision: Decision, lease: Optional[pb.Lease]):
         super().__init__(client, req, decision, lease)
         self._op = threading.Lock()  # serializes release and renew
+        if client._auto_renew:
+            self._keep(None, self._renew_kept)
+
+    def _renew_kept(self) -> None:
+        """auto_renew's renewal, on the timer's thread."""
+        try:
+            self.renew()
+        except LeaseLost as err:
+            if not self._releasing:
+                self._log_lost(err)
+            return
+        except Exception as err:
+            self._keep(err, self._renew_kept)
+            return
+        self._keep(None, self._renew_kept)
 
     def __enter__(self) -> "Lease":
         return self
@@ -986,6 +1055,7 @@ class Lease(_LeaseBase):
         RELEASE_TIMEOUT. Raises ratelimitd's error (a grpc.RpcError) when it
         could not be told: the slots then free themselves when the lease
         expires."""
+        self._stop_keeping()
         with self._op:
             if self._release_error is not None:
                 raise self._release_error
@@ -1024,6 +1094,25 @@ class AsyncLease(_LeaseBase):
     def __init__(self, client: _Base, req: pb.AcquireRequest, decision: Decision, lease: Optional[pb.Lease]):
         super().__init__(client, req, decision, lease)
         self._op = asyncio.Lock()  # serializes release and renew
+        self._renewing: Optional["asyncio.Future[None]"] = None  # auto_renew's renewal in flight
+        if client._auto_renew:
+            self._keep(None, self._renew_now)
+
+    def _renew_now(self) -> None:
+        self._renewing = asyncio.ensure_future(self._renew_kept())
+
+    async def _renew_kept(self) -> None:
+        """auto_renew's renewal, a task of the event loop."""
+        try:
+            await self.renew()
+        except LeaseLost as err:
+            if not self._releasing:
+                self._log_lost(err)
+            return
+        except Exception as err:
+            self._keep(err, self._renew_now)
+            return
+        self._keep(None, self._renew_now)
 
     async def __aenter__(self) -> "AsyncLease":
         return self
@@ -1038,6 +1127,9 @@ class AsyncLease(_LeaseBase):
         """See Lease.release. It is shielded from cancellation: a cancelled
         caller gets CancelledError while the release goes on (and logs its
         failure, if it fails)."""
+        self._stop_keeping()
+        if self._renewing is not None:
+            self._renewing.cancel()  # a renewal in flight gives up
         task = asyncio.ensure_future(self._release())
         try:
             await asyncio.shield(task)

@@ -3,6 +3,7 @@ server over real gRPC on loopback."""
 
 import asyncio
 import logging
+import time
 import unittest
 from unittest import mock
 
@@ -205,3 +206,74 @@ class AsyncLeaseTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class AutoRenewTest(unittest.TestCase):
+    """auto_renew, its timers replaced by the test's."""
+
+    def setUp(self):
+        self.server = Server().__enter__()
+        self.addCleanup(self.server.__exit__)
+        self.timers = []
+
+    def start_timer(self, delay, f):
+        self.timers.append((delay, f))
+        return lambda: self.timers.append("cancelled")
+
+    def script(self):
+        far = time.time() + 60
+        self.server.answer(admitted(b"L1", far), pb.RenewResponse(code=pb.CODE_OK, lease=lease(b"L2", far + 60)),
+                           pb.ReleaseResponse(), admitted(b"L3", far), pb.RenewResponse(code=pb.CODE_OVER_LIMIT))
+        return far
+
+    def methods(self):
+        return [type(r).__name__ for r in self.server.requests]
+
+    def test_sync(self):
+        far = self.script()
+        channel = grpc.insecure_channel(self.server.addr)
+        self.addCleanup(channel.close)
+        self.addCleanup(wait_state, channel, grpc.ChannelConnectivity.READY)
+        client = ratelimitd.Client(channel, timeout=30, auto_renew=True)
+        client._start_timer = self.start_timer
+        with client.acquire("jobs", D("job", "export")) as held:
+            delay, renew = self.timers[0]
+            self.assertAlmostEqual(delay, (far - time.time()) / 2, delta=5)
+            renew()
+            self.assertEqual(held.expires_at, far + 60)
+            self.assertEqual(len(self.timers), 2)
+        self.assertEqual(self.timers[2], "cancelled")
+        self.assertEqual(self.server.requests[2].lease_id, b"L2")
+        held = client.acquire("jobs", D("job", "export"))
+        with self.assertLogs("ratelimitd", logging.WARNING) as logs:
+            self.timers[3][1]()
+        self.assertIn("lost", logs.output[0])
+        self.assertEqual(len(self.timers), 4)
+        self.assertEqual(self.methods(), ["AcquireRequest", "RenewRequest", "ReleaseRequest", "AcquireRequest",
+                                          "RenewRequest"])
+
+    def test_async(self):
+        far = self.script()
+
+        async def main():
+            async with grpc.aio.insecure_channel(self.server.addr) as ch:
+                client = ratelimitd.AsyncClient(ch, timeout=30, auto_renew=True)
+                client._start_timer = self.start_timer
+                async with client.acquire("jobs", D("job", "export")) as held:
+                    self.timers[0][1]()
+                    for _ in range(1000):
+                        if len(self.timers) == 2:
+                            break
+                        await asyncio.sleep(0.001)
+                    self.assertEqual(held.expires_at, far + 60)
+                self.assertEqual(self.timers[2], "cancelled")
+                await client.acquire("jobs", D("job", "export"))
+                with self.assertLogs("ratelimitd", logging.WARNING) as logs:
+                    self.timers[3][1]()
+                    for _ in range(1000):
+                        if logs.output:
+                            break
+                        await asyncio.sleep(0.001)
+                self.assertIn("lost", logs.output[0])
+        asyncio.run(main())
+        self.assertEqual(self.server.requests[2].lease_id, b"L2")
