@@ -84,7 +84,7 @@ type Lease struct {
 // at Warn (see WithLogger): the slots then free themselves when their
 // lease expires (the limit's window), which bounds what a caller that
 // dies leaks too. For work that may outlive the lease, use AcquireLease
-// and renew it.
+// and renew it, or WithAutoRenew.
 //
 // The decision and the error are ShouldRateLimit's: over a limit is
 // Decision.Allowed false (nothing is then held), and a failure of
@@ -112,9 +112,10 @@ func (c *Client) Acquire(ctx context.Context, domain string, descriptors ...Desc
 		close(kept)
 	}
 	return func() {
+		exp := l.ExpiresAt() // Release forgets it
 		if err := l.Release(ctx); err != nil {
 			c.logger().WarnContext(ctx, "ratelimitd client: release failed; the slots free themselves when their lease expires",
-				"domain", domain, "expires_at", l.ExpiresAt(), "err", err)
+				"domain", domain, "expires_at", exp, "err", err)
 		}
 		<-kept // KeepAlive ends with the release
 	}, d, nil

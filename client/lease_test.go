@@ -154,8 +154,9 @@ func TestReleaseFailureLogged(t *testing.T) {
 	release()
 	mu.Lock()
 	defer mu.Unlock()
-	if !strings.Contains(log.String(), "release failed") || !strings.Contains(log.String(), "down") {
-		t.Errorf("log = %q, want the release's failure", log.String())
+	if !strings.Contains(log.String(), "release failed") || !strings.Contains(log.String(), "down") ||
+		strings.Contains(log.String(), "expires_at=0001") {
+		t.Errorf("log = %q, want the release's failure and the lease's expiry", log.String())
 	}
 }
 
