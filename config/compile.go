@@ -296,6 +296,11 @@ func (c *compiler) rule(d *Descriptor, parent *Rule) *Rule {
 		first[k] = i
 		r.Limits = append(r.Limits, l)
 	}
+	if r.ConsumeWhenOver && slices.ContainsFunc(r.Limits, func(l RuleLimit) bool { return l.Algorithm == backend.Concurrency }) {
+		// A slot held past the limit would be a slot over the cap: what
+		// a concurrency limit exists to prevent.
+		c.errorf(s.at("consume_when_over"), "consume_when_over does not apply to a concurrency limit (a slot past the limit would break the cap)")
+	}
 	r.children = c.level(d.Descriptors, r)
 	return r
 }
@@ -417,6 +422,8 @@ func (c *compiler) rateLimit(rl *RateLimit, inList bool) (rlim RuleLimit, ok boo
 	case l.Algorithm == backend.SlidingLog && l.Requests > backend.MaxSlidingLog:
 		fail("requests_per_unit", "sliding_log allows at most %d requests per window, got %d (use sliding_window)",
 			backend.MaxSlidingLog, l.Requests)
+	case l.Algorithm == backend.Concurrency && l.Requests > backend.MaxSlidingLog:
+		fail("requests_per_unit", "concurrency allows at most %d held at once, got %d", backend.MaxSlidingLog, l.Requests)
 	default:
 		if err := l.Validate(); err != nil {
 			fail("burst", "%v", err) // the burst of a gcra limit, or its mapping

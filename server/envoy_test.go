@@ -1090,8 +1090,6 @@ func TestInvalidArgument(t *testing.T) {
 		return desc(kv...)
 	}
 	long := func(n int) string { return strings.Repeat("a", n) }
-	negative := desc("remote_address", "a")
-	negative.IsNegativeHits = true
 	tests := []struct {
 		name string
 		req  *rlsv3.RateLimitRequest
@@ -1113,7 +1111,6 @@ func TestInvalidArgument(t *testing.T) {
 		{"domain of 256 bytes", request(long(256), desc("remote_address", "a")), nil},
 		{"hits_addend over 4294967295", request("gateway", hits(1<<32, desc("remote_address", "a"))), []string{"hits", "4294967296"}},
 		{"hits_addend of 4294967295", request("gateway", hits(1<<32-1, desc("remote_address", "a"))), nil},
-		{"is_negative_hits", request("gateway", negative), []string{"is_negative_hits"}},
 		{"override unit UNKNOWN", request("gateway", override(1, typev3.RateLimitUnit_UNKNOWN, 0, desc("remote_address", "a"))), []string{"unit"}},
 		{"override unit out of the enum", request("gateway", override(1, 42, 0, desc("remote_address", "a"))), []string{"unit"}},
 		{"override unit_multiplier 0", request("gateway", &rlv3.RateLimitDescriptor{

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
 
+	"github.com/ratelimitd/ratelimitd/backend"
 	"github.com/ratelimitd/ratelimitd/internal/envoyunit"
 	"github.com/ratelimitd/ratelimitd/server/internal/engine"
 )
@@ -283,14 +284,15 @@ func envoyRequest(sc *scratch, hits uint64) error {
 	r := &sc.Req
 	for i := range sc.envoy {
 		ed := &sc.envoy[i]
-		if ed.negative {
-			return engine.Invalid("descriptor %d: is_negative_hits is not supported", i)
-		}
 		h := hits
 		if ed.hasHits {
 			h = ed.hits // 0 checks without consuming
 		}
-		r.Descs = append(r.Descs, engine.Descriptor{Entries: ed.entries, Hits: h})
+		op := backend.Take
+		if ed.negative {
+			op = backend.GiveBack // the descriptor's hits_addend, else the request's, given back
+		}
+		r.Descs = append(r.Descs, engine.Descriptor{Entries: ed.entries, Hits: h, Op: op})
 		if !ed.hasLimit {
 			continue
 		}

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/ratelimitd/ratelimitd/backend"
 	"github.com/ratelimitd/ratelimitd/config"
 	"github.com/ratelimitd/ratelimitd/server/internal/engine"
 )
@@ -39,7 +40,7 @@ var codeNames = [numCodes]string{codeOK: "ok", codeOverLimit: "over_limit", code
 // not Options.Registry exports them.
 type metrics struct {
 	ruleHits, ruleOver, ruleNear, ruleWithin, ruleShadow *prometheus.CounterVec
-	ruleOverCache                                        *prometheus.CounterVec
+	ruleOverCache, ruleGivenBack                         *prometheus.CounterVec
 
 	// ref, when not nil, counts in envoyproxy/ratelimit's statsd names
 	// too (Options.Statsd).
@@ -63,6 +64,7 @@ type metrics struct {
 // they are labelled with.
 type ruleCounters struct {
 	hits, over, near, within, shadow, overCache prometheus.Counter
+	givenBack                                   prometheus.Counter
 	domain                                      string
 	ref                                         *refStats // nil without Options.Statsd
 }
@@ -83,6 +85,8 @@ func newMetrics(reg prometheus.Registerer, statsd gostats.Store, tags map[string
 		ruleShadow: rule("ratelimitd_rule_shadow_mode_total", "Hits over a limit that shadow mode (the rule's or the daemon's) let through."),
 		ruleOverCache: rule("ratelimitd_rule_over_limit_with_local_cache_total",
 			"Hits over each rule's limit that the Redis store's local cache refused without asking Redis (also in ratelimitd_rule_over_limit_total)."),
+		ruleGivenBack: rule("ratelimitd_rule_given_back_total",
+			"Hits given back to each rule's limits (Envoy's is_negative_hits, the native give_back, released concurrency slots); not in ratelimitd_rule_hits_total."),
 		storeDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "ratelimitd_backend_duration_seconds",
 			Help:    "Time the counter store took to decide a request's counters.",
@@ -138,7 +142,7 @@ func newMetrics(reg prometheus.Registerer, statsd gostats.Store, tags map[string
 		m.ref = newServiceStats(statsd.ScopeWithTags("ratelimit", tags), statsd.ScopeWithTags("ratelimit_server", tags))
 	}
 	if reg != nil {
-		reg.MustRegister(m.ruleHits, m.ruleOver, m.ruleNear, m.ruleWithin, m.ruleShadow, m.ruleOverCache,
+		reg.MustRegister(m.ruleHits, m.ruleOver, m.ruleNear, m.ruleWithin, m.ruleShadow, m.ruleOverCache, m.ruleGivenBack,
 			decisions, duration, m.storeDuration, m.storeErrors, m.failureAnswers,
 			m.configLoads, m.configOK, m.configTime)
 	}
@@ -246,6 +250,7 @@ func (m *metrics) resolve(domain, rule, statKey string) *ruleCounters {
 		within:    m.ruleWithin.WithLabelValues(domain, rule),
 		shadow:    m.ruleShadow.WithLabelValues(domain, rule),
 		overCache: m.ruleOverCache.WithLabelValues(domain, rule),
+		givenBack: m.ruleGivenBack.WithLabelValues(domain, rule),
 	}
 	if m.ref != nil {
 		c.ref = newRefStats(m.ref.rateLimit, statKey)
@@ -258,6 +263,13 @@ func (m *metrics) resolve(domain, rule, statKey string) *ruleCounters {
 func (m *metrics) Rule(domain string, rc engine.RuleCount) {
 	c := m.counters(domain, &rc)
 	hits := float64(rc.Hits)
+	switch rc.Op {
+	case backend.GiveBack:
+		c.givenBack.Add(hits)
+		return
+	case backend.Renew:
+		return // no hits: a lease's slots were counted when taken
+	}
 	c.hits.Add(hits)
 	switch {
 	case rc.Over:

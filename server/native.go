@@ -29,7 +29,7 @@ func (n nativeService) ShouldRateLimit(ctx context.Context, req *ratelimitv1.Sho
 	}(time.Now())
 	sc := s.getScratch()
 	defer s.putScratch(sc)
-	if err := nativeRequest(sc, req); err != nil {
+	if err := nativeRequest(sc, req.GetDomain(), req.GetDescriptors(), req.GetHits()); err != nil {
 		return nil, grpcError(err)
 	}
 	s.logRequest(sc)
@@ -39,21 +39,21 @@ func (n nativeService) ShouldRateLimit(ctx context.Context, req *ratelimitv1.Sho
 	return nativeResponse(sc), nil
 }
 
-// nativeRequest fills sc.Req from a native request.
-func nativeRequest(sc *scratch, req *ratelimitv1.ShouldRateLimitRequest) error {
-	if req.GetHits() > engine.MaxHits {
-		return engine.Invalid("hits %d over the maximum %d", req.GetHits(), uint64(engine.MaxHits))
+// nativeRequest fills sc.Req from a native request's fields (those of
+// ShouldRateLimit, which Acquire, Release and Renew share).
+func nativeRequest(sc *scratch, domain string, descs []*ratelimitv1.Descriptor, hits uint64) error {
+	if hits > engine.MaxHits {
+		return engine.Invalid("hits %d over the maximum %d", hits, uint64(engine.MaxHits))
 	}
-	hits := req.GetHits()
 	if hits == 0 {
 		hits = 1
 	}
-	if err := engine.CheckRequest(req.GetDomain(), len(req.GetDescriptors())); err != nil {
+	if err := engine.CheckRequest(domain, len(descs)); err != nil {
 		return err
 	}
 	r := &sc.Req
-	r.Domain = req.GetDomain()
-	for i, rd := range req.GetDescriptors() {
+	r.Domain = domain
+	for i, rd := range descs {
 		if err := engine.CheckEntryCount(i, len(rd.GetEntries())); err != nil {
 			return err
 		}
@@ -79,6 +79,9 @@ func nativeRequest(sc *scratch, req *ratelimitv1.ShouldRateLimitRequest) error {
 			h = rd.GetHits() // 0 checks without consuming
 		}
 		d := r.Add(from, h)
+		if rd.GetGiveBack() {
+			d.Op = backend.GiveBack
+		}
 		if lo := rd.GetLimit(); lo != nil {
 			if err := lo.GetWindow().CheckValid(); err != nil {
 				return engine.Invalid("descriptor %d: limit override window: %v", i, err)
@@ -160,6 +163,8 @@ func nativeAlgorithm(a backend.Algorithm) ratelimitv1.Algorithm {
 		return ratelimitv1.Algorithm_ALGORITHM_TOKEN_BUCKET
 	case backend.GCRA:
 		return ratelimitv1.Algorithm_ALGORITHM_GCRA
+	case backend.Concurrency:
+		return ratelimitv1.Algorithm_ALGORITHM_CONCURRENCY
 	}
 	return ratelimitv1.Algorithm_ALGORITHM_UNSPECIFIED
 }
@@ -177,7 +182,8 @@ func (n nativeService) Explain(ctx context.Context, req *ratelimitv1.ExplainRequ
 	}
 	sc := s.getScratch()
 	defer s.putScratch(sc)
-	if err := nativeRequest(sc, req.GetRequest()); err != nil {
+	r := req.GetRequest()
+	if err := nativeRequest(sc, r.GetDomain(), r.GetDescriptors(), r.GetHits()); err != nil {
 		return nil, grpcError(err)
 	}
 	ex, err := s.eng.Explain(ctx, &sc.Scratch)
@@ -210,6 +216,7 @@ func nativeExplanation(ex *engine.Explanation) *ratelimitv1.ExplainResponse {
 			QuotaMode:  d.QuotaMode,
 			Replaces:   d.Replaces,
 			Override:   d.Override,
+			GiveBack:   d.GiveBack,
 			Hits:       d.Hits,
 			Limits:     make([]*ratelimitv1.LimitExplanation, len(d.Limits)),
 		}
@@ -246,6 +253,12 @@ func nativeLimitExplanation(l *engine.ExplainLimit) *ratelimitv1.LimitExplanatio
 	nl.ResetAfter = durationpb.New(l.ResetIn)
 	if l.HasRetry {
 		nl.RetryAfter = durationpb.New(l.RetryIn)
+	}
+	if l.Held != nil {
+		nl.Held = *l.Held
+		if *l.Held > 0 {
+			nl.NextLeaseExpiry = durationpb.New(l.ResetIn)
+		}
 	}
 	return nl
 }

@@ -3,6 +3,7 @@ package server
 import (
 	"time"
 
+	"github.com/ratelimitd/ratelimitd/backend"
 	"github.com/ratelimitd/ratelimitd/server/internal/engine"
 	"github.com/ratelimitd/ratelimitd/server/requestlog"
 )
@@ -31,6 +32,10 @@ func recordOf(r *engine.Request, t time.Time) *requestlog.Record {
 			Hits:     d.Hits,
 			HasLimit: d.HasLimit,
 			Limit:    requestlog.Limit{Requests: d.Limit.Requests, Window: d.Limit.Window},
+			GiveBack: d.Op == backend.GiveBack,
+		}
+		if d.Op == backend.Renew {
+			rec.Descriptors[i].Hits = 0 // a renew takes nothing: replayed as a check
 		}
 	}
 	return rec

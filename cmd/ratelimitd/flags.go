@@ -470,8 +470,13 @@ func (t *tlsFlags) check() error {
 // defaultAlgorithmFlag defines on fs --default-algorithm, read into a.
 func defaultAlgorithmFlag(fs *flag.FlagSet, a *backend.Algorithm) {
 	*a = config.DefaultAlgorithm
-	fs.Func("default-algorithm", "`algorithm` of the rate limits that name none: sliding_window, fixed_window (envoyproxy/ratelimit's), sliding_log, token_bucket or gcra (default "+config.DefaultAlgorithm.String()+")", func(v string) (err error) {
+	fs.Func("default-algorithm", "`algorithm` of the rate limits that name none: sliding_window, fixed_window (envoyproxy/ratelimit's), sliding_log, token_bucket or gcra; not concurrency (default "+config.DefaultAlgorithm.String()+")", func(v string) (err error) {
 		*a, err = backend.ParseAlgorithm(v)
+		if err == nil && *a == backend.Concurrency {
+			// A default counts the limits that name no algorithm,
+			// written as rates: none of them means a lease.
+			return errors.New("concurrency cannot be the default: name it on the limits that hold slots")
+		}
 		return err
 	})
 }

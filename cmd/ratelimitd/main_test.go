@@ -107,6 +107,7 @@ func TestBadFlags(t *testing.T) {
 		{"bad xds metadata", []string{"--xds-server", "127.0.0.1:1", "--xds-node-id", "n", "--xds-node-metadata", "[1]"}, nil, "JSON object"},
 		{"xds cert without key", []string{"--xds-server", "127.0.0.1:1", "--xds-node-id", "n", "--xds-tls-cert", "c.pem"}, nil, "go together"},
 		{"bad default algorithm", []string{"--config", "x", "--default-algorithm", "leaky"}, nil, "default-algorithm"},
+		{"concurrency as default algorithm", []string{"--config", "x", "--default-algorithm", "concurrency"}, nil, "concurrency cannot be the default"},
 		{"bad compat", []string{"--config", "x", "--compat", "nginx"}, nil, "--compat"},
 		{"unknown flag", []string{"--config", "x", "--nope"}, nil, "flag provided but not defined"},
 		{"bad headers", []string{"--config", "x", "--response-headers", "draft3"}, nil, "unknown response headers mode"},

@@ -228,9 +228,12 @@ func TestRLConfig(t *testing.T) {
         quota_mode: true
         detailed_metric: true
         rate_limit: {unit: hour, requests_per_unit: 7}
+  - key: exports
+    rate_limit: {algorithm: concurrency, window: 5m, requests_per_unit: 20}
 `))
 	w := f.do(t, "GET", "/rlconfig", "")
-	want := `api.k: 1 per second sliding_window
+	want := `api.exports: 20 at once lease 5m0s concurrency
+api.k: 1 per second sliding_window
 api.lead.q: 7 per hour sliding_window quota_mode detailed_metric
 web.health: unlimited
 web.tenant=acme: 10 per minute fixed_window shadow_mode

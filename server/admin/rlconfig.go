@@ -11,6 +11,7 @@ import (
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
+	"github.com/ratelimitd/ratelimitd/backend"
 	"github.com/ratelimitd/ratelimitd/config"
 	"github.com/ratelimitd/ratelimitd/internal/envoyunit"
 )
@@ -62,6 +63,9 @@ func rlconfigLine(r *config.Rule) string {
 	var parts []string
 	for _, l := range r.Limits {
 		p := strconv.FormatUint(l.Requests, 10) + " per " + window(l.Window) + " " + l.Algorithm.String()
+		if l.Algorithm == backend.Concurrency {
+			p = strconv.FormatUint(l.Requests, 10) + " at once lease " + window(l.Window) + " concurrency"
+		}
 		if l.Burst != 0 {
 			p += " burst=" + strconv.FormatUint(l.Burst, 10)
 		}

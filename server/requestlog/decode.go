@@ -138,14 +138,11 @@ func fromEnvoy(r *Record, req *rlsv3.RateLimitRequest) error {
 	entries := make([]Entry, 0, n) // the descriptors' entries, back to back
 	r.Descriptors = r.Descriptors[:0]
 	for i, rd := range req.GetDescriptors() {
-		if rd.GetIsNegativeHits() {
-			return fmt.Errorf("descriptor %d: is_negative_hits is not supported", i)
-		}
 		from := len(entries)
 		for _, e := range rd.GetEntries() {
 			entries = append(entries, Entry{Key: e.GetKey(), Value: e.GetValue()})
 		}
-		d := Descriptor{Entries: entries[from:len(entries):len(entries)], Hits: hits}
+		d := Descriptor{Entries: entries[from:len(entries):len(entries)], Hits: hits, GiveBack: rd.GetIsNegativeHits()}
 		if h := rd.GetHitsAddend(); h != nil {
 			d.Hits = h.GetValue()
 		}

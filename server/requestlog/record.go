@@ -72,6 +72,10 @@ type Descriptor struct {
 	// Limit is the request's own limit for the descriptor, when HasLimit.
 	Limit    Limit
 	HasLimit bool
+	// GiveBack: the descriptor gives Hits back (is_negative_hits, the
+	// native give_back or Release; a Release's lease is not kept, so a
+	// replay frees the newest slots instead of that lease's).
+	GiveBack bool
 }
 
 // An Entry is one key and value.
@@ -169,6 +173,9 @@ func AppendLine(b []byte, r *Record) []byte {
 			b = append(b, `,"hitsAddend":"`...)
 			b = strconv.AppendUint(b, d.Hits, 10)
 			b = append(b, '"')
+		}
+		if d.GiveBack {
+			b = append(b, `,"isNegativeHits":true`...)
 		}
 		b = append(b, '}')
 	}

@@ -49,6 +49,11 @@ var records = map[string]Record{
 		{Entries: entries("a", "1"), Hits: 1, HasLimit: true, Limit: Limit{Requests: 3, Window: 1500 * time.Millisecond}},
 		{Entries: entries("b", "2"), Hits: 1, HasLimit: true, Limit: Limit{Requests: 3, Window: time.Hour}},
 	}},
+	"give-backs": {Time: at, Domain: "edge", Descriptors: []Descriptor{
+		{Entries: entries("exports", "acme"), Hits: 1, GiveBack: true},
+		{Entries: entries("exports", "globex"), Hits: 3, GiveBack: true, HasLimit: true, Limit: Limit{Requests: 10, Window: time.Minute}},
+		{Entries: entries("a", "1"), Hits: 1},
+	}},
 	"not UTF-8": {Time: at, Domain: "e\xffdge", Descriptors: []Descriptor{
 		{Entries: entries("ok", "fine", "user", "u\xff"), Hits: 1},
 		{Entries: entries("k\xfe", "v"), Hits: 1},
@@ -143,7 +148,6 @@ func TestDecodeErrors(t *testing.T) {
 		{`[]`, "cannot unmarshal array"},
 		{`{` + req + `}`, `no "time"`},
 		{`{"time":"2026-11-24T05:52:51Z"}`, `no "request"`},
-		{`{"time":"2026-11-24T05:52:51Z","request":{"domain":"d","descriptors":[{"entries":[],"isNegativeHits":true}]}}`, "is_negative_hits"},
 		{`{"time":"2026-11-24T05:52:51Z","request":{"domain":"d","descriptors":[{"limit":{"requestsPerUnit":1,"unit":"UNKNOWN"}}]}}`, "unit UNKNOWN"},
 		{`{"time":"2026-11-24T05:52:51Z",` + req + `,"bytes":[{"descriptor":0,"entry":0,"value":"%%%"}]}`, "bytes: value: illegal base64"},
 		{`{"time":"2026-11-24T05:52:51Z",` + req + `,"limits":[{"descriptor":3,"requests":1,"window":"1s"}]}`, "limits: descriptor 3: no such descriptor"},

@@ -933,7 +933,9 @@ type DescriptorExplanation struct {
 	// The hits the descriptor would consume.
 	Hits uint64 `protobuf:"varint,8,opt,name=hits,proto3" json:"hits,omitempty"`
 	// Every limit of the descriptor, in the rule's order, replaced or not.
-	Limits        []*LimitExplanation `protobuf:"bytes,9,rep,name=limits,proto3" json:"limits,omitempty"`
+	Limits []*LimitExplanation `protobuf:"bytes,9,rep,name=limits,proto3" json:"limits,omitempty"`
+	// The descriptor gives its hits back (give_back).
+	GiveBack      bool `protobuf:"varint,10,opt,name=give_back,json=giveBack,proto3" json:"give_back,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1031,6 +1033,13 @@ func (x *DescriptorExplanation) GetLimits() []*LimitExplanation {
 	return nil
 }
 
+func (x *DescriptorExplanation) GetGiveBack() bool {
+	if x != nil {
+		return x.GiveBack
+	}
+	return false
+}
+
 // MatchedRule names a rule and where it is defined.
 type MatchedRule struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1117,9 +1126,14 @@ type LimitExplanation struct {
 	// counted meanwhile. Set only when would_admit is false and the
 	// counter's state tells it: for a fixed window, GCRA, a ban, and hits
 	// beyond what the limit ever admits at once.
-	RetryAfter    *durationpb.Duration `protobuf:"bytes,7,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	RetryAfter *durationpb.Duration `protobuf:"bytes,7,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
+	// For a concurrency limit: how many slots its leases hold now.
+	Held uint64 `protobuf:"varint,8,opt,name=held,proto3" json:"held,omitempty"`
+	// For a concurrency limit holding slots: the time until the oldest
+	// lease lapses unless released or renewed.
+	NextLeaseExpiry *durationpb.Duration `protobuf:"bytes,9,opt,name=next_lease_expiry,json=nextLeaseExpiry,proto3" json:"next_lease_expiry,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *LimitExplanation) Reset() {
@@ -1197,6 +1211,20 @@ func (x *LimitExplanation) GetWouldAdmit() bool {
 func (x *LimitExplanation) GetRetryAfter() *durationpb.Duration {
 	if x != nil {
 		return x.RetryAfter
+	}
+	return nil
+}
+
+func (x *LimitExplanation) GetHeld() uint64 {
+	if x != nil {
+		return x.Held
+	}
+	return 0
+}
+
+func (x *LimitExplanation) GetNextLeaseExpiry() *durationpb.Duration {
+	if x != nil {
+		return x.NextLeaseExpiry
 	}
 	return nil
 }
@@ -1708,7 +1736,7 @@ const file_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"\x04code\x18\x01 \x01(\x0e2\x12.ratelimit.v1.CodeR\x04code\x12E\n" +
 	"\vdescriptors\x18\x02 \x03(\v2#.ratelimit.v1.DescriptorExplanationR\vdescriptors\x12\x1f\n" +
 	"\vshadow_mode\x18\x03 \x01(\bR\n" +
-	"shadowMode\"\xdc\x02\n" +
+	"shadowMode\"\xf9\x02\n" +
 	"\x15DescriptorExplanation\x12-\n" +
 	"\x04rule\x18\x01 \x01(\v2\x19.ratelimit.v1.MatchedRuleR\x04rule\x122\n" +
 	"\bdecision\x18\x02 \x01(\x0e2\x16.ratelimit.v1.DecisionR\bdecision\x12\x1c\n" +
@@ -1720,11 +1748,13 @@ const file_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"\breplaces\x18\x06 \x03(\tR\breplaces\x12\x1a\n" +
 	"\boverride\x18\a \x01(\bR\boverride\x12\x12\n" +
 	"\x04hits\x18\b \x01(\x04R\x04hits\x126\n" +
-	"\x06limits\x18\t \x03(\v2\x1e.ratelimit.v1.LimitExplanationR\x06limits\"I\n" +
+	"\x06limits\x18\t \x03(\v2\x1e.ratelimit.v1.LimitExplanationR\x06limits\x12\x1b\n" +
+	"\tgive_back\x18\n" +
+	" \x01(\bR\bgiveBack\"I\n" +
 	"\vMatchedRule\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
 	"\x04file\x18\x02 \x01(\tR\x04file\x12\x12\n" +
-	"\x04line\x18\x03 \x01(\rR\x04line\"\xaa\x02\n" +
+	"\x04line\x18\x03 \x01(\rR\x04line\"\x85\x03\n" +
 	"\x10LimitExplanation\x12)\n" +
 	"\x05limit\x18\x01 \x01(\v2\x13.ratelimit.v1.LimitR\x05limit\x12\x1a\n" +
 	"\breplaced\x18\x02 \x01(\bR\breplaced\x12\x18\n" +
@@ -1735,7 +1765,9 @@ const file_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"\vwould_admit\x18\x06 \x01(\bR\n" +
 	"wouldAdmit\x12:\n" +
 	"\vretry_after\x18\a \x01(\v2\x19.google.protobuf.DurationR\n" +
-	"retryAfter\"x\n" +
+	"retryAfter\x12\x12\n" +
+	"\x04held\x18\b \x01(\x04R\x04held\x12E\n" +
+	"\x11next_lease_expiry\x18\t \x01(\v2\x19.google.protobuf.DurationR\x0fnextLeaseExpiry\"x\n" +
 	"\x0eAcquireRequest\x12\x16\n" +
 	"\x06domain\x18\x01 \x01(\tR\x06domain\x12:\n" +
 	"\vdescriptors\x18\x02 \x03(\v2\x18.ratelimit.v1.DescriptorR\vdescriptors\x12\x12\n" +
@@ -1855,33 +1887,34 @@ var file_ratelimit_v1_ratelimit_proto_depIdxs = []int32{
 	9,  // 19: ratelimit.v1.LimitExplanation.limit:type_name -> ratelimit.v1.Limit
 	23, // 20: ratelimit.v1.LimitExplanation.reset_after:type_name -> google.protobuf.Duration
 	23, // 21: ratelimit.v1.LimitExplanation.retry_after:type_name -> google.protobuf.Duration
-	4,  // 22: ratelimit.v1.AcquireRequest.descriptors:type_name -> ratelimit.v1.Descriptor
-	0,  // 23: ratelimit.v1.AcquireResponse.code:type_name -> ratelimit.v1.Code
-	8,  // 24: ratelimit.v1.AcquireResponse.statuses:type_name -> ratelimit.v1.DescriptorStatus
-	10, // 25: ratelimit.v1.AcquireResponse.headers:type_name -> ratelimit.v1.Header
-	18, // 26: ratelimit.v1.AcquireResponse.lease:type_name -> ratelimit.v1.Lease
-	24, // 27: ratelimit.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
-	4,  // 28: ratelimit.v1.ReleaseRequest.descriptors:type_name -> ratelimit.v1.Descriptor
-	8,  // 29: ratelimit.v1.ReleaseResponse.statuses:type_name -> ratelimit.v1.DescriptorStatus
-	4,  // 30: ratelimit.v1.RenewRequest.descriptors:type_name -> ratelimit.v1.Descriptor
-	0,  // 31: ratelimit.v1.RenewResponse.code:type_name -> ratelimit.v1.Code
-	8,  // 32: ratelimit.v1.RenewResponse.statuses:type_name -> ratelimit.v1.DescriptorStatus
-	18, // 33: ratelimit.v1.RenewResponse.lease:type_name -> ratelimit.v1.Lease
-	3,  // 34: ratelimit.v1.RateLimitService.ShouldRateLimit:input_type -> ratelimit.v1.ShouldRateLimitRequest
-	11, // 35: ratelimit.v1.RateLimitService.Explain:input_type -> ratelimit.v1.ExplainRequest
-	16, // 36: ratelimit.v1.RateLimitService.Acquire:input_type -> ratelimit.v1.AcquireRequest
-	19, // 37: ratelimit.v1.RateLimitService.Release:input_type -> ratelimit.v1.ReleaseRequest
-	21, // 38: ratelimit.v1.RateLimitService.Renew:input_type -> ratelimit.v1.RenewRequest
-	7,  // 39: ratelimit.v1.RateLimitService.ShouldRateLimit:output_type -> ratelimit.v1.ShouldRateLimitResponse
-	12, // 40: ratelimit.v1.RateLimitService.Explain:output_type -> ratelimit.v1.ExplainResponse
-	17, // 41: ratelimit.v1.RateLimitService.Acquire:output_type -> ratelimit.v1.AcquireResponse
-	20, // 42: ratelimit.v1.RateLimitService.Release:output_type -> ratelimit.v1.ReleaseResponse
-	22, // 43: ratelimit.v1.RateLimitService.Renew:output_type -> ratelimit.v1.RenewResponse
-	39, // [39:44] is the sub-list for method output_type
-	34, // [34:39] is the sub-list for method input_type
-	34, // [34:34] is the sub-list for extension type_name
-	34, // [34:34] is the sub-list for extension extendee
-	0,  // [0:34] is the sub-list for field type_name
+	23, // 22: ratelimit.v1.LimitExplanation.next_lease_expiry:type_name -> google.protobuf.Duration
+	4,  // 23: ratelimit.v1.AcquireRequest.descriptors:type_name -> ratelimit.v1.Descriptor
+	0,  // 24: ratelimit.v1.AcquireResponse.code:type_name -> ratelimit.v1.Code
+	8,  // 25: ratelimit.v1.AcquireResponse.statuses:type_name -> ratelimit.v1.DescriptorStatus
+	10, // 26: ratelimit.v1.AcquireResponse.headers:type_name -> ratelimit.v1.Header
+	18, // 27: ratelimit.v1.AcquireResponse.lease:type_name -> ratelimit.v1.Lease
+	24, // 28: ratelimit.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
+	4,  // 29: ratelimit.v1.ReleaseRequest.descriptors:type_name -> ratelimit.v1.Descriptor
+	8,  // 30: ratelimit.v1.ReleaseResponse.statuses:type_name -> ratelimit.v1.DescriptorStatus
+	4,  // 31: ratelimit.v1.RenewRequest.descriptors:type_name -> ratelimit.v1.Descriptor
+	0,  // 32: ratelimit.v1.RenewResponse.code:type_name -> ratelimit.v1.Code
+	8,  // 33: ratelimit.v1.RenewResponse.statuses:type_name -> ratelimit.v1.DescriptorStatus
+	18, // 34: ratelimit.v1.RenewResponse.lease:type_name -> ratelimit.v1.Lease
+	3,  // 35: ratelimit.v1.RateLimitService.ShouldRateLimit:input_type -> ratelimit.v1.ShouldRateLimitRequest
+	11, // 36: ratelimit.v1.RateLimitService.Explain:input_type -> ratelimit.v1.ExplainRequest
+	16, // 37: ratelimit.v1.RateLimitService.Acquire:input_type -> ratelimit.v1.AcquireRequest
+	19, // 38: ratelimit.v1.RateLimitService.Release:input_type -> ratelimit.v1.ReleaseRequest
+	21, // 39: ratelimit.v1.RateLimitService.Renew:input_type -> ratelimit.v1.RenewRequest
+	7,  // 40: ratelimit.v1.RateLimitService.ShouldRateLimit:output_type -> ratelimit.v1.ShouldRateLimitResponse
+	12, // 41: ratelimit.v1.RateLimitService.Explain:output_type -> ratelimit.v1.ExplainResponse
+	17, // 42: ratelimit.v1.RateLimitService.Acquire:output_type -> ratelimit.v1.AcquireResponse
+	20, // 43: ratelimit.v1.RateLimitService.Release:output_type -> ratelimit.v1.ReleaseResponse
+	22, // 44: ratelimit.v1.RateLimitService.Renew:output_type -> ratelimit.v1.RenewResponse
+	40, // [40:45] is the sub-list for method output_type
+	35, // [35:40] is the sub-list for method input_type
+	35, // [35:35] is the sub-list for extension type_name
+	35, // [35:35] is the sub-list for extension extendee
+	0,  // [0:35] is the sub-list for field type_name
 }
 
 func init() { file_ratelimit_v1_ratelimit_proto_init() }

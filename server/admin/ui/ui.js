@@ -86,8 +86,15 @@
 
   let rulesSig = "";
 
+  // rateText says what a limit admits: so many per window, or, for a
+  // concurrency limit, so many held at once with their lease.
+  function rateText(requests, window, algorithm) {
+    if (algorithm === "concurrency") return fmtNum(requests) + " at once, lease " + window + " concurrency";
+    return fmtNum(requests) + " / " + window + " " + algorithm;
+  }
+
   function limitText(l) {
-    let t = fmtNum(l.requests) + " / " + l.window + " " + l.algorithm;
+    let t = rateText(l.requests, l.window, l.algorithm);
     if (l.burst) t += " burst " + fmtNum(l.burst);
     if (l.name) t += " (" + l.name + ")";
     return t;
@@ -295,8 +302,10 @@
           el("td", null, i === 0 ? el("code", "value", descriptorText(d.entries)) : null),
           el("td", null, i === 0 ? rule : null),
           el("td", d.decision === "OVER_LIMIT" ? "bad" : "good", i === 0 ? d.decision + (modes ? " (" + modes + ")" : "") : null),
-          el("td", null, l ? fmtNum(l.requests_per_unit) + " / " + l.window + " " + l.algorithm +
-            (l.burst ? " burst " + fmtNum(l.burst) : "") + (l.name ? " (" + l.name + ")" : "") : ""),
+          el("td", null, l ? rateText(l.requests_per_unit, l.window, l.algorithm) +
+            (l.burst && l.algorithm !== "concurrency" ? " burst " + fmtNum(l.burst) : "") +
+            (l.held !== undefined ? ", " + fmtNum(l.held) + " held" + (l.next_lease_expiry ? ", next lapses in " + l.next_lease_expiry : "") : "") +
+            (l.name ? " (" + l.name + ")" : "") : ""),
           el("td", null, l ? el("code", null, l.counter) : null),
           el("td", "num", l ? fmtNum(l.remaining) : ""),
           el("td", "num", l ? l.reset : ""),

@@ -65,10 +65,13 @@ type desc struct {
 	override bool                // ovr replaces rule's limits
 	ovr      [1]config.RuleLimit // the request's limit, when override
 	hits     uint64
-	key      [2]int // the counter key's prefix, sc.keys[key[0]:key[1]]
-	first, n int    // the store requests of this descriptor, sc.reqs[first:first+n]
-	shadow   bool   // the rule is in shadow mode: report OK when over
-	path     string // name for headers when the limit has none
+	op       backend.Op // what the descriptor does to its counters (Descriptor.Op)
+	hasLease bool       // it names a lease: it touches its concurrency limits only
+	lease    []int64    // the lease's stamps, one per concurrency limit
+	key      [2]int     // the counter key's prefix, sc.keys[key[0]:key[1]]
+	first, n int        // the store requests of this descriptor, sc.reqs[first:first+n]
+	shadow   bool       // the rule is in shadow mode: report OK when over
+	path     string     // name for headers when the limit has none
 	// metricPath is the rule label when the rule's metrics carry request
 	// values (see metricPath), else "".
 	metricPath string
@@ -236,8 +239,14 @@ func (e *Engine) addDescriptor(sc *Scratch, d *config.DomainRules, rd *Descripto
 	if err := checkHits(i, rd.Hits); err != nil {
 		return err
 	}
+	if rd.Op == backend.Renew && !rd.HasLease {
+		return Invalid("descriptor %d: a renew needs a lease", i)
+	}
 	rule := config.Match(d, entries)
-	ds := desc{rule: rule, hits: rd.Hits}
+	ds := desc{rule: rule, hits: rd.Hits, op: rd.Op, hasLease: rd.HasLease}
+	if rd.HasLease {
+		ds.lease = sc.Req.LeaseOf(rd)
+	}
 	if rule != nil {
 		ds.shadow = rule.ShadowMode
 		ds.path = rule.Path
@@ -426,12 +435,26 @@ func (e *Engine) storeRequests(sc *Scratch) (bans int) {
 		case ds.rule != nil && ds.rule.QuotaMode:
 			mode = backend.Quota
 		}
+		leases := ds.lease
 		for _, l := range ds.limits() {
 			if l.Name != "" && slices.Contains(sc.replaced, l.Name) {
 				continue
 			}
-			if l.Ban() {
-				bans++
+			var lease int64
+			if ds.hasLease {
+				// A lease's stamps name its concurrency limits in
+				// order; a limit it has no stamp for (the rules
+				// changed since) is left alone: its slots lapse.
+				if l.Algorithm != backend.Concurrency || len(leases) == 0 {
+					continue
+				}
+				lease, leases = leases[0], leases[1:]
+				if lease <= 0 {
+					continue
+				}
+			}
+			if l.Ban() && ds.op == backend.Take {
+				bans++ // a give-back or renew of a ban goes to the store, which answers it within
 			}
 			start := len(sc.keys) - keysFrom
 			sc.keys = append(sc.keys, sc.keys[ds.key[0]:ds.key[1]]...)
@@ -442,7 +465,9 @@ func (e *Engine) storeRequests(sc *Scratch) (bans int) {
 				Hits:            ds.hits,
 				Group:           i,
 				Mode:            mode,
-				ConsumeWhenOver: ds.rule != nil && ds.rule.ConsumeWhenOver,
+				ConsumeWhenOver: ds.rule != nil && ds.rule.ConsumeWhenOver && ds.op == backend.Take,
+				Op:              ds.op,
+				Lease:           lease,
 			})
 		}
 		ds.n = len(sc.reqs) - ds.first
@@ -486,7 +511,9 @@ func (e *Engine) verdicts(sc *Scratch, refused bool) {
 	for i := range sc.descs {
 		ds := &sc.descs[i]
 		v := e.descVerdict(sc, i)
-		e.observeHot(sc, ds, &v)
+		if ds.op == backend.Take {
+			e.observeHot(sc, ds, &v) // a hot key is one asked for work, not one given back
+		}
 		e.countRule(sc.Req.Domain, ds, v, dec.Over)
 		dec.Statuses = append(dec.Statuses, v)
 		shadowed = shadowed || v.OverLimit && !ds.shadow

@@ -38,6 +38,8 @@ type DescriptorExplanation struct {
 	Replaces []string `json:"replaces,omitempty"`
 	// Override: the request gave its own limit, which replaces the rule's.
 	Override bool `json:"override,omitempty"`
+	// GiveBack: the descriptor gives its hits back (is_negative_hits).
+	GiveBack bool `json:"give_back,omitempty"`
 	// Decision is "OK", "OVER_LIMIT", "UNLIMITED" or "NO_RULE".
 	Decision string         `json:"decision"`
 	Hits     uint64         `json:"hits"`
@@ -81,6 +83,11 @@ type ExplainLimit struct {
 	// it does not now and the counter's state as read tells it (see
 	// retryAfter).
 	RetryAfter string `json:"retry_after,omitempty"`
+	// Held is, for a concurrency limit, how many slots its leases hold,
+	// and NextExpiry the time until the oldest of them lapses unless
+	// released (empty when none is held).
+	Held       *uint64 `json:"held,omitempty"`
+	NextExpiry string  `json:"next_lease_expiry,omitempty"`
 
 	// For the native rendering, out of the JSON: the limit, and the
 	// durations of Reset and RetryAfter (when HasRetry).
@@ -101,10 +108,12 @@ func (e *Engine) Explain(ctx context.Context, sc *Scratch) (*Explanation, error)
 	}
 	bans := e.storeRequests(sc)
 	hits := make([]uint64, len(sc.reqs))
+	ops := make([]backend.Op, len(sc.reqs))
 	for i := range sc.reqs {
-		hits[i] = sc.reqs[i].Hits
+		hits[i], ops[i] = sc.reqs[i].Hits, sc.reqs[i].Op
 		sc.reqs[i].Hits = 0
 		sc.reqs[i].ConsumeWhenOver = false
+		sc.reqs[i].Op, sc.reqs[i].Lease = backend.Take, 0 // a read: a check of zero hits
 	}
 	switch {
 	case len(sc.reqs) == 0:
@@ -117,7 +126,7 @@ func (e *Engine) Explain(ctx context.Context, sc *Scratch) (*Explanation, error)
 	}
 	read := slices.Clone(sc.res)
 	for i := range sc.reqs {
-		sc.reqs[i].Hits = hits[i]
+		sc.reqs[i].Hits, sc.reqs[i].Op = hits[i], ops[i]
 		sc.res[i].OverLimit = !admits(sc, read, i)
 	}
 	ex := &Explanation{
@@ -154,7 +163,13 @@ func (e *Engine) explainFailed(ctx context.Context, err error) error {
 // For every algorithm, a limit admits h > 0 hits exactly when h is at
 // most the Remaining a zero-hit check reports (and zero hits when that
 // check is not over), so the state read decides without the store.
+//
+// A give-back is never over, and a renew is taken to hold: whether its
+// lease is still held is not in a zero-hit result.
 func admits(sc *Scratch, read []backend.Result, i int) bool {
+	if sc.reqs[i].Op != backend.Take {
+		return true
+	}
 	h := cumulativeHits(sc, i)
 	return !read[i].OverLimit && h <= read[i].Remaining
 }
@@ -164,7 +179,7 @@ func admits(sc *Scratch, read []backend.Result, i int) bool {
 func cumulativeHits(sc *Scratch, i int) uint64 {
 	h := sc.reqs[i].Hits
 	for j := range i {
-		if sc.reqs[j].Key == sc.reqs[i].Key && !sc.res[j].OverLimit {
+		if sc.reqs[j].Key == sc.reqs[i].Key && !sc.res[j].OverLimit && sc.reqs[j].Op == backend.Take {
 			h = addSat(h, sc.reqs[j].Hits)
 		}
 	}
@@ -187,6 +202,7 @@ func (e *Engine) explainDescriptor(sc *Scratch, read []backend.Result, i int) De
 		Entries:   make([]ExplainEntry, len(entries)),
 		Unlimited: ds.unlimited(),
 		Override:  ds.override,
+		GiveBack:  ds.op == backend.GiveBack,
 		Hits:      ds.hits,
 		Limits:    []ExplainLimit{},
 	}
@@ -240,6 +256,13 @@ func (e *Engine) explainCounter(sc *Scratch, read []backend.Result, k int, el *E
 	el.ResetIn = st.ResetAfter
 	el.Reset = st.ResetAfter.String()
 	el.WouldAdmit = !sc.res[k].OverLimit
+	if l := rq.Limit; l.Algorithm == backend.Concurrency && !l.Ban() {
+		held := l.Requests - min(st.Remaining, l.Requests)
+		el.Held = &held
+		if held > 0 {
+			el.NextExpiry = st.ResetAfter.String()
+		}
+	}
 	if !el.WouldAdmit {
 		if d, ok := retryAfter(rq.Limit, cumulativeHits(sc, k), st); ok {
 			el.RetryIn, el.HasRetry = d, true

@@ -49,6 +49,10 @@ type RuleCount struct {
 	Near                 uint64
 	// Unlimited: the rule is unlimited; the reference counts none.
 	Unlimited bool
+	// Op: Hits were taken (backend.Take), given back (backend.GiveBack,
+	// and then they are not counted as asked, nor Over) or a lease was
+	// renewed (backend.Renew, no hits).
+	Op backend.Op
 }
 
 // nopMetrics counts nothing: an engine without Options.Metrics.
@@ -85,8 +89,9 @@ func (e *Engine) countRule(domain string, ds *desc, v Verdict, refused bool) {
 		Rule: ds.rule, MetricPath: ds.metricPath, StatKey: ds.statKey,
 		Hits: ds.hits, Over: v.OverLimit, Shadow: v.OverLimit && v.Shadow, Cached: v.OverLimit && v.Cached,
 		Unlimited: ds.unlimited(),
+		Op:        ds.op,
 	}
-	if !v.OverLimit && !refused {
+	if !v.OverLimit && !refused && ds.op == backend.Take {
 		c.Near = e.nearLimit(ds.hits, v.Limit, v.Remaining)
 	}
 	e.metrics.Rule(domain, c)

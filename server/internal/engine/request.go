@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/ratelimitd/ratelimitd/backend"
 )
 
 // A Request is one decision to make, as the engine sees it whichever API
@@ -18,6 +20,7 @@ type Request struct {
 	Domain  string
 	Descs   []Descriptor
 	Entries []Entry // every descriptor's entries, back to back
+	Leases  []int64 // every descriptor's lease stamps, back to back
 }
 
 // A Descriptor is one request descriptor.
@@ -28,6 +31,19 @@ type Descriptor struct {
 	// it replaces the configured ones, in a known domain only.
 	Limit    Override
 	HasLimit bool
+	// Op is what the descriptor does to its counters: backend.Take, the
+	// default; backend.GiveBack, which gives Hits back on every limit of
+	// its rule (Envoy's is_negative_hits, the native give_back), or, with
+	// a lease, frees that lease's slots (Release); backend.Renew, which
+	// extends a lease.
+	Op backend.Op
+	// Lease, when HasLease, is a lease's stamps, Request.Leases[Lease[0]:
+	// Lease[1]]: one per concurrency limit of the rule, in the rule's
+	// order. A descriptor with a lease touches its concurrency limits
+	// only: Release gives back the slots that Acquire took, not the hits
+	// it counted on the rule's other limits.
+	Lease    [2]int
+	HasLease bool
 }
 
 // An Override is a limit a request gives for one of its descriptors,
@@ -63,7 +79,7 @@ func (e Entry) GetValue() string {
 // reset empties r, keeping its memory.
 func (r *Request) reset() {
 	clear(r.Entries) // drop references to the decoded message
-	*r = Request{Descs: r.Descs[:0], Entries: r.Entries[:0]}
+	*r = Request{Descs: r.Descs[:0], Entries: r.Entries[:0], Leases: r.Leases[:0]}
 }
 
 // Add appends a descriptor of the entries added since from.
@@ -71,6 +87,9 @@ func (r *Request) Add(from int, hits uint64) *Descriptor {
 	r.Descs = append(r.Descs, Descriptor{Entries: [2]int{from, len(r.Entries)}, Hits: hits})
 	return &r.Descs[len(r.Descs)-1]
 }
+
+// LeaseOf returns d's lease stamps.
+func (r *Request) LeaseOf(d *Descriptor) []int64 { return r.Leases[d.Lease[0]:d.Lease[1]] }
 
 // EntriesOf returns d's entries.
 func (r *Request) EntriesOf(d *Descriptor) []Entry { return r.Entries[d.Entries[0]:d.Entries[1]] }

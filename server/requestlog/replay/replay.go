@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ratelimitd/ratelimitd/backend"
 	"github.com/ratelimitd/ratelimitd/backend/memory"
 	"github.com/ratelimitd/ratelimitd/config"
 	"github.com/ratelimitd/ratelimitd/server/internal/engine"
@@ -212,6 +213,9 @@ func fillRequest(r *engine.Request, rec *requestlog.Record) {
 			r.Entries = append(r.Entries, engine.Entry{Key: e.Key, Value: e.Value, Digest: e.Digest})
 		}
 		desc := r.Add(from, rd.Hits)
+		if rd.GiveBack {
+			desc.Op = backend.GiveBack
+		}
 		if rd.HasLimit {
 			desc.HasLimit = true
 			desc.Limit = engine.Override{Requests: rd.Limit.Requests, Window: rd.Limit.Window}

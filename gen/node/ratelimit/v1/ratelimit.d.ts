@@ -102,6 +102,7 @@ export interface DescriptorExplanation {
     override: boolean;
     hits: number;
     limits: LimitExplanation[];
+    giveBack: boolean;
 }
 export interface MatchedRule {
     path: string;
@@ -116,6 +117,8 @@ export interface LimitExplanation {
     resetAfter: Duration | undefined;
     wouldAdmit: boolean;
     retryAfter: Duration | undefined;
+    held: number;
+    nextLeaseExpiry: Duration | undefined;
 }
 export interface AcquireRequest {
     domain: string;

@@ -1193,6 +1193,7 @@ function createBaseDescriptorExplanation() {
         override: false,
         hits: 0,
         limits: [],
+        giveBack: false,
     };
 }
 exports.DescriptorExplanation = {
@@ -1223,6 +1224,9 @@ exports.DescriptorExplanation = {
         }
         for (const v of message.limits) {
             exports.LimitExplanation.encode(v, writer.uint32(74).fork()).join();
+        }
+        if (message.giveBack !== false) {
+            writer.uint32(80).bool(message.giveBack);
         }
         return writer;
     },
@@ -1302,6 +1306,13 @@ exports.DescriptorExplanation = {
                         message.limits.push(exports.LimitExplanation.decode(reader, reader.uint32()));
                         continue;
                     }
+                    case 10: {
+                        if (tag !== 80) {
+                            break;
+                        }
+                        message.giveBack = reader.bool();
+                        continue;
+                    }
                 }
                 if ((tag & 7) === 4 || tag === 0) {
                     break;
@@ -1335,6 +1346,11 @@ exports.DescriptorExplanation = {
             limits: globalThis.Array.isArray(object?.limits)
                 ? object.limits.map((e) => exports.LimitExplanation.fromJSON(e))
                 : [],
+            giveBack: isSet(object.giveBack)
+                ? globalThis.Boolean(object.giveBack)
+                : isSet(object.give_back)
+                    ? globalThis.Boolean(object.give_back)
+                    : false,
         };
     },
     toJSON(message) {
@@ -1366,6 +1382,9 @@ exports.DescriptorExplanation = {
         if (message.limits?.length) {
             obj.limits = message.limits.map((e) => exports.LimitExplanation.toJSON(e));
         }
+        if (message.giveBack !== false) {
+            obj.giveBack = message.giveBack;
+        }
         return obj;
     },
     create(base) {
@@ -1384,6 +1403,7 @@ exports.DescriptorExplanation = {
         message.override = object.override ?? false;
         message.hits = object.hits ?? 0;
         message.limits = object.limits?.map((e) => exports.LimitExplanation.fromPartial(e)) || [];
+        message.giveBack = object.giveBack ?? false;
         return message;
     },
 };
@@ -1489,6 +1509,8 @@ function createBaseLimitExplanation() {
         resetAfter: undefined,
         wouldAdmit: false,
         retryAfter: undefined,
+        held: 0,
+        nextLeaseExpiry: undefined,
     };
 }
 exports.LimitExplanation = {
@@ -1513,6 +1535,12 @@ exports.LimitExplanation = {
         }
         if (message.retryAfter !== undefined) {
             duration_1.Duration.encode(message.retryAfter, writer.uint32(58).fork()).join();
+        }
+        if (message.held !== 0) {
+            writer.uint32(64).uint64(message.held);
+        }
+        if (message.nextLeaseExpiry !== undefined) {
+            duration_1.Duration.encode(message.nextLeaseExpiry, writer.uint32(74).fork()).join();
         }
         return writer;
     },
@@ -1578,6 +1606,20 @@ exports.LimitExplanation = {
                         message.retryAfter = duration_1.Duration.decode(reader, reader.uint32());
                         continue;
                     }
+                    case 8: {
+                        if (tag !== 64) {
+                            break;
+                        }
+                        message.held = longToNumber(reader.uint64());
+                        continue;
+                    }
+                    case 9: {
+                        if (tag !== 74) {
+                            break;
+                        }
+                        message.nextLeaseExpiry = duration_1.Duration.decode(reader, reader.uint32());
+                        continue;
+                    }
                 }
                 if ((tag & 7) === 4 || tag === 0) {
                     break;
@@ -1611,6 +1653,12 @@ exports.LimitExplanation = {
                 : isSet(object.retry_after)
                     ? duration_1.Duration.fromJSON(object.retry_after)
                     : undefined,
+            held: isSet(object.held) ? globalThis.Number(object.held) : 0,
+            nextLeaseExpiry: isSet(object.nextLeaseExpiry)
+                ? duration_1.Duration.fromJSON(object.nextLeaseExpiry)
+                : isSet(object.next_lease_expiry)
+                    ? duration_1.Duration.fromJSON(object.next_lease_expiry)
+                    : undefined,
         };
     },
     toJSON(message) {
@@ -1636,6 +1684,12 @@ exports.LimitExplanation = {
         if (message.retryAfter !== undefined) {
             obj.retryAfter = duration_1.Duration.toJSON(message.retryAfter);
         }
+        if (message.held !== 0) {
+            obj.held = Math.round(message.held);
+        }
+        if (message.nextLeaseExpiry !== undefined) {
+            obj.nextLeaseExpiry = duration_1.Duration.toJSON(message.nextLeaseExpiry);
+        }
         return obj;
     },
     create(base) {
@@ -1653,6 +1707,10 @@ exports.LimitExplanation = {
         message.wouldAdmit = object.wouldAdmit ?? false;
         message.retryAfter = (object.retryAfter !== undefined && object.retryAfter !== null)
             ? duration_1.Duration.fromPartial(object.retryAfter)
+            : undefined;
+        message.held = object.held ?? 0;
+        message.nextLeaseExpiry = (object.nextLeaseExpiry !== undefined && object.nextLeaseExpiry !== null)
+            ? duration_1.Duration.fromPartial(object.nextLeaseExpiry)
             : undefined;
         return message;
     },

@@ -59,8 +59,9 @@ class Descriptor(_message.Message):
     def __init__(self, entries: _Optional[_Iterable[_Union[Entry, _Mapping]]] = ..., hits: _Optional[int] = ..., limit: _Optional[_Union[LimitOverride, _Mapping]] = ..., give_back: bool = ...) -> None: ...
 
 class DescriptorExplanation(_message.Message):
-    __slots__ = ["decision", "hits", "limits", "override", "quota_mode", "replaces", "rule", "shadow_mode", "unlimited"]
+    __slots__ = ["decision", "give_back", "hits", "limits", "override", "quota_mode", "replaces", "rule", "shadow_mode", "unlimited"]
     DECISION_FIELD_NUMBER: _ClassVar[int]
+    GIVE_BACK_FIELD_NUMBER: _ClassVar[int]
     HITS_FIELD_NUMBER: _ClassVar[int]
     LIMITS_FIELD_NUMBER: _ClassVar[int]
     OVERRIDE_FIELD_NUMBER: _ClassVar[int]
@@ -70,6 +71,7 @@ class DescriptorExplanation(_message.Message):
     SHADOW_MODE_FIELD_NUMBER: _ClassVar[int]
     UNLIMITED_FIELD_NUMBER: _ClassVar[int]
     decision: Decision
+    give_back: bool
     hits: int
     limits: _containers.RepeatedCompositeFieldContainer[LimitExplanation]
     override: bool
@@ -78,7 +80,7 @@ class DescriptorExplanation(_message.Message):
     rule: MatchedRule
     shadow_mode: bool
     unlimited: bool
-    def __init__(self, rule: _Optional[_Union[MatchedRule, _Mapping]] = ..., decision: _Optional[_Union[Decision, str]] = ..., unlimited: bool = ..., shadow_mode: bool = ..., quota_mode: bool = ..., replaces: _Optional[_Iterable[str]] = ..., override: bool = ..., hits: _Optional[int] = ..., limits: _Optional[_Iterable[_Union[LimitExplanation, _Mapping]]] = ...) -> None: ...
+    def __init__(self, rule: _Optional[_Union[MatchedRule, _Mapping]] = ..., decision: _Optional[_Union[Decision, str]] = ..., unlimited: bool = ..., shadow_mode: bool = ..., quota_mode: bool = ..., replaces: _Optional[_Iterable[str]] = ..., override: bool = ..., hits: _Optional[int] = ..., limits: _Optional[_Iterable[_Union[LimitExplanation, _Mapping]]] = ..., give_back: bool = ...) -> None: ...
 
 class DescriptorStatus(_message.Message):
     __slots__ = ["code", "limit", "remaining", "reset_after", "retry_after", "unlimited"]
@@ -155,22 +157,26 @@ class Limit(_message.Message):
     def __init__(self, requests: _Optional[int] = ..., window: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., algorithm: _Optional[_Union[Algorithm, str]] = ..., name: _Optional[str] = ..., burst: _Optional[int] = ...) -> None: ...
 
 class LimitExplanation(_message.Message):
-    __slots__ = ["counter", "limit", "remaining", "replaced", "reset_after", "retry_after", "would_admit"]
+    __slots__ = ["counter", "held", "limit", "next_lease_expiry", "remaining", "replaced", "reset_after", "retry_after", "would_admit"]
     COUNTER_FIELD_NUMBER: _ClassVar[int]
+    HELD_FIELD_NUMBER: _ClassVar[int]
     LIMIT_FIELD_NUMBER: _ClassVar[int]
+    NEXT_LEASE_EXPIRY_FIELD_NUMBER: _ClassVar[int]
     REMAINING_FIELD_NUMBER: _ClassVar[int]
     REPLACED_FIELD_NUMBER: _ClassVar[int]
     RESET_AFTER_FIELD_NUMBER: _ClassVar[int]
     RETRY_AFTER_FIELD_NUMBER: _ClassVar[int]
     WOULD_ADMIT_FIELD_NUMBER: _ClassVar[int]
     counter: str
+    held: int
     limit: Limit
+    next_lease_expiry: _duration_pb2.Duration
     remaining: int
     replaced: bool
     reset_after: _duration_pb2.Duration
     retry_after: _duration_pb2.Duration
     would_admit: bool
-    def __init__(self, limit: _Optional[_Union[Limit, _Mapping]] = ..., replaced: bool = ..., counter: _Optional[str] = ..., remaining: _Optional[int] = ..., reset_after: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., would_admit: bool = ..., retry_after: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    def __init__(self, limit: _Optional[_Union[Limit, _Mapping]] = ..., replaced: bool = ..., counter: _Optional[str] = ..., remaining: _Optional[int] = ..., reset_after: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., would_admit: bool = ..., retry_after: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., held: _Optional[int] = ..., next_lease_expiry: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class LimitOverride(_message.Message):
     __slots__ = ["requests", "window"]

@@ -1,0 +1,172 @@
+package server
+
+import (
+	"context"
+	"encoding/binary"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/ratelimitd/ratelimitd/backend"
+	ratelimitv1 "github.com/ratelimitd/ratelimitd/gen/ratelimit/v1"
+	"github.com/ratelimitd/ratelimitd/server/internal/engine"
+)
+
+// A lease id is the stamps of the slots an Acquire took, which the
+// stores name leases by (backend.Result.Lease): a version byte, then per
+// request descriptor the number of its stamps and the stamps, each a
+// uvarint. The server keeps no table of leases: the counters hold them,
+// and a lease that is never given back lapses with its stamp.
+const (
+	leaseVersion = 1
+	// maxLeaseID bounds a lease id a request may carry: 64 descriptors
+	// with a few concurrency limits each fit with room to spare.
+	maxLeaseID = 4096
+)
+
+// appendLeaseID appends the id of the lease sc's decision took, and
+// returns it with the lease's expiry (µs; 0 when it holds nothing).
+func appendLeaseID(b []byte, sc *scratch) (_ []byte, expires int64) {
+	b = append(b, leaseVersion)
+	var stamps []int64
+	for i := range sc.Req.Descs {
+		var exp int64
+		stamps, exp = sc.AppendLease(stamps[:0], i)
+		if exp != 0 && (expires == 0 || exp < expires) {
+			expires = exp
+		}
+		b = binary.AppendUvarint(b, uint64(len(stamps)))
+		for _, s := range stamps {
+			b = binary.AppendUvarint(b, uint64(s))
+		}
+	}
+	return b, expires
+}
+
+// applyLeaseID gives each descriptor of sc.Req the op and its stamps
+// from a lease id, which must be one that appendLeaseID made for as many
+// descriptors.
+func applyLeaseID(sc *scratch, id []byte, op backend.Op) error {
+	switch {
+	case len(id) == 0:
+		return engine.Invalid("lease_id is required")
+	case len(id) > maxLeaseID:
+		return engine.Invalid("lease_id is %d bytes, over the maximum %d", len(id), maxLeaseID)
+	case id[0] != leaseVersion:
+		return engine.Invalid("lease_id is not one this server answered")
+	}
+	r := &sc.Req
+	id = id[1:]
+	for i := range r.Descs {
+		n, k := binary.Uvarint(id)
+		if k <= 0 || n > uint64(len(id)) {
+			return engine.Invalid("lease_id does not match the request's descriptors")
+		}
+		id = id[k:]
+		from := len(r.Leases)
+		for range n {
+			s, k := binary.Uvarint(id)
+			if k <= 0 || s > 1<<62 {
+				return engine.Invalid("lease_id does not match the request's descriptors")
+			}
+			id = id[k:]
+			r.Leases = append(r.Leases, int64(s))
+		}
+		d := &r.Descs[i]
+		d.Op, d.HasLease, d.Lease = op, true, [2]int{from, len(r.Leases)}
+	}
+	if len(id) != 0 {
+		return engine.Invalid("lease_id does not match the request's descriptors")
+	}
+	return nil
+}
+
+// nativeLease renders a lease, nil when it holds nothing.
+func nativeLease(sc *scratch) *ratelimitv1.Lease {
+	id, expires := appendLeaseID(nil, sc)
+	if expires == 0 {
+		return nil
+	}
+	return &ratelimitv1.Lease{Id: id, ExpiresAt: timestamppb.New(time.UnixMicro(expires))}
+}
+
+// Acquire implements ratelimitv1.RateLimitServiceServer: ShouldRateLimit,
+// answering the lease of the concurrency slots it took.
+func (n nativeService) Acquire(ctx context.Context, req *ratelimitv1.AcquireRequest) (resp *ratelimitv1.AcquireResponse, err error) {
+	s := n.s
+	defer func(start time.Time) {
+		s.metrics.decided(apiNative, start, resp.GetCode() == ratelimitv1.Code_CODE_OVER_LIMIT, err)
+	}(time.Now())
+	for i, d := range req.GetDescriptors() {
+		if d.GetGiveBack() {
+			return nil, grpcError(engine.Invalid("descriptor %d: give_back is not allowed in Acquire (use Release)", i))
+		}
+	}
+	sc := s.getScratch()
+	defer s.putScratch(sc)
+	if err := nativeRequest(sc, req.GetDomain(), req.GetDescriptors(), req.GetHits()); err != nil {
+		return nil, grpcError(err)
+	}
+	s.logRequest(sc)
+	if err := s.eng.Decide(ctx, &sc.Scratch); err != nil {
+		return nil, grpcError(err)
+	}
+	d := nativeResponse(sc)
+	resp = &ratelimitv1.AcquireResponse{Code: d.Code, Statuses: d.Statuses, Headers: d.Headers}
+	if !sc.Dec.Over {
+		resp.Lease = nativeLease(sc)
+	}
+	return resp, nil
+}
+
+// Release implements ratelimitv1.RateLimitServiceServer: it gives back
+// the slots of a lease, and nothing else.
+func (n nativeService) Release(ctx context.Context, req *ratelimitv1.ReleaseRequest) (resp *ratelimitv1.ReleaseResponse, err error) {
+	s := n.s
+	defer func(start time.Time) { s.metrics.decided(apiNative, start, false, err) }(time.Now())
+	sc := s.getScratch()
+	defer s.putScratch(sc)
+	if err := nativeRequest(sc, req.GetDomain(), req.GetDescriptors(), req.GetHits()); err != nil {
+		return nil, grpcError(err)
+	}
+	if err := applyLeaseID(sc, req.GetLeaseId(), backend.GiveBack); err != nil {
+		return nil, grpcError(err)
+	}
+	s.logRequest(sc)
+	if err := s.eng.Decide(ctx, &sc.Scratch); err != nil {
+		return nil, grpcError(err)
+	}
+	return &ratelimitv1.ReleaseResponse{Statuses: nativeResponse(sc).Statuses}, nil
+}
+
+// Renew implements ratelimitv1.RateLimitServiceServer: it extends a
+// lease, OVER_LIMIT when the lease no longer holds its slots.
+func (n nativeService) Renew(ctx context.Context, req *ratelimitv1.RenewRequest) (resp *ratelimitv1.RenewResponse, err error) {
+	s := n.s
+	defer func(start time.Time) {
+		s.metrics.decided(apiNative, start, resp.GetCode() == ratelimitv1.Code_CODE_OVER_LIMIT, err)
+	}(time.Now())
+	sc := s.getScratch()
+	defer s.putScratch(sc)
+	if err := nativeRequest(sc, req.GetDomain(), req.GetDescriptors(), req.GetHits()); err != nil {
+		return nil, grpcError(err)
+	}
+	if err := applyLeaseID(sc, req.GetLeaseId(), backend.Renew); err != nil {
+		return nil, grpcError(err)
+	}
+	s.logRequest(sc)
+	if err := s.eng.Decide(ctx, &sc.Scratch); err != nil {
+		return nil, grpcError(err)
+	}
+	// A renew takes no part in the call's verdict (backend.Renew): the
+	// code is whether every lease of it still held.
+	lapsed := false
+	for _, v := range sc.Dec.Statuses {
+		lapsed = lapsed || v.OverLimit
+	}
+	resp = &ratelimitv1.RenewResponse{Code: nativeCode(lapsed), Statuses: nativeResponse(sc).Statuses}
+	if !lapsed {
+		resp.Lease = nativeLease(sc)
+	}
+	return resp, nil
+}
