@@ -22,11 +22,23 @@ import (
 //	SlidingLog     Log: counted hits, oldest first; N: their sum.
 //	TokenBucket    T: time of the last refill; Tokens: the bucket's content (starts full).
 //	GCRA           T: the theoretical arrival time (TAT).
+//	Concurrency    Log: the held leases, one entry (stamp, hits) each, oldest first; N: their sum;
+//	               T: the newest stamp it gave, held or not.
+//
+// A Concurrency limit is a sliding log whose window is the lease: a lease
+// holds its hits from its stamp until a GiveBack releases it or its stamp
+// is a Window old (it lapses, as a sliding log's entry expires). Its
+// stamps are unique: Add and Renew stamp a lease max(now, T + 1), later
+// than any stamp the counter gave before, released or not, so that a
+// GiveBack or Renew names exactly one lease (Result.Lease), and a stale
+// lease (released, lapsed) never one taken since. The state is kept (see
+// Expiry) until now passes T, after which any new stamp is later still.
 //
 // ResetAfter is, per algorithm: fixed and sliding window, the end of the
 // current epoch-aligned window; sliding log, the oldest counted hit's time
-// plus the window; token bucket, the time until the bucket is full; GCRA,
-// TAT minus now; a ban, the end of the current window.
+// plus the window; concurrency, the oldest held lease's expiry; token
+// bucket, the time until the bucket is full; GCRA, TAT minus now; a ban,
+// the end of the current window.
 type State struct {
 	T      int64
 	N      uint64
@@ -47,7 +59,7 @@ func (st *State) Admits(l Limit, now int64, hits uint64) bool {
 	}
 	st.advance(l, now)
 	switch l.Algorithm {
-	case FixedWindow, SlidingLog:
+	case FixedWindow, SlidingLog, Concurrency:
 		return addSat(st.N, hits) <= l.Requests
 	case SlidingWindow:
 		return float64(addSat(st.N, hits))+st.weightedPrev(l, now) <= float64(l.Requests)
@@ -70,8 +82,9 @@ func (st *State) Admits(l Limit, now int64, hits uint64) bool {
 //
 // It returns the stamp that Refund needs to give these hits back: the
 // start of the window they were counted in (fixed and sliding window),
-// the time of the log entry holding them (sliding log), or 0 (token
-// bucket, GCRA, and when nothing was counted).
+// the time of the log entry holding them (sliding log), the lease's
+// unique stamp (concurrency), or 0 (token bucket, GCRA, and when nothing
+// was counted).
 func (st *State) Add(l Limit, now int64, hits uint64) (stamp int64) {
 	if l.Ban() || hits == 0 {
 		return 0
@@ -89,6 +102,17 @@ func (st *State) Add(l Limit, now int64, hits uint64) (stamp int64) {
 		st.Log.push(t, hits)
 		st.N = addSat(st.N, hits)
 		return t
+	case Concurrency:
+		if st.Log == nil {
+			st.Log = new(Log)
+		}
+		// A stamp of its own: a full log (reached only past the limit,
+		// ConsumeWhenOver) folds the hits into its newest lease, moved
+		// to t, as a sliding log does.
+		st.T = max(now, st.T+1)
+		st.Log.push(st.T, hits)
+		st.N = addSat(st.N, hits)
+		return st.T
 	case TokenBucket:
 		st.Tokens -= float64(hits)
 	case GCRA:
@@ -105,9 +129,12 @@ func (st *State) Add(l Limit, now int64, hits uint64) (stamp int64) {
 // Per algorithm: fixed and sliding window take the hits off the current
 // window's count if stamp is its start, and give nothing back once the
 // window has moved on (a sliding window's previous count is left as is);
-// sliding log takes them off the entry stamped stamp, dropping it when
-// it empties, and gives nothing back once that entry has expired (or a
-// full log has folded it into a newer one); token bucket puts the tokens
+// sliding log and concurrency take them off the entry stamped stamp,
+// dropping it when it empties, and give nothing back once that entry has
+// expired (or a full log has folded it into a newer one), and
+// concurrency takes back the stamp if it is the newest it gave (so that
+// refunds in the reverse order of their adds give back every stamp, as
+// Cluster's refunds do); token bucket puts the tokens
 // back, up to a full bucket; GCRA moves the TAT back, not before now. A
 // ban or zero hits gives nothing back.
 //
@@ -128,11 +155,79 @@ func (st *State) Refund(l Limit, now int64, hits uint64, stamp int64) {
 		}
 	case SlidingLog:
 		st.N = subSat(st.N, st.Log.take(stamp, hits))
+	case Concurrency:
+		st.N = subSat(st.N, st.Log.take(stamp, hits))
+		if stamp == st.T {
+			// The lease was never given to the caller: its stamp may be
+			// given again, as if it had never been (Add stamps from
+			// max(now, T+1), and the stamp was max(now, T'+1) for the
+			// T' before it).
+			st.T = stamp - 1
+		}
 	case TokenBucket:
 		st.Tokens = min(st.Tokens+float64(hits), float64(l.Capacity()))
 	case GCRA:
 		st.T = max(st.T-mulSatInt(int64(min(hits, math.MaxInt64)), l.Interval()), now)
 	}
+}
+
+// GiveBack gives hits back to st at now (µs), as a Request whose Op is
+// GiveBack does: never past the limit, so that a give-back on a fresh or
+// full budget changes nothing.
+//
+// Per algorithm: fixed and sliding window lower the current window's
+// count, not below zero (a sliding window's previous count is left as
+// is); sliding log drops its newest entries, hits worth (the last one
+// it reaches only in part); token bucket puts the tokens back, up to a
+// full bucket; GCRA moves the TAT back, not before now. Concurrency, when
+// lease is not zero, releases the lease stamped lease whole, whatever
+// hits says, and frees nothing if it is no longer held (lapsed, or
+// already released); when lease is zero, it frees the newest held slots,
+// hits worth, as a sliding log does (so that an anonymous give-back
+// leaves the older leases, maybe a crashed holder's, to lapse on time).
+// A release never frees more than is held. A ban gives nothing back, and
+// so does zero hits but for a release by lease.
+func (st *State) GiveBack(l Limit, now int64, hits uint64, lease int64) {
+	if l.Ban() || (hits == 0 && (l.Algorithm != Concurrency || lease == 0)) {
+		return
+	}
+	st.advance(l, now)
+	switch l.Algorithm {
+	case FixedWindow, SlidingWindow:
+		st.N = subSat(st.N, hits)
+	case SlidingLog:
+		st.N = subSat(st.N, st.Log.dropNewest(hits))
+	case Concurrency:
+		if lease != 0 {
+			st.N = subSat(st.N, st.Log.take(lease, math.MaxUint64))
+		} else {
+			st.N = subSat(st.N, st.Log.dropNewest(hits))
+		}
+	case TokenBucket:
+		st.Tokens = min(st.Tokens+float64(hits), float64(l.Capacity()))
+	case GCRA:
+		st.T = max(st.T-mulSatInt(int64(min(hits, math.MaxInt64)), l.Interval()), now)
+	}
+}
+
+// Renew extends, at now (µs), the lease of a Concurrency limit stamped
+// lease to a full Window from now: it moves the lease's hits to a new
+// stamp, as Add stamps them, without checking the limit (they are held
+// already), and returns that stamp. It returns false, changing
+// nothing, when no held lease is stamped lease (it lapsed, or was
+// released), and on any other algorithm or a ban, which hold no leases.
+func (st *State) Renew(l Limit, now int64, lease int64) (int64, bool) {
+	if l.Ban() || l.Algorithm != Concurrency || lease == 0 {
+		return 0, false
+	}
+	st.advance(l, now)
+	n := st.Log.take(lease, math.MaxUint64)
+	if n == 0 {
+		return 0, false
+	}
+	st.T = max(now, st.T+1)
+	st.Log.push(st.T, n)
+	return st.T, true
 }
 
 // Result reports st's remaining capacity, reset and, when over is set, the
@@ -154,7 +249,7 @@ func (st *State) Result(l Limit, now int64, hits uint64, over bool) Result {
 			r.Remaining = uint64(left)
 		}
 		r.ResetAfter = FromMicros(st.T + w - now)
-	case SlidingLog:
+	case SlidingLog, Concurrency:
 		r.Remaining = subSat(l.Requests, st.N)
 		if st.Log.Len() > 0 {
 			r.ResetAfter = FromMicros(st.Log.at(0).t + w - now)
@@ -191,6 +286,13 @@ func (st *State) Expiry(l Limit) int64 {
 			return 0
 		}
 		return st.Log.newest() + w
+	case Concurrency:
+		// Kept while a lease is held, and until now passes the newest
+		// stamp given, so that no stamp is given twice.
+		if st.Log.Len() == 0 {
+			return st.T + 1
+		}
+		return max(st.Log.newest()+w, st.T+1)
 	case TokenBucket:
 		if l.Ban() {
 			return 0
@@ -217,7 +319,7 @@ func (st *State) advance(l Limit, now int64) {
 			st.P = 0
 		}
 		st.T, st.N = start, 0
-	case SlidingLog:
+	case SlidingLog, Concurrency:
 		if st.Log == nil {
 			return
 		}
@@ -304,7 +406,7 @@ func (st *State) retryAt(l Limit, now int64, hits uint64) (int64, bool) {
 		// At most a window back: room < prev but for a request whose
 		// own hits fit and an earlier one of its call did not.
 		return t + w - int64(min(float64(room)*float64(w)/float64(prev), float64(w))), true
-	case SlidingLog:
+	case SlidingLog, Concurrency:
 		if hits > l.Requests {
 			return 0, false
 		}

@@ -2,6 +2,7 @@ package backend
 
 import (
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 )
@@ -288,5 +289,78 @@ func TestHugeDebtSaturates(t *testing.T) {
 	}
 	if exp := st.Expiry(l); exp < now {
 		t.Errorf("Expiry after a huge debt = %d, before now %d: the debt would be forgotten", exp, now)
+	}
+}
+
+// TestGiveBackOnFreshChangesNothing: a give-back on a fresh counter, of
+// any hits, leaves it deciding as a fresh one, on every algorithm.
+func TestGiveBackOnFreshChangesNothing(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	for _, a := range Algorithms {
+		for range 50 {
+			l := randomLimit(r, a)
+			var fresh, st State
+			st.GiveBack(l, t0, r.Uint64N(2*l.Capacity()+2), 0)
+			if !slices.Equal(decisions(st, l, t0), decisions(fresh, l, t0)) {
+				t.Fatalf("%v %+v: a give-back on a fresh counter changed its decisions", a, l)
+			}
+		}
+	}
+}
+
+// TestGiveBackNeverPastTheLimit: after random traffic, a give-back of
+// any hits leaves Remaining within the capacity, and a take of the
+// capacity then admitted at most once.
+func TestGiveBackNeverPastTheLimit(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	for _, a := range Algorithms {
+		for range 200 {
+			l := randomLimit(r, a)
+			st, now := randomState(r, l)
+			st.GiveBack(l, now, r.Uint64N(3*l.Capacity()+2), 0)
+			if res := st.Result(l, now, 0, false); res.Remaining > l.Capacity() {
+				t.Fatalf("%v %+v: remaining %d after a give-back, over the capacity", a, l, res.Remaining)
+			}
+			if st.Admits(l, now, l.Capacity()+1) {
+				t.Fatalf("%v %+v: admits more than the capacity after a give-back", a, l)
+			}
+		}
+	}
+}
+
+// TestConcurrencyLogBound: leases recorded past the limit
+// (ConsumeWhenOver) never grow the log past MaxSlidingLog entries; they
+// fold into the newest, as a sliding log's do.
+func TestConcurrencyLogBound(t *testing.T) {
+	l := Limit{Algorithm: Concurrency, Requests: 3, Window: time.Minute}
+	var st State
+	for range MaxSlidingLog + 100 {
+		st.Add(l, t0, 1)
+	}
+	if st.Log.Len() > MaxSlidingLog || st.N != MaxSlidingLog+100 {
+		t.Errorf("log of %d entries holding %d; want at most %d entries holding %d", st.Log.Len(), st.N, MaxSlidingLog, MaxSlidingLog+100)
+	}
+}
+
+// TestConcurrencyStampsNeverRepeat: a lease released, then another taken
+// at the same instant, gets a stamp of its own, so that the stale lease
+// names nothing (a double release frees nothing).
+func TestConcurrencyStampsNeverRepeat(t *testing.T) {
+	l := Limit{Algorithm: Concurrency, Requests: 2, Window: time.Minute}
+	var st State
+	a := st.Add(l, t0, 1)
+	st.GiveBack(l, t0, 1, a)
+	b := st.Add(l, t0, 1)
+	if a == b {
+		t.Fatalf("stamps %d and %d: a released lease's stamp given again", a, b)
+	}
+	st.GiveBack(l, t0, 1, a)
+	if st.N != 1 {
+		t.Errorf("a second release of a released lease freed another: %d held, want 1", st.N)
+	}
+	// Kept until now passes the newest stamp, though nothing is held.
+	st.GiveBack(l, t0, 1, b)
+	if exp := st.Expiry(l); exp <= b {
+		t.Errorf("expiry %d with nothing held, want after the newest stamp %d", exp, b)
 	}
 }

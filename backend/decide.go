@@ -13,13 +13,22 @@ package backend
 //
 // The rules, in order:
 //
-//  1. Each request is over when its limit does not admit its hits plus
-//     those of the earlier requests of the call on the same counter that
+//  0. Give-backs and renews (Op GiveBack, Renew) apply first, whatever
+//     the takes decide: State.GiveBack and State.Renew. A give-back is
+//     never over; a renew is over when its lease is not held. Their
+//     groups play no part in the verdict (see Refused).
+//  1. Each take is over when its limit does not admit its hits plus
+//     those of the earlier takes of the call on the same counter that
 //     are not over: checking h1 then h2 at one instant is checking h1+h2.
 //  2. The call is refused as Refused says.
-//  3. Each request counts its hits when Consumes says so.
+//  3. Each take counts its hits when Consumes says so.
 //  4. Each request's Result is read once every request has counted, so
-//     that Remaining is what is left after the whole call.
+//     that Remaining is what is left after the whole call. A give-back's
+//     RetryAfter is zero (it is never over, even on a ban); a failed
+//     renew's is the time until its hits would be admitted (zero when
+//     they would be now: the caller may acquire afresh). Result.Lease is
+//     the stamp of the lease that a Concurrency take counted or a renew
+//     moved to, else zero.
 func Decide(reqs []Request, states []*State, now int64, res []Result) {
 	decide(reqs, states, now, res, false, nil)
 }
@@ -30,8 +39,9 @@ func Decide(reqs []Request, states []*State, now int64, res []Result) {
 // in the share, as the engine's groups, one descriptor each, do.
 //
 // It writes into stamps (indexed like reqs) the stamp Add returned for
-// each request that counted, and 0 for the others: what Refund needs to
-// give the hits back when the call as a whole is refused after all.
+// each take that counted, and 0 for the others (give-backs and renews
+// among them, which never need refunding): what Refund needs to give the
+// hits back when the call as a whole is refused after all.
 func DecidePart(reqs []Request, states []*State, now int64, res []Result, stamps []int64) {
 	decide(reqs, states, now, res, true, stamps)
 }
@@ -39,9 +49,23 @@ func DecidePart(reqs []Request, states []*State, now int64, res []Result, stamps
 // decide is Decide, or DecidePart when part is set; stamps may be nil.
 func decide(reqs []Request, states []*State, now int64, res []Result, part bool, stamps []int64) {
 	for i := range reqs {
+		r := &reqs[i]
+		res[i].OverLimit, res[i].Lease = false, 0
+		switch r.Op {
+		case GiveBack:
+			states[i].GiveBack(r.Limit, now, r.Hits, r.Lease)
+		case Renew:
+			stamp, ok := states[i].Renew(r.Limit, now, r.Lease)
+			res[i].OverLimit, res[i].Lease = !ok, stamp
+		}
+	}
+	for i := range reqs {
+		if reqs[i].Op != Take {
+			continue
+		}
 		hits := reqs[i].Hits
 		for j := range i {
-			if states[j] == states[i] && !res[j].OverLimit {
+			if states[j] == states[i] && reqs[j].Op == Take && !res[j].OverLimit {
 				hits = addSat(hits, reqs[j].Hits)
 			}
 		}
@@ -52,12 +76,35 @@ func decide(reqs []Request, states []*State, now int64, res []Result, part bool,
 		var stamp int64
 		if Consumes(reqs, res, refused, i) {
 			stamp = states[i].Add(reqs[i].Limit, now, reqs[i].Hits)
+			if reqs[i].Limit.Algorithm == Concurrency {
+				res[i].Lease = stamp
+			}
 		}
 		if stamps != nil {
 			stamps[i] = stamp
 		}
 	}
 	for i := range reqs {
-		res[i] = states[i].Result(reqs[i].Limit, now, reqs[i].Hits, res[i].OverLimit)
+		res[i] = result(&reqs[i], states[i], now, res[i])
 	}
+}
+
+// result returns q's Result on st at now, given its OverLimit and Lease
+// in r: rule 4.
+func result(q *Request, st *State, now int64, r Result) Result {
+	switch q.Op {
+	case GiveBack:
+		out := st.Result(q.Limit, now, q.Hits, false)
+		out.OverLimit, out.RetryAfter = false, 0 // even on a ban
+		return out
+	case Renew:
+		// A failed renew waits for nothing when its hits fit now.
+		wait := r.OverLimit && !st.Admits(q.Limit, now, q.Hits)
+		out := st.Result(q.Limit, now, q.Hits, wait)
+		out.OverLimit, out.Lease = r.OverLimit, r.Lease
+		return out
+	}
+	out := st.Result(q.Limit, now, q.Hits, r.OverLimit)
+	out.Lease = r.Lease
+	return out
 }

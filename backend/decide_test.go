@@ -190,26 +190,56 @@ type call struct {
 // randomCall returns a call of up to four groups, each one descriptor's
 // limits (of limits[d]), with keys that repeat across groups when two
 // groups share a descriptor. Unless debt is set, no ConsumeWhenOver group
-// holds a token bucket (see TestDecidePartsTokenBucketDebt).
-func randomCall(r *rand.Rand, limits [][]Limit, debt bool) call {
+// holds a token bucket (see TestDecidePartsTokenBucketDebt), nor ever a
+// concurrency limit. Some groups
+// are give-backs, and some renews of a concurrency limit; those name a
+// lease of leases (by key) when one is known, a stale one at times, and a
+// give-back none at times (the newest held slots).
+func randomCall(r *rand.Rand, limits [][]Limit, debt bool, leases map[string][]int64) call {
 	var c call
 	for g := range 1 + r.IntN(4) {
 		d := r.IntN(len(limits))
 		mode := Mode(r.IntN(3))
 		cwo := r.IntN(6) == 0
+		op := Take
+		switch r.IntN(10) {
+		case 0, 1:
+			op, cwo = GiveBack, false
+		case 2:
+			op, cwo = Renew, false
+		}
 		for range 1 + r.IntN(3) {
 			k := r.IntN(len(limits[d]))
 			l := limits[d][k]
+			if op == Renew && l.Algorithm != Concurrency {
+				continue
+			}
 			if cwo && !debt && l.Algorithm == TokenBucket {
 				continue // see TestDecidePartsTokenBucketDebt
+			}
+			if cwo && l.Algorithm == Concurrency {
+				// Cluster refunds a refused call's leases after the
+				// ConsumeWhenOver leases of its slot were stamped
+				// after them, a microsecond or more later than Decide
+				// stamps them; config refuses consume_when_over on
+				// concurrency limits.
+				continue
 			}
 			if r.IntN(15) == 0 {
 				l.Requests = 0 // a ban
 			}
-			c.reqs = append(c.reqs, Request{
+			q := Request{
 				Key: fmt.Sprintf("d%d|%d", d, k), Limit: l, Hits: r.Uint64N(4),
-				Group: g, Mode: mode, ConsumeWhenOver: cwo,
-			})
+				Group: g, Mode: mode, ConsumeWhenOver: cwo, Op: op,
+			}
+			if op != Take && l.Algorithm == Concurrency && r.IntN(4) != 0 {
+				if known := leases[q.Key]; len(known) > 0 && r.IntN(5) != 0 {
+					q.Lease = known[r.IntN(len(known))]
+				} else {
+					q.Lease = t0 + r.Int64N(1e6) // most likely no lease's
+				}
+			}
+			c.reqs = append(c.reqs, q)
 			c.desc = append(c.desc, d)
 		}
 	}
@@ -279,19 +309,21 @@ func decideParts(m map[string]*State, c call, now int64) []Result {
 	for _, idx := range parts {
 		give := false
 		over := make([]bool, len(idx))
-		for k, i := range idx {
+		// Newest first, as take.lua refunds: see Refund.
+		for k, i := range slices.Backward(idx) {
 			q := c.reqs[i]
 			over[k] = res[i].OverLimit
-			took := !q.ConsumeWhenOver && q.Hits > 0 && !q.Limit.Ban() && !groupOver(c.reqs, res, i)
+			took := q.Op == Take && !q.ConsumeWhenOver && q.Hits > 0 && !q.Limit.Ban() && !groupOver(c.reqs, res, i)
 			if took && !Consumes(c.reqs, res, refused, i) {
 				m[q.Key].Refund(q.Limit, now, q.Hits, stamps[i])
+				res[i].Lease = 0
 				give = true
 			}
 		}
 		if give {
 			for k, i := range idx {
 				q := c.reqs[i]
-				res[i] = m[q.Key].Result(q.Limit, now, q.Hits, over[k])
+				res[i] = result(&q, m[q.Key], now, Result{OverLimit: over[k], Lease: res[i].Lease})
 			}
 		}
 	}
@@ -300,7 +332,8 @@ func decideParts(m map[string]*State, c call, now int64) []Result {
 
 // FuzzDecide replays a seeded random sequence of calls and checks two
 // properties of every call: a refused call that records no usage
-// (no consume_when_over) leaves every counter deciding as before; and
+// (no consume_when_over) and gives nothing back leaves every counter
+// deciding as before; and
 // deciding each descriptor's share as if admitted, then refunding what
 // the call does not consume (Redis Cluster's protocol: DecidePart and
 // Refund), answers as Decide does and leaves the counters deciding alike.
@@ -312,6 +345,7 @@ func FuzzDecide(f *testing.F) {
 		r := rand.New(rand.NewPCG(seed, 13))
 		limits := randomLimits(r, 1+int(descs%8))
 		whole, parts := map[string]*State{}, map[string]*State{}
+		leases := map[string][]int64{}
 		now := t0
 		for n := range 300 {
 			switch r.IntN(4) {
@@ -323,14 +357,15 @@ func FuzzDecide(f *testing.F) {
 			case 3:
 				now += r.Int64N(int64(time.Minute / time.Microsecond))
 			}
-			c := randomCall(r, limits, false)
+			c := randomCall(r, limits, false, leases)
 			if len(c.reqs) == 0 {
 				continue
 			}
 			before := snapshot(whole, c.reqs, now)
 			want := make([]Result, len(c.reqs))
 			Decide(c.reqs, statesOf(whole, c.reqs), now, want)
-			if Refused(c.reqs, want) && !slices.ContainsFunc(c.reqs, func(q Request) bool { return q.ConsumeWhenOver }) {
+			// (Give-backs and renews apply whatever the verdict.)
+			if Refused(c.reqs, want) && !slices.ContainsFunc(c.reqs, func(q Request) bool { return q.ConsumeWhenOver || q.Op != Take }) {
 				if after := snapshot(whole, c.reqs, now); !slices.EqualFunc(after, before, slices.Equal) {
 					t.Fatalf("seed %d, call %d at %d: refused %+v, yet its counters changed", seed, n, now-t0, c.reqs)
 				}
@@ -338,6 +373,11 @@ func FuzzDecide(f *testing.F) {
 			got := decideParts(parts, c, now)
 			if !slices.Equal(got, want) {
 				t.Fatalf("seed %d, call %d at %d: %+v\nparts and refunds: %+v\nDecide:            %+v", seed, n, now-t0, c.reqs, got, want)
+			}
+			for i, q := range c.reqs {
+				if want[i].Lease != 0 {
+					leases[q.Key] = append(leases[q.Key], want[i].Lease)
+				}
 			}
 		}
 	})

@@ -11,7 +11,10 @@
 // refused and which requests consume; Decide is the reference definition
 // of a call's decision on its counters' states, which every store must
 // reproduce (the conformance suite, backend/backendtest, checks it against
-// each store). A Store reports a limit's excess in its Results, and
+// each store). A request may give hits back instead of taking them (Op
+// GiveBack, Envoy's negative hits), or renew a Concurrency limit's lease
+// (Op Renew): those apply first in a call, whatever its takes decide, and
+// never refuse it. A Store reports a limit's excess in its Results, and
 // returns an error only when it could not decide; ErrUnavailable marks a
 // store that did not try (an open circuit breaker), ErrClosed one used
 // after its Close.
@@ -39,9 +42,9 @@
 //   - prometheus.Collector (from prometheus/client_golang): its own
 //     metrics, registered by the daemon.
 //
-// The memory store (backend/memory) implements ShareStore and
-// prometheus.Collector; the Redis store (backend/redis) implements all of
-// them.
+// The memory store (backend/memory) implements ShareStore,
+// OverrideStore, Resetter and prometheus.Collector; the Redis store
+// (backend/redis) implements all of them.
 package backend
 
 // A StateReporter is a store that reports its health: "ok", or a word for

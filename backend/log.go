@@ -2,7 +2,9 @@ package backend
 
 // Log is a sliding log's counted hits, oldest first: a ring buffer of
 // (time, hits) entries that grows by doubling up to MaxSlidingLog entries.
-// Hits counted at the same microsecond share an entry. The zero Log is empty.
+// Hits counted at the same microsecond share an entry (a Concurrency
+// limit's leases never do: each has a stamp of its own). The zero Log is
+// empty.
 type Log struct {
 	buf  []logEntry
 	head int // index in buf of the oldest entry
@@ -69,6 +71,21 @@ func (l *Log) take(t int64, n uint64) uint64 {
 		}
 	}
 	return 0
+}
+
+// dropNewest removes up to n hits from the newest entries, dropping
+// those it empties, and returns how many it removed.
+func (l *Log) dropNewest(n uint64) uint64 {
+	var back uint64
+	for l.Len() > 0 && back < n {
+		e := &l.buf[(l.head+l.len-1)%len(l.buf)]
+		d := min(n-back, e.n)
+		back += d
+		if e.n -= d; e.n == 0 {
+			l.remove(l.len - 1)
+		}
+	}
+	return back
 }
 
 // remove drops entry i (0 is the oldest), moving the newer ones down.

@@ -67,7 +67,7 @@ const (
 	// (its group must hold give-backs only); the call's give-backs apply
 	// before its takes, whatever the takes decide.
 	GiveBack
-	// Renew, on a Concurrency limit only, extends the lease stamped Lease
+	// Renew extends the lease stamped Lease, on a Concurrency limit only,
 	// to a full Window from now; the Result's Lease is its new stamp. It
 	// is over when that lease is no longer held (expired or released),
 	// and then changes nothing. Like a give-back, a renew takes no part
@@ -141,7 +141,9 @@ type Result struct {
 
 // Refused reports whether a call is refused, given each request's
 // OverLimit in res: when an Enforce group is over, or when the call has
-// Quota groups and all of them are over.
+// Quota groups and all of them are over. Only takes decide: a group of
+// give-backs or renews (Op other than Take) is never over and plays no
+// part, neither refusing the call nor counting as a Quota group.
 //
 // It is the rule every Store applies inside its atomic step; the decision
 // engine uses it too, to report the overall code.
@@ -149,6 +151,10 @@ func Refused(reqs []Request, res []Result) bool {
 	quota, quotaUnder := false, false
 	for i := 0; i < len(reqs); {
 		j, over := groupEnd(reqs, res, i)
+		if reqs[i].Op != Take {
+			i = j
+			continue
+		}
 		switch reqs[i].Mode {
 		case Enforce:
 			if over {
@@ -163,10 +169,15 @@ func Refused(reqs []Request, res []Result) bool {
 	return quota && !quotaUnder
 }
 
-// Consumes reports whether reqs[i] consumes its hits in a call whose
-// verdict is refused: a ConsumeWhenOver request always does; any other
-// only when the call is admitted and its group is within its limits.
+// Consumes reports whether reqs[i], a Take, consumes its hits in a call
+// whose verdict is refused: a ConsumeWhenOver request always does; any
+// other only when the call is admitted and its group is within its
+// limits. A give-back or renew consumes nothing (it applies whatever the
+// verdict): Consumes reports false.
 func Consumes(reqs []Request, res []Result, refused bool, i int) bool {
+	if reqs[i].Op != Take {
+		return false
+	}
 	if reqs[i].ConsumeWhenOver {
 		return true
 	}
@@ -176,7 +187,7 @@ func Consumes(reqs []Request, res []Result, refused bool, i int) bool {
 	return !groupOver(reqs, res, i)
 }
 
-// groupOver reports whether any request of reqs[i]'s group is over.
+// groupOver reports whether any take of reqs[i]'s group is over.
 func groupOver(reqs []Request, res []Result, i int) bool {
 	g := reqs[i].Group
 	for i > 0 && reqs[i-1].Group == g {
@@ -187,11 +198,11 @@ func groupOver(reqs []Request, res []Result, i int) bool {
 }
 
 // groupEnd returns the index after the group starting at i, and whether
-// any of its requests is over.
+// any of its takes is over (a failed renew does not make a group over).
 func groupEnd(reqs []Request, res []Result, i int) (int, bool) {
 	g, over := reqs[i].Group, false
 	for ; i < len(reqs) && reqs[i].Group == g; i++ {
-		over = over || res[i].OverLimit
+		over = over || (res[i].OverLimit && reqs[i].Op == Take)
 	}
 	return i, over
 }

@@ -269,14 +269,28 @@ func (c *compiler) rule(d *Descriptor, parent *Rule) *Rule {
 			r.Limits = append(r.Limits, l)
 		}
 	}
+	r.Limits = append(r.Limits, c.rateLimits(d.RateLimits, s.at("rate_limits"))...)
+	if r.ConsumeWhenOver && slices.ContainsFunc(r.Limits, func(l RuleLimit) bool { return l.Algorithm == backend.Concurrency }) {
+		// A slot held past the limit would be a slot over the cap: what
+		// a concurrency limit exists to prevent.
+		c.errorf(s.at("consume_when_over"), "consume_when_over does not apply to a concurrency limit (a slot past the limit would break the cap)")
+	}
+	r.children = c.level(d.Descriptors, r)
+	return r
+}
+
+// rateLimits checks and compiles the items of a rate_limits list, at p,
+// and returns those without errors. Two limits may not share a counter.
+func (c *compiler) rateLimits(list []*RateLimit, p pos) []RuleLimit {
 	type counter struct {
 		alg    backend.Algorithm
 		window time.Duration
 	}
-	first := make(map[counter]int, len(d.RateLimits)) // index in d.RateLimits
-	for i, rl := range d.RateLimits {
+	var out []RuleLimit
+	first := make(map[counter]int, len(list)) // index in list
+	for i, rl := range list {
 		if rl == nil {
-			c.errorf(s.at("rate_limits"), "rate_limits[%d] is nil", i)
+			c.errorf(p, "rate_limits[%d] is nil", i)
 			continue
 		}
 		l, ok := c.rateLimit(rl, true)
@@ -286,7 +300,7 @@ func (c *compiler) rule(d *Descriptor, parent *Rule) *Rule {
 		k := counter{l.Algorithm, l.Window}
 		if j, ok := first[k]; ok {
 			at := ""
-			if p := d.RateLimits[j].src.pos; p.line > 0 {
+			if p := list[j].src.pos; p.line > 0 {
 				at = fmt.Sprintf(" at line %d", p.line)
 			}
 			c.errorf(rl.src.pos, "rate_limits[%d] has the same algorithm (%v) and window (%v) as rate_limits[%d]%s: they would share one counter",
@@ -294,15 +308,9 @@ func (c *compiler) rule(d *Descriptor, parent *Rule) *Rule {
 			continue
 		}
 		first[k] = i
-		r.Limits = append(r.Limits, l)
+		out = append(out, l)
 	}
-	if r.ConsumeWhenOver && slices.ContainsFunc(r.Limits, func(l RuleLimit) bool { return l.Algorithm == backend.Concurrency }) {
-		// A slot held past the limit would be a slot over the cap: what
-		// a concurrency limit exists to prevent.
-		c.errorf(s.at("consume_when_over"), "consume_when_over does not apply to a concurrency limit (a slot past the limit would break the cap)")
-	}
-	r.children = c.level(d.Descriptors, r)
-	return r
+	return out
 }
 
 // ipPrefix checks d's IPPrefix and returns it with its defaults filled in.
@@ -433,4 +441,24 @@ func (c *compiler) rateLimit(rl *RateLimit, inList bool) (rlim RuleLimit, ok boo
 		return RuleLimit{}, false
 	}
 	return rlim, true
+}
+
+// CompileLimits checks and compiles the rate limits of one descriptor
+// written as a rule file's rate_limits are, but built in code or decoded
+// from another format, for those who take limits outside rule files, such
+// as runtime overrides. It applies every check Compile applies to a
+// rate_limits list (an empty one included); a limit's replaces are not
+// checked against other rules. It returns every error, each an *Error
+// that names no place, joined with errors.Join.
+func CompileLimits(limits []*RateLimit, opts ...Option) ([]RuleLimit, error) {
+	o := buildOptions(opts)
+	c := &compiler{limits: o.limits, algorithm: o.algorithm}
+	if len(limits) == 0 {
+		c.errorf(pos{}, "rate_limits is empty")
+	}
+	out := c.rateLimits(limits, pos{})
+	if err := c.errs.err(); err != nil {
+		return nil, err
+	}
+	return slices.Clip(out), nil
 }

@@ -35,6 +35,7 @@ import (
 //	               assignments, as JSON (rlqs.View)
 //	GET  /ui/      the operator's page, and its JSON under /ui/api/ (see
 //	               ui.go)
+//	/v1/overrides, /v1/reset  the runtime overrides API (see package admin)
 //	GET  /hotkeys  with Options.HotKeys, per domain the counters most
 //	               refused and nearest their limits, as JSON (404 when off);
 //	               ?value=V keeps those that hold V, and says how V shows
@@ -61,7 +62,7 @@ func (s *Server) Handlers() (public, admin http.Handler) {
 // rather than the public one: a path ending in "/" stands for every path
 // under it. An endpoint added to routes is public unless its path is
 // listed here.
-var operatorPaths = []string{"/config", "/metrics", "/rlqs", "/ui/", "/hotkeys", "/explain", "/rlconfig"}
+var operatorPaths = []string{"/config", "/metrics", "/rlqs", "/ui/", "/hotkeys", "/explain", "/rlconfig", "/v1/"}
 
 // routes registers every endpoint on a routeMux, split by operatorPaths
 // if split.
@@ -79,7 +80,7 @@ func (s *Server) routes(split bool) *routeMux {
 			word = "not ready"
 			w.WriteHeader(http.StatusServiceUnavailable)
 		}
-		fmt.Fprintf(w, "%s\nbackend: %s\nfailure_mode: %s\n", word, state, s.opts.FailureMode)
+		fmt.Fprintf(w, "%s\nbackend: %s\nfailure_mode: %s\noverrides: %s\n", word, state, s.opts.FailureMode, s.overrides.State())
 	})
 	if s.opts.Registry != nil {
 		mux.Handle("GET /metrics", promhttp.InstrumentMetricHandler(s.opts.Registry,

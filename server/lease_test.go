@@ -276,7 +276,7 @@ func TestLeaseInvalid(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	two := append(descs, nativeDesc("exports", "globex"))
+	two := []*ratelimitv1.Descriptor{descs[0], nativeDesc("exports", "globex")}
 	_, err = h.native.Release(ctx, &ratelimitv1.ReleaseRequest{Domain: "jobs", Descriptors: two, LeaseId: a.GetLease().GetId()})
 	wantCode(t, "Release(another request's lease)", err, codes.InvalidArgument, "lease_id")
 	_, err = h.native.Release(ctx, &ratelimitv1.ReleaseRequest{Domain: "jobs", Descriptors: descs, LeaseId: append(a.GetLease().GetId(), 0)})

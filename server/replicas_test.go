@@ -54,10 +54,13 @@ func startReplicas(t *testing.T, url string, n int, files ...string) []replica {
 // TestConcurrencyAcrossReplicas: callers acquire and release slots of one
 // concurrency limit (2 at once) through three replicas on one Redis,
 // standalone and Cluster, each through a replica picked at random for
-// each call, half by Acquire and Release with leases and half as Envoy
-// does (a hit, then is_negative_hits). A caller counts itself in once
-// its acquire is admitted and out before it releases: the count never
-// exceeds the limit, and the limit is reached (the test is not vacuous).
+// each call: on one tenant by Acquire and Release with leases, on
+// another as Envoy does (a hit, then is_negative_hits; the two are not
+// mixed on one tenant, since a give-back that names no lease may free a
+// lease's slot, which then lapses instead of being released). A caller
+// counts itself in once its acquire is admitted and out before it
+// releases: the count never exceeds the limit, the limit is reached (the
+// test is not vacuous), and every slot is free at the end.
 func TestConcurrencyAcrossReplicas(t *testing.T) {
 	redistest.Require(t)
 	topologies := map[string]func(t *testing.T) string{
@@ -70,51 +73,53 @@ func TestConcurrencyAcrossReplicas(t *testing.T) {
 	for name, start := range topologies {
 		t.Run(name, func(t *testing.T) {
 			reps := startReplicas(t, start(t), 3, "concurrency.yaml")
-			const limit, callers, rounds = 2, 6, 40
-			var inside, most, admitted atomic.Int64
-			var wg sync.WaitGroup
-			errs := make(chan error, callers)
-			for c := range callers {
-				wg.Go(func() {
-					rng := rand.New(rand.NewPCG(uint64(c), 7))
-					pick := func() replica { return reps[rng.IntN(len(reps))] }
-					for range rounds {
-						if err := holdOnce(t, pick, c%2 == 0, &inside, &most, &admitted, limit); err != nil {
-							errs <- err
-							return
+			const limit, callers, rounds = 2, 4, 40
+			for _, tenant := range []string{"leases", "envoy"} {
+				var inside, most, admitted atomic.Int64
+				var wg sync.WaitGroup
+				errs := make(chan error, callers)
+				for c := range callers {
+					wg.Go(func() {
+						rng := rand.New(rand.NewPCG(uint64(c), 7))
+						pick := func() replica { return reps[rng.IntN(len(reps))] }
+						for range rounds {
+							if err := holdOnce(t, pick, tenant, &inside, &most, &admitted, limit); err != nil {
+								errs <- err
+								return
+							}
 						}
-					}
-				})
-			}
-			wg.Wait()
-			close(errs)
-			for err := range errs {
-				t.Fatal(err)
-			}
-			if most.Load() > limit {
-				t.Errorf("%d callers held slots at once, over the limit of %d", most.Load(), limit)
-			}
-			if most.Load() < limit || admitted.Load() < rounds {
-				t.Errorf("at most %d callers at once and %d admitted: the test did not reach the limit", most.Load(), admitted.Load())
-			}
-			// Every slot was given back: the limit is whole again.
-			resp, err := reps[0].native.ShouldRateLimit(t.Context(), &ratelimitv1.ShouldRateLimitRequest{Domain: "jobs",
-				Descriptors: []*ratelimitv1.Descriptor{{Entries: nativeDesc("exports", "shared").Entries, Hits: new(uint64)}}})
-			if err != nil || resp.GetStatuses()[0].GetRemaining() != limit {
-				t.Errorf("after every release: %v, %v; want %d remaining", resp, err, limit)
+					})
+				}
+				wg.Wait()
+				close(errs)
+				for err := range errs {
+					t.Fatal(err)
+				}
+				if most.Load() > limit {
+					t.Errorf("%s: %d callers held slots at once, over the limit of %d", tenant, most.Load(), limit)
+				}
+				if most.Load() < limit || admitted.Load() < limit*2 {
+					t.Errorf("%s: at most %d callers at once and %d admitted: the test did not reach the limit", tenant, most.Load(), admitted.Load())
+				}
+				// Every slot was given back: the limit is whole again.
+				resp, err := reps[0].native.ShouldRateLimit(t.Context(), &ratelimitv1.ShouldRateLimitRequest{Domain: "jobs",
+					Descriptors: []*ratelimitv1.Descriptor{{Entries: nativeDesc("exports", tenant).Entries, Hits: new(uint64)}}})
+				if err != nil || resp.GetStatuses()[0].GetRemaining() != limit {
+					t.Errorf("%s: after every release: %v, %v; want %d remaining", tenant, resp, err, limit)
+				}
 			}
 		})
 	}
 }
 
-// holdOnce acquires a slot of exports=shared through a replica from
-// pick, by lease or as Envoy does, and if admitted counts itself inside
-// for a moment, then out, then releases.
-func holdOnce(t *testing.T, pick func() replica, lease bool, inside, most, admitted *atomic.Int64, limit int64) error {
+// holdOnce acquires a slot of exports=tenant through a replica from
+// pick, by lease for tenant "leases" and as Envoy does otherwise, and if
+// admitted counts itself inside for a moment, then out, then releases.
+func holdOnce(t *testing.T, pick func() replica, tenant string, inside, most, admitted *atomic.Int64, limit int64) error {
 	ctx := t.Context()
-	descs := []*ratelimitv1.Descriptor{nativeDesc("exports", "shared")}
+	descs := []*ratelimitv1.Descriptor{nativeDesc("exports", tenant)}
 	var release func() error
-	if lease {
+	if tenant == "leases" {
 		resp, err := pick().native.Acquire(ctx, &ratelimitv1.AcquireRequest{Domain: "jobs", Descriptors: descs})
 		if err != nil {
 			return fmt.Errorf("Acquire: %w", err)
@@ -127,7 +132,7 @@ func holdOnce(t *testing.T, pick func() replica, lease bool, inside, most, admit
 			return err
 		}
 	} else {
-		resp, err := pick().envoy.ShouldRateLimit(ctx, request("jobs", desc("exports", "shared")))
+		resp, err := pick().envoy.ShouldRateLimit(ctx, request("jobs", desc("exports", tenant)))
 		if err != nil {
 			return fmt.Errorf("ShouldRateLimit: %w", err)
 		}
@@ -135,7 +140,7 @@ func holdOnce(t *testing.T, pick func() replica, lease bool, inside, most, admit
 			return nil
 		}
 		release = func() error {
-			_, err := pick().envoy.ShouldRateLimit(ctx, request("jobs", giveBack(desc("exports", "shared"))))
+			_, err := pick().envoy.ShouldRateLimit(ctx, request("jobs", giveBack(desc("exports", tenant))))
 			return err
 		}
 	}

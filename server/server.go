@@ -33,6 +33,7 @@ import (
 	ratelimitv1 "github.com/ratelimitd/ratelimitd/gen/ratelimit/v1"
 	"github.com/ratelimitd/ratelimitd/server/admin"
 	"github.com/ratelimitd/ratelimitd/server/internal/engine"
+	"github.com/ratelimitd/ratelimitd/server/overrides"
 	"github.com/ratelimitd/ratelimitd/server/requestlog"
 	"github.com/ratelimitd/ratelimitd/server/rlqs"
 )
@@ -133,6 +134,15 @@ type Options struct {
 	// line each (see package engine); the requests for the others are
 	// counted together. Zero means DefaultUnknownDomains.
 	UnknownDomains int
+	// Overrides configures the operators' runtime overrides (package
+	// overrides), kept in the store when it is a backend.OverrideStore
+	// (memory and Redis are): the API under /v1/ on the operators'
+	// listener and the OverridesService. Its Logger and Registry default
+	// to the server's, its Now to Now.
+	Overrides overrides.Options
+	// AdminTokens are the bearer tokens the overrides API takes; nil
+	// (no --admin-token-file): reads need none, and writes are refused.
+	AdminTokens *admin.Tokens
 }
 
 // The engine's types and defaults, under the names the command and
@@ -201,6 +211,7 @@ type Server struct {
 	now       func() time.Time
 	rlqs      *rlqs.Service // nil unless Options.RLQS
 	admin     *admin.Admin  // the operators' pages
+	overrides *overrides.Manager
 	// healthNames are the service names grpc.health.v1 answers for:
 	// healthServices, and RLQS's when served.
 	healthNames []string
@@ -262,7 +273,20 @@ func New(store backend.Store, rules *config.Rules, opts Options) *Server {
 		s.rlqs = rlqs.New(rules, ro)
 		s.healthNames = append(slices.Clone(healthServices), rlqsv3.RateLimitQuotaService_ServiceDesc.ServiceName)
 	}
+	oo := opts.Overrides
+	if oo.Logger == nil {
+		oo.Logger = s.log.With("component", "overrides")
+	}
+	if oo.Registry == nil && reg != nil {
+		oo.Registry = reg
+	}
+	if oo.Now == nil {
+		oo.Now = opts.Now
+	}
+	ovStore, _ := store.(backend.OverrideStore)
+	s.overrides = overrides.New(ovStore, s.eng, oo)
 	ao := admin.Options{
+		Overrides: s.overrides, Tokens: opts.AdminTokens,
 		Ready: s.ready, FailureMode: opts.FailureMode, ReadyWithoutStore: opts.ReadyWithoutStore,
 		ShadowMode: opts.ShadowMode, HotKeysShowValues: opts.HotKeys.ShowValues, HotKeysReplica: opts.HotKeys.Replica,
 		RuleCounts: s.metrics.ruleCounts, Explain: s.explainEnvoy,
@@ -475,6 +499,13 @@ func (sc *scratch) reset() {
 // the page at /ui/ draws, until ctx is done. Without it, the page shows
 // no rates. It returns nil.
 func (s *Server) SampleRates(ctx context.Context) error { return s.admin.SampleRates(ctx) }
+
+// RunOverrides keeps the runtime overrides in force in step with the
+// store's until ctx is done (see overrides.Manager.Run); it returns nil.
+func (s *Server) RunOverrides(ctx context.Context) error { return s.overrides.Run(ctx) }
+
+// Overrides returns the server's runtime overrides.
+func (s *Server) Overrides() *overrides.Manager { return s.overrides }
 
 // explainEnvoy explains a decoded Envoy request: POST /explain's answer
 // (see package admin).

@@ -42,6 +42,9 @@ func Run(t *testing.T, newStore NewStore) {
 	t.Run("Cases", func(t *testing.T) { runCases(t, newStore) })
 	t.Run("Semantics", func(t *testing.T) { runSemantics(t, newStore) })
 	t.Run("Concurrency", func(t *testing.T) { runConcurrency(t, newStore) })
+	t.Run("OpCases", func(t *testing.T) { runOpCases(t, newStore) })
+	t.Run("GiveBacks", func(t *testing.T) { runGiveBacks(t, newStore) })
+	t.Run("Leases", func(t *testing.T) { runLeases(t, newStore) })
 }
 
 // Clock is a manual clock, safe for concurrent use.

@@ -108,7 +108,8 @@ type Store struct {
 	perShard int // keys a shard holds at most
 	mainCap  int // of those, keys in its main region: perShard less its window's
 
-	watchers shareWatchers // see WatchShares
+	watchers  shareWatchers // see WatchShares
+	overrides overrides     // see PutOverride
 
 	evictions atomic.Uint64
 	refusing  atomic.Uint64 // evictions of refusing counters
@@ -127,7 +128,7 @@ var (
 type shard struct {
 	mu     sync.Mutex
 	m      map[hkey]bucket       // requires that mu is held
-	logs   map[hkey]*backend.Log // sliding logs of keys in m; requires that mu is held
+	logs   map[hkey]*backend.Log // sliding logs (and concurrency leases) of keys in m; requires that mu is held
 	shares map[hkey][]shareEntry // entries of share buckets (see share.go); requires that mu is held
 	swept  int64                 // µs of the last sweep; requires that mu is held
 	// soonest is a µs before which no counter in m expires (a lower
@@ -354,7 +355,7 @@ func (s *Store) load(sl *slot, l backend.Limit, now int64, busy []slot) {
 	}
 	sl.epoch = sh.freq.epoch
 	sl.st = backend.State{T: b.t, N: b.n, P: b.p, Tokens: b.tokens}
-	if l.Algorithm == backend.SlidingLog {
+	if l.Algorithm == backend.SlidingLog || l.Algorithm == backend.Concurrency {
 		sl.st.Log = sh.logs[sl.key]
 	}
 }

@@ -440,8 +440,11 @@ func BenchmarkTake(b *testing.B) {
 	}
 	for _, a := range backend.Algorithms {
 		l := backend.Limit{Algorithm: a, Requests: 1 << 30, Window: time.Hour}
-		if a == backend.SlidingLog {
+		if a == backend.SlidingLog || a == backend.Concurrency {
 			l.Requests = backend.MaxSlidingLog
+		}
+		if a == backend.Concurrency {
+			continue // leases that are never given back: see BenchmarkAcquire
 		}
 		s := memory.New(memory.Options{MaxKeys: 2 * nkeys})
 		res := make([]backend.Result, 1)
@@ -490,6 +493,75 @@ func benchTake(b *testing.B, s *memory.Store, l backend.Limit, seq []int32, i in
 		if err := s.Take(ctx, reqs, res); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// BenchmarkAcquire sets a Concurrency limit's acquire beside a sliding
+// window's decision, serially on 1,000 keys in turn, each holding a
+// handful of leases of a limit of 100 (the target: an acquire
+// costs at most 1.5 times a sliding-window decision). "acquire" takes a
+// slot whose lease lapses (the clock moves so that each key holds
+// holders leases, one lapsing as the next is taken); "acquire+release"
+// takes a slot and gives it back by its lease, two calls an op.
+func BenchmarkAcquire(b *testing.B) {
+	const (
+		nkeys   = 1000
+		holders = 5
+	)
+	w := time.Minute
+	// A plain clock: a test Clock's lock would be most of what is measured.
+	now := backendtest.T0
+	s := memory.New(memory.Options{Now: func() time.Time { return now }})
+	defer s.Close()
+	ctx := b.Context()
+	keys := make([]string, nkeys)
+	for _, a := range []backend.Algorithm{backend.SlidingWindow, backend.Concurrency} {
+		l := backend.Limit{Algorithm: a, Requests: 100, Window: w}
+		var buf []byte
+		for i := range keys {
+			buf = appendKey(buf[:0], i, l)
+			keys[i] = string(buf)
+		}
+		// A step of the clock per call, so that a key, asked for every
+		// nkeys calls, holds holders leases.
+		step := w / (nkeys * holders)
+		reqs := []backend.Request{{Limit: l, Hits: 1}}
+		res := make([]backend.Result, 1)
+		i := 0
+		take := func() {
+			reqs[0].Key, reqs[0].Op, reqs[0].Lease = keys[i%nkeys], backend.Take, 0
+			i++
+			now = now.Add(step)
+			if err := s.Take(ctx, reqs, res); err != nil || res[0].OverLimit {
+				b.Fatalf("take: %v, %+v", err, res[0])
+			}
+		}
+		for range nkeys * holders { // every key holds its leases
+			take()
+		}
+		name := "sliding_window"
+		if a == backend.Concurrency {
+			name = "acquire"
+		}
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				take()
+			}
+		})
+		if a != backend.Concurrency {
+			continue
+		}
+		b.Run("acquire+release", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				take()
+				reqs[0].Op, reqs[0].Lease = backend.GiveBack, res[0].Lease
+				if err := s.Take(ctx, reqs, res); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
 

@@ -280,13 +280,15 @@ func (b *batcher) runTake(batch []*pending) {
 		if err != nil {
 			return err
 		}
-		if len(reply) != resultSize*len(c.keys) { // one key and one result per request
+		format := replyFormat(c.arg[0])
+		size := resultBytes(format)
+		if len(reply) != size*len(c.keys) { // one key and one result per request
 			return fmt.Errorf("script replied %d bytes for %d requests", len(reply), len(c.keys))
 		}
 		for _, p := range live {
-			n := resultSize * len(p.res)
+			n := size * len(p.res)
 			if p.state.CompareAndSwap(waiting, claimed) {
-				p.err = decode(reply[:n], opTake, p.res, nil, nil)
+				p.err = decode(reply[:n], format, p.res, nil, nil)
 			}
 			reply = reply[n:]
 		}

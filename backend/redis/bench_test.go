@@ -77,6 +77,85 @@ func BenchmarkTake(b *testing.B) {
 	}
 }
 
+// BenchmarkAcquire sets a Concurrency limit's acquire and release beside
+// a sliding window's decision, from 32 concurrent callers on standalone
+// Redis, batched (the default) and one script run per call: "sliding_window"
+// decides one request on one of 10,000 keys (the lean path);
+// "acquire+release" takes a slot of a limit of 100 on one of 1,000 keys,
+// each holding 5 leases of an hour already, then gives it back by its
+// lease: two calls an op, both on the general path. redis-µs/op is
+// Redis's time in the script per op (the target: an acquire and
+// its release cost at most twice a sliding-window decision); ops/script
+// how many ops one script run decides (a release batches as any call).
+func BenchmarkAcquire(b *testing.B) {
+	srv := redistest.Start(b)
+	rdb := srv.Client(b)
+	const holders = 5
+	round := 0 // each round of a benchmark starts keys of its own
+	for _, bc := range []struct {
+		name string
+		opts redis.Options
+	}{
+		{"batch", redis.Options{}},
+		{"per-call", redis.Options{NoBatch: true}},
+	} {
+		for _, a := range []backend.Algorithm{backend.SlidingWindow, backend.Concurrency} {
+			name := "sliding_window"
+			nkeys := 10_000
+			l := backend.Limit{Algorithm: a, Requests: 1 << 30, Window: time.Hour}
+			if a == backend.Concurrency {
+				name, nkeys = "acquire+release", 1000
+				l.Requests = 100
+			}
+			b.Run(bc.name+"/"+name, func(b *testing.B) {
+				s := benchStore(b, srv.Addr, bc.opts)
+				round++
+				keys := make([]string, nkeys)
+				prefix := "acq" + strconv.Itoa(round) + ":"
+				for i := range keys {
+					keys[i] = string(backend.AppendKeySuffix(backend.AppendKeyPart(nil, prefix+strconv.Itoa(i)), l))
+				}
+				if a == backend.Concurrency {
+					res := make([]backend.Result, 1)
+					for _, k := range keys {
+						for range holders {
+							if err := s.Take(b.Context(), []backend.Request{{Key: k, Limit: l, Hits: 1}}, res); err != nil || res[0].OverLimit {
+								b.Fatalf("holder: %v %+v", err, res[0])
+							}
+						}
+					}
+				}
+				var next atomic.Uint64
+				b.SetParallelism(16) // 16 × GOMAXPROCS (2) = 32 callers
+				b.ReportAllocs()
+				script := scriptTime(b, rdb)
+				b.ResetTimer()
+				b.RunParallel(func(pb *testing.PB) {
+					reqs := make([]backend.Request, 1)
+					res := make([]backend.Result, 1)
+					for pb.Next() {
+						reqs[0] = backend.Request{Key: keys[next.Add(1)%uint64(len(keys))], Limit: l, Hits: 1}
+						if err := s.Take(b.Context(), reqs, res); err != nil || res[0].OverLimit {
+							b.Errorf("take: %v %+v", err, res[0])
+							return
+						}
+						if a != backend.Concurrency {
+							continue
+						}
+						reqs[0].Op, reqs[0].Lease = backend.GiveBack, res[0].Lease
+						if err := s.Take(b.Context(), reqs, res); err != nil || res[0].Remaining < 100-holders-32 {
+							b.Errorf("release: %v %+v", err, res[0])
+							return
+						}
+					}
+				})
+				b.StopTimer()
+				script()
+			})
+		}
+	}
+}
+
 // BenchmarkSlidingLog: one call at a time on a sliding log that holds
 // entries entries and keeps holding them: a limit of 10,000 per 10 ms, one
 // hit per call, and a clock that moves 10 ms ÷ entries per call, so that

@@ -52,14 +52,15 @@ func keyOf(r *backend.Request) cacheKey {
 // answer decides reqs into res from the cache, if every request has a
 // live entry for the same hits and those entries refuse the call: it then
 // marks every result Cached and counts its hits and misses. Calls that
-// record usage past the limit (ConsumeWhenOver) always go to Redis. A
-// call that the cache does not answer is counted by the caller.
+// record usage past the limit (ConsumeWhenOver), give back or renew, or
+// apply a Concurrency limit, always go to Redis (see remember). A call
+// that the cache does not answer is counted by the caller.
 func (c *cache) answer(reqs []backend.Request, res []backend.Result) bool {
 	if c.size.Load() == 0 {
 		return false // nothing refused lately: no lock on the common path
 	}
 	for i := range reqs {
-		if reqs[i].ConsumeWhenOver {
+		if uncached(&reqs[i]) {
 			return false
 		}
 	}
@@ -94,15 +95,32 @@ func (c *cache) answer(reqs []backend.Request, res []backend.Result) bool {
 	return true
 }
 
+// uncached reports whether a call with r always goes to Redis: r records
+// usage past the limit, or is no take (it changes the counter whatever
+// the cache holds), or is on a Concurrency limit, whose refusals lift
+// when a holder releases its lease, not at their retry_after.
+func uncached(r *backend.Request) bool {
+	return r.ConsumeWhenOver || r.Op != backend.Take || r.Limit.Algorithm == backend.Concurrency
+}
+
 // remember records a call that Redis refused: each over-limit counter
 // until its retry_after, the others' results until the soonest of those.
+// A call that gives back forgets the refusals of its counters instead:
+// they may lift now. (Those that other replicas' caches hold lift at
+// their retry_after, or the Cluster bound on holding, clusterCacheHold.)
 func (c *cache) remember(reqs []backend.Request, res []backend.Result) {
+	for i := range reqs {
+		if reqs[i].Op != backend.Take {
+			c.forgetGiven(reqs)
+			return
+		}
+	}
 	if !backend.Refused(reqs, res) {
 		return
 	}
 	soonest := time.Duration(1<<63 - 1)
 	for i := range reqs {
-		if reqs[i].ConsumeWhenOver {
+		if uncached(&reqs[i]) {
 			return
 		}
 		for j := range i {
@@ -151,6 +169,22 @@ func (c *cache) remember(reqs []backend.Request, res []backend.Result) {
 	c.size.Store(int64(len(c.m)))
 }
 
+// forgetGiven drops the entries of the counters that reqs give back to
+// or renew on.
+func (c *cache) forgetGiven(reqs []backend.Request) {
+	if c.size.Load() == 0 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i := range reqs {
+		if reqs[i].Op != backend.Take {
+			delete(c.m, keyOf(&reqs[i]))
+		}
+	}
+	c.size.Store(int64(len(c.m)))
+}
+
 // sweep drops the entries that no longer hold.
 func (c *cache) sweep(now int64) {
 	for k, e := range c.m {
@@ -159,4 +193,32 @@ func (c *cache) sweep(now int64) {
 		}
 	}
 	c.size.Store(int64(len(c.m)))
+}
+
+// forget drops the entries of the counters keys, whatever their limits:
+// a reset counter (Store.Reset) refuses nothing that Redis would admit.
+func (c *cache) forget(keys []string) {
+	if c.size.Load() == 0 {
+		return
+	}
+	set := make(map[string]struct{}, len(keys))
+	for _, k := range keys {
+		set[k] = struct{}{}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k := range c.m {
+		if _, ok := set[k.key]; ok {
+			delete(c.m, k)
+		}
+	}
+	c.size.Store(int64(len(c.m)))
+}
+
+// clear drops every entry.
+func (c *cache) clear() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	clear(c.m)
+	c.size.Store(0)
 }

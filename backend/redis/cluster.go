@@ -119,12 +119,15 @@ func (s *Store) takeSides(ctx context.Context, reqs []backend.Request, res []bac
 			give := false
 			for _, i := range idx {
 				r := &reqs[i]
-				took := !r.ConsumeWhenOver && r.Hits > 0 && !r.Limit.Ban() && !groupOver(reqs, res, idx, i)
+				// (Give-backs and renews apply whatever the verdict:
+				// never refunded.)
+				took := r.Op == backend.Take && !r.ConsumeWhenOver && r.Hits > 0 && !r.Limit.Ban() && !groupOver(reqs, res, idx, i)
 				if took && !backend.Consumes(reqs, res, refused, i) {
 					if extra == nil {
 						extra = make([]uint8, len(reqs))
 					}
 					extra[i] = flagGiveBack
+					res[i].Lease = 0 // given back: no lease to hold
 					give = true
 				}
 			}
@@ -236,7 +239,7 @@ func (s *Store) runPartsEach(ctx context.Context, op byte, reqs []backend.Reques
 	replies := s.send(ctx, calls, errs)
 	for p, idx := range parts {
 		if errs[p] == nil {
-			errs[p] = decode(replies[p], op, res, idx, stamps)
+			errs[p] = decode(replies[p], replyFormat(calls[p].arg[0]), res, idx, stamps)
 		}
 	}
 	reportTickets(tickets, nodes, errs) //nolint:contextcheck // a probe that done may start runs on the store's context, never a call's
@@ -469,7 +472,7 @@ func redirected(err error) bool {
 // requests of one part) is over.
 func groupOver(reqs []backend.Request, res []backend.Result, idx []int, i int) bool {
 	for _, j := range idx {
-		if reqs[j].Group == reqs[i].Group && res[j].OverLimit {
+		if reqs[j].Group == reqs[i].Group && res[j].OverLimit && reqs[j].Op == backend.Take {
 			return true
 		}
 	}

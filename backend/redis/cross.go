@@ -408,17 +408,18 @@ func decodeCross(reply string, p *pending) (string, error) {
 		}
 		return reply[n:], fmt.Errorf("%w: %s", errElsewhere, reply[:n])
 	}
-	op, size := byte(opTake), resultSize
+	format := fmtResult
 	if p.stamps != nil {
-		op, size = opPart, stampedSize
+		format = fmtStamped
 	}
+	size := resultBytes(format)
 	n := size * picked(len(p.res), p.idx)
 	if status != crossDone || len(reply) < n {
 		return "", fmt.Errorf("script replied status %d and %d bytes for %d bytes of results", status, len(reply), n)
 	}
 	var err error
 	if p.state.CompareAndSwap(waiting, claimed) {
-		err = decode(reply[:n], op, p.res, p.idx, p.stamps)
+		err = decode(reply[:n], format, p.res, p.idx, p.stamps)
 	}
 	return reply[n:], err
 }

@@ -26,8 +26,11 @@ import (
 // the three modes, several groups per call, keys repeated within a call,
 // calls repeated, check-only requests, consume_when_over, multi-hit
 // requests (up to 2^64-1 hits), bans, counts changed under one counter,
-// and clock steps from none to an hour. On Cluster, calls span several
-// slots, so that parts and refunds are exercised.
+// give-backs on every algorithm, concurrency limits' leases released and
+// renewed by their stamps (held, released, lapsed or made up), and clock
+// steps from none to an hour. On Cluster, calls span several slots, so
+// that parts and refunds are exercised, give-backs and renews beside
+// takes on other slots.
 //
 // The local cache is off but in one run, which compares only each call's
 // verdict: the cache answers a repeated refusal with what Redis said
@@ -41,11 +44,12 @@ import (
 // call the test removes the TTL of every key it wrote (persistAll). A state kept past its expiry decides
 // as a fresh one (backend.State.Expiry), so this changes no decision.
 //
-// The traffic leaves out three known differences, each explained where
+// The traffic leaves out four known differences, each explained where
 // the generator avoids it: a token bucket's count changed under one
 // counter (traffic.call), debts that put times past 2^53 µs (traffic.call;
 // pinned in the standalone "times past 2^53 µs" run), and on Cluster a
-// refund on a bucket in debt (pinned in "refund on a bucket in debt").
+// refund on a bucket in debt (pinned in "refund on a bucket in debt") and
+// consume_when_over on a concurrency limit (see backend's randomCall).
 
 // diffCalls is how many calls each topology replays.
 const diffCalls = 2000
@@ -285,12 +289,16 @@ func differential(t *testing.T, run diffRun) *redis.Store {
 			t.Fatalf("seed %d: %v", tr.seed, err)
 		}
 	}
-	var calls, refused, over int
+	var calls, refused, over, gives, leased, renewed int
 	for _, l := range ls {
 		calls, refused, over = calls+l.calls, refused+l.refused, over+l.over
+		gives, leased, renewed = gives+l.gives, leased+l.leased, renewed+l.renewed
 	}
-	t.Logf("seed %d: %d calls in %d lanes, %d refused, %d requests over; local cache answered %d, cluster refunds %d",
-		tr.seed, calls, lanes, refused, over, rs.LocalCacheHits(), rs.Refunds())
+	t.Logf("seed %d: %d calls in %d lanes, %d refused, %d requests over, %d give-backs, %d leases, %d renewed; local cache answered %d, cluster refunds %d",
+		tr.seed, calls, lanes, refused, over, gives, leased, renewed, rs.LocalCacheHits(), rs.Refunds())
+	if calls/100 > min(gives, leased, renewed) && !tr.windows {
+		t.Errorf("%d give-backs, %d leases, %d renewed in %d calls: too few to compare", gives, leased, renewed, calls)
+	}
 	// Traffic that stops refusing, refunding or hitting the cache would
 	// compare too little.
 	if refused < calls/20 || over < calls/10 {
@@ -313,14 +321,19 @@ type lane struct {
 	r     *rand.Rand
 	descs []descriptor
 	last  [][]backend.Request // its latest calls, to repeat
+	// leases are the leases its calls were given, by key: held or not,
+	// for its give-backs and renews to name.
+	leases map[string][]int64
 
 	calls, refused, over int
-	err                  error
+	// give-backs, leases given, and renews that found their lease
+	gives, leased, renewed int
+	err                    error
 }
 
 func newLane(tr traffic, id int) *lane {
 	r := rand.New(rand.NewPCG(tr.seed, uint64(id)+1))
-	return &lane{id: id, tr: tr, r: r, descs: tr.descriptors(r, id)}
+	return &lane{id: id, tr: tr, r: r, descs: tr.descriptors(r, id), leases: map[string][]int64{}}
 }
 
 // take makes the lane's next call on both stores and compares them.
@@ -332,7 +345,7 @@ func (l *lane) take(ctx context.Context, mem, rs backend.Store) error {
 	case len(l.last) > 0 && l.r.IntN(5) == 0:
 		reqs = l.last[l.r.IntN(len(l.last))] // the same call again
 	default:
-		reqs = l.tr.call(l.r, l.descs)
+		reqs = l.tr.call(l.r, l.descs, l.leases)
 		l.last = append(l.last, reqs)
 		if len(l.last) > 4 {
 			l.last = l.last[1:]
@@ -365,6 +378,20 @@ func (l *lane) take(ctx context.Context, mem, rs backend.Store) error {
 		if memRes[i].OverLimit {
 			l.over++
 		}
+		switch {
+		case reqs[i].Op == backend.GiveBack:
+			l.gives++
+		case reqs[i].Op == backend.Renew && !memRes[i].OverLimit:
+			l.renewed++
+		case memRes[i].Lease != 0:
+			l.leased++
+		}
+		if lease := memRes[i].Lease; lease != 0 {
+			k := reqs[i].Key
+			if l.leases[k] = append(l.leases[k], lease); len(l.leases[k]) > 8 {
+				l.leases[k] = l.leases[k][1:]
+			}
+		}
 	}
 	return nil
 }
@@ -373,8 +400,9 @@ func (l *lane) take(ctx context.Context, mem, rs backend.Store) error {
 func describe(reqs []backend.Request, memRes, redisRes []backend.Result) string {
 	var b strings.Builder
 	for i, q := range reqs {
-		fmt.Fprintf(&b, "  %d: key %q %v %d/%v burst %d hits %d group %d mode %d cwo %v -> memory %+v, redis %+v\n",
-			i, q.Key, q.Limit.Algorithm, q.Limit.Requests, q.Limit.Window, q.Limit.Burst, q.Hits, q.Group, q.Mode, q.ConsumeWhenOver, memRes[i], redisRes[i])
+		fmt.Fprintf(&b, "  %d: key %q %v %d/%v burst %d hits %d group %d mode %d cwo %v op %d lease %d -> memory %+v, redis %+v\n",
+			i, q.Key, q.Limit.Algorithm, q.Limit.Requests, q.Limit.Window, q.Limit.Burst, q.Hits, q.Group, q.Mode, q.ConsumeWhenOver,
+			q.Op, q.Lease, memRes[i], redisRes[i])
 	}
 	return b.String()
 }
@@ -457,8 +485,9 @@ func (tr traffic) step(r *rand.Rand) time.Duration {
 
 // call returns one call: up to four groups, each a descriptor's limits,
 // with keys repeated when groups share a descriptor or a group names a
-// limit twice.
-func (tr traffic) call(r *rand.Rand, descs []descriptor) []backend.Request {
+// limit twice. A group in six gives back, one in eight renews leases of
+// a concurrency limit; they name leases of leases (by key) at times.
+func (tr traffic) call(r *rand.Rand, descs []descriptor, leases map[string][]int64) []backend.Request {
 	if tr.windows && r.IntN(10) != 0 {
 		return tr.windowCall(r, descs)
 	}
@@ -467,9 +496,19 @@ func (tr traffic) call(r *rand.Rand, descs []descriptor) []backend.Request {
 		d := &descs[r.IntN(len(descs))]
 		mode := []backend.Mode{backend.Enforce, backend.Enforce, backend.Shadow, backend.Quota}[r.IntN(4)]
 		cwo := r.IntN(6) == 0
+		op := backend.Take
+		switch r.IntN(24) {
+		case 0, 1, 2, 3:
+			op, cwo = backend.GiveBack, false
+		case 4, 5, 6:
+			op, cwo = backend.Renew, false
+		}
 		for range 1 + r.IntN(3) {
 			l := d.limits[r.IntN(len(d.limits))]
-			if cwo && tr.cluster && l.Algorithm == backend.TokenBucket {
+			if op == backend.Renew {
+				l = d.limits[backend.Concurrency] // (one limit per algorithm, in their order)
+			}
+			if cwo && tr.cluster && (l.Algorithm == backend.TokenBucket || l.Algorithm == backend.Concurrency) {
 				l = d.limits[0] // see TestDifferentialCluster
 			}
 			switch r.IntN(25) {
@@ -503,10 +542,21 @@ func (tr traffic) call(r *rand.Rand, descs []descriptor) []backend.Request {
 			default: // astronomically many, up to 2^64-1
 				hits = []uint64{1<<32 - 1, 1<<53 + 1, 1 << 62, 1 << 63, 1<<64 - 1}[r.IntN(5)]
 			}
-			reqs = append(reqs, backend.Request{
+			q := backend.Request{
 				Key: string(backend.AppendKeySuffix(d.key, l)), Tag: d.tag,
-				Limit: l, Hits: hits, Group: g, Mode: mode, ConsumeWhenOver: cwo,
-			})
+				Limit: l, Hits: hits, Group: g, Mode: mode, ConsumeWhenOver: cwo, Op: op,
+			}
+			if op != backend.Take && l.Algorithm == backend.Concurrency && r.IntN(4) != 0 {
+				if known := leases[q.Key]; len(known) > 0 && r.IntN(6) != 0 {
+					q.Lease = known[r.IntN(len(known))]
+					if r.IntN(2) == 0 {
+						q.Lease = known[len(known)-1] // the newest, most likely held
+					}
+				} else {
+					q.Lease = backend.Micros(backendtest.T0) + 1 + r.Int64N(1e6) // most likely no lease's
+				}
+			}
+			reqs = append(reqs, q)
 		}
 	}
 	return reqs

@@ -13,7 +13,13 @@
 // Cluster the keys of one descriptor share a hash tag (Request.Tag); a
 // call whose descriptors live in several slots runs one script per slot,
 // all in one pipeline, and gives back what the admitted slots took when
-// another slot refuses (cluster.go).
+// another slot refuses (cluster.go). Give-backs and renews apply in every
+// slot's script and are never given back: only takes are refunded.
+//
+// A Concurrency limit's leases are a sliding log's list with a stamp per
+// lease (take.lua); a take's or renew's lease comes back in the script's
+// reply (the general path's results carry it; the lean path for window
+// takes keeps its smaller replies).
 //
 // The store is also a backend.ShareStore, through which the replicas of
 // the Rate Limit Quota Service divide each bucket's limit: one hash per

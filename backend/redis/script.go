@@ -23,8 +23,9 @@ import (
 // ARGV[1] one binary argument, little-endian: a header, then per call its
 // number of requests and a record per request, compact when the call
 // allows (see compactBit). The reply is one string: a result per
-// request. take.lua's table P names the same constants, and
-// TestScriptProtocol checks that they agree.
+// request, in the format of the run's op (see replyFormat). take.lua's
+// table P names the same constants, and TestScriptProtocol checks that
+// they agree.
 //
 // On Redis 7.0 and later, take.lua is loaded once per node as a function
 // library (FUNCTION LOAD) and each run is an FCALL; on older Redis each
@@ -75,9 +76,9 @@ const (
 )
 
 // compactBit, set in a call's number of requests, says that the call's
-// records are compact: every request is on a fixed or sliding window
-// with a limit above zero, enforced, without consume_when_over, and on a
-// counter of its own within the call. Such a call is refused exactly
+// records are compact: every request is a take on a fixed or sliding
+// window with a limit above zero, enforced, without consume_when_over,
+// and on a counter of its own within the call. Such a call is refused exactly
 // when one of its requests is over, whatever their groups, so a compact
 // record carries only what decides it: flags (the algorithm), requests,
 // window µs and hits.
@@ -112,17 +113,27 @@ const (
 	flagWasOver         = 128 // opRefund: this request was over
 )
 
+// A record's op, after its flags: the request's backend.Op.
+const (
+	recordTake     = byte(backend.Take)
+	recordGiveBack = byte(backend.GiveBack)
+	recordRenew    = byte(backend.Renew)
+)
+
 // Sizes of the binary parts, in bytes; the comments give their struct
 // formats in take.lua.
 const (
 	headerSize  = 1 + 8 + 4             // '<BdI4': op, now (µs; 0 reads Redis TIME), number of calls
 	callSize    = 4                     // '<I4': the call's number of requests
-	recordSize  = 1 + 3*4 + 4*8         // '<BI4I4I4dddd': flags, requests, burst, group, window µs, hits, stamp, GCRA interval µs
+	recordSize  = 2 + 3*4 + 4*8         // '<BBI4I4I4dddd': flags, op, requests, burst, group, window µs, hits, stamp (a refund's; a give-back's or renew's lease), GCRA interval µs
 	compactSize = 1 + 4 + 2*8           // '<BI4dd': flags, requests, window µs, hits (a compact call's record)
-	resultSize  = 1 + 3*8               // '<Bddd': over, remaining, reset µs, retry µs
-	stampedSize = resultSize + 8        // '<Bdddd': a result and its stamp (opPart)
+	resultSize  = 1 + 3*8               // '<Bddd': over, remaining, reset µs, retry µs (opFast, opRefund)
+	stampedSize = resultSize + 8        // '<Bdddd': a result and its stamp (a cross run's part)
+	leasedSize  = resultSize + 8        // '<Bdddd': a result and its lease (opTake)
+	leasedStamp = leasedSize + 8        // '<Bddddd': a result, its lease and its stamp (opPart)
 	stateSize   = 3 * 8                 // '<ddd': a counter's T, N and P (tokens in N for a token bucket)
 	logHeader   = 8                     // '<d': a sliding log's first element, the sum of its hits
+	leaseHeader = 5 * 8                 // '<ddddd': a concurrency log's first element: the sum, the newest stamp given, the number of leases, the oldest's stamp and hits
 	logEntry    = 2 * 8                 // '<dd': each further element, a time and its hits, oldest first
 	maxLog      = backend.MaxSlidingLog // the most entries of a log: further instants fold into the newest
 )
@@ -205,7 +216,7 @@ func compact(reqs []backend.Request, idx []int) bool {
 		i := at(idx, k)
 		r := &reqs[i]
 		if (r.Limit.Algorithm != backend.SlidingWindow && r.Limit.Algorithm != backend.FixedWindow) ||
-			r.Limit.Requests == 0 || r.Mode != backend.Enforce || r.ConsumeWhenOver {
+			r.Limit.Requests == 0 || r.Mode != backend.Enforce || r.ConsumeWhenOver || r.Op != backend.Take {
 			return false
 		}
 		for j := range k {
@@ -244,14 +255,17 @@ func (c *call) appendCall(prefix string, reqs []backend.Request, idx []int, tag 
 			flags |= extra[i]
 		}
 		var stamp, interval int64
-		if stamps != nil {
+		switch {
+		case r.Op != backend.Take:
+			stamp = r.Lease // never refunded: the field names the lease
+		case stamps != nil:
 			stamp = stamps[i]
 		}
 		w := int64(r.Limit.Window / time.Microsecond)
 		if r.Limit.Algorithm == backend.GCRA && !r.Limit.Ban() {
 			interval = r.Limit.Interval()
 		}
-		c.arg = append(c.arg, flags)
+		c.arg = append(c.arg, flags, byte(r.Op))
 		c.arg = binary.LittleEndian.AppendUint32(c.arg, uint32(r.Limit.Requests))
 		c.arg = binary.LittleEndian.AppendUint32(c.arg, uint32(r.Limit.Capacity()))
 		c.arg = binary.LittleEndian.AppendUint32(c.arg, uint32(r.Group))
@@ -324,27 +338,72 @@ func denied(err error) bool {
 	return err != nil && (goredis.HasErrorPrefix(err, "unknown command") || goredis.HasErrorPrefix(err, "NOPERM"))
 }
 
-// decode reads the results of the requests idx (all of res if idx is nil)
-// from reply, the script's, and with opPart their stamps into stamps.
-func decode(reply string, op byte, res []backend.Result, idx []int, stamps []int64) error {
-	n := picked(len(res), idx)
-	size := resultSize
-	if op == opPart {
-		size = stampedSize
+// The formats of a script's results, per request.
+const (
+	fmtResult        = iota // resultSize: opFast
+	fmtLeased               // leasedSize: opTake
+	fmtLeasedStamped        // leasedStamp: opPart, with the stamp a refund needs
+	fmtStamped              // stampedSize: a cross run's part, with the stamp a refund needs
+	fmtRefund               // resultSize: opRefund, whose results keep the lease the part gave
+)
+
+// replyFormat returns the format of the results of a run of op (as
+// sealed: see seal).
+func replyFormat(op byte) int {
+	switch op {
+	case opTake:
+		return fmtLeased
+	case opPart:
+		return fmtLeasedStamped
+	case opRefund:
+		return fmtRefund
 	}
+	return fmtResult
+}
+
+// resultBytes returns the size of a result in format.
+func resultBytes(format int) int {
+	switch format {
+	case fmtLeased:
+		return leasedSize
+	case fmtLeasedStamped:
+		return leasedStamp
+	case fmtStamped:
+		return stampedSize
+	}
+	return resultSize
+}
+
+// decode reads the results of the requests idx (all of res if idx is nil)
+// from reply, the script's, in format; with a stamped format their stamps
+// into stamps. fmtRefund keeps each result's Lease.
+func decode(reply string, format int, res []backend.Result, idx []int, stamps []int64) error {
+	n := picked(len(res), idx)
+	size := resultBytes(format)
 	if len(reply) != size*n {
 		return fmt.Errorf("script replied %d bytes for %d requests", len(reply), n)
 	}
 	for k := range n {
 		i := at(idx, k)
 		v := reply[size*k:]
+		var lease int64
+		switch format {
+		case fmtLeased, fmtLeasedStamped:
+			lease = int64(float(v[25:]))
+		case fmtRefund:
+			lease = res[i].Lease
+		}
 		res[i] = backend.Result{
 			OverLimit:  v[0] != 0,
 			Remaining:  uint64(float(v[1:])),
 			ResetAfter: backend.FromMicros(micros(float(v[9:]))),
 			RetryAfter: backend.FromMicros(micros(float(v[17:]))),
+			Lease:      lease,
 		}
-		if op == opPart {
+		switch format {
+		case fmtLeasedStamped:
+			stamps[i] = int64(float(v[33:]))
+		case fmtStamped:
 			stamps[i] = int64(float(v[25:]))
 		}
 	}

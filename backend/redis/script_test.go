@@ -30,7 +30,8 @@ func TestScriptProtocol(t *testing.T) {
 		"TAKE": opTake, "PART": opPart, "REFUND": opRefund, "FAST": opFast, "COMPACT": compactBit,
 		"MODE_SHIFT": modeShift, "CWO": flagConsumeWhenOver, "GIVE": flagGiveBack, "WAS_OVER": flagWasOver,
 		"SLIDING": int(backend.SlidingWindow), "FIXED": int(backend.FixedWindow), "LOG": int(backend.SlidingLog),
-		"BUCKET": int(backend.TokenBucket), "GCRA": int(backend.GCRA),
+		"BUCKET": int(backend.TokenBucket), "GCRA": int(backend.GCRA), "CONC": int(backend.Concurrency),
+		"OP_TAKE": int(recordTake), "OP_GIVE_BACK": int(recordGiveBack), "OP_RENEW": int(recordRenew),
 		"ENFORCE": int(backend.Enforce), "SHADOW": int(backend.Shadow), "QUOTA": int(backend.Quota),
 		"MAX_LOG": maxLog, "PART_CALL": partCallBit, "DONE": crossDone, "ELSEWHERE": crossElsewhere, "NOT_TAKEN": notTaken,
 	}
@@ -41,6 +42,7 @@ func TestScriptProtocol(t *testing.T) {
 	}
 	sizes := map[string]int{
 		"HEADER": headerSize, "CALL": callSize, "RECORD": recordSize, "COMPACT_RECORD": compactSize, "RESULT": resultSize, "STAMPED": stampedSize,
+		"LEASED": leasedSize, "LEASED_STAMPED": leasedStamp, "LEASE_HEADER": leaseHeader,
 		"STATUS": statusSize, "REASON": reasonSize,
 		"STATE": stateSize, "LOG_HEADER": logHeader, "LOG_ENTRY": logEntry,
 	}

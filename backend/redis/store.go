@@ -127,6 +127,9 @@ type Store struct {
 	// perSecond keeps the counters of one-second limits (Options.PerSecond),
 	// or nil.
 	perSecond *Store
+	// notes is what the local cache has applied of the reset notes (see
+	// applyNotes).
+	notes resetNotes
 	// heavySlots holds a token per heavy call in flight beside the
 	// batches (see heavy): at most half the connection pool, so that
 	// heavy calls cannot take every connection from the batches. Nil
@@ -501,7 +504,7 @@ func (s *Store) takeOne(ctx context.Context, reqs []backend.Request, res []backe
 		if err != nil {
 			return err
 		}
-		return decode(reply, opTake, res, nil, nil)
+		return decode(reply, replyFormat(c.arg[0]), res, nil, nil)
 	})
 }
 

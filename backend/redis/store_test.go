@@ -116,12 +116,13 @@ func TestKeys(t *testing.T) {
 			t.Fatal(err)
 		}
 		// Windows: until the state is forgotten (sliding: two windows);
-		// buckets: until full again (one hit: a tenth of the window).
+		// buckets: until full again (one hit: a tenth of the window);
+		// a sliding log's entry and a lease: until they expire.
 		// Then a second's grace: the store's clock is not Redis's.
 		const grace = time.Second
 		maxTTL := grace + map[backend.Algorithm]time.Duration{
 			backend.FixedWindow: time.Minute, backend.SlidingWindow: 2 * time.Minute, backend.SlidingLog: time.Minute,
-			backend.TokenBucket: 6 * time.Second, backend.GCRA: 6 * time.Second,
+			backend.TokenBucket: 6 * time.Second, backend.GCRA: 6 * time.Second, backend.Concurrency: time.Minute,
 		}[a]
 		if ttl <= grace || ttl > maxTTL+time.Millisecond {
 			t.Errorf("%v: PTTL %s = %v, want in (%v, %v]", a, key, ttl, grace, maxTTL)
@@ -253,6 +254,44 @@ func waitTake(t *testing.T, s backend.Store, within time.Duration, reqs ...backe
 
 // TestLocalCache: a refused call, repeated, costs no Redis round trip
 // until its retry_after; a raised limit takes effect at once.
+// TestLocalCacheGiveBack: a give-back lifts the refusals the local cache
+// holds for its counter, so that the refused call, made again, goes to
+// Redis and is admitted; a give-back is never answered from the cache;
+// and a Concurrency limit's refusal, which lifts when a lease is
+// released, is never cached.
+func TestLocalCacheGiveBack(t *testing.T) {
+	srv := redistest.Start(t)
+	clock := backendtest.NewClock(backendtest.T0)
+	s := newStore(t, newClient(t, "redis://"+srv.Addr), redis.Options{Now: clock.Now})
+	reqs := descriptors(1, hourly(1))
+	mustTake(t, s, reqs...)
+	if res := mustTake(t, s, reqs...); !res[0].OverLimit || s.LocalCacheEntries() != 1 {
+		t.Fatalf("second hit = %+v with %d cached, want refused and cached", res[0], s.LocalCacheEntries())
+	}
+	give := reqs[0]
+	give.Op = backend.GiveBack
+	if res := mustTake(t, s, give); res[0].OverLimit || res[0].Remaining != 1 || res[0].Cached {
+		t.Fatalf("give-back = %+v, want 1 remaining, from Redis", res[0])
+	}
+	if res := mustTake(t, s, reqs...); res[0].OverLimit || res[0].Cached {
+		t.Errorf("the refused call after a give-back = %+v, want admitted by Redis", res[0])
+	}
+
+	conc := descriptors(1, backend.Limit{Algorithm: backend.Concurrency, Requests: 1, Window: time.Hour})
+	lease := mustTake(t, s, conc...)[0].Lease
+	for range 2 {
+		if res := mustTake(t, s, conc...); !res[0].OverLimit || res[0].Cached {
+			t.Fatalf("acquire past the limit = %+v, want refused by Redis", res[0])
+		}
+	}
+	release := conc[0]
+	release.Op, release.Lease = backend.GiveBack, lease
+	mustTake(t, s, release)
+	if res := mustTake(t, s, conc...); res[0].OverLimit {
+		t.Errorf("acquire after the release = %+v, want admitted", res[0])
+	}
+}
+
 func TestLocalCache(t *testing.T) {
 	srv := redistest.Start(t)
 	clock := backendtest.NewClock(backendtest.T0)

@@ -13,9 +13,12 @@
 -- COMPACT_RECORD per request when CALL's number has the COMPACT bit. A
 -- FAST run, whose calls are all compact, takes the lean path (fast);
 -- other runs read compact records into the general path's tables. The
--- reply is a string: a RESULT per request (STAMPED on PART). The table P names the
--- protocol's constants; script.go names the same, and
--- TestScriptProtocol checks that the two agree.
+-- reply is a string: a result per request, a RESULT on FAST and REFUND
+-- runs, a LEASED on TAKE and a LEASED_STAMPED on PART (the lease that a
+-- concurrency take counted or a renew moved to, else 0, and on PART the
+-- stamp a refund needs). The table P names the protocol's constants;
+-- script.go names the same, and TestScriptProtocol checks that the two
+-- agree.
 --
 -- Counters. The key's layout version, algorithm and window are in the
 -- key itself. A fixed or sliding window counts each window under a key
@@ -26,7 +29,11 @@
 -- then a LOG_ENTRY per instant that counted hits, oldest first, so that a
 -- call reads and writes a few elements, never the whole log; its header
 -- may be missing (dropped with expired entries, and written back when the
--- script saves the log), and its sum is then recounted.
+-- script saves the log), and its sum is then recounted. A concurrency
+-- limit's leases are a log too, whose entries have stamps of their own,
+-- and whose header, LEASE_HEADER, also holds the newest stamp it gave,
+-- the list's length and its oldest entry, so that an acquire or a release
+-- reads one element before it writes.
 --
 -- A run reads every counter but the logs with one MGET (one per 4,096
 -- counters) before it decides. The keys of windows are not in KEYS, but
@@ -51,21 +58,30 @@ local P = {
   NOT_TAKEN = -1, -- the stamp of a CROSS PART request whose hits do not count
   -- a record's flags: algorithm + MODE_SHIFT * mode, plus these bits
   MODE_SHIFT = 8, CWO = 32, GIVE = 64, WAS_OVER = 128,
-  SLIDING = 0, FIXED = 1, LOG = 2, BUCKET = 3, GCRA = 4,
+  SLIDING = 0, FIXED = 1, LOG = 2, BUCKET = 3, GCRA = 4, CONC = 5,
   ENFORCE = 0, SHADOW = 1, QUOTA = 2,
+  -- a record's op: what the request does to its counter (backend.Op)
+  OP_TAKE = 0, OP_GIVE_BACK = 1, OP_RENEW = 2,
   -- struct formats, little-endian
   HEADER = '<BdI4', -- op, now (µs; 0: read Redis TIME), number of calls
   CALL = '<I4', -- the call's number of requests
-  RECORD = '<BI4I4I4dddd', -- flags, requests, burst, group, window µs, hits, stamp, GCRA interval µs
+  -- flags, op, requests, burst, group, window µs, hits, stamp (a refund's; a
+  -- give-back's or renew's lease), GCRA interval µs
+  RECORD = '<BBI4I4I4dddd',
   -- a window request, enforced, not consume_when_over, on a counter of
   -- its own in its call: refused exactly when one of the call's is over
   COMPACT_RECORD = '<BI4dd', -- flags (the algorithm), requests, window µs, hits
   RESULT = '<Bddd', -- over, remaining, reset µs, retry µs
-  STAMPED = '<Bdddd', -- RESULT, then the stamp a refund needs
+  STAMPED = '<Bdddd', -- RESULT, then the stamp a refund needs (a CROSS run's PART call)
+  LEASED = '<Bdddd', -- RESULT, then the lease (TAKE)
+  LEASED_STAMPED = '<Bddddd', -- LEASED, then the stamp a refund needs (PART)
   STATUS = '<B', -- a CROSS run's call status
   REASON = '<I4', -- the length of the error that follows
   STATE = '<ddd', -- a bucket's or GCRA's T, N, P (the tokens in N for a token bucket)
   LOG_HEADER = '<d', -- the sum of the log's hits
+  -- a concurrency log's header: the sum, the newest stamp given, the
+  -- number of leases, and the oldest lease's stamp and hits (0 and 0 if none)
+  LEASE_HEADER = '<ddddd',
   LOG_ENTRY = '<dd', -- a time and the hits counted then
   MAX_LOG = 10000, -- the most entries of a log; further hits fold into the newest
 }
@@ -92,6 +108,7 @@ local fast -- the lean path, defined below
 --   admits(st, r, at, hits)     whether hits more fit at at (st advanced)
 --   add(st, r, hits)            counts hits at now; returns the stamp a refund needs
 --   refund(st, r, hits, stamp)  gives back hits that add counted at stamp, if they still count
+--   give_back(st, r, hits, lease) gives hits back, never past the limit (backend.State.GiveBack)
 --   result(st, r)               remaining and reset (µs) at now
 --   retry_at(st, r, hits)       the first instant hits more fit (a closed form), and false if never
 --   expiry(st)                  when st is as good as fresh, under the limit it was saved with
@@ -105,9 +122,10 @@ end
 local function window_refund(st, _, hits, stamp)
   if st.t == stamp then st.n = max(st.n - hits, 0) end
 end
+local function window_give_back(st, _, hits) st.n = max(st.n - hits, 0) end
 
 local fixed = {} -- T: the window's start; N: its count
-fixed.add, fixed.refund = window_add, window_refund
+fixed.add, fixed.refund, fixed.give_back = window_add, window_refund, window_give_back
 function fixed.advance(st, r, at)
   local start = at - fmod(at, r.w)
   if start > st.t then st.t, st.n = start, 0 end
@@ -121,7 +139,7 @@ function fixed.retry_at(st, r, hits) return st.t + r.w, hits <= r.r end
 function fixed.expiry(st) return st.t + st.w end
 
 local sliding = {} -- T: the window's start; N: its count; P: the previous window's
-sliding.add, sliding.refund = window_add, window_refund
+sliding.add, sliding.refund, sliding.give_back = window_add, window_refund, window_give_back
 function sliding.advance(st, r, at)
   local w = r.w
   local start = at - fmod(at, w)
@@ -185,6 +203,7 @@ function bucket.refund(st, r, hits)
   bucket.advance(st, r, now)
   st.n = min(st.n + hits, r.b)
 end
+bucket.give_back = bucket.refund
 function bucket.result(st, r)
   bucket.advance(st, r, now)
   local remaining = 0
@@ -208,6 +227,7 @@ function gcra.add(st, r, hits)
   return 0
 end
 function gcra.refund(st, r, hits) st.t = max(st.t - hits * r.iv, now) end
+gcra.give_back = gcra.refund
 function gcra.result(st, r)
   local tat, remaining = max(st.t, now), 0
   local room = r.b * r.iv - (tat - now)
@@ -256,10 +276,14 @@ function log.each(st, f)
 end
 function log.load(key)
   local st = { n = 0, len = 0, hdr = false, first = false, changed = false, counted = false, key = key, f = log,
-                dirty = false }
+                dirty = false, hw = 0, last = false }
   local head = pcall('LINDEX', key, 0)
   if type(head) == 'table' then
     call('DEL', key) -- not a list: a fresh log
+  elseif head and #head == 40 then
+    local t, c
+    st.hdr, st.n, st.hw, st.len, t, c = true, unpack(P.LEASE_HEADER, head)
+    if st.len > 0 then st.first = { t, c } end
   elseif head then
     st.len = call('LLEN', key)
     if #head == 8 then
@@ -274,16 +298,19 @@ end
 -- advance drops the expired entries, only ever at now (admits probes
 -- later instants without changing the log).
 function log.advance(st, r, at)
-  local k, cut = 0, at - r.w
+  local k, cut, kept = 0, at - r.w, false
   while k < st.len do
     local t, c
     if k == 0 then t, c = log.oldest(st) else t, c = log.entry(st, k) end
-    if t > cut then break end
+    if t > cut then
+      kept = { t, c } -- the oldest left
+      break
+    end
     st.n, k = max(st.n - c, 0), k + 1
   end
   if k > 0 then
     call('LTRIM', st.key, log.at(st, k), -1) -- the header goes too; save writes it back
-    st.len, st.hdr, st.first, st.changed = st.len - k, false, false, true
+    st.len, st.hdr, st.first, st.changed = st.len - k, false, kept, true
   end
 end
 function log.admits(st, r, at, hits)
@@ -312,8 +339,10 @@ function log.add(st, r, hits)
   st.n, st.changed, st.counted = st.n + hits, true, true
   return t
 end
-function log.refund(st, r, hits, stamp)
-  log.advance(st, r, now)
+-- take removes up to hits from the entry stamped stamp, dropping it when
+-- it empties, and returns how many it removed (0: no such entry); it
+-- leaves st.n, and the TTL (counted), to the caller.
+function log.take(st, stamp, hits)
   -- Newest first: the entry is most likely the newest.
   local k = st.len
   while k > 0 do
@@ -321,6 +350,7 @@ function log.refund(st, r, hits, stamp)
     local chunk = call('LRANGE', st.key, log.at(st, from), log.at(st, k - 1))
     for j = #chunk, 1, -1 do
       local t, c = unpack(P.LOG_ENTRY, chunk[j])
+      if t < stamp then return 0 end -- times increase: none is stamped so
       if t == stamp then
         local back = min(hits, c)
         if back == c then
@@ -329,12 +359,42 @@ function log.refund(st, r, hits, stamp)
         else
           call('LSET', st.key, log.at(st, from + j - 1), pack(P.LOG_ENTRY, t, c - back))
         end
-        st.n, st.first, st.changed, st.counted = max(st.n - back, 0), false, true, true
-        return
+        if from + j == 1 then st.first = false end -- the oldest changed
+        st.last, st.changed = false, true
+        return back
       end
     end
     k = from
   end
+  return 0
+end
+function log.refund(st, r, hits, stamp)
+  log.advance(st, r, now)
+  local back = log.take(st, stamp, hits)
+  if back > 0 then st.n, st.counted = max(st.n - back, 0), true end
+end
+-- drop_newest removes up to hits from the newest entries, dropping those
+-- it empties.
+function log.drop_newest(st, hits)
+  local back = 0
+  while back < hits and st.len > 0 do
+    local t, c = unpack(P.LOG_ENTRY, call('LINDEX', st.key, -1))
+    local d = min(hits - back, c)
+    back = back + d
+    if st.len == 1 then st.first = false end -- the oldest changes
+    if d == c then
+      call('RPOP', st.key)
+      st.len = st.len - 1
+    else
+      call('LSET', st.key, -1, pack(P.LOG_ENTRY, t, c - d))
+    end
+  end
+  if back > 0 then st.n, st.last, st.changed = max(st.n - back, 0), false, true end
+  return back
+end
+function log.give_back(st, r, hits)
+  log.advance(st, r, now)
+  if log.drop_newest(st, hits) > 0 then st.counted = true end
 end
 function log.result(st, r)
   log.advance(st, r, now)
@@ -358,7 +418,76 @@ function log.retry_at(st, r, hits)
 end
 function log.expiry(st) return log.newest(st) + st.w end
 
-local algorithms = { [P.SLIDING] = sliding, [P.FIXED] = fixed, [P.LOG] = log, [P.BUCKET] = bucket, [P.GCRA] = gcra }
+-- A concurrency limit's leases (backend.State's Concurrency): a log whose
+-- entries are leases, each stamped max(now, hw + 1), hw being the newest
+-- stamp it gave (Go's State.T), kept in its header. Its state also keeps
+-- last, the newest lease's stamp once known (false: read it), and its
+-- TTL is set only when a lease is added (counted), so that a release
+-- runs as few commands as it can: a TTL longer than the state needs
+-- changes no decision.
+local conc = {}
+conc.advance, conc.admits, conc.result, conc.retry_at = log.advance, log.admits, log.result, log.retry_at
+-- stamp_lease returns a new lease's stamp, and makes it the newest given.
+local function stamp_lease(st)
+  st.hw = max(now, st.hw + 1)
+  return st.hw
+end
+function conc.add(st, r, hits)
+  log.advance(st, r, now)
+  local t = stamp_lease(st)
+  if st.len == P.MAX_LOG then
+    -- Past the limit only (consume_when_over): fold into the newest, as a log does.
+    local _, c = log.newest(st)
+    call('LSET', st.key, -1, pack(P.LOG_ENTRY, t, c + hits))
+  else
+    call('RPUSH', st.key, pack(P.LOG_ENTRY, t, hits))
+    st.len = st.len + 1
+  end
+  if st.len == 1 then st.first = { t, hits } end -- (a log of one entry never folds)
+  st.n, st.last, st.changed, st.counted = st.n + hits, t, true, true
+  return t
+end
+function conc.refund(st, r, hits, stamp)
+  log.refund(st, r, hits, stamp)
+  -- Never given to the caller: its stamp may be given again (see Go's Refund).
+  if stamp == st.hw then st.hw, st.changed = stamp - 1, true end
+end
+function conc.give_back(st, r, hits, lease)
+  log.advance(st, r, now)
+  if lease == 0 then
+    log.drop_newest(st, hits)
+    return
+  end
+  -- Most releases give back the hits they took: try that entry first,
+  -- one command, else look for the lease.
+  if hits > 0 and call('LREM', st.key, -1, pack(P.LOG_ENTRY, lease, hits)) == 1 then
+    st.len, st.last, st.changed = st.len - 1, false, true
+    if st.first and st.first[1] == lease then st.first = false end
+  else
+    hits = log.take(st, lease, MAX_T)
+  end
+  st.n = max(st.n - hits, 0)
+end
+-- renew moves the lease stamped lease to a new stamp, and returns it, or
+-- false if no lease is stamped so.
+function conc.renew(st, r, lease)
+  log.advance(st, r, now)
+  local c = log.take(st, lease, MAX_T)
+  if c == 0 then return false end
+  local t = stamp_lease(st)
+  call('RPUSH', st.key, pack(P.LOG_ENTRY, t, c))
+  st.len = st.len + 1
+  if st.len == 1 then st.first = { t, c } end
+  st.last, st.counted = t, true
+  return t
+end
+function conc.expiry(st)
+  if st.len == 0 then return st.hw + 1 end
+  return max((st.last or log.newest(st)) + st.w, st.hw + 1)
+end
+
+local algorithms = { [P.SLIDING] = sliding, [P.FIXED] = fixed, [P.LOG] = log, [P.BUCKET] = bucket, [P.GCRA] = gcra,
+                     [P.CONC] = conc }
 
 -- The run's counters, one state per distinct key, loaded on first use and
 -- kept for the whole run: later calls of a batch see earlier ones.
@@ -406,8 +535,10 @@ local function load(r)
   local st = states[r.key]
   if st then return st end
   local f = r.f
-  if f == log then
+  if f == log or f == conc then
     st = log.load(r.key)
+    -- Without its header, a concurrency log's newest stamp given is its newest lease's.
+    if f == conc and not st.hdr and st.len > 0 then st.hw = log.newest(st) end
   elseif f == fixed or f == sliding then
     local n = count(r.cur)
     st = { t = r.t, n = n, p = 0, n0 = n, cur = r.cur, key = r.key, f = f, w = r.w, r = r.r, b = r.b, dirty = false }
@@ -476,6 +607,27 @@ local function save(st)
     end
     return
   end
+  if f == conc then
+    -- Its entries are all live (advanced at now), so only an empty log
+    -- can be as good as fresh: when now passes its newest stamp.
+    if st.len == 0 and st.hw + 1 <= now then
+      call('DEL', st.key)
+      return
+    end
+    if st.changed then
+      local ot, oc = 0, 0
+      if st.len > 0 then ot, oc = log.oldest(st) end
+      local h = pack(P.LEASE_HEADER, st.n, st.hw, st.len, ot, oc)
+      if st.hdr then
+        call('LSET', st.key, 0, h)
+      else
+        call('LPUSH', st.key, h)
+        if st.len == 0 then st.counted = true end -- a key of its own again: give it its TTL
+      end
+    end
+    if st.counted then call('PEXPIRE', st.key, int(ttl(st) + grace)) end
+    return
+  end
   local ms = ttl(st)
   if ms <= 0 or (f == log and st.len == 0) then
     call('DEL', st.key)
@@ -501,7 +653,7 @@ local function retry_after(st, r, hits)
   -- until admits agrees, on a copy of the state (a log probes unchanged).
   at = max(at, now + 1)
   local function ok(x)
-    if f == log then return log.admits(st, r, x, hits) end
+    if f == log or f == conc then return log.admits(st, r, x, hits) end
     return f.admits({ t = st.t, n = st.n, p = st.p }, r, x, hits)
   end
   for _ = 1, 4 do
@@ -536,10 +688,31 @@ local out = {} -- set by take: the packed results
 -- run (a function library keeps them).
 local reqs = {}
 
+-- outcome returns r's result as decide reports it (Go's result in
+-- decide.go): a give-back is never over and waits for nothing, even on a
+-- ban; a failed renew waits only when its hits do not fit now.
+local function outcome(r, over)
+  if r.op == P.OP_GIVE_BACK then
+    local _, remaining, reset = result(r, false)
+    return 0, remaining, reset, 0
+  end
+  if r.op == P.OP_RENEW and over and r.r > 0 then
+    local st = r.st or load(r)
+    local wait = not r.f.admits(st, r, now, r.h)
+    if r.f == bucket then mark(st, r) end -- a refill: see decide
+    r.st = st
+    local _, remaining, reset, retry = result(r, wait)
+    return 1, remaining, reset, retry
+  end
+  return result(r, over)
+end
+
 -- decide decides a call, the n requests after reqs[base], into out.
 local function decide(base, n)
   if op == P.REFUND then
-    for i = base + 1, base + n do
+    -- Newest first, so that a concurrency limit takes back every stamp
+    -- (see Go's State.Refund).
+    for i = base + n, base + 1, -1 do
       local r = reqs[i]
       if r.r > 0 and r.give and r.h > 0 then
         local st = load(r)
@@ -547,34 +720,62 @@ local function decide(base, n)
         mark(st, r)
       end
     end
-    for i = base + 1, base + n do out[#out + 1] = pack(P.RESULT, result(reqs[i], reqs[i].waso)) end
+    for i = base + 1, base + n do out[#out + 1] = pack(P.RESULT, outcome(reqs[i], reqs[i].waso)) end
     return
   end
 
-  -- Over: earlier admitted requests of this call on one counter count as
-  -- taken.
-  local any = false -- whether any request is over
+  -- Give-backs and renews first, whatever the takes decide; a renew is
+  -- over when its lease is not held. (Their stamp field holds the lease.)
   for i = base + 1, base + n do
     local r = reqs[i]
-    local hits = r.h
-    for j = base + 1, i - 1 do
-      if reqs[j].key == r.key and not reqs[j].over then hits = hits + reqs[j].h end
+    r.over, r.lease, r.took = false, 0, 0
+    if r.op ~= P.OP_TAKE then
+      r.st = false
+      if r.r > 0 then
+        local st = load(r)
+        r.st = st
+        if r.op == P.OP_GIVE_BACK then
+          if r.h > 0 or (r.f == conc and r.stamp ~= 0) then r.f.give_back(st, r, r.h, r.stamp) end
+        elseif r.f == conc and r.stamp ~= 0 then
+          local t = conc.renew(st, r, r.stamp)
+          if t then r.lease = t else r.over = true end
+        else
+          r.over = true -- nothing to renew
+        end
+        mark(st, r)
+      else
+        r.over = r.op == P.OP_RENEW
+      end
     end
-    if r.r == 0 then
-      r.over, r.st = true, false
-    else
-      local st = load(r)
-      r.over, r.st = not r.f.admits(st, r, now, hits), st
-      -- A refill is a float step: keep it, as the memory store does, so
-      -- that both round the same way however often they are asked.
-      if r.f == bucket then mark(st, r) end
+  end
+
+  -- Over: earlier admitted takes of this call on one counter count as
+  -- taken.
+  local any = false -- whether any take is over
+  for i = base + 1, base + n do
+    local r = reqs[i]
+    if r.op == P.OP_TAKE then
+      local hits = r.h
+      for j = base + 1, i - 1 do
+        if reqs[j].key == r.key and reqs[j].op == P.OP_TAKE and not reqs[j].over then hits = hits + reqs[j].h end
+      end
+      if r.r == 0 then
+        r.over, r.st = true, false
+      else
+        local st = load(r)
+        r.over, r.st = not r.f.admits(st, r, now, hits), st
+        -- A refill is a float step: keep it, as the memory store does, so
+        -- that both round the same way however often they are asked.
+        if r.f == bucket then mark(st, r) end
+      end
+      any = any or r.over
     end
-    any = any or r.over
   end
 
   -- Groups are adjacent. The call is refused when an enforced group is
   -- over, or when it has quota groups and all of them are over; a PART
-  -- decides as if admitted.
+  -- decides as if admitted. Only takes decide: a group of give-backs or
+  -- renews is never over, and no quota group.
   local refused, quota, quota_under = false, false, false
   local i, last = base + 1, base + n
   while i <= last do
@@ -583,13 +784,15 @@ local function decide(base, n)
     else
       local j, over = i, false
       while j <= last and reqs[j].g == reqs[i].g do
-        over = over or reqs[j].over
+        over = over or (reqs[j].over and reqs[j].op == P.OP_TAKE)
         j = j + 1
       end
       for k = i, j - 1 do reqs[k].gover = over end
-      if reqs[i].mode == P.ENFORCE then
+      local mode = reqs[i].mode
+      if reqs[i].op ~= P.OP_TAKE then mode = P.SHADOW end -- decides nothing
+      if mode == P.ENFORCE then
         refused = refused or over
-      elseif reqs[i].mode == P.QUOTA then
+      elseif mode == P.QUOTA then
         quota, quota_under = true, quota_under or not over
       end
       i = j
@@ -597,22 +800,22 @@ local function decide(base, n)
   end
   refused = op == P.TAKE and (refused or (quota and not quota_under))
 
-  for i = base + 1, last do
-    local r = reqs[i]
-    r.took = 0
-    if r.r > 0 and r.h > 0 and (r.cwo or (not refused and not r.gover)) then
+  for k = base + 1, last do
+    local r = reqs[k]
+    if r.op == P.OP_TAKE and r.r > 0 and r.h > 0 and (r.cwo or (not refused and not r.gover)) then
       r.took = r.f.add(r.st, r, r.h)
+      if r.f == conc then r.lease = r.took end
       mark(r.st, r)
     end
   end
 
-  for i = base + 1, last do
-    local r = reqs[i]
+  for k = base + 1, last do
+    local r = reqs[k]
+    local over, remaining, reset, retry = outcome(r, r.over)
     if op == P.PART then
-      local over, remaining, reset, retry = result(r, r.over)
-      out[#out + 1] = pack(P.STAMPED, over, remaining, reset, retry, r.took)
+      out[#out + 1] = pack(P.LEASED_STAMPED, over, remaining, reset, retry, r.lease, r.took)
     else
-      out[#out + 1] = pack(P.RESULT, result(r, r.over))
+      out[#out + 1] = pack(P.LEASED, over, remaining, reset, retry, r.lease)
     end
   end
 end
@@ -627,7 +830,7 @@ local function windows(base, n)
   local last = base + n
   for i = base + 1, last do
     local r = reqs[i]
-    if r.r == 0 or (r.f ~= sliding and r.f ~= fixed) then return false end
+    if r.r == 0 or (r.f ~= sliding and r.f ~= fixed) or r.op ~= P.OP_TAKE then return false end
     for j = base + 1, i - 1 do
       if reqs[j].key == r.key then return false end
     end
@@ -648,7 +851,7 @@ local function windows(base, n)
     local remaining, left, retry = 0, r.r - (st.n + r.wp), 0
     if left > 0 then remaining = floor(left) end
     if over then retry = retry_after(st, r, h) end
-    out[#out + 1] = pack(P.RESULT, over and 1 or 0, remaining, st.t + r.w - now, retry)
+    out[#out + 1] = pack(P.LEASED, over and 1 or 0, remaining, st.t + r.w - now, retry, 0)
   end
   return true
 end
@@ -848,7 +1051,7 @@ local function prefetch(total)
   for i = 1, total do
     local r = reqs[i]
     local f = r.f
-    if r.r > 0 and f ~= log then
+    if r.r > 0 and f ~= log and f ~= conc then
       if f == fixed or f == sliding then
         window_names(r)
         want(r.cur)
@@ -916,7 +1119,7 @@ local function take(keys, blob)
       if not r then
         r = { key = false, f = false, mode = 0, cwo = false, give = false, waso = false, r = 0, b = 0, g = 0, w = 0,
               h = 0, stamp = 0, iv = 0, over = false, gover = false, took = 0, st = false, t = 0, cur = false,
-              prev = false, wp = 0 }
+              prev = false, wp = 0, op = 0, lease = 0 }
         reqs[total] = r
       end
       local flags
@@ -924,9 +1127,9 @@ local function take(keys, blob)
         -- Enforced, in groups of their own (a compact call is refused
         -- when one is over, whatever the groups).
         flags, r.r, r.w, r.h, off = unpack(P.COMPACT_RECORD, blob, off)
-        r.b, r.g, r.stamp, r.iv = r.r, k, 0, 0
+        r.b, r.g, r.stamp, r.iv, r.op = r.r, k, 0, 0, P.OP_TAKE
       else
-        flags, r.r, r.b, r.g, r.w, r.h, r.stamp, r.iv, off = unpack(P.RECORD, blob, off)
+        flags, r.op, r.r, r.b, r.g, r.w, r.h, r.stamp, r.iv, off = unpack(P.RECORD, blob, off)
       end
       r.key = keys[total]
       local a = flags % P.MODE_SHIFT -- (arithmetic, not floor: no call)

@@ -23,7 +23,9 @@ import (
 	"github.com/ratelimitd/ratelimitd/config"
 	"github.com/ratelimitd/ratelimitd/internal/tlsconfig"
 	"github.com/ratelimitd/ratelimitd/server"
+	"github.com/ratelimitd/ratelimitd/server/admin"
 	"github.com/ratelimitd/ratelimitd/server/hotkeys"
+	"github.com/ratelimitd/ratelimitd/server/overrides"
 	"github.com/ratelimitd/ratelimitd/server/requestlog"
 	"github.com/ratelimitd/ratelimitd/server/rlqs"
 )
@@ -39,8 +41,9 @@ type built struct {
 	grpc    *grpc.Server
 	http    *http.Server
 	httpTLS bool
-	debug   *http.Server // with --debug-addr
-	admin   *http.Server // with --admin-addr
+	debug   *http.Server  // with --debug-addr
+	admin   *http.Server  // with --admin-addr
+	tokens  *admin.Tokens // --admin-token-file's
 
 	grpcLis, httpLis, debugLis, adminLis net.Listener
 	started                              []any // the attributes of the start's log line
@@ -148,6 +151,12 @@ func (b *built) servers(ctx context.Context, rules *config.Rules, reg *prometheu
 		return exitError{1}
 	}
 	b.closers = append(b.closers, stopStatsd)
+	tokens, err := admin.LoadTokens(f.adminTokenFile, reg, log.With("component", "admin-tokens"))
+	if err != nil {
+		log.Error("cannot use --admin-token-file; not starting", "err", err)
+		return exitError{1}
+	}
+	b.tokens = tokens
 	replica := cmp.Or(f.rlqsReplica, rlqs.DefaultReplica(b.grpcLis.Addr().String()))
 	b.srv = server.New(store, rules, server.Options{
 		Statsd:            stats,
@@ -173,6 +182,11 @@ func (b *built) servers(ctx context.Context, rules *config.Rules, reg *prometheu
 			ShowValues: f.hotKeys.values == "show", Replica: replica, DigestKey: digestKey,
 		},
 		UnknownDomains: f.unknownDomains,
+		Overrides: overrides.Options{
+			Max:    f.maxOverrides,
+			Config: []config.Option{config.WithDefaultAlgorithm(f.defaultAlgorithm)},
+		},
+		AdminTokens: tokens,
 		// The reference's probes and tools call /healthcheck and /rlconfig.
 		EnvoyproxyEndpoints: f.compat == compatEnvoyproxy,
 		EnvoyproxyAnswers:   f.envoyproxyAnswers,

@@ -19,6 +19,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/tlsconfig"
 	"github.com/ratelimitd/ratelimitd/server"
 	"github.com/ratelimitd/ratelimitd/server/hotkeys"
+	"github.com/ratelimitd/ratelimitd/server/overrides"
 	"github.com/ratelimitd/ratelimitd/server/requestlog"
 	"github.com/ratelimitd/ratelimitd/server/rlqs"
 	"github.com/ratelimitd/ratelimitd/server/rlqs/fairshare"
@@ -64,6 +65,8 @@ type flags struct {
 	debugAddr         string
 	adminAddr         string
 	adminHosts        []string
+	adminTokenFile    string
+	maxOverrides      int
 	httpJSON          bool
 	rlqs              bool
 	rlqsReplica       string
@@ -344,6 +347,9 @@ func defineFlags(fs *flag.FlagSet, f *flags) {
 		f.adminHosts, err = parseHostNames(v)
 		return err
 	})
+	fs.StringVar(&f.adminTokenFile, "admin-token-file", "", "`file` of the bearer tokens of the runtime overrides API (/v1/overrides, /v1/reset, OverridesService): one per line, or name:token;\n"+
+		"reloaded when it changes. Empty: the API is read-only")
+	fs.IntVar(&f.maxOverrides, "max-overrides", overrides.DefaultMax, "most runtime overrides stored and applied; a set past it answers 409 and counts in ratelimitd_override_refusals_total{reason=\"full\"}")
 	fs.StringVar(&f.debugAddr, "debug-addr", "", "listen `address` for /debug/pprof (off when empty; keep it private)")
 	fs.StringVar(&f.tracing.endpoint, "otlp-endpoint", "", "OpenTelemetry collector `host:port` (OTLP/gRPC) to send traces of ShouldRateLimit and store calls to; off when empty.\n"+
 		"The exporter's OTEL_EXPORTER_OTLP_* variables (headers, certificates) apply too")
@@ -392,7 +398,7 @@ func (f *flags) check() error {
 	}{
 		{"rlqs-max-buckets", f.rlqsBounds.Total}, {"rlqs-max-buckets-per-stream", f.rlqsBounds.PerStream},
 		{"rlqs-max-buckets-per-connection", f.rlqsBounds.PerConnection}, {"rlqs-max-buckets-per-peer", f.rlqsBounds.PerPeer},
-		{"rlqs-max-streams-per-bucket", f.rlqsBounds.StreamsPerBucket},
+		{"rlqs-max-streams-per-bucket", f.rlqsBounds.StreamsPerBucket}, {"max-overrides", f.maxOverrides},
 	} {
 		if b.v < 1 {
 			return fmt.Errorf("--%s %d: want at least 1", b.name, b.v)

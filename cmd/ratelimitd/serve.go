@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"time"
 
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
@@ -43,6 +44,8 @@ func (b *built) serve(ctx context.Context) error {
 	}
 	group.Go(func() error { return b.rules.run(gctx) })
 	group.Go(func() error { return b.srv.SampleRates(gctx) })
+	group.Go(func() error { return b.srv.RunOverrides(gctx) })
+	group.Go(func() error { return b.tokens.Watch(gctx, tokenPoll) })
 	group.Go(func() error {
 		<-gctx.Done()
 		b.drain(context.WithoutCancel(gctx))
@@ -55,6 +58,10 @@ func (b *built) serve(ctx context.Context) error {
 	}
 	return err
 }
+
+// tokenPoll is how often --admin-token-file is read again without a
+// file event.
+const tokenPoll = 5 * time.Second
 
 // serveHTTP serves hs on lis, with TLS if tls, until hs is shut down.
 func serveHTTP(hs *http.Server, lis net.Listener, tls bool) error {

@@ -9,6 +9,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/ratelimitd/ratelimitd/server/internal/engine"
+	"github.com/ratelimitd/ratelimitd/server/overrides"
 )
 
 // Options are what the operators' pages read besides the engine.
@@ -42,6 +43,11 @@ type Options struct {
 	// maps the engine's errors to HTTP statuses, as /json does.
 	ReadRequest func(w http.ResponseWriter, r *http.Request) (req *rlsv3.RateLimitRequest, ok bool)
 	HTTPStatus  func(err error) int
+	// Overrides, when set, serves the overrides API under /v1/ (see
+	// overrides.go), and the page lists the overrides; Tokens are the
+	// bearer tokens it takes (nil: reads need none, writes are refused).
+	Overrides *overrides.Manager
+	Tokens    *Tokens
 }
 
 // An Admin serves the operators' pages of one server.
@@ -88,10 +94,12 @@ type Mux interface {
 //	POST /explain   how the rules in force would decide a request
 //	GET  /hotkeys   the hot keys (404 when off)
 //	GET  /ui/...    the page and the JSON it reads (see uiRoutes)
+//	/v1/overrides, /v1/reset  the overrides API (see overridesRoutes)
 func (a *Admin) Routes(mux Mux) {
 	mux.Handle("GET /config", http.HandlerFunc(a.serveConfig))
 	mux.Handle("POST /explain", http.HandlerFunc(a.serveExplain))
 	mux.Handle("GET /hotkeys", http.HandlerFunc(a.serveHotKeys))
+	a.overridesRoutes(mux)
 	a.uiRoutes(mux)
 }
 

@@ -63,6 +63,7 @@ type Header struct{ Name, Value string }
 type desc struct {
 	rule     *config.Rule
 	override bool                // ovr replaces rule's limits
+	runtime  *RuntimeOverride    // an operator's override: replaces rule's limits, and ovr
 	ovr      [1]config.RuleLimit // the request's limit, when override
 	hits     uint64
 	op       backend.Op // what the descriptor does to its counters (Descriptor.Op)
@@ -82,11 +83,16 @@ type desc struct {
 
 // unlimited reports whether ds passes uncounted: its rule is unlimited
 // and the request did not override it.
-func (d *desc) unlimited() bool { return d.rule != nil && d.rule.Unlimited && !d.override }
+func (d *desc) unlimited() bool {
+	return d.rule != nil && d.rule.Unlimited && !d.override && d.runtime == nil
+}
 
-// limits returns the limits that apply to d: the request's override, or
-// its rule's.
+// limits returns the limits that apply to d: an operator's override, the
+// request's, or its rule's.
 func (d *desc) limits() []config.RuleLimit {
+	if d.runtime != nil {
+		return d.runtime.Limits
+	}
 	if d.override {
 		return d.ovr[:]
 	}
@@ -145,11 +151,11 @@ func (sc *Scratch) Rules() *config.Rules { return sc.rules }
 
 // RuleLimit returns the limit of descriptor i's rule that its verdict
 // reports, nil when none does: no limit applied, no rule matched, or the
-// request overrode the rule's limits (the verdict's limit is then the
-// request's).
+// request or an operator overrode the rule's limits (the verdict's limit
+// is then theirs).
 func (sc *Scratch) RuleLimit(i int) *config.RuleLimit {
 	ds, v := &sc.descs[i], &sc.Dec.Statuses[i]
-	if ds.override || ds.rule == nil || !v.Limited {
+	if ds.override || ds.runtime != nil || ds.rule == nil || !v.Limited {
 		return nil
 	}
 	for k := range ds.rule.Limits {
@@ -270,6 +276,7 @@ func (e *Engine) addDescriptor(sc *Scratch, d *config.DomainRules, rd *Descripto
 	ds.key = [2]int{len(sc.keys), 0}
 	sc.keys = appendKeyPrefix(sc.keys, sc.Req.Domain, rule, entries)
 	ds.key[1] = len(sc.keys)
+	e.applyOverride(sc, &ds)
 	if ds.unlimited() {
 		sc.replaced = append(sc.replaced, ds.rule.Replaces...)
 	}

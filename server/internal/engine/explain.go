@@ -40,6 +40,9 @@ type DescriptorExplanation struct {
 	Override bool `json:"override,omitempty"`
 	// GiveBack: the descriptor gives its hits back (is_negative_hits).
 	GiveBack bool `json:"give_back,omitempty"`
+	// RuntimeOverride, when set, is the operator's override whose limits
+	// replace the rule's for this descriptor (see RuntimeOverride).
+	RuntimeOverride *ExplainOverride `json:"runtime_override,omitempty"`
 	// Decision is "OK", "OVER_LIMIT", "UNLIMITED" or "NO_RULE".
 	Decision string         `json:"decision"`
 	Hits     uint64         `json:"hits"`
@@ -199,12 +202,13 @@ func (e *Engine) explainDescriptor(sc *Scratch, read []backend.Result, i int) De
 	ds := &sc.descs[i]
 	entries := sc.Req.EntriesOf(&sc.Req.Descs[i])
 	de := DescriptorExplanation{
-		Entries:   make([]ExplainEntry, len(entries)),
-		Unlimited: ds.unlimited(),
-		Override:  ds.override,
-		GiveBack:  ds.op == backend.GiveBack,
-		Hits:      ds.hits,
-		Limits:    []ExplainLimit{},
+		Entries:         make([]ExplainEntry, len(entries)),
+		Unlimited:       ds.unlimited(),
+		Override:        ds.override,
+		RuntimeOverride: explainOverride(ds.runtime),
+		GiveBack:        ds.op == backend.GiveBack,
+		Hits:            ds.hits,
+		Limits:          []ExplainLimit{},
 	}
 	for j, ent := range entries {
 		de.Entries[j] = ExplainEntry{Key: Printable(ent.Key), Value: LabelValue(ent)}

@@ -122,6 +122,7 @@ type Engine struct {
 	opts      Options
 	log       *slog.Logger
 	rules     atomic.Pointer[config.Rules]
+	overrides atomic.Pointer[RuntimeOverrides] // the operators' (see overrides.go)
 	metrics   Metrics
 	nearRatio float64
 	warnings  rate.Sometimes // throttles store failure warnings

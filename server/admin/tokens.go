@@ -1,0 +1,248 @@
+package admin
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Bounds of the token file (--admin-token-file).
+const (
+	// MaxTokenFileBytes is the largest token file read.
+	MaxTokenFileBytes = 1 << 20
+	// MaxTokens is the most tokens a file holds.
+	MaxTokens = 10_000
+	// MinTokenBytes is the shortest token accepted: a short one could
+	// be guessed.
+	MinTokenBytes = 16
+)
+
+// TokenFlag names the flag of the token file in messages.
+const TokenFlag = "--admin-token-file"
+
+// Tokens are the bearer tokens that the operators' write endpoints (the
+// overrides API) take, read from a file: one token per line, or
+// name:token to name it in the audit log (else it is named "line N");
+// blank lines and lines starting with '#' are skipped. Watch reloads the
+// file when it changes. A nil *Tokens holds no token: reading is open,
+// writing refused (see Authorize).
+//
+// Tokens is safe for concurrent use by multiple goroutines.
+type Tokens struct {
+	path     string
+	set      atomic.Pointer[[]token]
+	log      *slog.Logger
+	failures *prometheus.CounterVec
+}
+
+// A token is one token of the file: its name and its SHA-256, which a
+// candidate's is compared to in constant time (comparing digests keeps
+// the tokens' lengths from showing either).
+type token struct {
+	name string
+	sum  [sha256.Size]byte
+}
+
+// LoadTokens reads the token file at path; reg, when not nil, receives
+// ratelimitd_admin_auth_failures_total.
+func LoadTokens(path string, reg prometheus.Registerer, log *slog.Logger) (*Tokens, error) {
+	t := &Tokens{path: path, log: log}
+	if t.log == nil {
+		t.log = slog.New(slog.DiscardHandler)
+	}
+	t.failures = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "ratelimitd_admin_auth_failures_total",
+		Help: "Requests to the operators' authenticated endpoints refused, by reason: missing (no bearer token), wrong, no_tokens (no --admin-token-file).",
+	}, []string{"reason"})
+	for _, r := range []string{authMissing, authWrong, authNoTokens} {
+		t.failures.WithLabelValues(r)
+	}
+	if reg != nil {
+		reg.MustRegister(t.failures)
+	}
+	if path == "" {
+		return t, nil
+	}
+	if err := t.reload(); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// reload reads the file and puts its tokens in force.
+func (t *Tokens) reload() error {
+	set, err := readTokens(t.path)
+	if err != nil {
+		return err
+	}
+	t.set.Store(&set)
+	return nil
+}
+
+// readTokens reads a token file.
+func readTokens(path string) ([]token, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", TokenFlag, err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, MaxTokenFileBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", TokenFlag, err)
+	}
+	return parseTokens(path, data)
+}
+
+// parseTokens parses the token file named path.
+func parseTokens(path string, data []byte) ([]token, error) {
+	if len(data) > MaxTokenFileBytes {
+		return nil, fmt.Errorf("%s: %s is over the maximum %d bytes", TokenFlag, path, MaxTokenFileBytes)
+	}
+	var set []token
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	sc.Buffer(nil, MaxTokenFileBytes)
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		name, tok, named := strings.Cut(line, ":")
+		if !named {
+			name, tok = "line "+strconv.Itoa(n), line
+		}
+		switch {
+		case named && name == "":
+			return nil, fmt.Errorf("%s: %s:%d: the token's name before ':' is empty", TokenFlag, path, n)
+		case len(tok) < MinTokenBytes:
+			return nil, fmt.Errorf("%s: %s:%d: the token is %d bytes, under the minimum %d", TokenFlag, path, n, len(tok), MinTokenBytes)
+		case len(set) == MaxTokens:
+			return nil, fmt.Errorf("%s: %s holds over the maximum %d tokens", TokenFlag, path, MaxTokens)
+		}
+		set = append(set, token{name: name, sum: sha256.Sum256([]byte(tok))})
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("%s: %s: %w", TokenFlag, path, err)
+	}
+	if len(set) == 0 {
+		return nil, fmt.Errorf("%s: %s holds no token", TokenFlag, path)
+	}
+	return set, nil
+}
+
+// Reasons of ratelimitd_admin_auth_failures_total.
+const (
+	authMissing  = "missing"
+	authWrong    = "wrong"
+	authNoTokens = "no_tokens"
+)
+
+// The errors of Authorize.
+var (
+	// ErrNoTokens: no token file, so that nothing may write.
+	ErrNoTokens = errors.New("this server has no " + TokenFlag + ": the overrides API is read-only")
+	// ErrUnauthorized: the request has no bearer token, or a wrong one.
+	ErrUnauthorized = errors.New("a valid Authorization: Bearer token is required")
+)
+
+// Authorize checks authorization, the value of a request's
+// Authorization header (or gRPC metadata), for a request that writes
+// (write) or reads. It returns the token's name, or ErrNoTokens for a
+// write without a token file, or ErrUnauthorized for a missing or wrong
+// token; with no token file, reads need none (and are by "anonymous").
+func (t *Tokens) Authorize(authorization string, write bool) (string, error) {
+	var set []token
+	if t != nil {
+		if p := t.set.Load(); p != nil {
+			set = *p
+		}
+	}
+	if len(set) == 0 {
+		if write {
+			t.fail(authNoTokens)
+			return "", ErrNoTokens
+		}
+		return "anonymous", nil
+	}
+	scheme, given, ok := strings.Cut(authorization, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(given) == "" {
+		t.fail(authMissing)
+		return "", ErrUnauthorized
+	}
+	sum := sha256.Sum256([]byte(strings.TrimSpace(given)))
+	name, found := "", 0
+	for _, tok := range set { // every token, found or not: no early exit
+		eq := subtle.ConstantTimeCompare(sum[:], tok.sum[:])
+		if eq == 1 && found == 0 {
+			name = tok.name
+		}
+		found |= eq
+	}
+	if found == 0 {
+		t.fail(authWrong)
+		return "", ErrUnauthorized
+	}
+	return name, nil
+}
+
+func (t *Tokens) fail(reason string) {
+	if t != nil && t.failures != nil {
+		t.failures.WithLabelValues(reason).Inc()
+	}
+}
+
+// Watch reloads the token file whenever its directory changes (an edit,
+// an atomic rename, a Kubernetes Secret's symlink swap), and every poll
+// in case no event comes, until ctx is done; it returns nil then. A file
+// that cannot be read or holds no valid token is logged, and the tokens
+// in force stay. Without a file it returns at once.
+func (t *Tokens) Watch(ctx context.Context, poll time.Duration) error {
+	if t == nil || t.path == "" {
+		return nil
+	}
+	fw, err := fsnotify.NewWatcher()
+	if err != nil {
+		return fmt.Errorf("%s: watch: %w", TokenFlag, err)
+	}
+	defer fw.Close()
+	if err := fw.Add(filepath.Dir(t.path)); err != nil {
+		t.log.Warn("cannot watch the token file's directory; polling it", "path", t.path, "err", err)
+	}
+	tick := time.NewTicker(poll)
+	defer tick.Stop()
+	last, _ := os.ReadFile(t.path)
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-fw.Events:
+		case err := <-fw.Errors:
+			t.log.Warn("token file watch", "err", err)
+		case <-tick.C:
+		}
+		data, err := os.ReadFile(t.path)
+		if err == nil && bytes.Equal(data, last) {
+			continue
+		}
+		last = data
+		if err := t.reload(); err != nil {
+			t.log.Error("cannot reload the token file; keeping the tokens in force", "err", err)
+			continue
+		}
+		t.log.Info("token file reloaded", "path", t.path, "tokens", len(*t.set.Load()))
+	}
+}
