@@ -133,10 +133,10 @@ class LeaseTest(unittest.TestCase):
         refused = over(status(over_limit=True, name="tokens", requests=1, window=60, retry=(60, 0)))
         self.server.answer(refused, ok(), ok())
         self.assertFalse(self.client.should_rate_limit("d", D("tokens", "u")).allowed)
-        # A request giving back is always sent, though a refusal of the
-        # same entries is remembered.
-        for _ in range(2):
-            self.client.should_rate_limit("d", D("tokens", "u"), D("tokens", "u", hits=3, give_back=True))
+        # The refusal is remembered, under the key a give-back of the same
+        # descriptor has too: a request giving back is sent all the same.
+        self.client.should_rate_limit("d", D("tokens", "u", give_back=True))
+        self.client.should_rate_limit("d", D("tokens", "u"), D("tokens", "u", hits=3, give_back=True))
         self.assertEqual(len(self.server.requests), 3)
         ds = self.server.requests[2].descriptors
         self.assertEqual([d.give_back for d in ds], [False, True])
