@@ -581,7 +581,16 @@ func TestAutoRenew(t *testing.T) {
 	f.renewing.Store(&renewing)
 	tm.fire <- time.Now()
 	<-renewing // a renewal in flight, which never answers
-	release()
+	released := make(chan struct{})
+	go func() {
+		defer close(released)
+		release()
+	}()
+	select {
+	case <-released:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the release waited for the renewal in flight")
+	}
 	if diff := cmp.Diff([]string{"lease-2"}, f.released()); diff != "" {
 		t.Errorf("Release calls mismatch (-want +got):\n%s", diff)
 	}
