@@ -4,8 +4,8 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
-	"log/slog"
 	"math"
+	"slices"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
@@ -38,7 +38,9 @@ var _ RateLimiter = (*Client)(nil)
 // A Client asks ratelimitd's native API whether work may proceed.
 //
 // A Client is safe for concurrent use by multiple goroutines. It starts no
-// goroutines and holds nothing to close: the caller owns the connection.
+// goroutines (but one per lease held with WithAutoRenew, which ends with
+// its release) and holds nothing to close: the caller owns the
+// connection.
 type Client struct {
 	rls      ratelimitv1.RateLimitServiceClient
 	opts     options
@@ -49,6 +51,9 @@ type Client struct {
 	// unimplemented is set once the server answered Unimplemented, and
 	// that was logged.
 	unimplemented atomic.Bool
+	// timer starts a timer of d (time.NewTimer; tests replace it): its
+	// channel, and a func that stops it.
+	timer func(d time.Duration) (<-chan time.Time, func() bool)
 }
 
 // An Observation describes one ShouldRateLimit call, for the hook of
@@ -90,12 +95,18 @@ func New(conn grpc.ClientConnInterface, opts ...Option) *Client {
 	for _, opt := range opts {
 		opt.applyClient(&o)
 	}
-	c := &Client{rls: ratelimitv1.NewRateLimitServiceClient(conn), opts: o}
+	c := &Client{rls: ratelimitv1.NewRateLimitServiceClient(conn), opts: o, timer: newTimer}
 	c.connect.start(conn, o.connectTimeout)
 	if o.refusalAge > 0 && o.refusalSize > 0 {
 		c.refusals = newRefusals(o.refusalAge, o.refusalSize)
 	}
 	return c
+}
+
+// newTimer is time.NewTimer's channel and Stop.
+func newTimer(d time.Duration) (<-chan time.Time, func() bool) {
+	t := time.NewTimer(d)
+	return t.C, t.Stop
 }
 
 // LocalRefusals reports how many requests the Client refused by itself,
@@ -144,8 +155,10 @@ func (c *Client) shouldRateLimit(ctx context.Context, domain string, descriptors
 	if err := check(domain, descriptors); err != nil {
 		return Decision{}, err
 	}
+	// A request that gives hits back is always sent: its give-backs apply
+	// whatever it decides, and a refusal from memory would lose them.
 	var key []byte
-	if c.refusals != nil {
+	if c.refusals != nil && !slices.ContainsFunc(descriptors, func(d Descriptor) bool { return d.GiveBack }) {
 		key = refusalKey(make([]byte, 0, 128), domain, descriptors)
 		if d, ok := c.refusals.get(key, c.opts.now()); ok {
 			c.local.Add(1)
@@ -157,58 +170,78 @@ func (c *Client) shouldRateLimit(ctx context.Context, domain string, descriptors
 	if err != nil {
 		return Decision{}, err
 	}
-
-	if err := c.connect.wait(ctx); err != nil {
-		return Decision{}, fmt.Errorf("client: ShouldRateLimit: waiting for the connection: %w", err)
+	var resp *ratelimitv1.ShouldRateLimitResponse
+	failed, err := c.send(ctx, "ShouldRateLimit", c.opts.timeout, func(ctx context.Context) (err error) {
+		resp, err = c.rls.ShouldRateLimit(ctx, req)
+		return err
+	})
+	switch {
+	case err != nil:
+		return Decision{}, err
+	case failed != nil:
+		return c.policy(failed), nil
 	}
-	callCtx := ctx
-	if c.opts.timeout > 0 {
-		var cancel context.CancelFunc
-		callCtx, cancel = context.WithTimeout(ctx, c.opts.timeout)
-		defer cancel()
-	}
-	resp, err := c.rls.ShouldRateLimit(callCtx, req)
-	if err != nil {
-		if err := ended(ctx, callCtx, err); err != nil {
-			return Decision{}, fmt.Errorf("client: ShouldRateLimit: %w", err)
-		}
-		switch status.Code(err) {
-		case codes.InvalidArgument:
-			return Decision{}, err
-		case codes.Unimplemented:
-			c.warnUnimplemented(ctx, err)
-		}
-		if !c.opts.failClosed {
-			c.failOpen.Add(1)
-		}
-		return Decision{Allowed: !c.opts.failClosed, Err: err}, nil
-	}
-
-	d := decision(resp)
-	if !d.Allowed && c.refusals != nil && d.RetryAfter > 0 {
+	d := decision(resp.GetCode(), resp.GetStatuses(), resp.GetHeaders())
+	if !d.Allowed && key != nil && d.RetryAfter > 0 {
 		c.refusals.put(key, d, c.opts.now())
 	}
 	return d, nil
 }
 
+// send waits for the connection, then calls rpc with ctx shortened to
+// budget (none when budget <= 0). It returns in err the error the caller
+// must return: ctx ended (wrapping ctx.Err()), or ratelimitd refused the
+// request as malformed (codes.InvalidArgument). It returns in failed any
+// other failure of ratelimitd, for the failure policy to decide.
+func (c *Client) send(ctx context.Context, method string, budget time.Duration, rpc func(context.Context) error) (failed, err error) {
+	if err := c.connect.wait(ctx); err != nil {
+		return nil, fmt.Errorf("client: %s: waiting for the connection: %w", method, err)
+	}
+	callCtx := ctx
+	if budget > 0 {
+		var cancel context.CancelFunc
+		callCtx, cancel = context.WithTimeout(ctx, budget)
+		defer cancel()
+	}
+	err = rpc(callCtx)
+	if err == nil {
+		return nil, nil
+	}
+	if err := ended(ctx, callCtx, err); err != nil {
+		return nil, fmt.Errorf("client: %s: %w", method, err)
+	}
+	switch status.Code(err) {
+	case codes.InvalidArgument:
+		return nil, err
+	case codes.Unimplemented:
+		c.warnUnimplemented(ctx, method, err)
+	}
+	return err, nil
+}
+
+// policy returns the failure policy's decision on a call that failed
+// with err, and counts it when it fails open.
+func (c *Client) policy(err error) Decision {
+	if !c.opts.failClosed {
+		c.failOpen.Add(1)
+	}
+	return Decision{Allowed: !c.opts.failClosed, Err: err}
+}
+
 // warnUnimplemented logs, the first time only, that the server does not
-// implement the native API.
-func (c *Client) warnUnimplemented(ctx context.Context, err error) {
+// implement method of the native API.
+func (c *Client) warnUnimplemented(ctx context.Context, method string, err error) {
 	if !c.unimplemented.CompareAndSwap(false, true) {
 		return
-	}
-	l := c.opts.logger
-	if l == nil {
-		l = slog.Default()
 	}
 	policy := "fail open: every request is allowed unchecked"
 	if c.opts.failClosed {
 		policy = "fail closed: every request is refused"
 	}
-	l.ErrorContext(ctx, "ratelimitd client: the server does not implement ratelimit.v1.RateLimitService "+
-		"(an Envoy rate limit service such as envoyproxy/ratelimit, or the wrong address?); "+
+	c.logger().ErrorContext(ctx, "ratelimitd client: the server does not implement ratelimit.v1.RateLimitService "+
+		"(an Envoy rate limit service such as envoyproxy/ratelimit, a ratelimitd older than the method, or the wrong address?); "+
 		"nothing is rate limited, the failure policy decides every request (logged once)",
-		"policy", policy, "err", err)
+		"method", method, "policy", policy, "err", err)
 }
 
 // Validate returns the error ShouldRateLimit would return for a request
@@ -223,6 +256,30 @@ func Validate(domain string, descriptors ...Descriptor) error {
 	}
 	_, err := request(domain, descriptors)
 	return err
+}
+
+// ValidateAcquire is Validate for Acquire, which also refuses a
+// descriptor with GiveBack (its release gives the slots back).
+// clienttest.Fake's Acquire calls it.
+func ValidateAcquire(domain string, descriptors ...Descriptor) error {
+	if err := checkAcquire(domain, descriptors); err != nil {
+		return err
+	}
+	_, err := request(domain, descriptors)
+	return err
+}
+
+// checkAcquire is check for Acquire: no descriptor gives back.
+func checkAcquire(domain string, descriptors []Descriptor) error {
+	if err := check(domain, descriptors); err != nil {
+		return err
+	}
+	for i, d := range descriptors {
+		if d.GiveBack {
+			return status.Errorf(codes.InvalidArgument, "client: descriptor %d: GiveBack in Acquire", i)
+		}
+	}
+	return nil
 }
 
 // ended returns the caller's context error if the call failed because ctx
@@ -281,6 +338,8 @@ func check(domain string, descriptors []Descriptor) error {
 			return status.Errorf(codes.InvalidArgument, "client: descriptor %d has %d entries, over the maximum %d", i, len(d.Entries), maxEntries)
 		case !d.CheckOnly && d.Hits > maxHits:
 			return status.Errorf(codes.InvalidArgument, "client: descriptor %d: hits %d over the maximum %d", i, d.Hits, uint64(maxHits))
+		case d.CheckOnly && d.GiveBack:
+			return status.Errorf(codes.InvalidArgument, "client: descriptor %d: both CheckOnly and GiveBack", i)
 		}
 		if err := checkOverride(i, d.Limit); err != nil {
 			return err
@@ -340,6 +399,7 @@ func request(domain string, descriptors []Descriptor) (*ratelimitv1.ShouldRateLi
 		case d.Hits != 0:
 			rd.Hits = proto.Uint64(d.Hits)
 		}
+		rd.GiveBack = d.GiveBack
 		if l := d.Limit; l != nil {
 			rd.Limit = &ratelimitv1.LimitOverride{Requests: l.Requests, Window: durationpb.New(l.Window)}
 		}
@@ -370,10 +430,11 @@ func entry(e Entry) *ratelimitv1.Entry {
 	return &ratelimitv1.Entry{Key: e.Key, Value: e.Value}
 }
 
-// decision converts ratelimitd's answer.
-func decision(resp *ratelimitv1.ShouldRateLimitResponse) Decision {
-	d := Decision{Allowed: resp.GetCode() != ratelimitv1.Code_CODE_OVER_LIMIT}
-	if sts := resp.GetStatuses(); len(sts) > 0 {
+// decision converts ratelimitd's answer: its code, statuses and headers,
+// which ShouldRateLimit, Acquire and Renew answer alike.
+func decision(code ratelimitv1.Code, sts []*ratelimitv1.DescriptorStatus, hs []*ratelimitv1.Header) Decision {
+	d := Decision{Allowed: code != ratelimitv1.Code_CODE_OVER_LIMIT}
+	if len(sts) > 0 {
 		d.Statuses = make([]Status, len(sts))
 		for i, st := range sts {
 			s := &d.Statuses[i]
@@ -396,7 +457,7 @@ func decision(resp *ratelimitv1.ShouldRateLimitResponse) Decision {
 			}
 		}
 	}
-	if hs := resp.GetHeaders(); len(hs) > 0 {
+	if len(hs) > 0 {
 		d.Headers = make([]Header, len(hs))
 		for i, h := range hs {
 			d.Headers[i] = Header{Name: h.GetName(), Value: h.GetValue()}
@@ -420,6 +481,8 @@ func algorithm(a ratelimitv1.Algorithm) Algorithm {
 		return TokenBucket
 	case ratelimitv1.Algorithm_ALGORITHM_GCRA:
 		return GCRA
+	case ratelimitv1.Algorithm_ALGORITHM_CONCURRENCY:
+		return Concurrency
 	}
 	return ""
 }

@@ -17,6 +17,17 @@ type Descriptor struct {
 	// CheckOnly asks whether the counter is already past its limit,
 	// without consuming anything; Hits is then ignored.
 	CheckOnly bool
+	// GiveBack gives the descriptor's Hits back instead of taking them,
+	// on every limit of its rule (the native API's give_back, Envoy's
+	// negative hits): for work counted ahead that did not happen, such as
+	// tokens reserved beyond what a response used. A give-back is never
+	// refused and never goes past the limit; the request's other
+	// descriptors are decided as ever, and the give-back applies whatever
+	// they decide. A request holding a give-back is always sent to
+	// ratelimitd, never refused from the Client's memory of refusals.
+	// CheckOnly and GiveBack do not go together, and Acquire takes no
+	// give-back (it holds slots: give them back with the release).
+	GiveBack bool
 	// Limit, when set, replaces the configured limits of this descriptor
 	// for this request (the native API's LimitOverride): for plans or
 	// quotas kept outside ratelimitd's rules. nil applies the rules.
@@ -154,6 +165,10 @@ const (
 	SlidingLog    Algorithm = "sliding_log"
 	TokenBucket   Algorithm = "token_bucket"
 	GCRA          Algorithm = "gcra"
+	// Concurrency admits at most Requests held at once: a hit holds a
+	// slot until it is given back or its lease (Window) expires. See
+	// Client.Acquire.
+	Concurrency Algorithm = "concurrency"
 )
 
 // A Header is one HTTP header field.

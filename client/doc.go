@@ -166,6 +166,40 @@
 // descriptor for one request (the native API's LimitOverride): see
 // LimitOverride for how ratelimitd applies it and what it accepts.
 //
+// # Concurrency limits and leases
+//
+// A limit of `algorithm: concurrency` admits at most its requests_per_unit
+// held at once, rather than per window: Acquire takes a slot of every such
+// limit its descriptors match (and counts on their other limits as
+// ShouldRateLimit does) and returns a release func, which gives the slots
+// back, once, even after ctx ended:
+//
+//	release, d, err := rl.Acquire(ctx, "jobs", client.D("tenant", tenant))
+//	if err != nil {
+//		return err // a malformed request, or ctx ended
+//	}
+//	defer release() // never nil; a no-op when nothing is held
+//	if !d.Allowed {
+//		// all slots busy: refuse, or retry in d.RetryAfter
+//	}
+//
+// A slot frees itself when its lease expires (the limit's window), so a
+// caller that dies holds nothing for longer. Work that may outlive the
+// lease takes it with AcquireLease, and calls Lease.Renew (halfway to
+// Lease.ExpiresAt, say), or runs Lease.KeepAlive, which does so until the
+// release; Renew answers ErrLeaseLost once the lease has lapsed.
+// WithAutoRenew makes Acquire keep its leases alive. WithConcurrency makes the server interceptors, and
+// WithHTTPConcurrency makes HTTPMiddleware, hold a slot while the handler
+// runs. Refusals and the failure policy are ShouldRateLimit's; the memory
+// of refusals is not used.
+//
+// # Giving hits back
+//
+// A Descriptor with GiveBack gives its Hits back instead of taking them
+// (Envoy's negative hits): to return what was counted ahead and not used,
+// such as tokens reserved for a response that came out shorter. It is
+// never refused and never goes past the limit.
+//
 // # Interceptors and middleware
 //
 // UnaryServerInterceptor and StreamServerInterceptor protect a gRPC server:
@@ -232,7 +266,7 @@
 //
 // When ratelimitd refuses a request with a retry-after of T, the Client
 // refuses the same request (the same domain, and the same descriptors with
-// the same entries and hits, in the same order) by itself for min(T, cap)
+// the same entries and hits, in the same order, none giving hits back) by itself for min(T, cap)
 // without calling ratelimitd (WithRefusalCache sets the cap: 1 s by
 // default, 0 turns it off). Such decisions have Decision.Local set, and
 // Client.LocalRefusals counts them. A service under a flood of refused

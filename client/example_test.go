@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log"
 	"net"
@@ -18,11 +19,15 @@ import (
 )
 
 // ratelimitd starts a stand-in for ratelimitd in process, over bufconn:
-// it admits 3 hits per descriptor per hour, then refuses for 20 minutes.
-// It returns a connection to it and a function that stops it. (The
-// module ratelimitd runs these examples against the real server.)
+// it admits 3 hits per descriptor per hour, then refuses for 20 minutes,
+// and holds one slot per descriptor at once (Acquire). It returns a
+// connection to it and a function that stops it. (The module ratelimitd
+// runs these examples against the real server.)
 func ratelimitd() (*grpc.ClientConn, func()) {
-	f := &fakeRLS{limit: 3, retryAfter: durationpb.New(20 * time.Minute), counts: map[string]uint64{}}
+	f := &fakeRLS{
+		limit: 3, retryAfter: durationpb.New(20 * time.Minute), slots: 1,
+		counts: map[string]uint64{}, held: map[string]uint64{}, leases: map[string][]string{},
+	}
 	g := grpc.NewServer()
 	ratelimitv1.RegisterRateLimitServiceServer(g, f)
 	lis := bufconn.Listen(1 << 20)
@@ -130,4 +135,56 @@ func ExampleWithDecisionHook() {
 	//  error: InvalidArgument
 	// edge failed open: Unavailable
 	// fail opens: 1
+}
+
+func ExampleClient_Acquire() {
+	conn, stop := ratelimitd()
+	defer stop()
+	defer conn.Close()
+	rl := client.New(conn)
+	ctx := context.Background()
+	export := client.D("job", "export")
+
+	release, d, err := rl.Acquire(ctx, "jobs", export)
+	if err != nil {
+		log.Fatal(err) // a malformed request, or ctx ended
+	}
+	defer release() // never nil; gives the slot back once, even after ctx ended
+	fmt.Println("first export allowed:", d.Allowed)
+
+	// While the first holds the only slot, a second is refused.
+	again, d, err := rl.Acquire(ctx, "jobs", export)
+	if err != nil {
+		log.Fatal(err)
+	}
+	again() // holds nothing: does nothing
+	fmt.Printf("second export allowed: %v, retry in %v\n", d.Allowed, d.RetryAfter)
+	// Output:
+	// first export allowed: true
+	// second export allowed: false, retry in 1s
+}
+
+func ExampleClient_AcquireLease() {
+	conn, stop := ratelimitd()
+	defer stop()
+	defer conn.Close()
+	rl := client.New(conn)
+	ctx := context.Background()
+
+	lease, d, err := rl.AcquireLease(ctx, "jobs", client.D("job", "reindex"))
+	if err != nil || !d.Allowed {
+		log.Fatal(d, err)
+	}
+	defer func() {
+		if err := lease.Release(ctx); err != nil {
+			log.Printf("release failed (the slot frees itself when the lease expires): %v", err)
+		}
+	}()
+	// Long work renews its lease before it expires (halfway, say).
+	if err := lease.Renew(ctx); errors.Is(err, client.ErrLeaseLost) {
+		log.Fatal("the lease lapsed: the slot may be someone else's now")
+	}
+	fmt.Println("held until a minute from now:", time.Until(lease.ExpiresAt()).Round(time.Minute))
+	// Output:
+	// held until a minute from now: 1m0s
 }

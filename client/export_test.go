@@ -1,5 +1,7 @@
 package client
 
+import "time"
+
 // Refusals returns how many refusals c remembers.
 func (c *Client) Refusals() int {
 	if c.refusals == nil {
@@ -31,3 +33,8 @@ type GatedListener = gatedListener
 
 // ListenGated exports listenGated.
 var ListenGated = listenGated
+
+// SetTimer makes c start its timers with timer.
+func SetTimer(c *Client, timer func(d time.Duration) (<-chan time.Time, func() bool)) {
+	c.timer = timer
+}

@@ -18,7 +18,9 @@ import (
 	"google.golang.org/grpc/test/bufconn"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/ratelimitd/ratelimitd/client"
 	ratelimitv1 "github.com/ratelimitd/ratelimitd/gen/ratelimit/v1"
 )
 
@@ -38,20 +40,36 @@ type fakeRLS struct {
 	answer func(*ratelimitv1.ShouldRateLimitRequest) (*ratelimitv1.ShouldRateLimitResponse, error)
 	// slow makes the server answer only when the call's context ends.
 	slow atomic.Bool
+	// renewing, when set, makes Renew signal on it, then answer only when
+	// the call's context ends.
+	renewing atomic.Pointer[chan struct{}]
 	// fail, when set, is the error the server answers with.
 	fail atomic.Pointer[error]
 	// stop stops the server early (newFakeRLS sets it); idempotent.
 	stop func()
 
-	mu     sync.Mutex
-	reqs   []*ratelimitv1.ShouldRateLimitRequest // guarded by mu
-	counts map[string]uint64                     // guarded by mu
+	// slots, when set, is how many leases of each descriptor Acquire
+	// admits at once (a concurrency limit on every descriptor); 0 admits
+	// every Acquire without a lease, as ratelimitd does where no
+	// concurrency limit applies. A lease never expires by itself; lapse
+	// drops one.
+	slots uint64
+
+	mu       sync.Mutex
+	reqs     []*ratelimitv1.ShouldRateLimitRequest // guarded by mu
+	counts   map[string]uint64                     // guarded by mu
+	held     map[string]uint64                     // slots held per descriptor; guarded by mu
+	leases   map[string][]string                   // a lease's descriptors by its id; guarded by mu
+	nextID   int                                   // guarded by mu
+	releases []string                              // Release calls' lease ids; guarded by mu
 }
 
 // newFakeRLS serves f until the test ends and returns a connection to it.
 func newFakeRLS(t testing.TB, f *fakeRLS) *grpc.ClientConn {
 	t.Helper()
 	f.counts = make(map[string]uint64)
+	f.held = make(map[string]uint64)
+	f.leases = make(map[string][]string)
 	g := grpc.NewServer()
 	ratelimitv1.RegisterRateLimitServiceServer(g, f)
 	conn, stop := serveGRPC(t, g)
@@ -111,12 +129,8 @@ func (f *fakeRLS) ShouldRateLimit(ctx context.Context, req *ratelimitv1.ShouldRa
 	f.mu.Lock()
 	f.reqs = append(f.reqs, proto.Clone(req).(*ratelimitv1.ShouldRateLimitRequest)) // not proto.CloneOf: the module requires protobuf v1.33
 	f.mu.Unlock()
-	if f.slow.Load() {
-		<-ctx.Done()
-		return nil, status.FromContextError(ctx.Err()).Err()
-	}
-	if err := f.fail.Load(); err != nil {
-		return nil, *err
+	if err := f.failure(ctx); err != nil {
+		return nil, err
 	}
 	if f.answer != nil {
 		return f.answer(req)
@@ -180,4 +194,131 @@ func fakeKey(d *ratelimitv1.Descriptor) string {
 		}
 	}
 	return string(b)
+}
+
+// leaseTTL is how long the fake's leases say they last.
+const leaseTTL = time.Minute
+
+// Acquire implements ratelimitv1.RateLimitServiceServer: it takes a slot
+// of every descriptor, all or nothing, with slots set.
+func (f *fakeRLS) Acquire(ctx context.Context, req *ratelimitv1.AcquireRequest) (*ratelimitv1.AcquireResponse, error) {
+	if err := f.failure(ctx); err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	resp := &ratelimitv1.AcquireResponse{Code: ratelimitv1.Code_CODE_OK}
+	if f.slots == 0 {
+		return resp, nil
+	}
+	keys := make([]string, len(req.GetDescriptors()))
+	for i, d := range req.GetDescriptors() {
+		keys[i] = fakeKey(d)
+		st := &ratelimitv1.DescriptorStatus{Code: ratelimitv1.Code_CODE_OK, Limit: &ratelimitv1.Limit{
+			Name: d.GetEntries()[0].GetKey(), Requests: uint32(f.slots), Window: durationpb.New(leaseTTL),
+			Algorithm: ratelimitv1.Algorithm_ALGORITHM_CONCURRENCY,
+		}}
+		if f.held[keys[i]] >= f.slots {
+			st.Code, st.RetryAfter = ratelimitv1.Code_CODE_OVER_LIMIT, durationpb.New(time.Second)
+			resp.Code = ratelimitv1.Code_CODE_OVER_LIMIT
+		}
+		resp.Statuses = append(resp.Statuses, st)
+	}
+	if resp.Code == ratelimitv1.Code_CODE_OVER_LIMIT {
+		return resp, nil
+	}
+	for _, k := range keys {
+		f.held[k]++
+	}
+	resp.Lease = f.newLease(keys)
+	return resp, nil
+}
+
+// newLease records a lease of keys. It requires that f.mu is held.
+func (f *fakeRLS) newLease(keys []string) *ratelimitv1.Lease {
+	f.nextID++
+	id := fmt.Sprintf("lease-%d", f.nextID)
+	f.leases[id] = keys
+	return &ratelimitv1.Lease{Id: []byte(id), ExpiresAt: timestamppb.New(time.Now().Add(leaseTTL))}
+}
+
+// Release implements ratelimitv1.RateLimitServiceServer: it frees the
+// lease's slots, if it is held.
+func (f *fakeRLS) Release(ctx context.Context, req *ratelimitv1.ReleaseRequest) (*ratelimitv1.ReleaseResponse, error) {
+	f.mu.Lock()
+	f.releases = append(f.releases, string(req.GetLeaseId()))
+	f.mu.Unlock()
+	if err := f.failure(ctx); err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, k := range f.leases[string(req.GetLeaseId())] {
+		f.held[k]--
+	}
+	delete(f.leases, string(req.GetLeaseId()))
+	return &ratelimitv1.ReleaseResponse{}, nil
+}
+
+// Renew implements ratelimitv1.RateLimitServiceServer: it replaces a
+// held lease by a new one (a new id), or answers OVER_LIMIT.
+func (f *fakeRLS) Renew(ctx context.Context, req *ratelimitv1.RenewRequest) (*ratelimitv1.RenewResponse, error) {
+	if renewing := f.renewing.Load(); renewing != nil {
+		*renewing <- struct{}{}
+		<-ctx.Done()
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
+	if err := f.failure(ctx); err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	keys, ok := f.leases[string(req.GetLeaseId())]
+	if !ok {
+		return &ratelimitv1.RenewResponse{Code: ratelimitv1.Code_CODE_OVER_LIMIT}, nil
+	}
+	delete(f.leases, string(req.GetLeaseId()))
+	return &ratelimitv1.RenewResponse{Code: ratelimitv1.Code_CODE_OK, Lease: f.newLease(keys)}, nil
+}
+
+// failure returns the error the fake answers with (slow or fail), nil
+// when it answers.
+func (f *fakeRLS) failure(ctx context.Context) error {
+	if f.slow.Load() {
+		<-ctx.Done()
+		return status.FromContextError(ctx.Err()).Err()
+	}
+	if err := f.fail.Load(); err != nil {
+		return *err
+	}
+	return nil
+}
+
+// lapse drops the lease id as if it had expired, freeing its slots.
+func (f *fakeRLS) lapse(id string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, k := range f.leases[id] {
+		f.held[k]--
+	}
+	delete(f.leases, id)
+}
+
+// holding returns how many slots of d are held.
+func (f *fakeRLS) holding(d client.Descriptor) uint64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	rd := &ratelimitv1.Descriptor{}
+	for _, e := range d.Entries {
+		rd.Entries = append(rd.Entries, &ratelimitv1.Entry{Key: e.Key, Value: e.Value})
+	}
+	return f.held[fakeKey(rd)]
+}
+
+// released returns the lease ids of the Release calls f received, in
+// order.
+func (f *fakeRLS) released() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.releases...)
 }

@@ -35,6 +35,7 @@ type interceptorOptions struct {
 	metadataKeys []string
 	peer         bool
 	descriptors  func(ctx context.Context, fullMethod string) []Descriptor
+	concurrency  bool
 }
 
 // WithMethodKey sets the key of the descriptor holding the call's full
@@ -78,20 +79,66 @@ func WithDescriptors(f func(ctx context.Context, fullMethod string) []Descriptor
 	return func(o *interceptorOptions) { o.descriptors = f }
 }
 
+// WithConcurrency makes the server interceptors hold a slot of the
+// domain's concurrency limits for the duration of each call: they
+// Acquire (see Client.Acquire) instead of asking ShouldRateLimit, with
+// the same descriptors, and release when the handler returns (for a
+// stream, when it ends), whatever it returns, even once the call's
+// context is done. Refusals, failures and headers are answered as
+// without the option. rl must be an Acquirer, such as a *Client: the
+// server interceptors panic otherwise. UnaryClientInterceptor,
+// StreamClientInterceptor and NewLimiter panic given the option, since
+// they cannot tell when the work ends.
+//
+// A slot's lease is its limit's window: give concurrency limits a window
+// longer than the longest call (a slot whose lease expires frees itself
+// while the call still runs).
+func WithConcurrency() InterceptorOption {
+	return func(o *interceptorOptions) { o.concurrency = true }
+}
+
 // interceptor holds what the interceptors share.
 type interceptor struct {
 	rl     RateLimiter
 	domain string
 	o      interceptorOptions
+	acq    Acquirer // rl, with WithConcurrency; else nil
 }
 
-func newInterceptor(rl RateLimiter, domain string, opts []InterceptorOption) *interceptor {
+// newInterceptor returns the interceptor of opts for the function named
+// fn, which cannot hold a slot for the call: it panics given
+// WithConcurrency.
+func newInterceptor(rl RateLimiter, domain, fn string, opts []InterceptorOption) *interceptor {
+	in := newServerInterceptor(rl, domain, opts)
+	if in.o.concurrency {
+		panic("client: WithConcurrency applies to the server interceptors only: " + fn + " cannot tell when the work ends")
+	}
+	return in
+}
+
+// newServerInterceptor returns the interceptor of opts for a server
+// interceptor, which holds a slot for the call with WithConcurrency.
+func newServerInterceptor(rl RateLimiter, domain string, opts []InterceptorOption) *interceptor {
 	o := interceptorOptions{methodKey: MethodKey}
 	for _, opt := range opts {
 		opt(&o)
 	}
 	o.metadataKeys = append([]string(nil), o.metadataKeys...)
-	return &interceptor{rl: rl, domain: domain, o: o}
+	in := &interceptor{rl: rl, domain: domain, o: o}
+	if o.concurrency {
+		in.acq = mustAcquirer(rl, "WithConcurrency")
+	}
+	return in
+}
+
+// mustAcquirer returns rl as an Acquirer for the option named opt, or
+// panics when it is none.
+func mustAcquirer(rl RateLimiter, opt string) Acquirer {
+	acq, ok := rl.(Acquirer)
+	if !ok {
+		panic(fmt.Sprintf("client: %s needs an Acquirer (such as a *Client), not a %T", opt, rl))
+	}
+	return acq
 }
 
 // descriptors returns the descriptors of a call, in this order: the
@@ -138,6 +185,21 @@ func (in *interceptor) decide(ctx context.Context, fullMethod string, ds []Descr
 		return Decision{}, callError(fullMethod, err)
 	}
 	return d, refusedError(fullMethod, ds, d)
+}
+
+// hold is decide for a server interceptor, which Acquires a slot with
+// WithConcurrency: it also returns the release to call when the call
+// ends, never nil.
+func (in *interceptor) hold(ctx context.Context, fullMethod string, ds []Descriptor) (release func(), d Decision, err error) {
+	if in.acq == nil || len(ds) == 0 {
+		d, err := in.decide(ctx, fullMethod, ds)
+		return func() {}, d, err
+	}
+	release, d, err = in.acq.Acquire(ctx, in.domain, ds...)
+	if err != nil {
+		return release, Decision{}, callError(fullMethod, err)
+	}
+	return release, d, refusedError(fullMethod, ds, d)
 }
 
 // callError converts an error of ShouldRateLimit into the error of the
@@ -241,10 +303,11 @@ func headerMD(d Decision) metadata.MD {
 //	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(
 //		client.UnaryServerInterceptor(rl, "api", client.WithMetadataKey("x-api-key"))))
 func UnaryServerInterceptor(rl RateLimiter, domain string, opts ...InterceptorOption) grpc.UnaryServerInterceptor {
-	in := newInterceptor(rl, domain, opts)
+	in := newServerInterceptor(rl, domain, opts)
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		md, _ := metadata.FromIncomingContext(ctx)
-		d, err := in.decide(ctx, info.FullMethod, in.descriptors(ctx, info.FullMethod, md, true))
+		release, d, err := in.hold(ctx, info.FullMethod, in.descriptors(ctx, info.FullMethod, md, true))
+		defer release()
 		if hmd := headerMD(d); hmd != nil {
 			_ = grpc.SetHeader(ctx, hmd) // fails only once headers are sent, and they are not yet
 		}
@@ -256,13 +319,15 @@ func UnaryServerInterceptor(rl RateLimiter, domain string, opts ...InterceptorOp
 }
 
 // StreamServerInterceptor is UnaryServerInterceptor for streams: it asks
-// once, when the stream starts.
+// once, when the stream starts (and with WithConcurrency holds the slot
+// until the handler returns).
 func StreamServerInterceptor(rl RateLimiter, domain string, opts ...InterceptorOption) grpc.StreamServerInterceptor {
-	in := newInterceptor(rl, domain, opts)
+	in := newServerInterceptor(rl, domain, opts)
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		ctx := ss.Context()
 		md, _ := metadata.FromIncomingContext(ctx)
-		d, err := in.decide(ctx, info.FullMethod, in.descriptors(ctx, info.FullMethod, md, true))
+		release, d, err := in.hold(ctx, info.FullMethod, in.descriptors(ctx, info.FullMethod, md, true))
+		defer release()
 		if hmd := headerMD(d); hmd != nil {
 			_ = ss.SetHeader(hmd)
 		}
@@ -282,7 +347,7 @@ func StreamServerInterceptor(rl RateLimiter, domain string, opts ...InterceptorO
 // from the outgoing metadata; WithPeerAddress does not apply. The
 // decision's headers are not reported.
 func UnaryClientInterceptor(rl RateLimiter, domain string, opts ...InterceptorOption) grpc.UnaryClientInterceptor {
-	in := newInterceptor(rl, domain, opts)
+	in := newInterceptor(rl, domain, "UnaryClientInterceptor", opts)
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, callOpts ...grpc.CallOption) error {
 		md, _ := metadata.FromOutgoingContext(ctx)
 		if _, err := in.decide(ctx, method, in.descriptors(ctx, method, md, false)); err != nil {
@@ -295,7 +360,7 @@ func UnaryClientInterceptor(rl RateLimiter, domain string, opts ...InterceptorOp
 // StreamClientInterceptor is UnaryClientInterceptor for streams: it asks
 // once, before opening the stream.
 func StreamClientInterceptor(rl RateLimiter, domain string, opts ...InterceptorOption) grpc.StreamClientInterceptor {
-	in := newInterceptor(rl, domain, opts)
+	in := newInterceptor(rl, domain, "StreamClientInterceptor", opts)
 	return func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, callOpts ...grpc.CallOption) (grpc.ClientStream, error) {
 		md, _ := metadata.FromOutgoingContext(ctx)
 		if _, err := in.decide(ctx, method, in.descriptors(ctx, method, md, false)); err != nil {
@@ -336,7 +401,7 @@ var _ ratelimit.Limiter = (*Limiter)(nil)
 //	grpc.NewServer(grpc.ChainUnaryInterceptor(
 //		ratelimit.UnaryServerInterceptor(client.NewLimiter(rl, "api", client.WithMetadataKey("x-api-key")))))
 func NewLimiter(rl RateLimiter, domain string, opts ...InterceptorOption) *Limiter {
-	return &Limiter{in: newInterceptor(rl, domain, opts)}
+	return &Limiter{in: newInterceptor(rl, domain, "NewLimiter", opts)}
 }
 
 // Limit returns nil when the call of ctx may proceed, and otherwise the

@@ -36,6 +36,7 @@ type httpOptions struct {
 	skip         func(*http.Request) bool
 	refused      func(http.ResponseWriter, *http.Request, Decision)
 	keyError     func(http.ResponseWriter, *http.Request, error)
+	concurrency  bool
 }
 
 // A RouteFunc returns the route of a request for WithRouteFunc, or an
@@ -198,6 +199,18 @@ func WithXRateLimitHeaders() HTTPOption {
 	return func(o *httpOptions) { o.xRateLimit = true }
 }
 
+// WithHTTPConcurrency makes the middleware hold a slot of the domain's
+// concurrency limits while the next handler runs: it Acquires (see
+// Client.Acquire) instead of asking ShouldRateLimit, with the same
+// descriptors, and releases when next returns (or panics), even once the
+// request's context is done. Refusals, failures and headers are answered
+// as without the option. rl must be an Acquirer, such as a *Client:
+// HTTPMiddleware panics otherwise. A slot's lease is its limit's window:
+// give concurrency limits a window longer than the longest request.
+func WithHTTPConcurrency() HTTPOption {
+	return func(o *httpOptions) { o.concurrency = true }
+}
+
 // WithHTTPLogger sets the logger of malformed-descriptor errors (logged at
 // Error, as they are bugs). nil, the default, discards them.
 func WithHTTPLogger(l *slog.Logger) HTTPOption {
@@ -270,7 +283,8 @@ func WithHTTPLogger(l *slog.Logger) HTTPOption {
 //     asked.
 //
 // HTTPMiddleware panics when given prefix lengths out of range (see
-// WithClientIPPrefix). The middleware is safe for concurrent use by
+// WithClientIPPrefix), and given WithHTTPConcurrency with an rl that is
+// not an Acquirer. The middleware is safe for concurrent use by
 // multiple goroutines.
 func HTTPMiddleware(rl RateLimiter, domain string, opts ...HTTPOption) func(http.Handler) http.Handler {
 	o := httpOptions{proxyHeader: "X-Forwarded-For", ipv4Bits: 32, ipv6Bits: 64}
@@ -295,6 +309,16 @@ func HTTPMiddleware(rl RateLimiter, domain string, opts ...HTTPOption) func(http
 	if o.keyError == nil {
 		o.keyError = o.badRequest
 	}
+	decide := func(r *http.Request, ds []Descriptor) (func(), Decision, error) {
+		d, err := rl.ShouldRateLimit(r.Context(), domain, ds...)
+		return func() {}, d, err
+	}
+	if o.concurrency {
+		acq := mustAcquirer(rl, "WithHTTPConcurrency")
+		decide = func(r *http.Request, ds []Descriptor) (func(), Decision, error) {
+			return acq.Acquire(r.Context(), domain, ds...)
+		}
+	}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if o.skip != nil && o.skip(r) {
@@ -310,7 +334,8 @@ func HTTPMiddleware(rl RateLimiter, domain string, opts ...HTTPOption) func(http
 				next.ServeHTTP(w, r)
 				return
 			}
-			d, err := rl.ShouldRateLimit(r.Context(), domain, ds...)
+			release, d, err := decide(r, ds)
+			defer release()
 			if err != nil {
 				if status.Code(err) == codes.InvalidArgument {
 					o.logger.ErrorContext(r.Context(), "rate limit request malformed",

@@ -68,6 +68,7 @@ type options struct {
 	now            func() time.Time
 	logger         *slog.Logger // nil: slog.Default() when logging
 	hook           func(context.Context, Observation)
+	autoRenew      bool
 }
 
 var defaults = options{
@@ -178,6 +179,19 @@ func WithLogger(l *slog.Logger) SharedOption {
 		client: func(o *options) { o.logger = l },
 		quota:  func(c *quotaConfig) { c.logger = l },
 	}
+}
+
+// WithAutoRenew makes Acquire keep each lease it holds alive until its
+// release (see Lease.KeepAlive), in a goroutine that ends with the
+// release: for work, such as long streams under WithConcurrency, that may
+// outlive its limit's window. Without it, a slot frees itself when its
+// lease expires, even while the work goes on. With it, a slot is held as
+// long as the work (and the process) lives: a release that is never
+// called leaks it. A lease lost all the same (ratelimitd away past its
+// expiry) is logged at Warn. AcquireLease's leases are the caller's to
+// keep.
+func WithAutoRenew() Option {
+	return clientOption(func(o *options) { o.autoRenew = true })
 }
 
 // WithDecisionHook makes the Client call hook after every ShouldRateLimit

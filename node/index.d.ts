@@ -40,6 +40,25 @@ export declare class RateLimitError extends Error {
 }
 
 /**
+ * withSlot's rejection when the slot was refused (by ratelimitd, or by the
+ * failure policy failing closed); decision is the acquire's. Code 8
+ * (RESOURCE_EXHAUSTED).
+ */
+export declare class SlotRefusedError extends RateLimitError {
+  constructor(decision: Decision);
+  readonly decision: Decision;
+}
+
+/**
+ * Lease.renew's rejection once the lease has expired or was released: its
+ * slots may be held by others now; stop the work, or acquire again. Code 9
+ * (FAILED_PRECONDITION).
+ */
+export declare class LeaseLostError extends RateLimitError {
+  constructor();
+}
+
+/**
  * Decision.error when a Quota's failure policy decided: a bucket had no
  * assignment of ratelimitd in force (none received yet, or expired
  * because ratelimitd could not be reached), or the Quota held maxBuckets
@@ -61,6 +80,9 @@ export declare const DEFAULT_TIMEOUT_MS: number;
 
 /** How long, by default, calls wait for a connection attempt: 1000 ms (see ClientOptions.connectTimeoutMs). */
 export declare const DEFAULT_CONNECT_TIMEOUT_MS: number;
+
+/** How long, at most, a release waits for ratelimitd: 1000 ms (it runs even after the acquire was aborted). */
+export declare const RELEASE_TIMEOUT_MS: number;
 
 /** How long, at most, a refusal is remembered by default: 1000 ms. */
 export declare const DEFAULT_REFUSAL_CACHE_MS: number;
@@ -100,10 +122,19 @@ export interface Descriptor {
   checkOnly?: boolean;
   /** Replaces the configured limits of this descriptor for this request (the domain must exist). */
   limit?: LimitOverride;
+  /**
+   * Gives hits back instead of taking them (the native API's give_back,
+   * Envoy's negative hits), for work counted ahead that did not happen:
+   * never refused, never past the limit, applied whatever the request's
+   * other descriptors decide. A request holding one is always sent, never
+   * refused from the memory of refusals. Not with checkOnly, nor in
+   * acquire (a malformed request, code 3).
+   */
+  giveBack?: boolean;
 }
 
 /** How a limit counts, named as in the rules' YAML ('' when unknown). */
-export type Algorithm = 'sliding_window' | 'fixed_window' | 'sliding_log' | 'token_bucket' | 'gcra' | '';
+export type Algorithm = 'sliding_window' | 'fixed_window' | 'sliding_log' | 'token_bucket' | 'gcra' | 'concurrency' | '';
 
 /** A configured (or overridden) limit. */
 export interface Limit {
@@ -229,6 +260,14 @@ export interface ClientOptions {
   refusalCacheSize?: number;
   /** The refusal memory's clock, in ms, never going back (tests); performance.now by default. */
   clock?: () => number;
+  /**
+   * Renew each lease acquire holds halfway to its expiry (no sooner than
+   * 100 ms), until it is released: for work that may outlive its limit's
+   * window. A slot is then held as long as the work, and a release never
+   * called leaks it for as long as the process lives. A lease lost all the
+   * same (ratelimitd away past its expiry) is logged (warn). Default false.
+   */
+  autoRenew?: boolean;
 }
 
 export interface CallOptions {
@@ -281,6 +320,17 @@ export declare class Client implements RateLimiter {
    */
   shouldRateLimit(domain: string, descriptors: Descriptor[], options?: CallOptions): Promise<Decision>;
   /**
+   * Takes slots of the concurrency limits (algorithm: concurrency) of
+   * domain's rules that descriptors match (their other limits count as in
+   * shouldRateLimit), and resolves to the Lease holding them: release it
+   * once the work is done, in finally (or use withSlot). Lease.decision is
+   * shouldRateLimit's: refused, or decided by the failure policy, nothing
+   * is held and release does nothing; so where no concurrency limit
+   * applies. Rejects as shouldRateLimit does (a giveBack descriptor is
+   * malformed here). The memory of refusals is not used.
+   */
+  acquire(domain: string, descriptors: Descriptor[], options?: CallOptions): Promise<Lease>;
+  /**
    * Resolves once connected, or rejects after timeoutMs (default 5000).
    * Calls need not: they wait for the connection themselves (see
    * connectTimeoutMs); this is for start-up checks.
@@ -289,6 +339,50 @@ export declare class Client implements RateLimiter {
   /** Closes the connection the Client made (not one it was given). */
   close(): void;
 }
+
+/**
+ * The slots one Client.acquire took, until release gives them back or the
+ * lease expires (expiresAt); renew extends it.
+ */
+export declare class Lease {
+  private constructor();
+  /** The acquire's decision, as shouldRateLimit's. */
+  readonly decision: Decision;
+  /** Whether the work may proceed: decision.allowed. */
+  readonly allowed: boolean;
+  /** When the slots free themselves unless renewed (ratelimitd's clock); null when nothing is held. */
+  readonly expiresAt: Date | null;
+  /**
+   * Gives the slots back, exactly those, once: later calls return the
+   * first one's promise. It waits for ratelimitd at most
+   * RELEASE_TIMEOUT_MS, even when the acquire was aborted, and rejects
+   * with ratelimitd's error when it could not be told: the slots then
+   * free themselves when the lease expires (the limit's window).
+   */
+  release(): Promise<void>;
+  /**
+   * Extends the lease to a full lease from now, for work that outlives
+   * it. Rejects with a LeaseLostError once it has expired or was released,
+   * and with ratelimitd's error when it could not be asked within the
+   * budget (the lease then still ends at expiresAt). Does nothing when
+   * nothing was ever held.
+   */
+  renew(options?: CallOptions): Promise<void>;
+}
+
+/**
+ * Runs fn(lease) holding a slot of client.acquire(domain, descriptors),
+ * and releases it in finally, whatever fn does (a failed release is
+ * logged, not thrown). Resolves to fn's result; rejects with a
+ * SlotRefusedError, without calling fn, when the slot is refused.
+ */
+export declare function withSlot<T>(
+  client: Client,
+  domain: string,
+  descriptors: Descriptor[],
+  fn: (lease: Lease) => T | Promise<T>,
+  options?: CallOptions,
+): Promise<T>;
 
 /** A descriptor of one hit whose entries are kv as key, value pairs: D('path', '/login', 'remote_address', ip). */
 export declare function D(...kv: Array<string | Uint8Array>): Descriptor;

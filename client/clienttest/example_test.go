@@ -55,8 +55,11 @@ func ExampleFake_httpMiddleware() {
 	w := httptest.NewRecorder()
 	h.ServeHTTP(w, httptest.NewRequest("GET", "/items/1", nil))
 	fmt.Println(w.Code, w.Header().Get("Retry-After"))
-	fmt.Println(f.Calls()[0].Descriptors)
+	for _, d := range f.Calls()[0].Descriptors {
+		fmt.Println(d.Entries)
+	}
 	// Output:
 	// 429 60
-	// [{[{remote_address 192.0.2.1}] 0 false <nil>} {[{path /items/1} {method GET}] 0 false <nil>}]
+	// [{remote_address 192.0.2.1}]
+	// [{path /items/1} {method GET}]
 }

@@ -5,7 +5,9 @@
 //
 // A Fake is a client.RateLimiter: pass it where the code under test takes
 // one, including client.UnaryServerInterceptor (and the other
-// interceptors), client.NewLimiter and client.HTTPMiddleware.
+// interceptors), client.NewLimiter and client.HTTPMiddleware. It is a
+// client.Acquirer too, for code that holds slots (client.WithConcurrency,
+// client.WithHTTPConcurrency): Held tells how many it holds.
 package clienttest
 
 import (
@@ -28,13 +30,15 @@ import (
 // the usual ones.
 type Answer func(domain string, descriptors []client.Descriptor) (client.Decision, error)
 
-// A Call is one ShouldRateLimit call a Fake received, and what it
-// answered.
+// A Call is one ShouldRateLimit (or Acquire) call a Fake received, and
+// what it answered.
 type Call struct {
 	Domain      string
 	Descriptors []client.Descriptor // a copy of the caller's
 	Decision    client.Decision
 	Err         error
+	// Acquire reports a call of Acquire.
+	Acquire bool
 }
 
 // A Fake is a client.RateLimiter answering by a script, for tests. The
@@ -53,9 +57,13 @@ type Fake struct {
 	queue []Answer // guarded by mu
 	def   Answer   // guarded by mu; nil means Allow
 	calls []Call   // guarded by mu
+	held  int      // slots Acquired and not released; guarded by mu
 }
 
-var _ client.RateLimiter = (*Fake)(nil)
+var (
+	_ client.RateLimiter = (*Fake)(nil)
+	_ client.Acquirer    = (*Fake)(nil)
+)
 
 // Push queues answers: each of the next calls takes the first one left,
 // in order, before the default answer applies again.
@@ -80,7 +88,8 @@ func (f *Fake) Calls() []Call {
 	return slices.Clone(f.calls)
 }
 
-// Reset forgets the calls, the queued answers and the default answer.
+// Reset forgets the calls, the queued answers and the default answer
+// (slots held stay held until released).
 func (f *Fake) Reset() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -91,14 +100,51 @@ func (f *Fake) Reset() {
 // f's lock held, so an Answer may block (other calls go on meanwhile) or
 // use f itself (Calls, Push); each call is recorded once answered.
 func (f *Fake) ShouldRateLimit(ctx context.Context, domain string, descriptors ...client.Descriptor) (client.Decision, error) {
-	call := Call{Domain: domain, Descriptors: cloneDescriptors(descriptors)}
-	switch err := client.Validate(domain, descriptors...); {
-	case err != nil:
-		call.Err = err
+	call := f.answer(ctx, Call{Domain: domain, Descriptors: cloneDescriptors(descriptors)}, client.Validate(domain, descriptors...))
+	return call.Decision, call.Err
+}
+
+// Acquire implements client.Acquirer, answering from the same script as
+// ShouldRateLimit (a malformed request is one client.ValidateAcquire
+// refuses), and recording the call with Acquire set. A decision of
+// ratelimitd that allows holds a slot until release is called (see
+// Held); release is never nil, and does something only once.
+func (f *Fake) Acquire(ctx context.Context, domain string, descriptors ...client.Descriptor) (release func(), d client.Decision, err error) {
+	call := f.answer(ctx, Call{Domain: domain, Descriptors: cloneDescriptors(descriptors), Acquire: true},
+		client.ValidateAcquire(domain, descriptors...))
+	if call.Err != nil || !call.Decision.Allowed || call.Decision.Err != nil {
+		return func() {}, call.Decision, call.Err
+	}
+	f.mu.Lock()
+	f.held++
+	f.mu.Unlock()
+	return sync.OnceFunc(func() {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		f.held--
+	}), call.Decision, nil
+}
+
+// Held returns how many slots Acquire handed out that are not released.
+func (f *Fake) Held() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.held
+}
+
+// answer answers call, malformed when invalid is not nil, and records it.
+func (f *Fake) answer(ctx context.Context, call Call, invalid error) Call {
+	method := "ShouldRateLimit"
+	if call.Acquire {
+		method = "Acquire"
+	}
+	switch {
+	case invalid != nil:
+		call.Err = invalid
 	case ctx.Err() != nil:
-		call.Err = fmt.Errorf("clienttest: ShouldRateLimit: %w", ctx.Err())
+		call.Err = fmt.Errorf("clienttest: %s: %w", method, ctx.Err())
 	default:
-		call.Decision, call.Err = f.next()(domain, call.Descriptors)
+		call.Decision, call.Err = f.next()(call.Domain, call.Descriptors)
 		if call.Err != nil {
 			call.Decision = client.Decision{}
 		}
@@ -106,7 +152,7 @@ func (f *Fake) ShouldRateLimit(ctx context.Context, domain string, descriptors .
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls = append(f.calls, call)
-	return call.Decision, call.Err
+	return call
 }
 
 // next takes the Answer of the next call: the first queued one, else the

@@ -157,3 +157,45 @@ func TestFakeInterceptor(t *testing.T) {
 		t.Errorf("descriptors %v, want [method=/pkg.Service/Method]", got)
 	}
 }
+
+// TestFakeAcquire: Acquire answers from the same script, records the call
+// as an Acquire, holds a slot while allowed until its release (once), and
+// refuses a give-back as a Client does; the server interceptor with
+// WithConcurrency takes a Fake.
+func TestFakeAcquire(t *testing.T) {
+	var f clienttest.Fake
+	ctx := t.Context()
+	f.Push(clienttest.Allow(), clienttest.Refuse(time.Second), clienttest.FailOpen(nil))
+	release, d, err := f.Acquire(ctx, "jobs", client.D("job", "export"))
+	if err != nil || !d.Allowed || f.Held() != 1 {
+		t.Fatalf("Acquire = %+v, %v, %d held; want allowed, 1 held", d, err, f.Held())
+	}
+	for range 2 {
+		if _, d, err := f.Acquire(ctx, "jobs", client.D("job", "export")); err != nil || f.Held() != 1 {
+			t.Errorf("Acquire (%+v, %v) changed what is held: %d", d, err, f.Held())
+		}
+	}
+	release()
+	release()
+	if got := f.Held(); got != 0 {
+		t.Errorf("%d held after a double release, want 0", got)
+	}
+	_, _, err = f.Acquire(ctx, "jobs", client.Descriptor{Entries: []client.Entry{{Key: "job", Value: "x"}}, GiveBack: true})
+	if status.Code(err) != codes.InvalidArgument {
+		t.Errorf("Acquire with GiveBack: %v, want InvalidArgument", err)
+	}
+	calls := f.Calls()
+	if len(calls) != 4 || !calls[0].Acquire {
+		t.Errorf("calls = %+v, want 4 Acquires", calls)
+	}
+
+	var held int
+	in := client.UnaryServerInterceptor(&f, "grpc", client.WithConcurrency())
+	_, err = in(ctx, nil, &grpc.UnaryServerInfo{FullMethod: "/s/M"}, func(context.Context, any) (any, error) {
+		held = f.Held()
+		return nil, nil
+	})
+	if err != nil || held != 1 || f.Held() != 0 {
+		t.Errorf("interceptor: %v, %d held in the handler, %d after; want nil, 1, 0", err, held, f.Held())
+	}
+}

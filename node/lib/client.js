@@ -9,12 +9,16 @@ const grpc = require('@grpc/grpc-js');
 const { ratelimitV1: pb } = require('./stubs.js');
 const { Refusals, refusalKey, DEFAULT_REFUSAL_CACHE_MS, DEFAULT_REFUSAL_CACHE_SIZE } = require('./refusals.js');
 const { MAX_VALUE, utf8 } = require('./util.js'); // MAX_VALUE: a longer value is sent as its SHA-256 digest
-const { invalid } = require('./errors.js');
+const { invalid, SlotRefusedError, LeaseLostError } = require('./errors.js');
 
 /** The default budget of one shouldRateLimit call, in milliseconds. */
 const DEFAULT_TIMEOUT_MS = 50;
 /** How long, by default, calls wait for a connection attempt, in milliseconds. */
 const DEFAULT_CONNECT_TIMEOUT_MS = 1000;
+/** How long, at most, a release waits for ratelimitd, in milliseconds (see Lease.release). */
+const RELEASE_TIMEOUT_MS = 1000;
+/** The least an auto-renewal waits, in milliseconds, so that a lease about to expire does not make it spin. */
+const MIN_RENEW_WAIT_MS = 100;
 
 const { IDLE, READY, TRANSIENT_FAILURE, SHUTDOWN } = grpc.connectivityState;
 
@@ -36,6 +40,7 @@ const ALGORITHMS = {
   [pb.Algorithm.ALGORITHM_SLIDING_LOG]: 'sliding_log',
   [pb.Algorithm.ALGORITHM_TOKEN_BUCKET]: 'token_bucket',
   [pb.Algorithm.ALGORITHM_GCRA]: 'gcra',
+  [pb.Algorithm.ALGORITHM_CONCURRENCY]: 'concurrency',
 };
 
 /**
@@ -105,6 +110,7 @@ function check(domain, descriptors) {
     if (!d.checkOnly && d.hits !== undefined && !isUint(d.hits, MAX_HITS)) {
       throw invalid(`descriptor ${i}: hits ${d.hits} is not an integer from 0 to ${MAX_HITS}`);
     }
+    if (d.checkOnly && d.giveBack) throw invalid(`descriptor ${i}: both checkOnly and giveBack`);
     if (d.limit != null) checkOverride(i, d.limit);
     entries.forEach((e, j) => {
       const key = e && e.key;
@@ -187,6 +193,7 @@ function request(domain, descriptors) {
       }
       if (d.checkOnly) rd.hits = 0;
       else if (d.hits) rd.hits = d.hits;
+      if (d.giveBack) rd.giveBack = true;
       if (d.limit != null) rd.limit = { requests: d.limit.requests, window: duration(d.limit.windowMs) };
       bound += 48;
       return rd;
@@ -199,7 +206,7 @@ function request(domain, descriptors) {
   return req;
 }
 
-/** decision converts ratelimitd's answer. */
+/** decision converts ratelimitd's answer (to ShouldRateLimit, Acquire, or Renew, which has no headers). */
 function decision(resp) {
   const allowed = resp.code !== pb.Code.CODE_OVER_LIMIT;
   let retryAfterMs = 0;
@@ -223,7 +230,7 @@ function decision(resp) {
     if (!allowed && s.overLimit) retryAfterMs = Math.max(retryAfterMs, s.retryAfterMs);
     return s;
   });
-  const headers = resp.headers.map((h) => ({ name: h.name, value: h.value }));
+  const headers = (resp.headers || []).map((h) => ({ name: h.name, value: h.value }));
   return { allowed, statuses, retryAfterMs, headers, error: null, local: false };
 }
 
@@ -254,6 +261,10 @@ class Client {
   constructor(target, options = {}) {
     this._timeoutMs = options.timeoutMs === undefined ? DEFAULT_TIMEOUT_MS : options.timeoutMs;
     this._failClosed = Boolean(options.failClosed);
+    this._releaseTimeoutMs = RELEASE_TIMEOUT_MS; // tests shorten it
+    this._autoRenew = Boolean(options.autoRenew);
+    // Starts the timer of an auto-renewal (tests replace it); returns what clearTimeout takes.
+    this._setTimer = (f, ms) => setTimeout(f, ms).unref();
     this._onDecision = options.onDecision || null;
     this._logger = options.logger || console;
     this._failOpens = 0;
@@ -315,7 +326,10 @@ class Client {
     check(domain, descriptors);
     let key = null; // built only when needed: nothing remembered costs nothing
     let d = null;
-    if (this._refusals && this._refusals.length > 0) {
+    // A request that gives hits back is always sent: its give-backs apply
+    // whatever it decides, and a refusal from memory would lose them.
+    const givesBack = descriptors.some((x) => x.giveBack);
+    if (this._refusals && this._refusals.length > 0 && !givesBack) {
       key = refusalKey(domain, descriptors);
       d = this._refusals.get(key);
       if (d) {
@@ -324,26 +338,55 @@ class Client {
       }
     }
     const req = request(domain, descriptors);
+    ({ d } = await this._decide('shouldRateLimit', req, callOptions));
+    // Only ratelimitd's refusals are remembered: the failure policy's have no retry-after.
+    if (this._refusals && !d.allowed && d.error === null && d.retryAfterMs > 0 && !givesBack) {
+      this._refusals.put(key === null ? refusalKey(domain, descriptors) : key, d);
+    }
+    return this._hook(d, domain, descriptors);
+  }
+
+  /**
+   * _decide sends req to method (shouldRateLimit or acquire) within the
+   * budget, once connected, and returns the decision (ratelimitd's, or
+   * the failure policy's) and ratelimitd's answer (null when it failed).
+   * It rejects when callOptions.signal aborts, and on INVALID_ARGUMENT.
+   * @returns {Promise<{d: object, resp: object | null}>}
+   */
+  async _decide(method, req, callOptions) {
     const { signal } = callOptions;
     if (signal && signal.aborted) throw abortError(signal);
     const timeoutMs = callOptions.timeoutMs === undefined ? this._timeoutMs : callOptions.timeoutMs;
     await this._connected(signal);
+    let resp;
     try {
-      const resp = await this._call(req, timeoutMs, signal);
-      d = decision(resp);
+      resp = await this._call(method, req, timeoutMs, signal);
     } catch (err) {
       if (signal && signal.aborted) throw abortError(signal);
       if (err.code === grpc.status.INVALID_ARGUMENT) throw err;
-      if (err.code === grpc.status.UNIMPLEMENTED) this._logUnimplemented(err);
+      if (err.code === grpc.status.UNIMPLEMENTED) this._logUnimplemented(method, err);
       this._failures++;
       if (!this._failClosed) this._failOpens++;
-      d = { allowed: !this._failClosed, statuses: [], retryAfterMs: 0, headers: [], error: err, local: false };
+      const d = { allowed: !this._failClosed, statuses: [], retryAfterMs: 0, headers: [], error: err, local: false };
+      return { d, resp: null };
     }
-    // Only ratelimitd's refusals are remembered: the failure policy's have no retry-after.
-    if (this._refusals && !d.allowed && d.error === null && d.retryAfterMs > 0) {
-      this._refusals.put(key === null ? refusalKey(domain, descriptors) : key, d);
-    }
-    return this._hook(d, domain, descriptors);
+    return { d: decision(resp), resp };
+  }
+
+  /**
+   * acquire takes slots of the concurrency limits of domain's rules that
+   * descriptors match, and returns the Lease holding them. See index.d.ts.
+   * @returns {Promise<Lease>}
+   */
+  async acquire(domain, descriptors, callOptions = {}) {
+    check(domain, descriptors);
+    descriptors.forEach((x, i) => {
+      if (x.giveBack) throw invalid(`descriptor ${i}: giveBack in acquire`);
+    });
+    const req = pb.AcquireRequest.fromPartial({ domain, descriptors: request(domain, descriptors).descriptors });
+    const { d, resp } = await this._decide('acquire', req, callOptions);
+    const held = d.allowed && resp && resp.lease && resp.lease.id.length > 0 ? resp.lease : null;
+    return new Lease(this, req, this._hook(d, domain, descriptors), held);
   }
 
   /**
@@ -429,12 +472,12 @@ class Client {
     return d;
   }
 
-  /** _call makes the RPC, with a deadline timeoutMs away, cancelled by signal. */
-  _call(req, timeoutMs, signal) {
+  /** _call makes the RPC method, with a deadline timeoutMs away, cancelled by signal. */
+  _call(method, req, timeoutMs, signal) {
     return new Promise((resolve, reject) => {
       const opts = timeoutMs > 0 ? { deadline: new Date(Date.now() + timeoutMs) } : {};
       let onAbort = null;
-      const call = this._rls.shouldRateLimit(req, new grpc.Metadata(), opts, (err, resp) => {
+      const call = this._rls[method](req, new grpc.Metadata(), opts, (err, resp) => {
         if (onAbort) signal.removeEventListener('abort', onAbort);
         if (err) reject(err);
         else resolve(resp);
@@ -450,13 +493,13 @@ class Client {
    * _logUnimplemented logs, once, at error (as the Go client does), that
    * the server does not serve the native API.
    */
-  _logUnimplemented(err) {
+  _logUnimplemented(method, err) {
     if (this._loggedUnimplemented) return;
     this._loggedUnimplemented = true;
     this._logger.error(
-      `ratelimitd: ${this._target} answered UNIMPLEMENTED to ratelimit.v1.RateLimitService/ShouldRateLimit ` +
-        `(${err.details || err.message}): it does not serve ratelimitd's native API. Is it envoyproxy/ratelimit, ` +
-        "which serves only Envoy's envoy.service.ratelimit.v3? Point this client at ratelimitd, or use the " +
+      `ratelimitd: ${this._target} answered UNIMPLEMENTED to ratelimit.v1.RateLimitService/${method[0].toUpperCase()}${method.slice(1)} ` +
+        `(${err.details || err.message}): it does not serve ratelimitd's native API (or is a ratelimitd older than the method). ` +
+        "Is it envoyproxy/ratelimit, which serves only Envoy's envoy.service.ratelimit.v3? Point this client at ratelimitd, or use the " +
         `package's envoy stubs. Until then every call fails ${this._failClosed ? 'closed (refused)' : 'open (allowed)'}.`,
     );
   }
@@ -479,7 +522,155 @@ class Client {
   }
 }
 
+/**
+ * A Lease holds the slots one acquire took, until release gives them back
+ * or the lease expires; renew extends it. See index.d.ts.
+ */
+class Lease {
+  constructor(client, req, decision, lease) {
+    this._client = client;
+    this._req = req;
+    /** The acquire's decision, as shouldRateLimit's. */
+    this.decision = decision;
+    this._hold(lease);
+    this._ended = false; // released, or lost
+    this._released = null; // the promise of the one release
+    this._op = Promise.resolve(); // serializes release and renew
+    // With autoRenew: the timer of the next renewal, and the renewal in flight's AbortController.
+    this._timer = null;
+    this._renewing = null;
+    if (client._autoRenew && this._id !== null) this._keep(null);
+  }
+
+  /**
+   * _keep schedules the next renewal halfway to the expiry (no sooner
+   * than MIN_RENEW_WAIT_MS), after the failure last if any; once the
+   * lease expired without a renewal, it logs it lost instead.
+   */
+  _keep(last) {
+    if (this._ended || this._expiresAt === null) return;
+    const left = this._expiresAt.getTime() - Date.now();
+    if (last && left <= 0) {
+      this._lost(last);
+      return;
+    }
+    this._timer = this._client._setTimer(() => {
+      this._timer = null;
+      this._renewing = new AbortController();
+      this.renew({ signal: this._renewing.signal }).then(
+        () => this._keep(null),
+        (err) => {
+          if (this._released !== null) return; // released meanwhile
+          if (err instanceof LeaseLostError) this._lost(err);
+          else this._keep(err);
+        },
+      );
+    }, Math.max(left / 2, MIN_RENEW_WAIT_MS));
+  }
+
+  _lost(err) {
+    this._client._logger.warn(`ratelimitd: a lease held was lost; its slots may be held by others (domain ${this._req.domain}): ${err.message}`);
+  }
+
+  /** Whether the work may proceed: decision.allowed. */
+  get allowed() {
+    return this.decision.allowed;
+  }
+
+  /** When the slots free themselves unless renewed (ratelimitd's clock), or null when nothing is held. */
+  get expiresAt() {
+    return this._expiresAt;
+  }
+
+  _hold(lease) {
+    this._id = lease ? lease.id : null;
+    this._expiresAt = lease && lease.expiresAt ? lease.expiresAt : null;
+  }
+
+  /** _serial runs f once the operations before it have settled. */
+  _serial(f) {
+    const p = this._op.then(f);
+    this._op = p.catch(() => {});
+    return p;
+  }
+
+  /**
+   * release gives the slots back, once: later calls return the first
+   * one's promise. It waits for ratelimitd at most RELEASE_TIMEOUT_MS (1 s),
+   * whatever aborted the acquire, and rejects with ratelimitd's error when
+   * it could not be told (the slots then free themselves when the lease
+   * expires).
+   */
+  release() {
+    if (this._timer !== null) clearTimeout(this._timer);
+    if (this._renewing !== null) this._renewing.abort(); // a renewal in flight gives up
+    if (this._released === null) {
+      this._released = this._serial(async () => {
+        if (this._ended) return;
+        this._ended = true;
+        const id = this._id;
+        if (id === null) return;
+        this._hold(null);
+        const { domain, descriptors } = this._req;
+        await this._client._call('release', pb.ReleaseRequest.fromPartial({ domain, descriptors, leaseId: id }), this._client._releaseTimeoutMs);
+      });
+    }
+    return this._released;
+  }
+
+  /**
+   * renew extends the lease to a full lease from now; it rejects with a
+   * LeaseLostError once the lease has expired or was released, and with ratelimitd's error when it could not be asked
+   * within the budget (the lease then still ends at expiresAt).
+   */
+  renew(callOptions = {}) {
+    return this._serial(async () => {
+      if (this._ended) throw new LeaseLostError();
+      const id = this._id;
+      if (id === null) return;
+      const { domain, descriptors } = this._req;
+      const timeoutMs = callOptions.timeoutMs === undefined ? this._client._timeoutMs : callOptions.timeoutMs;
+      const resp = await this._client._call(
+        'renew',
+        pb.RenewRequest.fromPartial({ domain, descriptors, leaseId: id }),
+        timeoutMs,
+        callOptions.signal,
+      );
+      if (resp.code === pb.Code.CODE_OVER_LIMIT || !resp.lease) {
+        this._ended = true;
+        this._hold(null);
+        throw new LeaseLostError();
+      }
+      this._hold(resp.lease);
+    });
+  }
+}
+
+/**
+ * withSlot runs fn(lease) holding a slot of client.acquire(domain,
+ * descriptors), and releases it in finally, whatever fn does. It rejects
+ * with a SlotRefusedError, without calling fn, when the acquire is
+ * refused. See index.d.ts.
+ */
+async function withSlot(client, domain, descriptors, fn, callOptions = {}) {
+  const lease = await client.acquire(domain, descriptors, callOptions);
+  try {
+    if (!lease.allowed) throw new SlotRefusedError(lease.decision);
+    return await fn(lease);
+  } finally {
+    try {
+      await lease.release();
+    } catch (err) {
+      client._logger.warn(`ratelimitd: release failed; the slots free themselves when their lease expires: ${err.message}`);
+    }
+  }
+}
+
 module.exports = {
+  MIN_RENEW_WAIT_MS,
+  Lease,
+  withSlot,
+  RELEASE_TIMEOUT_MS,
   check,
   wellFormed,
   MAX_DOMAIN,

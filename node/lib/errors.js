@@ -6,6 +6,8 @@
 
 /** Status codes of the errors below (grpc.status's numbers). */
 const INVALID_ARGUMENT = 3;
+const RESOURCE_EXHAUSTED = 8;
+const FAILED_PRECONDITION = 9;
 const UNAVAILABLE = 14;
 
 /**
@@ -41,9 +43,44 @@ class NoAssignmentError extends RateLimitError {
   }
 }
 
+/**
+ * A SlotRefusedError is withSlot's rejection when ratelimitd refused the
+ * slot (or the failure policy did, failing closed): decision is the
+ * acquire's. Code 8 (RESOURCE_EXHAUSTED).
+ */
+class SlotRefusedError extends RateLimitError {
+  constructor(decision) {
+    super(`no slot: retry in ${decision.retryAfterMs} ms`, RESOURCE_EXHAUSTED);
+    this.name = 'SlotRefusedError';
+    this.decision = decision;
+  }
+}
+
+/**
+ * A LeaseLostError is Lease.renew's rejection when the lease has expired
+ * or was released: its slots may be held by others now, and the work
+ * should stop, or acquire again. Code 9 (FAILED_PRECONDITION).
+ */
+class LeaseLostError extends RateLimitError {
+  constructor() {
+    super('lease expired or released', FAILED_PRECONDITION);
+    this.name = 'LeaseLostError';
+  }
+}
+
 /** invalid returns the RateLimitError of a malformed request. */
 function invalid(details) {
   return new RateLimitError(details, INVALID_ARGUMENT);
 }
 
-module.exports = { RateLimitError, NoAssignmentError, invalid, INVALID_ARGUMENT, UNAVAILABLE };
+module.exports = {
+  RateLimitError,
+  NoAssignmentError,
+  SlotRefusedError,
+  LeaseLostError,
+  invalid,
+  INVALID_ARGUMENT,
+  RESOURCE_EXHAUSTED,
+  FAILED_PRECONDITION,
+  UNAVAILABLE,
+};

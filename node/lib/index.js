@@ -10,11 +10,14 @@ const {
   DEFAULT_CONNECT_TIMEOUT_MS,
   DEFAULT_REFUSAL_CACHE_MS,
   DEFAULT_REFUSAL_CACHE_SIZE,
+  Lease,
+  withSlot,
+  RELEASE_TIMEOUT_MS,
 } = require('./client.js');
 const { Quota, DEFAULT_REPORTING_INTERVAL_MS, DEFAULT_QUOTA_MAX_BUCKETS, QUOTA_IDLE_INTERVALS } = require('./quota.js');
 const { middleware, clientIP, QUOTA_EXCEEDED } = require('./middleware.js');
 const { FakeRateLimiter } = require('./fake.js');
-const { RateLimitError, NoAssignmentError } = require('./errors.js');
+const { RateLimitError, NoAssignmentError, SlotRefusedError, LeaseLostError } = require('./errors.js');
 const stubs = require('./stubs.js');
 
 module.exports = {
@@ -25,6 +28,9 @@ module.exports = {
   DEFAULT_CONNECT_TIMEOUT_MS,
   DEFAULT_REFUSAL_CACHE_MS,
   DEFAULT_REFUSAL_CACHE_SIZE,
+  RELEASE_TIMEOUT_MS,
+  Lease,
+  withSlot,
   DEFAULT_REPORTING_INTERVAL_MS,
   DEFAULT_QUOTA_MAX_BUCKETS,
   QUOTA_IDLE_INTERVALS,
@@ -34,6 +40,8 @@ module.exports = {
   FakeRateLimiter,
   RateLimitError,
   NoAssignmentError,
+  SlotRefusedError,
+  LeaseLostError,
   ratelimitV1: stubs.ratelimitV1,
   envoyRatelimitV3: stubs.envoyRatelimitV3,
   rlqsV3: stubs.rlqsV3,

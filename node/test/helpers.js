@@ -12,17 +12,39 @@ const { ratelimitV1: pb } = require('..');
  * called for each ShouldRateLimit and returns the response (a partial
  * ShouldRateLimitResponse), throws a {code, details} error to fail the
  * call, or returns the string 'hang' to never answer. With answer null the
- * server serves no service at all (every call is UNIMPLEMENTED). It
- * returns the address, the requests received, and stop().
+ * server serves no service at all (every call is UNIMPLEMENTED). leases,
+ * when given, answers the lease calls the same way: leases.acquire(req),
+ * leases.release(req) and leases.renew(req) (each recorded in requests
+ * too); without it they are UNIMPLEMENTED. It returns the address, the
+ * requests received, their methods, and stop().
  */
-async function startFake(answer) {
+async function startFake(answer, leases = null) {
   const server = new grpc.Server();
   const requests = [];
   const hanging = [];
+  const methods = []; // the method of each of requests
+  // scripted serves a lease call from answerFn, as shouldRateLimit is.
+  const scripted = (answerFn, type) => (call, callback) => {
+    requests.push(call.request);
+    methods.push(type === pb.AcquireResponse ? 'acquire' : type === pb.ReleaseResponse ? 'release' : 'renew');
+    let resp;
+    try {
+      resp = answerFn(call.request);
+    } catch (err) {
+      callback(err);
+      return;
+    }
+    if (resp === 'hang') {
+      hanging.push(callback);
+      return;
+    }
+    callback(null, type.fromPartial(resp));
+  };
   if (answer) {
     server.addService(pb.RateLimitServiceService, {
       shouldRateLimit(call, callback) {
         requests.push(call.request);
+        methods.push('shouldRateLimit');
         let resp;
         try {
           resp = answer(call.request);
@@ -36,6 +58,11 @@ async function startFake(answer) {
         }
         callback(null, pb.ShouldRateLimitResponse.fromPartial(resp));
       },
+      ...(leases && {
+        acquire: scripted(leases.acquire, pb.AcquireResponse),
+        release: scripted(leases.release, pb.ReleaseResponse),
+        renew: scripted(leases.renew, pb.RenewResponse),
+      }),
     });
   }
   const port = await new Promise((resolve, reject) => {
@@ -44,6 +71,7 @@ async function startFake(answer) {
   return {
     addr: `127.0.0.1:${port}`,
     requests,
+    methods,
     stop() {
       for (const cb of hanging) cb({ code: grpc.status.UNAVAILABLE, details: 'stopping' });
       server.forceShutdown();

@@ -33,7 +33,7 @@ import time
 import weakref
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Callable, Iterable, Optional, Sequence, Tuple, Union, cast
+from typing import Awaitable, Callable, Iterable, Optional, Sequence, Tuple, Union, cast
 
 import grpc
 
@@ -46,6 +46,7 @@ from .proto.ratelimit.v1 import ratelimit_pb2_grpc as pb_grpc
 __all__ = [
     "Algorithm",
     "AsyncClient",
+    "AsyncLease",
     "Client",
     "D",
     "DEFAULT_CONNECT_TIMEOUT",
@@ -56,8 +57,11 @@ __all__ = [
     "Descriptor",
     "Entry",
     "InvalidRequest",
+    "Lease",
+    "LeaseLost",
     "Limit",
     "LimitOverride",
+    "RELEASE_TIMEOUT",
     "Status",
     "UnencodableValue",
 ]
@@ -71,6 +75,13 @@ DEFAULT_CONNECT_TIMEOUT = 1.0
 DEFAULT_REFUSAL_CACHE = 1.0
 #: How many refusals are remembered at most by default.
 DEFAULT_REFUSAL_CACHE_SIZE = 10000
+#: How long, at most, a release waits for ratelimitd, in seconds: it runs
+#: even when the caller was cancelled, so it has a bound of its own. A
+#: release that fails leaves the slots held until their lease expires.
+RELEASE_TIMEOUT = 1.0
+# The least an auto-renewal waits, in seconds, so that a lease about to
+# expire does not make it spin.
+_MIN_RENEW_WAIT = 0.1
 
 log = logging.getLogger("ratelimitd")
 
@@ -112,6 +123,9 @@ class Algorithm(str, Enum):
     SLIDING_LOG = "sliding_log"
     TOKEN_BUCKET = "token_bucket"
     GCRA = "gcra"
+    #: At most requests held at once, each until released or its lease
+    #: (window) expires: see Client.acquire.
+    CONCURRENCY = "concurrency"
 
 
 _ALGORITHMS = {
@@ -120,6 +134,7 @@ _ALGORITHMS = {
     pb.ALGORITHM_SLIDING_LOG: Algorithm.SLIDING_LOG,
     pb.ALGORITHM_TOKEN_BUCKET: Algorithm.TOKEN_BUCKET,
     pb.ALGORITHM_GCRA: Algorithm.GCRA,
+    pb.ALGORITHM_CONCURRENCY: Algorithm.CONCURRENCY,
 }
 
 
@@ -152,7 +167,13 @@ class Descriptor:
     hits: how much the work consumes on this descriptor (None or 0: 1).
     check_only: ask whether the counter is already past its limit without
     consuming anything (hits is then ignored). limit: a LimitOverride
-    replacing the configured limits for this request.
+    replacing the configured limits for this request. give_back: give the
+    hits back instead of taking them (Envoy's negative hits), for work
+    counted ahead that did not happen: never refused, never past the limit,
+    applied whatever the request's other descriptors decide; a request
+    holding one is always sent, never refused from the memory of refusals.
+    check_only and give_back do not go together, and acquire takes no
+    give_back (its release gives the slots back).
 
     Values may hold any bytes, of any length: a value that is not valid
     UTF-8 is sent as bytes (it counts as the same bytes sent as a string),
@@ -164,6 +185,7 @@ class Descriptor:
     hits: Optional[int] = None
     check_only: bool = False
     limit: Optional[LimitOverride] = None
+    give_back: bool = False
 
     def __init__(
         self,
@@ -171,16 +193,18 @@ class Descriptor:
         hits: Optional[int] = None,
         check_only: bool = False,
         limit: Optional[LimitOverride] = None,
+        give_back: bool = False,
     ):
         es = tuple(e if isinstance(e, Entry) else Entry(*e) for e in entries)
         object.__setattr__(self, "entries", es)
         object.__setattr__(self, "hits", hits)
         object.__setattr__(self, "check_only", check_only)
         object.__setattr__(self, "limit", limit)
+        object.__setattr__(self, "give_back", give_back)
 
 
 def D(*kv: Value, hits: Optional[int] = None, check_only: bool = False,
-      limit: Optional[LimitOverride] = None) -> Descriptor:
+      limit: Optional[LimitOverride] = None, give_back: bool = False) -> Descriptor:
     """A Descriptor whose entries are kv, given as key, value pairs:
     D("path", "/login", "remote_address", "10.0.0.1"). Raises ValueError for
     an odd number of arguments."""
@@ -188,7 +212,7 @@ def D(*kv: Value, hits: Optional[int] = None, check_only: bool = False,
         raise ValueError(f"ratelimitd.D: odd argument count {len(kv)}")
     # Keys that are not str are refused by check, as the caller's mistake.
     pairs = cast("Iterable[Tuple[str, Value]]", zip(kv[0::2], kv[1::2]))
-    return Descriptor(pairs, hits=hits, check_only=check_only, limit=limit)
+    return Descriptor(pairs, hits=hits, check_only=check_only, limit=limit, give_back=give_back)
 
 
 @dataclass(frozen=True)
@@ -283,6 +307,8 @@ def check(domain: str, descriptors: Sequence[Descriptor]) -> None:
         if not desc.check_only and desc.hits is not None and not _int_in(desc.hits, MAX_HITS):
             raise InvalidRequest(f"ratelimitd: descriptor {i}: hits {desc.hits!r} is not a whole number "
                                  f"from 0 to {MAX_HITS}")
+        if desc.check_only and desc.give_back:
+            raise InvalidRequest(f"ratelimitd: descriptor {i}: both check_only and give_back")
         if desc.limit is not None:
             _check_override(i, desc.limit)
         for j, e in enumerate(desc.entries):
@@ -359,6 +385,8 @@ def _build(domain: str, descriptors: Sequence[Descriptor]) -> pb.ShouldRateLimit
             rd.hits = 0
         elif desc.hits:
             rd.hits = desc.hits
+        if desc.give_back:
+            rd.give_back = True
         if desc.limit is not None:
             rd.limit.requests = desc.limit.requests
             rd.limit.window.seconds, us = divmod(micros(desc.limit.window), 1_000_000)
@@ -374,8 +402,9 @@ def _seconds(d) -> float:
     return max(d.seconds + d.nanos / 1e9, 0.0)
 
 
-def decision(resp: pb.ShouldRateLimitResponse) -> Decision:
-    """Converts ratelimitd's answer."""
+def decision(resp: Union[pb.ShouldRateLimitResponse, pb.AcquireResponse, pb.RenewResponse]) -> Decision:
+    """Converts ratelimitd's answer (to ShouldRateLimit, Acquire or Renew,
+    which has no headers)."""
     allowed = resp.code != pb.CODE_OVER_LIMIT
     statuses = []
     retry = 0.0
@@ -392,7 +421,7 @@ def decision(resp: pb.ShouldRateLimitResponse) -> Decision:
             retry = max(retry, s.retry_after)
         statuses.append(s)
     return Decision(allowed=allowed, statuses=tuple(statuses), retry_after=retry,
-                    headers=tuple((h.name, h.value) for h in resp.headers))
+                    headers=tuple((h.name, h.value) for h in getattr(resp, "headers", ())))
 
 
 _C = grpc.ChannelConnectivity
@@ -508,7 +537,8 @@ class _Base:
                  refusal_cache: float = DEFAULT_REFUSAL_CACHE,
                  refusal_cache_size: int = DEFAULT_REFUSAL_CACHE_SIZE,
                  clock: Callable[[], float] = time.monotonic,
-                 connect_timeout: Optional[float] = DEFAULT_CONNECT_TIMEOUT):
+                 connect_timeout: Optional[float] = DEFAULT_CONNECT_TIMEOUT, auto_renew: bool = False):
+        self._auto_renew = auto_renew
         # The generated stub serves both channels: its calls are awaitable
         # on a grpc.aio.Channel.
         self._stub = pb_grpc.RateLimitServiceStub(channel)
@@ -532,6 +562,15 @@ class _Base:
     def _start_connecting(self, channel) -> None:
         """Asks channel to connect, and notes how to learn its state."""
         raise NotImplementedError
+
+    @staticmethod
+    def _start_timer(delay: float, f: Callable[[], object]) -> Callable[[], object]:
+        """Calls f in delay seconds (auto_renew's timers; tests replace it),
+        and returns what cancels it: here a daemon thread's timer."""
+        t = threading.Timer(delay, f)
+        t.daemon = True
+        t.start()
+        return t.cancel
 
     def _wait_left(self, state) -> Optional[float]:
         """The step of a call waiting for the connection, which is in state:
@@ -570,7 +609,9 @@ class _Base:
         None, the remembered refusal or None). The key is built only when
         something is remembered: see _decided."""
         check(domain, descriptors)
-        if not self._refusals:  # off, or nothing remembered
+        if not self._refusals or any(d.give_back for d in descriptors):
+            # Off, or nothing remembered; or a request whose give-backs
+            # apply whatever it decides, which a refusal from memory would lose.
             return None, None
         key = refusal_key(domain, descriptors)
         d = self._refusals.get(key)
@@ -583,41 +624,59 @@ class _Base:
         """ratelimitd's decision resp, remembered when a refusal with a
         retry-after, under key (built now if _remembered did not)."""
         d = decision(resp)
-        if not d.allowed and self._refusals is not None and d.retry_after > 0:
+        if (not d.allowed and self._refusals is not None and d.retry_after > 0
+                and not any(d.give_back for d in descriptors)):
             self._refusals.put(refusal_key(domain, descriptors) if key is None else key, d)
         return d
+
+    def _acquire_request(self, domain: str, descriptors: Sequence[Descriptor]) -> pb.AcquireRequest:
+        """The Acquire request for descriptors; raises InvalidRequest."""
+        check(domain, descriptors)
+        for i, desc in enumerate(descriptors):
+            if desc.give_back:
+                raise InvalidRequest(f"ratelimitd: descriptor {i}: give_back in acquire")
+        return pb.AcquireRequest(domain=domain, descriptors=_build(domain, descriptors).descriptors)
+
+    def _acquired(self, domain: str, descriptors: Sequence[Descriptor],
+                  resp: Optional[pb.AcquireResponse], err: Optional[grpc.RpcError]):
+        """The decision on an Acquire (ratelimitd's answer resp, or the
+        failure policy's on err), passed to the hook, and the lease it
+        answered (None when nothing is held)."""
+        d = decision(resp) if resp is not None else self._failed(cast(grpc.RpcError, err), "Acquire")
+        lease = resp.lease if resp is not None and d.allowed and resp.HasField("lease") and resp.lease.id else None
+        return self._hook(domain, descriptors, d), lease
 
     def _budget(self, timeout: Optional[float]) -> Optional[float]:
         if timeout is None:
             return self._timeout
         return timeout if timeout > 0 else None
 
-    def _failed(self, err: grpc.RpcError) -> Decision:
+    def _failed(self, err: grpc.RpcError, method: str = "ShouldRateLimit") -> Decision:
         """The failure policy's decision on ratelimitd's error err; raises
         InvalidRequest for INVALID_ARGUMENT."""
         code = err.code() if hasattr(err, "code") else None
         if code == grpc.StatusCode.INVALID_ARGUMENT:
             raise InvalidRequest(f"ratelimitd: {err.details()}", err) from err
         if code == grpc.StatusCode.UNIMPLEMENTED:
-            self._unimplemented()
+            self._unimplemented(method)
         with self._lock:
             self._failures += 1
             if not self._fail_closed:
                 self._fail_opens += 1
         return Decision(allowed=not self._fail_closed, error=err)
 
-    def _unimplemented(self) -> None:
+    def _unimplemented(self, method: str) -> None:
         with self._lock:
             if self._unimplemented_logged:
                 return
             self._unimplemented_logged = True
         self._log.error(
-            "ratelimitd: the server does not implement ratelimit.v1.RateLimitService/ShouldRateLimit "
-            "(UNIMPLEMENTED): is this client pointed at ratelimitd, or at another rate limit service "
-            "(such as envoyproxy/ratelimit, which serves only Envoy's envoy.service.ratelimit.v3; use "
-            "ratelimitd.envoy_rls for it)? Calls so answered are decided by the failure policy (%s); "
-            "this is logged once.",
-            "fail closed" if self._fail_closed else "fail open")
+            "ratelimitd: the server does not implement ratelimit.v1.RateLimitService/%s "
+            "(UNIMPLEMENTED): is this client pointed at ratelimitd (one recent enough for the method), or at "
+            "another rate limit service (such as envoyproxy/ratelimit, which serves only Envoy's "
+            "envoy.service.ratelimit.v3; use ratelimitd.envoy_rls for it)? Calls so answered are decided by "
+            "the failure policy (%s); this is logged once.",
+            method, "fail closed" if self._fail_closed else "fail open")
 
     def _hook(self, domain: str, descriptors: Sequence[Descriptor], d: Decision) -> Decision:
         if self._on_decision is not None:
@@ -669,6 +728,13 @@ class Client(_Base):
     Decision.local is then True, and local_refusals counts them.
     refusal_cache_size bounds how many are remembered (10000). clock: the
     seconds clock of that memory (time.monotonic).
+
+    auto_renew: renew each lease acquire holds halfway to its expiry (no
+    sooner than 0.1 s) until it is released, for work that may outlive its
+    limit's window: on a daemon thread's timer (an AsyncClient's: a task of
+    its event loop). A slot is then held as long as the work, and a lease
+    never released holds it as long as the process lives. A lease lost all
+    the same (ratelimitd away past its expiry) is logged (warning).
     """
 
     def should_rate_limit(self, domain: str, *descriptors: Descriptor,
@@ -692,6 +758,33 @@ class Client(_Base):
             d = self._decided(domain, descriptors, key, resp)
         return self._hook(domain, descriptors, d)
 
+    def acquire(self, domain: str, *descriptors: Descriptor, timeout: Optional[float] = None,
+                metadata: Optional[Sequence[Tuple[str, str]]] = None) -> "Lease":
+        """Takes slots of the concurrency limits (algorithm: concurrency)
+        of domain's rules that descriptors match, and counts on their other
+        limits as should_rate_limit does, and returns the Lease holding
+        them, a context manager that releases it on exit, exception or not:
+
+            with rl.acquire("jobs", D("tenant", t)) as lease:
+                if not lease.allowed:
+                    ...  # all slots busy: retry in lease.decision.retry_after
+                ...  # the work
+
+        The decision (lease.decision) is should_rate_limit's: refused, or
+        decided by the failure policy, nothing is held, and release does
+        nothing; so where no concurrency limit applies. Raises
+        InvalidRequest for a malformed request (a give_back descriptor
+        among them). The memory of refusals is not used: a slot may free at
+        any time. A slot frees itself when its lease expires (the limit's
+        window): work that may outlive it calls lease.renew()."""
+        req = self._acquire_request(domain, descriptors)
+        self._await_connection()
+        try:
+            resp, err = self._stub.Acquire(req, timeout=self._budget(timeout), metadata=metadata), None
+        except grpc.RpcError as e:
+            resp, err = None, e
+        d, lease = self._acquired(domain, descriptors, resp, err)
+        return Lease(self, req, d, lease)
 
     def _start_connecting(self, channel: grpc.Channel) -> None:
         self._conn = _connectivity(channel)
@@ -748,6 +841,11 @@ class AsyncClient(_Base):
         if self._channel is not None and self._channel.get_state(try_to_connect=True) is not _C.READY:
             self._since = time.monotonic()
 
+    @staticmethod
+    def _start_timer(delay: float, f: Callable[[], object]) -> Callable[[], object]:
+        """See _Base._start_timer: here the running event loop's."""
+        return asyncio.get_running_loop().call_later(delay, f).cancel
+
     async def _await_connection(self) -> None:
         """See Client._await_connection."""
         ch = self._channel
@@ -783,3 +881,307 @@ class AsyncClient(_Base):
         else:
             d = self._decided(domain, descriptors, key, resp)
         return self._hook(domain, descriptors, d)
+
+    def acquire(self, domain: str, *descriptors: Descriptor, timeout: Optional[float] = None,
+                metadata: Optional[Sequence[Tuple[str, str]]] = None) -> "_Acquiring":
+        """Client.acquire for asyncio: await it for the AsyncLease, or use
+        it as an async context manager, which releases on exit, exception
+        or cancellation alike:
+
+            async with rl.acquire("jobs", D("tenant", t)) as lease:
+                if not lease.allowed:
+                    ...
+        """
+        return _Acquiring(self._acquire(domain, descriptors, timeout, metadata))
+
+    async def _acquire(self, domain: str, descriptors: Sequence[Descriptor], timeout: Optional[float],
+                       metadata: Optional[Sequence[Tuple[str, str]]]) -> "AsyncLease":
+        req = self._acquire_request(domain, descriptors)
+        await self._await_connection()
+        try:
+            resp, err = await self._stub.Acquire(req, timeout=self._budget(timeout), metadata=metadata), None
+        except grpc.RpcError as e:
+            resp, err = None, e
+        d, lease = self._acquired(domain, descriptors, resp, err)
+        return AsyncLease(self, req, d, lease)
+
+
+class LeaseLost(Exception):
+    """Raised by renew when the lease has expired or was released: its
+    slots may be held by others now; the work should stop, or acquire
+    again."""
+
+
+def _invalid(err: grpc.RpcError) -> Exception:
+    """err, or InvalidRequest when ratelimitd answered INVALID_ARGUMENT."""
+    if hasattr(err, "code") and err.code() == grpc.StatusCode.INVALID_ARGUMENT:
+        return InvalidRequest(f"ratelimitd: {err.details()}", err)
+    return err
+
+
+class _LeaseBase:
+    """What Lease and AsyncLease share: the Acquire's request and
+    decision, the lease held, and the requests that release and renew it."""
+
+    def __init__(self, client: _Base, req: pb.AcquireRequest, decision: Decision, lease: Optional[pb.Lease]):
+        self._client = client
+        self._req = req
+        #: The Acquire's decision, as should_rate_limit's.
+        self.decision = decision
+        self._id: Optional[bytes] = None
+        self._expires_at: Optional[float] = None
+        self._hold(lease)
+        # Released, or lost: release and renew do nothing more.
+        self._ended = False
+        self._release_error: Optional[Exception] = None
+        # Set when release is called: auto_renew stops. The cancel of the
+        # next renewal's timer, under _timer_lock.
+        self._releasing = False
+        self._timer_lock = threading.Lock()
+        self._cancel: Optional[Callable[[], object]] = None
+
+    @property
+    def allowed(self) -> bool:
+        """Whether the work may proceed: decision.allowed."""
+        return self.decision.allowed
+
+    @property
+    def expires_at(self) -> Optional[float]:
+        """When the slots free themselves unless renewed, in seconds since
+        the epoch (as time.time(), on ratelimitd's clock), or None when
+        nothing is held."""
+        return self._expires_at
+
+    def _hold(self, lease: Optional[pb.Lease]) -> None:
+        self._id = lease.id if lease is not None else None
+        self._expires_at = (lease.expires_at.seconds + lease.expires_at.nanos / 1e9
+                            if lease is not None and lease.HasField("expires_at") else None)
+
+    def _start_release(self) -> Optional[pb.ReleaseRequest]:
+        """Ends the lease, and returns the request to send, None when there
+        is none (nothing held, or ended already). Under the op lock."""
+        if self._ended:
+            return None
+        self._ended = True
+        if self._id is None:
+            return None
+        req = pb.ReleaseRequest(domain=self._req.domain, descriptors=self._req.descriptors, lease_id=self._id)
+        self._hold(None)
+        return req
+
+    def _renew_request(self) -> Optional[pb.RenewRequest]:
+        """The request renewing the lease, None when nothing was ever held;
+        raises LeaseLost once it ended. Under the op lock."""
+        if self._ended:
+            raise LeaseLost("ratelimitd: lease expired or released")
+        if self._id is None:
+            return None
+        return pb.RenewRequest(domain=self._req.domain, descriptors=self._req.descriptors, lease_id=self._id)
+
+    def _renewed(self, resp: pb.RenewResponse) -> None:
+        """Holds the renewed lease of resp; raises LeaseLost when refused."""
+        if resp.code == pb.CODE_OVER_LIMIT or not resp.HasField("lease"):
+            self._ended = True
+            self._hold(None)
+            raise LeaseLost("ratelimitd: lease expired or released")
+        self._hold(resp.lease)
+
+    def _keep(self, last: Optional[BaseException], renew: Callable[[], object]) -> None:
+        """Schedules renew halfway to the expiry (no sooner than 0.1 s),
+        after the failure last if any; once the lease expired without a
+        renewal, logs it lost instead. Nothing once released."""
+        with self._timer_lock:
+            if self._releasing or self._ended or self._expires_at is None:
+                return
+            left = self._expires_at - time.time()
+            if last is not None and left <= 0:
+                self._log_lost(last)
+                return
+            self._cancel = self._client._start_timer(max(left / 2, _MIN_RENEW_WAIT), renew)
+
+    def _stop_keeping(self) -> None:
+        """Stops auto_renew: called first thing by release."""
+        with self._timer_lock:
+            self._releasing = True
+            if self._cancel is not None:
+                self._cancel()
+
+    def _log_lost(self, err: BaseException) -> None:
+        self._client._log.warning("ratelimitd: a lease held was lost; its slots may be held by others (domain %s): %s",
+                                  self._req.domain, err)
+
+    def _log_release(self, err: BaseException) -> None:
+        self._client._log.warning("ratelimitd: release failed; the slots free themselves when their lease "
+                                  "expires (domain %s): %s", self._req.domain, err)
+
+
+class Lease(_LeaseBase):
+    """The slots one Client.acquire took, until release() gives them back
+    or the lease expires (expires_at); renew() extends it. A context
+    manager that releases on exit (a failed release is logged, not
+    raised). Safe for use by several threads."""
+
+    def __init__(self, client: _Base, req: pb.AcquireRequest, decision: Decision, lease: Optional[pb.Lease]):
+        super().__init__(client, req, decision, lease)
+        self._op = threading.Lock()  # serializes release and renew
+        if client._auto_renew:
+            self._keep(None, self._renew_kept)
+
+    def _renew_kept(self) -> None:
+        """auto_renew's renewal, on the timer's thread."""
+        try:
+            self.renew()
+        except LeaseLost as err:
+            if not self._releasing:
+                self._log_lost(err)
+            return
+        except Exception as err:
+            self._keep(err, self._renew_kept)
+            return
+        self._keep(None, self._renew_kept)
+
+    def __enter__(self) -> "Lease":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        try:
+            self.release()
+        except Exception as err:  # the block's own exception, if any, matters more
+            self._log_release(err)
+
+    def release(self) -> None:
+        """Gives the slots back, exactly those, once: later calls do nothing
+        (or raise the first one's error again). Waits for ratelimitd at most
+        RELEASE_TIMEOUT. Raises ratelimitd's error (a grpc.RpcError) when it
+        could not be told: the slots then free themselves when the lease
+        expires."""
+        self._stop_keeping()
+        with self._op:
+            if self._release_error is not None:
+                raise self._release_error
+            req = self._start_release()
+            if req is None:
+                return
+            try:
+                self._client._stub.Release(req, timeout=RELEASE_TIMEOUT)
+            except grpc.RpcError as err:
+                self._release_error = _invalid(err)
+                raise self._release_error from None
+
+    def renew(self, timeout: Optional[float] = None) -> None:
+        """Extends the lease to a full lease from now (the limit's window);
+        expires_at then says until when. Raises LeaseLost when it has
+        expired or was released, and ratelimitd's error (a grpc.RpcError)
+        when it could not be asked within the budget (timeout, else the
+        client's): the lease then still ends at expires_at. Does nothing
+        when nothing was ever held."""
+        with self._op:
+            req = self._renew_request()
+            if req is None:
+                return
+            try:
+                resp = self._client._stub.Renew(req, timeout=self._client._budget(timeout))
+            except grpc.RpcError as err:
+                raise _invalid(err) from None
+            self._renewed(resp)
+
+
+class AsyncLease(_LeaseBase):
+    """Lease for asyncio (AsyncClient.acquire): release and renew are
+    coroutines, and it is an async context manager. A release runs to its
+    end even when the task awaiting it is cancelled."""
+
+    def __init__(self, client: _Base, req: pb.AcquireRequest, decision: Decision, lease: Optional[pb.Lease]):
+        super().__init__(client, req, decision, lease)
+        self._op = asyncio.Lock()  # serializes release and renew
+        self._renewing: Optional["asyncio.Future[None]"] = None  # auto_renew's renewal in flight
+        if client._auto_renew:
+            self._keep(None, self._renew_now)
+
+    def _renew_now(self) -> None:
+        self._renewing = asyncio.ensure_future(self._renew_kept())
+
+    async def _renew_kept(self) -> None:
+        """auto_renew's renewal, a task of the event loop."""
+        try:
+            await self.renew()
+        except LeaseLost as err:
+            if not self._releasing:
+                self._log_lost(err)
+            return
+        except Exception as err:
+            self._keep(err, self._renew_now)
+            return
+        self._keep(None, self._renew_now)
+
+    async def __aenter__(self) -> "AsyncLease":
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        try:
+            await self.release()
+        except Exception as err:  # the block's own exception, if any, matters more
+            self._log_release(err)
+
+    async def release(self) -> None:
+        """See Lease.release. It is shielded from cancellation: a cancelled
+        caller gets CancelledError while the release goes on (and logs its
+        failure, if it fails)."""
+        self._stop_keeping()
+        if self._renewing is not None:
+            self._renewing.cancel()  # a renewal in flight gives up
+        task = asyncio.ensure_future(self._release())
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            task.add_done_callback(self._released_late)
+            raise
+
+    def _released_late(self, task: "asyncio.Future[None]") -> None:
+        if not task.cancelled() and task.exception() is not None:
+            self._log_release(cast(BaseException, task.exception()))
+
+    async def _release(self) -> None:
+        async with self._op:
+            if self._release_error is not None:
+                raise self._release_error
+            req = self._start_release()
+            if req is None:
+                return
+            try:
+                await self._client._stub.Release(req, timeout=RELEASE_TIMEOUT)
+            except grpc.RpcError as err:
+                self._release_error = _invalid(err)
+                raise self._release_error from None
+
+    async def renew(self, timeout: Optional[float] = None) -> None:
+        """See Lease.renew."""
+        async with self._op:
+            req = self._renew_request()
+            if req is None:
+                return
+            try:
+                resp = await self._client._stub.Renew(req, timeout=self._client._budget(timeout))
+            except grpc.RpcError as err:
+                raise _invalid(err) from None
+            self._renewed(resp)
+
+
+class _Acquiring:
+    """AsyncClient.acquire's answer: awaitable (the AsyncLease), and an
+    async context manager holding the lease for its block."""
+
+    def __init__(self, acquiring: Awaitable[AsyncLease]):
+        self._acquiring = acquiring
+        self._lease: Optional[AsyncLease] = None
+
+    def __await__(self):
+        return self._acquiring.__await__()
+
+    async def __aenter__(self) -> AsyncLease:
+        lease = self._lease = await self._acquiring
+        return lease
+
+    async def __aexit__(self, *exc) -> None:
+        if self._lease is not None:
+            await self._lease.__aexit__(*exc)

@@ -24,9 +24,9 @@ class Block:
 
 
 class Servicer(pb_grpc.RateLimitServiceServicer):
-    """Answers each call with the next scripted answer: a
-    ShouldRateLimitResponse, a (grpc.StatusCode, details) error, or a Block.
-    It records the requests."""
+    """Answers each call with the next scripted answer: a response (of the
+    method's type), a (grpc.StatusCode, details) error, or a Block. It
+    records the requests."""
 
     def __init__(self):
         self.script = queue.Queue()
@@ -34,6 +34,19 @@ class Servicer(pb_grpc.RateLimitServiceServicer):
         self.blocks = []
 
     def ShouldRateLimit(self, request, context):
+        return self._answer(request, context, pb.ShouldRateLimitResponse)
+
+    # The lease calls answer from the same script, in order.
+    def Acquire(self, request, context):
+        return self._answer(request, context, pb.AcquireResponse)
+
+    def Release(self, request, context):
+        return self._answer(request, context, pb.ReleaseResponse)
+
+    def Renew(self, request, context):
+        return self._answer(request, context, pb.RenewResponse)
+
+    def _answer(self, request, context, empty):
         self.requests.append(request)
         try:
             answer = self.script.get_nowait()
@@ -42,7 +55,7 @@ class Servicer(pb_grpc.RateLimitServiceServicer):
         if isinstance(answer, Block):
             self.blocks.append(answer)
             answer.event.wait(30)
-            return pb.ShouldRateLimitResponse(code=pb.CODE_OK)
+            return empty()
         if isinstance(answer, tuple):
             context.abort(*answer)
         return answer
@@ -92,6 +105,13 @@ def over(*statuses, headers=()):
     """A refusing answer."""
     return pb.ShouldRateLimitResponse(code=pb.CODE_OVER_LIMIT, statuses=list(statuses),
                                       headers=[pb.Header(name=n, value=v) for n, v in headers])
+
+
+def lease(lease_id, expires_at=0.0):
+    """A Lease of lease_id (bytes) expiring at expires_at (Unix seconds)."""
+    from google.protobuf import timestamp_pb2
+    sec = int(expires_at)
+    return pb.Lease(id=lease_id, expires_at=timestamp_pb2.Timestamp(seconds=sec, nanos=int((expires_at - sec) * 1e9)))
 
 
 def status(over_limit=False, name="", requests=0, window=0, remaining=0, reset=(0, 0), retry=(0, 0),

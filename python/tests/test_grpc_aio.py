@@ -153,7 +153,7 @@ class APITest(unittest.TestCase):
     def test_algorithm_enum(self):
         A = ratelimitd.Algorithm
         self.assertEqual([a.value for a in A], ["sliding_window", "fixed_window", "sliding_log", "token_bucket",
-                                                "gcra"])
+                                                "gcra", "concurrency"])
         self.assertEqual(A.GCRA, "gcra")
         self.assertEqual(f"{A.TOKEN_BUCKET}", "token_bucket")
         self.assertEqual(str(A.SLIDING_LOG), "sliding_log")

@@ -1,5 +1,5 @@
 // Compiled, not run, by types.test.js: the package's types as a TypeScript user sees them.
-import { Client, Quota, D, middleware, envoyRatelimitV3, ratelimitV1, rlqsV3, Decision, RateLimiter, FakeRateLimiter, RateLimitError, NoAssignmentError, grpc, DEFAULT_CONNECT_TIMEOUT_MS, DEFAULT_REFUSAL_CACHE_MS, DEFAULT_REFUSAL_CACHE_SIZE, DEFAULT_REPORTING_INTERVAL_MS } from 'ratelimitd';
+import { Client, Quota, D, Lease, withSlot, SlotRefusedError, LeaseLostError, RELEASE_TIMEOUT_MS, middleware, envoyRatelimitV3, ratelimitV1, rlqsV3, Decision, RateLimiter, FakeRateLimiter, RateLimitError, NoAssignmentError, grpc, DEFAULT_CONNECT_TIMEOUT_MS, DEFAULT_REFUSAL_CACHE_MS, DEFAULT_REFUSAL_CACHE_SIZE, DEFAULT_REPORTING_INTERVAL_MS } from 'ratelimitd';
 import * as http from 'node:http';
 async function ask(rl: RateLimiter): Promise<boolean> {
   try {
@@ -32,6 +32,22 @@ async function main(): Promise<void> {
   const code: envoyRatelimitV3.RateLimitResponse_Code = envoyRatelimitV3.RateLimitResponse_Code.OK;
   const r: ratelimitV1.ShouldRateLimitRequest = ratelimitV1.ShouldRateLimitRequest.fromPartial({ domain: 'x' });
   console.log(n, e, code, r);
+  const lease: Lease = await c.acquire('jobs', [D('job', 'export')], { timeoutMs: RELEASE_TIMEOUT_MS });
+  const until: Date | null = lease.expiresAt;
+  try {
+    await lease.renew();
+  } catch (err) {
+    if (!(err instanceof LeaseLostError)) throw err;
+  } finally {
+    await lease.release();
+  }
+  try {
+    const got: number = await withSlot(c, 'jobs', [{ ...D('job', 'export'), hits: 2 }], async (l: Lease) => (l.allowed ? 1 : 0));
+    console.log(got, until);
+  } catch (err) {
+    if (err instanceof SlotRefusedError) console.log(err.decision.retryAfterMs);
+  }
+  await c.shouldRateLimit('edge', [{ ...D('tokens', 'u'), hits: 3, giveBack: true }]);
   q.close();
 }
 main();
