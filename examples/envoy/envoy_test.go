@@ -34,6 +34,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/ratelimitd/ratelimitd/backend"
 	"github.com/ratelimitd/ratelimitd/backend/backendtest"
 	"github.com/ratelimitd/ratelimitd/backend/memory"
 	"github.com/ratelimitd/ratelimitd/config"
@@ -444,6 +445,13 @@ func startRatelimitdOn(t *testing.T, rules *config.Rules, opts server.Options, c
 	t.Helper()
 	store := memory.New(memory.Options{Now: clock.Now})
 	t.Cleanup(func() { store.Close() })
+	return serveRatelimitd(t, store, rules, opts)
+}
+
+// serveRatelimitd starts ratelimitd's server with opts under rules on
+// store, and returns a connection to its gRPC port.
+func serveRatelimitd(t *testing.T, store backend.Store, rules *config.Rules, opts server.Options) *grpc.ClientConn {
+	t.Helper()
 	srv := server.New(store, rules, opts)
 	t.Cleanup(srv.EndHealthWatches) // ends the RLQS sharing loop, after the gRPC server stops
 	g := grpc.NewServer(srv.GRPCOptions()...)
