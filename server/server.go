@@ -117,7 +117,8 @@ type Options struct {
 	// X-RateLimit-Limit header: a status's current_limit.name is the
 	// rule's name and empty when it has none (not the key path),
 	// duration_until_reset is in whole seconds, rounded up, and a refusal's
-	// dynamic metadata does not name the rule that refused (DecidedByKey).
+	// dynamic metadata does not name the rule that refused (DecidedByKey), nor an
+	// admitted one the leases it took (LeasesKey).
 	EnvoyproxyAnswers bool
 	// Now is the clock of the decisions the server makes without its
 	// store (bans), and of the hot keys; nil means time.Now.

@@ -365,7 +365,7 @@ func defineFlags(fs *flag.FlagSet, f *flags) {
 		return err
 	})
 	fs.BoolVar(&f.envoyproxyAnswers, "envoyproxy-answers", false, "answer Envoy's RateLimitService as envoyproxy/ratelimit does: current_limit.name only when the rule names its limit,\n"+
-		"duration_until_reset in whole seconds, no decided_by in a refusal's dynamic metadata (set by --compat envoyproxy)")
+		"duration_until_reset in whole seconds, no decided_by nor ratelimitd_leases in the dynamic metadata (set by --compat envoyproxy)")
 	fs.TextVar(&f.logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn or error")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
 	fs.BoolVar(&f.version, "version", false, "print the version and exit")
