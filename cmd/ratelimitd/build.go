@@ -184,6 +184,7 @@ func (b *built) servers(ctx context.Context, rules *config.Rules, reg *prometheu
 		UnknownDomains: f.unknownDomains,
 		Overrides: overrides.Options{
 			Max:    f.maxOverrides,
+			Logger: log.With("component", "overrides"),
 			Config: []config.Option{config.WithDefaultAlgorithm(f.defaultAlgorithm)},
 		},
 		AdminTokens: tokens,

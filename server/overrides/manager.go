@@ -33,7 +33,7 @@ const (
 var (
 	// ErrNotFound: no override for that descriptor, or no rule matches
 	// the descriptor to reset.
-	ErrNotFound = errors.New("overrides: not found")
+	ErrNotFound = errors.New("not found")
 	// ErrFull: the store holds Options.Max overrides already.
 	ErrFull = errors.New("overrides: too many overrides")
 	// ErrUnsupported: the store keeps no overrides, or resets no
@@ -177,7 +177,7 @@ func (m *Manager) Delete(ctx context.Context, domain string, entries []Entry, re
 	case err != nil:
 		return fmt.Errorf("overrides: store: %w", err)
 	case !found:
-		return ErrNotFound
+		return fmt.Errorf("no override of that descriptor: %w", ErrNotFound)
 	}
 	m.audit(opDelete, by, domain, entries, reason, "version", version, "set_version", setVersion)
 	m.syncNow(ctx)
@@ -207,7 +207,7 @@ func (m *Manager) Reset(ctx context.Context, domain string, entries []Entry, rea
 	case err != nil:
 		return 0, invalid("%v", err)
 	case len(reqs) == 0:
-		return 0, fmt.Errorf("%w: no rule with limits matches the descriptor", ErrNotFound)
+		return 0, fmt.Errorf("no rule with limits matches the descriptor: %w", ErrNotFound)
 	}
 	if err := rs.Reset(ctx, reqs); err != nil {
 		return 0, fmt.Errorf("overrides: store: %w", err)
