@@ -282,9 +282,13 @@ func RunReset(t *testing.T, newStore NewStore) {
 			l := backend.Limit{Algorithm: a, Requests: 10, Window: time.Minute}
 			req := backend.Request{Key: CounterKey("k", l), Tag: "k", Limit: l, Hits: 10}
 			other := backend.Request{Key: CounterKey("other", l), Tag: "other", Limit: l, Hits: 4}
-			if fresh := take1(t, st, backend.Request{Key: CounterKey("fresh", l), Limit: l}); fresh.Remaining != l.Capacity() {
-				// Concurrency, until the stores implement it (issue 25).
-				t.Skipf("a fresh counter of %v reports %+v: the store does not implement it yet", a, fresh)
+			if a == backend.Concurrency {
+				// Until the stores implement it (issue 25).
+				fresh := make([]backend.Result, 1)
+				err := st.Take(t.Context(), []backend.Request{{Key: CounterKey("fresh", l), Limit: l}}, fresh)
+				if err != nil || fresh[0].Remaining != l.Capacity() {
+					t.Skipf("a fresh counter of %v reports %+v, %v: the store does not implement it yet", a, fresh[0], err)
+				}
 			}
 			take(t, st, other)
 			if a == backend.SlidingWindow {
@@ -309,7 +313,7 @@ func RunReset(t *testing.T, newStore NewStore) {
 			if res.OverLimit || res.Remaining != 0 {
 				t.Errorf("a full take after Reset: %+v, want admitted, remaining 0", res)
 			}
-			if got := remaining(t, st, other.Key, l); got >= l.Capacity() {
+			if got := take1(t, st, backend.Request{Key: other.Key, Tag: other.Tag, Limit: l}).Remaining; got >= l.Capacity() {
 				t.Errorf("another key's remaining after Reset = %d, want less than %d: Reset forgot it too", got, l.Capacity())
 			}
 		})
@@ -329,11 +333,11 @@ func RunReset(t *testing.T, newStore NewStore) {
 		}
 		reset(t, r, reqs...)
 		for _, req := range reqs {
-			if got := remaining(t, st, req.Key, l); got != 5 {
+			if got := take1(t, st, backend.Request{Key: req.Key, Tag: req.Tag, Limit: l}).Remaining; got != 5 {
 				t.Errorf("remaining on %q after Reset = %d, want 5", req.Key, got)
 			}
 		}
-		if got := remaining(t, st, kept.Key, l); got != 2 {
+		if got := take1(t, st, backend.Request{Key: kept.Key, Tag: kept.Tag, Limit: l}).Remaining; got != 2 {
 			t.Errorf("remaining on %q, not reset, = %d, want 2", kept.Key, got)
 		}
 	})

@@ -160,3 +160,23 @@ func (c *cache) sweep(now int64) {
 	}
 	c.size.Store(int64(len(c.m)))
 }
+
+// forget drops the entries of reqs' counters, whatever their limits: a
+// reset counter (Store.Reset) refuses nothing that Redis would admit.
+func (c *cache) forget(reqs []backend.Request) {
+	if c.size.Load() == 0 {
+		return
+	}
+	keys := make(map[string]struct{}, len(reqs))
+	for i := range reqs {
+		keys[reqs[i].Key] = struct{}{}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k := range c.m {
+		if _, ok := keys[k.key]; ok {
+			delete(c.m, k)
+		}
+	}
+	c.size.Store(int64(len(c.m)))
+}

@@ -11,6 +11,8 @@ import (
 var (
 	_ backend.Store              = (*redis.Store)(nil)
 	_ backend.ShareStore         = (*redis.Store)(nil)
+	_ backend.OverrideStore      = (*redis.Store)(nil)
+	_ backend.Resetter           = (*redis.Store)(nil)
 	_ backend.StateReporter      = (*redis.Store)(nil)
 	_ backend.BreakerReporter    = (*redis.Store)(nil)
 	_ backend.LocalCacheReporter = (*redis.Store)(nil)

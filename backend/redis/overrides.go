@@ -1,0 +1,390 @@
+package redis
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+	"github.com/sony/gobreaker/v2"
+
+	"github.com/ratelimitd/ratelimitd/backend"
+)
+
+// Overrides (backend.OverrideStore) live in Redis, so that every replica
+// sees them and they outlive the daemons: a hash of the records by id and
+// the set's version, two keys under one hash tag (one Cluster slot),
+// after the store's prefix (see overrideKeys). They carry no TTL, so that
+// no eviction policy but allkeys-* drops them. overrides.lua changes and
+// reads them, atomically; a poll whose version has not changed is one
+// GET. The PerSecond store holds none.
+//
+// Reset (backend.Resetter) deletes the Redis keys of each request's
+// counter, as take.lua names them, with reset.lua: on Cluster one run per
+// hash tag, the runs in one pipeline.
+//
+// Each call runs under its node's circuit breaker, on a context of the
+// store's (the caller's values; the caller's deadline, or without one the
+// store's Timeout), as an exchange of shares does: an operator's call, or
+// a replica's poll, is off the decision path. An unreachable Redis is an
+// error, never an empty set: the caller keeps the overrides it last saw.
+
+var (
+	_ backend.OverrideStore = (*Store)(nil)
+	_ backend.Resetter      = (*Store)(nil)
+)
+
+var (
+	//go:embed overrides.lua
+	overridesSource string
+	overridesScript = goredis.NewScript(overridesSource)
+	//go:embed reset.lua
+	resetSource string
+	resetScript = goredis.NewScript(resetSource)
+)
+
+// overridesTag is the hash tag of the overrides' keys.
+const overridesTag = "{overrides}"
+
+// overrideKeys returns the Redis keys of the overrides' records and of
+// their version under prefix.
+func overrideKeys(prefix string) (records, version string) {
+	return prefix + overridesTag + ":records", prefix + overridesTag + ":version"
+}
+
+// PutOverride implements backend.OverrideStore.
+func (s *Store) PutOverride(ctx context.Context, id string, rec []byte, max int) (uint64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, fmt.Errorf("redis: put override: %w", err)
+	}
+	stored, v, err := s.changeOverride(ctx, "put", id, rec, max)
+	switch {
+	case err != nil:
+		return 0, fmt.Errorf("redis: put override: %w", err)
+	case !stored:
+		return 0, fmt.Errorf("redis: put override: %w (%d)", backend.ErrTooManyOverrides, max)
+	}
+	return v, nil
+}
+
+// DeleteOverride implements backend.OverrideStore.
+func (s *Store) DeleteOverride(ctx context.Context, id string) (bool, uint64, error) {
+	if err := ctx.Err(); err != nil {
+		return false, 0, fmt.Errorf("redis: delete override: %w", err)
+	}
+	found, v, err := s.changeOverride(ctx, "delete", id)
+	if err != nil {
+		return false, 0, fmt.Errorf("redis: delete override: %w", err)
+	}
+	return found, v, nil
+}
+
+// changeOverride runs overrides.lua's op put or delete with args, and
+// returns whether it changed the set, and the set's version after it.
+func (s *Store) changeOverride(ctx context.Context, op string, args ...any) (bool, uint64, error) {
+	records, version := overrideKeys(s.prefix)
+	type change struct {
+		done bool
+		v    uint64
+	}
+	c, err := admin(ctx, s, records, func(rctx context.Context) (change, error) {
+		reply, err := overridesScript.Run(rctx, s.client, []string{records, version}, append([]any{op}, args...)...).Slice()
+		if err != nil {
+			return change{}, err
+		}
+		if len(reply) != 2 {
+			return change{}, fmt.Errorf("overrides.lua replied %d values to %s, want 2", len(reply), op)
+		}
+		done, err1 := replyInt(reply[0])
+		v, err2 := replyVersion(reply[1])
+		return change{done == 1, v}, errors.Join(err1, err2)
+	})
+	return c.done, c.v, err
+}
+
+// Overrides implements backend.OverrideStore: one GET of the version,
+// and, when it is not since, one run of overrides.lua that reads the
+// records and the version together.
+func (s *Store) Overrides(ctx context.Context, since uint64) (map[string][]byte, uint64, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, 0, fmt.Errorf("redis: overrides: %w", err)
+	}
+	records, version := overrideKeys(s.prefix)
+	type set struct {
+		recs map[string][]byte
+		v    uint64
+	}
+	got, err := admin(ctx, s, records, func(rctx context.Context) (set, error) {
+		cur, err := s.client.Get(rctx, version).Result()
+		switch {
+		case errors.Is(err, goredis.Nil):
+			cur = "0"
+		case err != nil:
+			return set{}, err
+		}
+		v, err := strconv.ParseUint(cur, 10, 64)
+		if err != nil {
+			return set{}, fmt.Errorf("version %q: %w", cur, err)
+		}
+		if v == since {
+			return set{nil, since}, nil
+		}
+		reply, err := overridesScript.Run(rctx, s.client, []string{records, version}, "read").Slice()
+		if err != nil {
+			return set{}, err
+		}
+		if len(reply) != 2 {
+			return set{}, fmt.Errorf("overrides.lua replied %d values to read, want 2", len(reply))
+		}
+		if v, err = replyVersion(reply[0]); err != nil {
+			return set{}, err
+		}
+		pairs, ok := reply[1].([]any)
+		if !ok || len(pairs)%2 != 0 {
+			return set{}, fmt.Errorf("overrides.lua replied %T to read, want id and record pairs", reply[1])
+		}
+		recs := make(map[string][]byte, len(pairs)/2)
+		for k := 0; k < len(pairs); k += 2 {
+			id, ok1 := pairs[k].(string)
+			rec, ok2 := pairs[k+1].(string)
+			if !ok1 || !ok2 {
+				return set{}, fmt.Errorf("overrides.lua replied %T, %T as a record, want strings", pairs[k], pairs[k+1])
+			}
+			recs[id] = []byte(rec)
+		}
+		return set{recs, v}, nil
+	})
+	if err != nil {
+		return nil, 0, fmt.Errorf("redis: overrides: %w", err)
+	}
+	return got.recs, got.v, nil
+}
+
+// replyInt reads an integer from a script's reply.
+func replyInt(v any) (int64, error) {
+	n, ok := v.(int64)
+	if !ok {
+		return 0, fmt.Errorf("script replied %T, want an integer", v)
+	}
+	return n, nil
+}
+
+// replyVersion reads a version from a script's reply.
+func replyVersion(v any) (uint64, error) {
+	n, err := replyInt(v)
+	if err == nil && n < 0 {
+		err = fmt.Errorf("version %d below zero", n)
+	}
+	return uint64(n), err
+}
+
+// admin runs f, an operator's or a poll's Redis work on the node that
+// serves key, under the node's circuit breaker, off the caller's
+// goroutine (see offload), on a context with the caller's values and
+// deadline (or the store's Timeout when it has none).
+func admin[T any](ctx context.Context, s *Store, key string, f func(rctx context.Context) (T, error)) (T, error) {
+	return offload(ctx, s, []*Store{s}, func() (T, error) {
+		rctx, cancel := s.adminContext(ctx)
+		defer cancel()
+		var v T
+		err := retryRedirected(rctx, func() error {
+			//nolint:contextcheck // a probe that guard may start runs on the store's context, never a call's
+			return s.guard(s.nodeOf(rctx, key), func() error {
+				var err error
+				v, err = f(rctx)
+				return err
+			})
+		})
+		return v, err
+	})
+}
+
+// redirectTries bounds the attempts of an operator's or a poll's call
+// that Redis Cluster redirected (a slot that moves, or moved): go-redis,
+// which never follows a redirection itself (see NewClient), reloads its
+// slot map then, and a redirected command did not run, so that the next
+// attempt applies it once.
+const redirectTries = 3
+
+// retryRedirected calls f until it succeeds, fails otherwise than by a
+// redirection, has been tried redirectTries times, or ctx ends, pausing
+// 10 ms more before each attempt.
+func retryRedirected(ctx context.Context, f func() error) error {
+	for try := 1; ; try++ {
+		err := f()
+		if err == nil || !redirected(err) || try == redirectTries {
+			return err
+		}
+		t := time.NewTimer(time.Duration(try) * 10 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+	}
+}
+
+// adminContext returns the context of an operator's or a poll's Redis
+// work: ctx's values and deadline, without its cancellation, or the
+// store's Timeout when ctx has no deadline.
+func (s *Store) adminContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = time.Now().Add(s.timeout)
+	}
+	return context.WithDeadline(context.WithoutCancel(ctx), deadline)
+}
+
+// A resetRun is one run of reset.lua: counter keys of one hash tag (all
+// of a call's on standalone Redis and Sentinel) and its arguments.
+type resetRun struct {
+	keys []string
+	args []any // now µs, then the window µs of each key
+}
+
+// Reset implements backend.Resetter. With a PerSecond store, the
+// counters of one-second limits are reset there. The local cache forgets
+// its refusals on those counters once Redis has; other replicas' caches
+// keep theirs until they lapse (one second at most on Cluster and with a
+// PerSecond store, else the refusal's retry_after).
+func (s *Store) Reset(ctx context.Context, reqs []backend.Request) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("redis: reset: %w", err)
+	}
+	if len(reqs) == 0 {
+		return nil
+	}
+	var own, second []backend.Request
+	for _, r := range reqs {
+		// By window alone: a ban touches no counter, but names the one
+		// its key would count on under a limit of the same window.
+		if s.perSecond != nil && r.Limit.Window == time.Second {
+			second = append(second, r)
+		} else {
+			own = append(own, r)
+		}
+	}
+	stores := []*Store{}
+	var runs [][]*resetRun
+	if len(own) > 0 {
+		stores, runs = append(stores, s), append(runs, s.resetRuns(own))
+	}
+	if len(second) > 0 {
+		stores, runs = append(stores, s.perSecond), append(runs, s.perSecond.resetRuns(second))
+	}
+	_, err := offload(ctx, s, stores, func() (struct{}, error) {
+		rctx, cancel := s.adminContext(ctx)
+		defer cancel()
+		var errs []error
+		for k, st := range stores {
+			// A reset deletes: trying it again whole does no harm.
+			if err := retryRedirected(rctx, func() error { return st.runResets(rctx, runs[k]) }); err != nil {
+				errs = append(errs, s.sideError(st, err))
+			}
+		}
+		return struct{}{}, errors.Join(errs...)
+	})
+	if s.cache != nil {
+		s.cache.forget(reqs)
+	}
+	if err != nil {
+		return fmt.Errorf("redis: reset: %w", err)
+	}
+	return nil
+}
+
+// resetRuns returns the runs of reset.lua that forget reqs' counters in
+// s: one per hash tag on Cluster, in order of first use, else one.
+func (s *Store) resetRuns(reqs []backend.Request) []*resetRun {
+	now := strconv.FormatInt(s.nowMicros(), 10)
+	var runs []*resetRun
+	byTag := make(map[string]*resetRun)
+	for i := range reqs {
+		r := &reqs[i]
+		tag := ""
+		if s.cluster != nil {
+			tag = tagOf(r)
+		}
+		run := byTag[tag]
+		if run == nil {
+			run = &resetRun{args: []any{now}}
+			byTag[tag] = run
+			runs = append(runs, run)
+		}
+		run.keys = append(run.keys, key(s.prefix, tag, r.Key))
+		run.args = append(run.args, strconv.FormatInt(int64(r.Limit.Window/time.Microsecond), 10))
+	}
+	return runs
+}
+
+// runResets sends runs in one pipeline (on Cluster, one per node, the
+// nodes in parallel), each under its node's circuit breaker, with
+// EVALSHA, then again with EVAL those whose node lacked the script, as
+// runShares does. It returns the runs' errors; a call that finds a
+// node's breaker open fails at once, sending nothing.
+func (s *Store) runResets(ctx context.Context, runs []*resetRun) error {
+	nodes := make([]string, len(runs))
+	for p, run := range runs {
+		nodes[p] = s.nodeOf(ctx, run.keys[0])
+	}
+	for _, name := range nodes {
+		if nd := s.node(name); nd.b.State() != gobreaker.StateClosed {
+			s.startProbe(nd) //nolint:contextcheck // the probe runs on the store's context, never a call's
+			return fmt.Errorf("%w: %s", ErrUnavailable, name)
+		}
+	}
+	errs := make([]error, len(runs))
+	tickets := make(map[string]ticket, len(runs))
+	for p, name := range nodes {
+		tk, ok := tickets[name]
+		if !ok {
+			var err error
+			tk, err = s.admit(name) //nolint:contextcheck // a probe that admit may start runs on the store's context, never a call's
+			if err != nil {
+				errs[p] = err
+			}
+			tickets[name] = tk
+		}
+		if tk.report == nil && errs[p] == nil {
+			errs[p] = fmt.Errorf("%w: %s", ErrUnavailable, name)
+		}
+	}
+	cmds := make([]*goredis.Cmd, len(runs))
+	send := make([]bool, len(runs))
+	for p := range send {
+		send[p] = errs[p] == nil
+	}
+	for _, eval := range []bool{false, true} {
+		_, _ = s.client.Pipelined(ctx, func(pipe goredis.Pipeliner) error {
+			for p, run := range runs {
+				switch {
+				case !send[p]:
+				case eval:
+					cmds[p] = resetScript.Eval(ctx, pipe, run.keys, run.args...)
+				default:
+					cmds[p] = resetScript.EvalSha(ctx, pipe, run.keys, run.args...)
+				}
+			}
+			return nil
+		})
+		again := false
+		for p := range runs {
+			send[p] = send[p] && !eval && goredis.HasErrorPrefix(cmds[p].Err(), "NOSCRIPT")
+			again = again || send[p]
+		}
+		if !again {
+			break
+		}
+	}
+	for p := range runs {
+		if errs[p] == nil {
+			errs[p] = cmds[p].Err()
+		}
+	}
+	reportTickets(tickets, nodes, errs) //nolint:contextcheck // a probe that done may start runs on the store's context, never a call's
+	return errors.Join(errs...)
+}
