@@ -36,9 +36,10 @@ const (
 // replica within a second, and resets counters. Every method needs the
 // metadata "authorization: Bearer TOKEN", a token of the server's
 // --admin-token-file: UNAUTHENTICATED without one or with a wrong one,
-// PERMISSION_DENIED for a change when the server has no token file
-// (listing then needs no token). Bad input is INVALID_ARGUMENT with the
-// reason, and changes nothing.
+// PERMISSION_DENIED when the server has no token file (the service is on
+// the callers' gRPC port: unlike GET /v1/overrides, listing needs a
+// token too). Bad input is INVALID_ARGUMENT with the reason, and changes
+// nothing.
 type OverridesServiceClient interface {
 	// ListOverrides lists the stored overrides, of one domain or all.
 	ListOverrides(ctx context.Context, in *ListOverridesRequest, opts ...grpc.CallOption) (*ListOverridesResponse, error)
@@ -112,9 +113,10 @@ func (c *overridesServiceClient) ResetCounters(ctx context.Context, in *ResetCou
 // replica within a second, and resets counters. Every method needs the
 // metadata "authorization: Bearer TOKEN", a token of the server's
 // --admin-token-file: UNAUTHENTICATED without one or with a wrong one,
-// PERMISSION_DENIED for a change when the server has no token file
-// (listing then needs no token). Bad input is INVALID_ARGUMENT with the
-// reason, and changes nothing.
+// PERMISSION_DENIED when the server has no token file (the service is on
+// the callers' gRPC port: unlike GET /v1/overrides, listing needs a
+// token too). Bad input is INVALID_ARGUMENT with the reason, and changes
+// nothing.
 type OverridesServiceServer interface {
 	// ListOverrides lists the stored overrides, of one domain or all.
 	ListOverrides(context.Context, *ListOverridesRequest) (*ListOverridesResponse, error)
