@@ -74,11 +74,8 @@ type Manager struct {
 	metrics *metrics
 
 	syncMu sync.Mutex // serialises syncs; guards the fields below
-	// version is the store's version of the set in force; sums the
-	// digests of its records by key, so that a sync parses only the
-	// records that changed.
+	// version is the store's version of the set in force.
 	version    uint64
-	sums       map[string]uint64
 	inForce    map[string]*engine.RuntimeOverride // the set in force, by key
 	nextExpiry time.Time                          // the earliest expiry in force, zero if none
 	synced     bool                               // a sync has read the store once

@@ -156,8 +156,11 @@ func oneLine(err error) string {
 	return string(bytes.ReplaceAll([]byte(err.Error()), []byte("\n"), []byte("; ")))
 }
 
-// key returns the override's key in the store and the engine's set (see
-// engine.OverrideKey).
+// Key returns the key of o in the store and the engine's set: see
+// engine.OverrideKey.
+func (o *Override) Key() string { return key(o.Domain, o.Entries) }
+
+// key returns the key of the override of domain and entries.
 func key(domain string, entries []Entry) string {
 	es := make([]engine.Entry, len(entries))
 	for i, e := range entries {

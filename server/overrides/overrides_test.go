@@ -281,7 +281,7 @@ func gauge(t *testing.T, reg *prometheus.Registry, name string) prometheus.Colle
 
 type collectorFunc func(chan<- prometheus.Metric)
 
-func (collectorFunc) Describe(chan<- *prometheus.Desc)    {}
+func (collectorFunc) Describe(chan<- *prometheus.Desc)      {}
 func (f collectorFunc) Collect(ch chan<- prometheus.Metric) { f(ch) }
 
 func TestExpiry(t *testing.T) {

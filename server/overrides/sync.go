@@ -101,8 +101,8 @@ func (m *Manager) Sync(ctx context.Context) error {
 }
 
 // apply puts recs, the store's records at version, in force; m.syncMu
-// is held. Records that did not change since the last read are not
-// parsed again.
+// is held. The records of overrides in force that did not change since
+// the last read (RuntimeOverride.Sum) are not parsed again.
 func (m *Manager) apply(recs map[string][]byte, version uint64, now time.Time) {
 	keys := slices.Collect(maps.Keys(recs))
 	skipped := 0
@@ -113,16 +113,14 @@ func (m *Manager) apply(recs map[string][]byte, version uint64, now time.Time) {
 		keys = keys[:m.opts.Max]
 	}
 	inForce := make(map[string]*engine.RuntimeOverride, len(keys))
-	sums := make(map[string]uint64, len(keys))
 	var next time.Time
 	for _, k := range keys {
 		rec := recs[k]
 		sum := maphash.Bytes(seed, rec)
-		sums[k] = sum
 		ov, known := m.inForce[k]
-		if !known || m.sums[k] != sum {
+		if !known || ov.Sum != sum {
 			var err error
-			if ov, err = m.parse(k, rec); err != nil {
+			if ov, err = m.parse(k, rec, sum); err != nil {
 				skipped++
 				m.log.Warn("skipping an unreadable override record", "key", engine.Printable(k), "err", err)
 				continue
@@ -138,14 +136,14 @@ func (m *Manager) apply(recs map[string][]byte, version uint64, now time.Time) {
 		}
 		inForce[k] = ov
 	}
-	m.version, m.synced, m.sums, m.inForce, m.nextExpiry = version, true, sums, inForce, next
+	m.version, m.synced, m.inForce, m.nextExpiry = version, true, inForce, next
 	m.eng.SetOverrides(engine.NewRuntimeOverrides(inForce))
 	m.metrics.inForce.Set(float64(len(inForce)))
 	m.metrics.skipped.Set(float64(skipped))
 }
 
 // parse decodes and compiles the record of key k.
-func (m *Manager) parse(k string, rec []byte) (*engine.RuntimeOverride, error) {
+func (m *Manager) parse(k string, rec []byte, sum uint64) (*engine.RuntimeOverride, error) {
 	var o Override
 	if err := json.Unmarshal(rec, &o); err != nil {
 		return nil, err
@@ -157,7 +155,7 @@ func (m *Manager) parse(k string, rec []byte) (*engine.RuntimeOverride, error) {
 	if key(o.Domain, o.Entries) != k {
 		return nil, fmt.Errorf("the record's descriptor is not its key's")
 	}
-	ov := &engine.RuntimeOverride{Limits: limits, Reason: o.Reason, SetBy: internName(o.SetBy), Version: o.Version}
+	ov := &engine.RuntimeOverride{Limits: limits, Reason: o.Reason, SetBy: internName(o.SetBy), Version: o.Version, Sum: sum}
 	if o.ExpiresAt != nil {
 		ov.Expires = *o.ExpiresAt
 	}

@@ -21,6 +21,10 @@ type RuntimeOverride struct {
 	Reason, SetBy string
 	Expires       time.Time
 	Version       uint64
+	// Sum is for the set's owner: a digest of the record the override was
+	// read from, to tell a changed record at the next read without
+	// keeping the records. The engine does not read it.
+	Sum uint64
 }
 
 // RuntimeOverrides are the operators' overrides in force: an immutable
