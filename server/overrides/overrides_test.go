@@ -173,6 +173,16 @@ func TestAnotherReplicaAppliesAtItsNextSync(t *testing.T) {
 	if n := b.admitted(t, 6, "api_key", "k-1"); n != 4 {
 		t.Errorf("replica b admitted %d of 6, want 4", n)
 	}
+	// A changed record is read again: 6 a minute on the same counter.
+	if _, err := a.m.Set(t.Context(), raise("k-1", 6), "alice"); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.m.Sync(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if n := b.admitted(t, 4, "api_key", "k-1"); n != 2 {
+		t.Errorf("after the change, replica b admitted %d more of 4, want 2", n)
+	}
 	if err := a.m.Delete(t.Context(), "edge", raise("k-1", 0).Entries, "over", "alice"); err != nil {
 		t.Fatal(err)
 	}
