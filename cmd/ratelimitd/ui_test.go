@@ -205,7 +205,7 @@ func TestUIInBrowser(t *testing.T) {
 	checkFindValue(t, ctx, d.adminAddr, run)
 	checkUnknownDomains(t, ctx)
 	checkExplain(t, ctx, d.adminAddr, run)
-	checkOverrides(t, ctx)
+	checkOverridesPane(t, ctx)
 	checkPolls(t, ctx)
 	// The hostile value, in the rules and in the explanation, is text: no
 	// element came of it.
@@ -363,9 +363,9 @@ func putUIOverrides(t *testing.T, admin string) {
 	}
 }
 
-// checkOverrides checks that the page lists the runtime overrides: the
+// checkOverridesPane checks that the page lists the runtime overrides: the
 // hostile reason as text, the unmatched one marked so.
-func checkOverrides(t *testing.T, ctx context.Context) {
+func checkOverridesPane(t *testing.T, ctx context.Context) {
 	t.Helper()
 	if err := chromedp.Do(ctx, pollTrue(`document.querySelectorAll('#overrides tbody tr').length === 2`)); err != nil {
 		t.Fatalf("the page lists no two overrides: %v (%q)", err, text(t, ctx, "#overrides"))
