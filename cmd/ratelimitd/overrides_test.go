@@ -5,7 +5,11 @@ import (
 	"net/http"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
+
+	"github.com/ratelimitd/ratelimitd/internal/redistest"
 )
 
 const overridesToken = "ops-0123456789abcdef"
@@ -103,5 +107,103 @@ func TestCheckConfigOverrides(t *testing.T) {
 		if code != 1 || !strings.Contains(errOut, tc.want) {
 			t.Errorf("check-config --overrides %s: exit %d, %s; want 1 with %q", tc.file, code, errOut, tc.want)
 		}
+	}
+}
+
+// limitOf returns the requests_per_unit p reports for k=v in domain d.
+func (p *process) limitOf(t *testing.T) uint32 {
+	t.Helper()
+	resp, err := p.client.ShouldRateLimit(t.Context(), rlRequest("d", "k", "v"))
+	if err != nil {
+		t.Fatalf("ShouldRateLimit: %v", err)
+	}
+	return resp.GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit()
+}
+
+// waitLimit waits, at most within, for p to report want as k=v's limit,
+// and returns how long that took.
+func (p *process) waitLimit(t *testing.T, want uint32, within time.Duration) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for {
+		got := p.limitOf(t)
+		if got == want {
+			return time.Since(start)
+		}
+		if time.Since(start) > within {
+			t.Fatalf("%s reports k=v's limit %d after %v, want %d within %v", p.http, got, time.Since(start), want, within)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// stop ends p as an operator would (SIGTERM) and waits for it.
+func (p *process) stop(t *testing.T) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-p.exited:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("%s did not stop", p.http)
+	}
+}
+
+// TestOverridesAcrossReplicasOnRedis: two daemons on one Redis. An
+// override set through one is enforced by the other within a second;
+// the daemons restarted, both still enforce it (it lives in Redis);
+// deleted through the other, the first goes back to the rule's limit
+// within a second. While Redis is away, /readyz says that the overrides
+// are stale, and ratelimitd_overrides_stale is 1.
+func TestOverridesAcrossReplicasOnRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	rules, tokens := writeRules(t, goodRules), overridesTokenFile(t)
+	args := []string{"--config", rules, "--backend", "redis://" + srv.Addr, "--admin-token-file", tokens, "--redis-timeout", "200ms"}
+	a, b := startProcess(t, args...), startProcess(t, args...)
+	if got := b.limitOf(t); got != 3 {
+		t.Fatalf("before the override, b reports %d, want the rule's 3", got)
+	}
+	if code, body := adminCall(t, a.http, "PUT", "/v1/overrides", raiseK); code != http.StatusOK {
+		t.Fatalf("PUT /v1/overrides through a = %d %s", code, body)
+	}
+	took := b.waitLimit(t, 10, time.Second)
+	t.Logf("b enforced the override %v after a stored it", took)
+
+	a.stop(t)
+	b.stop(t)
+	a, b = startProcess(t, args...), startProcess(t, args...)
+	for _, p := range []*process{a, b} {
+		if got := p.limitOf(t); got != 10 {
+			t.Errorf("restarted, %s reports %d at its first decision, want the override's 10", p.http, got)
+		}
+	}
+	code, body := adminCall(t, b.http, "GET", "/v1/overrides?domain=d", "")
+	if code != http.StatusOK || !strings.Contains(body, `"reason": "incident 42"`) || !strings.Contains(body, `"set_by": "ops"`) {
+		t.Errorf("GET /v1/overrides after the restarts = %d %s, want the override", code, body)
+	}
+
+	if code, body := adminCall(t, b.http, "DELETE", "/v1/overrides", `{"domain": "d", "entries": [{"key": "k", "value": "v"}]}`); code != http.StatusOK {
+		t.Fatalf("DELETE /v1/overrides through b = %d %s", code, body)
+	}
+	a.waitLimit(t, 3, time.Second)
+
+	if code, body := adminCall(t, a.http, "PUT", "/v1/overrides", raiseK); code != http.StatusOK {
+		t.Fatalf("PUT /v1/overrides = %d %s", code, body)
+	}
+	b.waitLimit(t, 10, time.Second)
+	srv.Kill()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, ready := adminCall(t, b.http, "GET", "/readyz", "")
+		_, metrics := adminCall(t, b.http, "GET", "/metrics", "")
+		if strings.Contains(ready, "overrides: stale since") && strings.Contains(ready, "keeping 1 overrides") &&
+			strings.Contains(metrics, "\nratelimitd_overrides_stale 1\n") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("with Redis away, /readyz says %q, want stale overrides, kept", ready)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
