@@ -24,7 +24,7 @@ type overridesService struct {
 	s *Server
 }
 
-// Overrides returns the server's ratelimit.v1.OverridesService.
+// OverridesService returns the server's ratelimit.v1.OverridesService.
 func (s *Server) OverridesService() ratelimitv1.OverridesServiceServer {
 	return overridesService{s: s}
 }

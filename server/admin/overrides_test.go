@@ -3,6 +3,7 @@ package admin_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -229,7 +230,7 @@ func TestTokenFile(t *testing.T) {
 		{"", "", admin.ErrUnauthorized},
 	} {
 		name, err := tokens.Authorize(tc.header, true)
-		if name != tc.name || err != tc.err {
+		if name != tc.name || !errors.Is(err, tc.err) {
 			t.Errorf("Authorize(%q) = %q, %v; want %q, %v", tc.header, name, err, tc.name, tc.err)
 		}
 	}
@@ -269,7 +270,9 @@ func TestTokenFileReload(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("the new token file was not loaded within 10s")
 		}
-		os.WriteFile(tmp, []byte("bob:"+bobToken+"\n"), 0o600)
+		if err := os.WriteFile(tmp, []byte("bob:"+bobToken+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	if _, err := tokens.Authorize("Bearer "+aliceToken, true); err == nil {
