@@ -214,7 +214,7 @@ func TestTokenFile(t *testing.T) {
 	if _, err := admin.LoadTokens(filepath.Join(t.TempDir(), "absent"), nil, nil); err == nil {
 		t.Error("LoadTokens(absent file) = nil error")
 	}
-	tokens, err := admin.LoadTokens(writeTokens(t, "alice:"+aliceToken+"\n"+bobToken+"\n"), nil, nil)
+	tokens, err := admin.LoadTokens(writeTokens(t, "alice:"+aliceToken+"\n"+bobToken+"\ncarol : carol-0123456789abcdef \n"), nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -224,6 +224,7 @@ func TestTokenFile(t *testing.T) {
 	}{
 		{"Bearer " + aliceToken, "alice", nil},
 		{"bearer " + bobToken, "line 2", nil},
+		{"Bearer carol-0123456789abcdef", "carol", nil},
 		{"Bearer " + aliceToken + "x", "", admin.ErrUnauthorized},
 		{"Basic " + aliceToken, "", admin.ErrUnauthorized},
 		{"Bearer ", "", admin.ErrUnauthorized},

@@ -122,6 +122,7 @@ func parseTokens(path string, data []byte) ([]token, error) {
 			continue
 		}
 		name, tok, named := strings.Cut(line, ":")
+		name, tok = strings.TrimSpace(name), strings.TrimSpace(tok) // "name: token" too, as Authorize trims
 		if !named {
 			name, tok = "line "+strconv.Itoa(n), line
 		}
