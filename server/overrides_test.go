@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -222,4 +223,28 @@ func TestOverridesOnOperatorsEndpoints(t *testing.T) {
 		t.Errorf("/readyz = %q, want the overrides' state", body)
 	}
 
+}
+
+// TestRuntimeOverrideWinsOverTheRequests: an operator's override
+// replaces the limit a request gives itself (Envoy's limit override), as
+// the rule's.
+func TestRuntimeOverrideWinsOverTheRequests(t *testing.T) {
+	srv, client, _, _ := overridesServer(t, tokenFile(t))
+	if _, err := client.SetOverride(bearer(t.Context(), opToken), &ratelimitv1.SetOverrideRequest{Override: runtimeOverride("k-1", 5)}); err != nil {
+		t.Fatal(err)
+	}
+	req := request("edge", override(1, typev3.RateLimitUnit_MINUTE, 1, desc("api_key", "k-1")))
+	admitted := 0
+	for range 7 {
+		resp, err := srv.Envoy().ShouldRateLimit(t.Context(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.GetOverallCode() == ok {
+			admitted++
+		}
+	}
+	if admitted != 5 {
+		t.Errorf("admitted %d of 7 with the request's limit of 1 and the operator's of 5, want 5", admitted)
+	}
 }

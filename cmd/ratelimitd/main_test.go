@@ -124,6 +124,7 @@ func TestBadFlags(t *testing.T) {
 		{"bad hotkeys window", []string{"--config", "x", "--hotkeys-window", "10ms"}, nil, "--hotkeys-window"},
 		{"no unknown domains", []string{"--config", "x", "--unknown-domains-max", "0"}, nil, "--unknown-domains-max"},
 		{"too many unknown domains", []string{"--config", "x", "--unknown-domains-max", "10001"}, nil, "want 1 to 10000"},
+		{"no overrides", []string{"--config", "x", "--max-overrides", "0"}, nil, "--max-overrides 0: want at least 1"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -207,3 +207,21 @@ func TestOverridesAcrossReplicasOnRedis(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// TestBadTokenFileRefusesToStart: a daemon whose --admin-token-file is
+// missing or holds no valid token does not start (exit status 1), and
+// says why.
+func TestBadTokenFileRefusesToStart(t *testing.T) {
+	rules := writeRules(t, goodRules)
+	short := filepath.Join(t.TempDir(), "tokens")
+	writeFile(t, short, "ops:short\n")
+	for _, tc := range []struct{ file, want string }{
+		{filepath.Join(t.TempDir(), "absent"), "no such file"},
+		{short, "under the minimum 16"},
+	} {
+		code, _, errOut := runExit(t, "--config", rules, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--admin-token-file", tc.file)
+		if code != 1 || !strings.Contains(errOut, "--admin-token-file") || !strings.Contains(errOut, tc.want) {
+			t.Errorf("--admin-token-file %s: exit %d, %s; want 1 with %q", tc.file, code, errOut, tc.want)
+		}
+	}
+}
