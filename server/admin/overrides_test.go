@@ -288,3 +288,36 @@ func TestTokenFileReload(t *testing.T) {
 		t.Errorf("after a broken file, bob's token = %v, want it kept", err)
 	}
 }
+
+// TestTokenFileChangedBeforeTheWatch: a change made between the load
+// and the start of the watch is taken up too (the watch once compared
+// with the file as it first read it, and missed it for good).
+func TestTokenFileChangedBeforeTheWatch(t *testing.T) {
+	path := writeTokens(t, "alice:"+aliceToken+"\n")
+	tokens, err := admin.LoadTokens(path, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte("bob:"+bobToken+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error)
+	go func() { done <- tokens.Watch(ctx, 10*time.Millisecond) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Watch = %v", err)
+		}
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if name, err := tokens.Authorize("Bearer "+bobToken, true); err == nil && name == "bob" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the token file changed before the watch was not loaded within 10s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
