@@ -161,22 +161,30 @@ func (c *cache) sweep(now int64) {
 	c.size.Store(int64(len(c.m)))
 }
 
-// forget drops the entries of reqs' counters, whatever their limits: a
-// reset counter (Store.Reset) refuses nothing that Redis would admit.
-func (c *cache) forget(reqs []backend.Request) {
+// forget drops the entries of the counters keys, whatever their limits:
+// a reset counter (Store.Reset) refuses nothing that Redis would admit.
+func (c *cache) forget(keys []string) {
 	if c.size.Load() == 0 {
 		return
 	}
-	keys := make(map[string]struct{}, len(reqs))
-	for i := range reqs {
-		keys[reqs[i].Key] = struct{}{}
+	set := make(map[string]struct{}, len(keys))
+	for _, k := range keys {
+		set[k] = struct{}{}
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for k := range c.m {
-		if _, ok := keys[k.key]; ok {
+		if _, ok := set[k.key]; ok {
 			delete(c.m, k)
 		}
 	}
 	c.size.Store(int64(len(c.m)))
+}
+
+// clear drops every entry.
+func (c *cache) clear() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	clear(c.m)
+	c.size.Store(0)
 }

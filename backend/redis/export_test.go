@@ -53,3 +53,6 @@ func (s *Store) crossNodes() []string {
 // PruneCross stops s's batchers of the Cluster masters for which keep is
 // false, as when they leave the Cluster.
 func PruneCross(s *Store, keep func(name string) bool) { s.pruneCross(keep) }
+
+// MaxResetNotes is how many resets Redis keeps the note of.
+const MaxResetNotes = maxResetNotes

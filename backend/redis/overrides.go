@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -16,15 +18,20 @@ import (
 
 // Overrides (backend.OverrideStore) live in Redis, so that every replica
 // sees them and they outlive the daemons: a hash of the records by id and
-// the set's version, two keys under one hash tag (one Cluster slot),
-// after the store's prefix (see overrideKeys). They carry no TTL, so that
-// no eviction policy but allkeys-* drops them. overrides.lua changes and
+// the set's version, under one hash tag (one Cluster slot), after the
+// store's prefix (see overrideKeys). They carry no TTL, so that no
+// eviction policy but allkeys-* drops them. overrides.lua changes and
 // reads them, atomically; a poll whose version has not changed is one
 // GET. The PerSecond store holds none.
 //
 // Reset (backend.Resetter) deletes the Redis keys of each request's
 // counter, as take.lua names them, with reset.lua: on Cluster one run per
-// hash tag, the runs in one pipeline.
+// hash tag, the runs in one pipeline. Then it notes the reset beside the
+// overrides (a list of the last maxResetNotes resets' counter keys, under
+// a new version of the set), so that every replica's store, at its next
+// poll of the overrides, forgets what its local cache remembers of those
+// counters: else a replica would go on refusing a reset counter from its
+// cache until the refusal's retry_after.
 //
 // Each call runs under its node's circuit breaker, on a context of the
 // store's (the caller's values; the caller's deadline, or without one the
@@ -49,10 +56,22 @@ var (
 // overridesTag is the hash tag of the overrides' keys.
 const overridesTag = "{overrides}"
 
-// overrideKeys returns the Redis keys of the overrides' records and of
-// their version under prefix.
-func overrideKeys(prefix string) (records, version string) {
-	return prefix + overridesTag + ":records", prefix + overridesTag + ":version"
+// maxResetNotes is how many resets Redis keeps the note of. A replica
+// that finds notes dropped since it last read them (more resets than
+// this between two of its polls) forgets its whole local cache.
+const maxResetNotes = 1024
+
+// overrideKeys returns the Redis keys of the overrides' records, of their
+// version and of the reset notes under prefix, in overrides.lua's order.
+func overrideKeys(prefix string) []string {
+	return []string{prefix + overridesTag + ":records", prefix + overridesTag + ":version", prefix + overridesTag + ":resets"}
+}
+
+// resetNotes is what a Store has applied of the reset notes to its local
+// cache (see applyNotes).
+type resetNotes struct {
+	mu   sync.Mutex
+	seen uint64 // the version of the last note applied, 0 for none; requires that mu is held
 }
 
 // PutOverride implements backend.OverrideStore.
@@ -85,13 +104,13 @@ func (s *Store) DeleteOverride(ctx context.Context, id string) (bool, uint64, er
 // changeOverride runs overrides.lua's op put or delete with args, and
 // returns whether it changed the set, and the set's version after it.
 func (s *Store) changeOverride(ctx context.Context, op string, args ...any) (bool, uint64, error) {
-	records, version := overrideKeys(s.prefix)
+	keys := overrideKeys(s.prefix)
 	type change struct {
 		done bool
 		v    uint64
 	}
-	c, err := admin(ctx, s, records, func(rctx context.Context) (change, error) {
-		reply, err := overridesScript.Run(rctx, s.client, []string{records, version}, append([]any{op}, args...)...).Slice()
+	c, err := admin(ctx, s, keys[0], func(rctx context.Context) (change, error) {
+		reply, err := overridesScript.Run(rctx, s.client, keys, append([]any{op}, args...)...).Slice()
 		if err != nil {
 			return change{}, err
 		}
@@ -107,18 +126,20 @@ func (s *Store) changeOverride(ctx context.Context, op string, args ...any) (boo
 
 // Overrides implements backend.OverrideStore: one GET of the version,
 // and, when it is not since, one run of overrides.lua that reads the
-// records and the version together.
+// records, the version and the reset notes together. The local cache
+// then forgets its refusals on the counters of the notes it had not seen.
 func (s *Store) Overrides(ctx context.Context, since uint64) (map[string][]byte, uint64, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, 0, fmt.Errorf("redis: overrides: %w", err)
 	}
-	records, version := overrideKeys(s.prefix)
+	keys := overrideKeys(s.prefix)
 	type set struct {
-		recs map[string][]byte
-		v    uint64
+		recs  map[string][]byte
+		v     uint64
+		notes []any
 	}
-	got, err := admin(ctx, s, records, func(rctx context.Context) (set, error) {
-		cur, err := s.client.Get(rctx, version).Result()
+	got, err := admin(ctx, s, keys[0], func(rctx context.Context) (set, error) {
+		cur, err := s.client.Get(rctx, keys[1]).Result()
 		switch {
 		case errors.Is(err, goredis.Nil):
 			cur = "0"
@@ -130,14 +151,14 @@ func (s *Store) Overrides(ctx context.Context, since uint64) (map[string][]byte,
 			return set{}, fmt.Errorf("version %q: %w", cur, err)
 		}
 		if v == since {
-			return set{nil, since}, nil
+			return set{v: since}, nil
 		}
-		reply, err := overridesScript.Run(rctx, s.client, []string{records, version}, "read").Slice()
+		reply, err := overridesScript.Run(rctx, s.client, keys, "read").Slice()
 		if err != nil {
 			return set{}, err
 		}
-		if len(reply) != 2 {
-			return set{}, fmt.Errorf("overrides.lua replied %d values to read, want 2", len(reply))
+		if len(reply) != 3 {
+			return set{}, fmt.Errorf("overrides.lua replied %d values to read, want 3", len(reply))
 		}
 		if v, err = replyVersion(reply[0]); err != nil {
 			return set{}, err
@@ -155,12 +176,87 @@ func (s *Store) Overrides(ctx context.Context, since uint64) (map[string][]byte,
 			}
 			recs[id] = []byte(rec)
 		}
-		return set{recs, v}, nil
+		notes, ok := reply[2].([]any)
+		if !ok {
+			return set{}, fmt.Errorf("overrides.lua replied %T as the reset notes, want a list", reply[2])
+		}
+		return set{recs, v, notes}, nil
 	})
 	if err != nil {
 		return nil, 0, fmt.Errorf("redis: overrides: %w", err)
 	}
+	if got.recs != nil {
+		if err := s.applyNotes(got.notes); err != nil {
+			return nil, 0, fmt.Errorf("redis: overrides: %w", err)
+		}
+	}
 	return got.recs, got.v, nil
+}
+
+// applyNotes has the local cache forget the counters of the reset notes
+// it has not applied yet ("VERSION KEYS", KEYS each a length-prefixed
+// counter key, oldest first), or its whole content when notes it has not
+// seen may have been dropped (Redis keeps the last maxResetNotes). A
+// store's first read applies every note Redis keeps: its cache holds
+// little yet.
+func (s *Store) applyNotes(notes []any) error {
+	n := &s.notes
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var forget []string
+	seen, all := n.seen, false
+	for k, note := range notes {
+		text, ok := note.(string)
+		if !ok {
+			return fmt.Errorf("reset note %d is a %T, want a string", k, note)
+		}
+		head, keys, ok := strings.Cut(text, " ")
+		v, err := strconv.ParseUint(head, 10, 64)
+		if !ok || err != nil {
+			return fmt.Errorf("reset note %.40q: want VERSION KEYS", text)
+		}
+		if v <= n.seen {
+			continue
+		}
+		if k == 0 && len(notes) >= maxResetNotes {
+			all = true // the notes after n.seen may have been dropped
+		}
+		seen = max(seen, v)
+		for !all && keys != "" {
+			key, rest, err := cutKeyPart(keys)
+			if err != nil {
+				return fmt.Errorf("reset note of version %d: %w", v, err)
+			}
+			forget, keys = append(forget, key), rest
+		}
+	}
+	n.seen = seen
+	switch {
+	case s.cache == nil:
+	case all:
+		s.cache.clear()
+	case len(forget) > 0:
+		s.cache.forget(forget)
+	}
+	return nil
+}
+
+// appendKeyPart appends k, length-prefixed, to a reset note.
+func appendKeyPart(b []byte, k string) []byte {
+	b = strconv.AppendInt(b, int64(len(k)), 10)
+	b = append(b, ':')
+	return append(b, k...)
+}
+
+// cutKeyPart reads the first length-prefixed key of s (see
+// appendKeyPart), and returns it and the rest.
+func cutKeyPart(s string) (key, rest string, err error) {
+	n, after, ok := strings.Cut(s, ":")
+	size, err := strconv.Atoi(n)
+	if !ok || err != nil || size < 0 || size > len(after) {
+		return "", "", fmt.Errorf("bad key length %q", n)
+	}
+	return after[:size], after[size:], nil
 }
 
 // replyInt reads an integer from a script's reply.
@@ -248,9 +344,10 @@ type resetRun struct {
 
 // Reset implements backend.Resetter. With a PerSecond store, the
 // counters of one-second limits are reset there. The local cache forgets
-// its refusals on those counters once Redis has; other replicas' caches
-// keep theirs until they lapse (one second at most on Cluster and with a
-// PerSecond store, else the refusal's retry_after).
+// its refusals on those counters at once; the other replicas' caches at
+// their next poll of the overrides (see applyNotes), which a daemon makes
+// every 250 ms. A reset that fails may have reset some counters, or not
+// noted them for the other replicas: trying it again is safe.
 func (s *Store) Reset(ctx context.Context, reqs []backend.Request) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("redis: reset: %w", err)
@@ -288,11 +385,35 @@ func (s *Store) Reset(ctx context.Context, reqs []backend.Request) error {
 		}
 		return struct{}{}, errors.Join(errs...)
 	})
+	if err == nil {
+		err = s.noteReset(ctx, reqs)
+	}
 	if s.cache != nil {
-		s.cache.forget(reqs)
+		forget := make([]string, len(reqs))
+		for i := range reqs {
+			forget[i] = reqs[i].Key
+		}
+		s.cache.forget(forget)
 	}
 	if err != nil {
 		return fmt.Errorf("redis: reset: %w", err)
+	}
+	return nil
+}
+
+// noteReset notes beside the overrides that reqs' counters were reset,
+// under a new version, for the other replicas' caches (see applyNotes).
+func (s *Store) noteReset(ctx context.Context, reqs []backend.Request) error {
+	var b []byte
+	for i := range reqs {
+		b = appendKeyPart(b, reqs[i].Key)
+	}
+	keys := overrideKeys(s.prefix)
+	_, err := admin(ctx, s, keys[0], func(rctx context.Context) (struct{}, error) {
+		return struct{}{}, overridesScript.Run(rctx, s.client, keys, "reset", b, maxResetNotes).Err()
+	})
+	if err != nil {
+		return fmt.Errorf("noting the reset for the other replicas: %w", err)
 	}
 	return nil
 }

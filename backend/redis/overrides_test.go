@@ -202,8 +202,11 @@ func TestResetOnRedisClock(t *testing.T) {
 	if err := s.Reset(t.Context(), reqs); err != nil {
 		t.Fatal(err)
 	}
-	if keys := rdb.Keys(t.Context(), "*").Val(); len(keys) != 1 || before != int64(len(reqs)+1) {
-		t.Errorf("keys after Reset = %q (of %d before), want only kept's window", keys, before)
+	if keys := rdb.Keys(t.Context(), "ratelimitd:v2:*").Val(); len(keys) != 1 || before != int64(len(reqs)+1) {
+		t.Errorf("counter keys after Reset = %q (of %d keys before), want only kept's window", keys, before)
+	}
+	if n := rdb.LLen(t.Context(), "ratelimitd:{overrides}:resets").Val(); n != 1 {
+		t.Errorf("reset notes after a Reset: %d, want 1", n)
 	}
 	for _, r := range reqs {
 		res := make([]backend.Result, 1)
@@ -281,9 +284,12 @@ func TestResetPerSecond(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, srv := range []*redistest.Server{mainSrv, secondSrv} {
-		if keys := srv.Client(t).Keys(t.Context(), "*").Val(); len(keys) != 0 {
-			t.Errorf("keys in %s after Reset: %q, want none", srv.Addr, keys)
+		if keys := srv.Client(t).Keys(t.Context(), "ratelimitd:v2:*").Val(); len(keys) != 0 {
+			t.Errorf("counter keys in %s after Reset: %q, want none", srv.Addr, keys)
 		}
+	}
+	if n := secondSrv.Client(t).Exists(t.Context(), "ratelimitd:{overrides}:resets").Val(); n != 0 {
+		t.Error("the per-second Redis holds reset notes, want them in the main Redis only")
 	}
 }
 
@@ -313,5 +319,69 @@ func TestResetScriptFlushed(t *testing.T) {
 		if n := rdb.Exists(t.Context(), "ratelimitd:v2:"+req.Key).Val(); n != 0 {
 			t.Errorf("the counter's key exists after Reset %d", i)
 		}
+	}
+}
+
+// TestResetOtherReplicasCache: a reset through one store reaches the
+// local cache of another store on the same Redis (another replica) at its
+// next poll of the overrides: it forgets its refusals on the reset
+// counter, and only those; after more resets than Redis keeps the notes
+// of, its whole cache.
+func TestResetOtherReplicasCache(t *testing.T) {
+	redistest.Require(t)
+	srv := redistest.Start(t)
+	clock := backendtest.NewClock(backendtest.T0)
+	opts := redis.Options{Timeout: 2 * time.Second, Now: clock.Now}
+	a := newStore(t, newClient(t, "redis://"+srv.Addr), opts)
+	b := newStore(t, newClient(t, "redis://"+srv.Addr), opts)
+	l := backend.Limit{Algorithm: backend.FixedWindow, Requests: 1, Window: time.Hour}
+	reset := backend.Request{Key: backendtest.CounterKey("reset", l), Limit: l, Hits: 1}
+	kept := backend.Request{Key: backendtest.CounterKey("kept", l), Limit: l, Hits: 1}
+	take := func(s *redis.Store, r backend.Request) backend.Result {
+		t.Helper()
+		res := make([]backend.Result, 1)
+		if err := s.Take(t.Context(), []backend.Request{r}, res); err != nil {
+			t.Fatal(err)
+		}
+		return res[0]
+	}
+	poll := func(s *redis.Store) {
+		t.Helper()
+		if _, _, err := s.Overrides(t.Context(), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	poll(b)
+	for _, r := range []backend.Request{reset, kept} {
+		take(b, r)
+		if res := take(b, r); !res.OverLimit {
+			t.Fatalf("the second take on %s: %+v, want over", r.Key, res)
+		}
+	}
+	if n := b.LocalCacheEntries(); n != 2 {
+		t.Fatalf("b's cache holds %d entries, want its 2 refusals", n)
+	}
+	if err := a.Reset(t.Context(), []backend.Request{reset}); err != nil {
+		t.Fatal(err)
+	}
+	if res := take(b, reset); !res.Cached {
+		t.Fatalf("b before its poll: %+v, want its cached refusal (the test tests nothing)", res)
+	}
+	poll(b)
+	if res := take(b, reset); res.OverLimit || res.Cached {
+		t.Errorf("b after its poll: %+v, want admitted by Redis", res)
+	}
+	if res := take(b, kept); !res.OverLimit || !res.Cached {
+		t.Errorf("b on a counter not reset: %+v, want its cached refusal still", res)
+	}
+
+	for range redis.MaxResetNotes {
+		if err := a.Reset(t.Context(), []backend.Request{reset}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	poll(b)
+	if res := take(b, kept); res.Cached {
+		t.Errorf("b after more resets than Redis notes: %+v, want its cache cleared (a note may have been dropped)", res)
 	}
 }

@@ -127,6 +127,9 @@ type Store struct {
 	// perSecond keeps the counters of one-second limits (Options.PerSecond),
 	// or nil.
 	perSecond *Store
+	// notes is what the local cache has applied of the reset notes (see
+	// applyNotes).
+	notes resetNotes
 	// heavySlots holds a token per heavy call in flight beside the
 	// batches (see heavy): at most half the connection pool, so that
 	// heavy calls cannot take every connection from the batches. Nil

@@ -28,7 +28,7 @@ func checkConfig(args []string, lookup lookupEnv, stdout, stderr io.Writer) erro
 	)
 	configLimitFlags(fs, &limits)
 	defaultAlgorithmFlag(fs, &algorithm)
-	overridesFlags(fs, &ovFile, &maxOverrides, "runtime overrides to check, and to match against the rules")
+	overridesFileFlags(fs, &ovFile, &maxOverrides, "runtime overrides to check, and to match against the rules")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: ratelimitd check-config [--config-max-* flags] [--default-algorithm A] [--overrides FILE] PATH")
 		fs.PrintDefaults()
@@ -60,9 +60,9 @@ func checkConfig(args []string, lookup lookupEnv, stdout, stderr io.Writer) erro
 	return nil
 }
 
-// overridesFlags defines --overrides (what names the file's use) and
+// overridesFileFlags defines --overrides (what names the file's use) and
 // --max-overrides on fs.
-func overridesFlags(fs *flag.FlagSet, file *string, max *int, what string) {
+func overridesFileFlags(fs *flag.FlagSet, file *string, max *int, what string) {
 	fs.StringVar(file, "overrides", "", "`file` of "+what+": GET /v1/overrides's answer")
 	fs.IntVar(max, "max-overrides", overrides.DefaultMax, "most overrides the --overrides file may hold")
 }

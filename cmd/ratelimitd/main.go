@@ -8,6 +8,7 @@
 //	ratelimitd --xds-server host:port --xds-node-id ID [flags]
 //	ratelimitd check-config PATH
 //	ratelimitd replay --old RULES --new RULES [--json] LOG
+//	ratelimitd overrides list|set|delete|reset --admin URL [--token-file FILE] [flags]
 //	ratelimitd --version
 //
 // Every flag can also be set with the environment variable
@@ -63,6 +64,9 @@ func run(ctx context.Context, args []string, lookup lookupEnv, stdout, stderr io
 	}
 	if len(args) > 0 && args[0] == "replay" {
 		return replayCommand(ctx, args[1:], lookup, os.Stdin, stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == "overrides" {
+		return overridesCommand(ctx, args[1:], lookup, stdout, stderr)
 	}
 	cfg, err := parseFlags(args, lookup, stderr)
 	if err != nil {

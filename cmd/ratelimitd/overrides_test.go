@@ -1,227 +1,306 @@
 package main
 
 import (
-	"io"
-	"net/http"
+	"bytes"
+	"encoding/json"
+	"errors"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
+	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/ratelimitd/ratelimitd/internal/redistest"
+	"github.com/ratelimitd/ratelimitd/server/overrides"
 )
 
-const overridesToken = "ops-0123456789abcdef"
-
-// adminCall sends method path with body to the daemon's operators'
-// endpoints at addr, with the bearer token, and returns the status and
-// the body.
-func adminCall(t *testing.T, addr, method, path, body string) (int, string) {
+// overridesCLI runs "ratelimitd overrides args..." with env, and returns
+// its exit code (0 for nil), stdout and stderr.
+func overridesCLI(t *testing.T, env map[string]string, args ...string) (int, string, string) {
 	t.Helper()
-	req, err := http.NewRequestWithContext(t.Context(), method, "http://"+addr+path, strings.NewReader(body))
+	var stdout, stderr bytes.Buffer
+	err := run(t.Context(), append([]string{"overrides"}, args...), envOf(env), &stdout, &stderr)
+	code := 0
 	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+overridesToken)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, string(b)
-}
-
-func overridesTokenFile(t *testing.T) string {
-	t.Helper()
-	path := filepath.Join(t.TempDir(), "tokens")
-	writeFile(t, path, "ops:"+overridesToken+"\n")
-	return path
-}
-
-const raiseK = `{"domain": "d", "entries": [{"key": "k", "value": "v"}], "limits": [{"requests_per_unit": 10, "unit": "minute"}], "reason": "incident 42"}`
-
-// TestReplayWithOverrides: the overrides of a daemon, saved from GET
-// /v1/overrides, make a replay decide as the daemon did. Without them,
-// lowering the limit of k from 3 to 1 refuses two more of the logged
-// requests; with them, the override replaces both rule sets' limit for
-// k=v, and nothing changes.
-func TestReplayWithOverrides(t *testing.T) {
-	dir := t.TempDir()
-	oldPath, newPath, logPath, ovPath := filepath.Join(dir, "old.yaml"), filepath.Join(dir, "new.yaml"), filepath.Join(dir, "requests.log"), filepath.Join(dir, "overrides.json")
-	writeFile(t, oldPath, goodRules)
-	writeFile(t, newPath, strings.Replace(goodRules, "requests_per_unit: 3", "requests_per_unit: 1", 1))
-	d := startDaemon(t, "--config", oldPath, "--request-log", logPath, "--admin-token-file", overridesTokenFile(t))
-	if code, body := adminCall(t, d.httpAddr, "PUT", "/v1/overrides", raiseK); code != http.StatusOK {
-		t.Fatalf("PUT /v1/overrides = %d %s", code, body)
-	}
-	for range 5 {
-		if got := d.limit(t); got != 10 {
-			t.Fatalf("the daemon's limit of k=v = %d, want the override's 10", got)
+		e, ok := errors.AsType[exitError](err)
+		if !ok {
+			t.Fatalf("ratelimitd overrides %q = %v, want nil or an exit status", args, err)
 		}
+		code = e.code
 	}
-	waitLines(t, logPath, 5)
-	code, body := adminCall(t, d.httpAddr, "GET", "/v1/overrides", "")
-	if code != http.StatusOK {
-		t.Fatalf("GET /v1/overrides = %d %s", code, body)
-	}
-	writeFile(t, ovPath, body)
+	return code, stdout.String(), stderr.String()
+}
 
-	code, out, errOut := runExit(t, "replay", "--old", oldPath, "--new", newPath, logPath)
-	if code != 0 || !strings.Contains(out, "decided differently: 2 newly refused") {
-		t.Errorf("replay without --overrides: exit %d, %s%s; want 2 newly refused", code, out, errOut)
-	}
-	code, out, errOut = runExit(t, "replay", "--overrides", ovPath, "--old", oldPath, "--new", newPath, logPath)
-	if code != 0 || !strings.Contains(out, "0 decided differently") {
-		t.Errorf("replay --overrides: exit %d, %s%s; want 0 decided differently", code, out, errOut)
-	}
-	writeFile(t, ovPath, strings.Replace(body, `"minute"`, `"minutes"`, 1))
-	code, _, errOut = runExit(t, "replay", "--overrides", ovPath, "--old", oldPath, "--new", newPath, logPath)
-	if code != 1 || !strings.Contains(errOut, `unknown unit "minutes"`) {
-		t.Errorf("replay --overrides with a bad file: exit %d, %s; want 1 naming the unit", code, errOut)
+func envOf(kv map[string]string) lookupEnv {
+	return func(name string) (string, bool) {
+		v, ok := kv[name]
+		return v, ok
 	}
 }
 
-func TestCheckConfigOverrides(t *testing.T) {
+// checkKV asks the daemon for one hit on d's k=v and returns its code and
+// its current limit.
+func checkKV(t *testing.T, d *daemon) (rlsv3.RateLimitResponse_Code, uint32) {
+	t.Helper()
+	resp, err := rlsv3.NewRateLimitServiceClient(d.conn).ShouldRateLimit(t.Context(), &rlsv3.RateLimitRequest{
+		Domain: "d",
+		Descriptors: []*commonv3.RateLimitDescriptor{{
+			Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "k", Value: "v"}},
+		}},
+	})
+	if err != nil {
+		t.Fatalf("ShouldRateLimit() error: %v", err)
+	}
+	return resp.GetOverallCode(), resp.GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit()
+}
+
+// TestOverridesCommand drives a real daemon's overrides API with the
+// command: set raises d's k=v at once, list shows it (who set it, its
+// version), reset makes its counter fresh, delete restores the rule's
+// limit and answers 404 the second time; a wrong token is refused.
+func TestOverridesCommand(t *testing.T) {
 	dir := t.TempDir()
-	rules, ovPath := filepath.Join(dir, "rules.yaml"), filepath.Join(dir, "overrides.json")
+	rules, tokens := filepath.Join(dir, "rules.yaml"), filepath.Join(dir, "tokens")
 	writeFile(t, rules, goodRules)
-	writeFile(t, ovPath, `{"overrides": [`+raiseK+`,
-		{"domain": "d", "entries": [{"key": "gone", "value": "x"}], "limits": [{"requests_per_unit": 1, "window": "90s"}], "reason": "later", "version": 3, "set_by": "ops", "set_at": "2026-11-27T12:00:00Z", "unmatched": true}]}`)
-	code, out, errOut := runExit(t, "check-config", "--overrides", ovPath, rules)
-	if code != 0 || !strings.Contains(out, "overrides.json: ok (2 overrides, 1 unmatched)") || !strings.Contains(out, `unmatched: domain "d", "gone"="x"`) {
-		t.Errorf("check-config --overrides: exit %d, %s%s; want ok with the unmatched one named", code, out, errOut)
+	writeFile(t, tokens, "# operators\n\nalice:0123456789abcdef-alice\nbob:0123456789abcdef-bob\n")
+	d := startDaemon(t, "--config", rules, "--admin-addr", "127.0.0.1:0", "--admin-token-file", tokens)
+	admin := "http://" + d.adminAddr
+	env := map[string]string{"RATELIMITD_ADMIN": admin, "RATELIMITD_TOKEN_FILE": tokens}
+	kv := []string{"--domain", "d", "--entry", "k=v"}
+
+	if _, limit := checkKV(t, d); limit != 3 {
+		t.Fatalf("the rule's limit = %d, want 3", limit)
 	}
-	for _, tc := range []struct{ max, file, want string }{
-		{"10", `{"overrides": [` + strings.Replace(raiseK, `"incident 42"`, `""`, 1) + `]}`, "override 0: reason is required"},
-		{"10", `{"overrides": [` + raiseK + `, ` + raiseK + `]}`, "override 1 has the descriptor of override 0"},
-		{"10", `{"overrides": [], "more": 1}`, `unknown field "more"`},
-		{"1", `{"overrides": [` + raiseK + `, ` + strings.Replace(raiseK, `"v"`, `"w"`, 1) + `]}`, "2 overrides, over the maximum 1"},
+	code, out, errOut := overridesCLI(t, env, append([]string{"set", "--limit", "1000/minute", "--reason", "incident 42", "--ttl", "1h"}, kv...)...)
+	if code != 0 {
+		t.Fatalf("overrides set: exit %d, stderr %q", code, errOut)
+	}
+	var set overrides.Override
+	if err := json.Unmarshal([]byte(out), &set); err != nil {
+		t.Fatalf("overrides set printed %q: %v", out, err)
+	}
+	if !strings.Contains(out, "\n  \"domain\": \"d\"") {
+		t.Errorf("overrides set printed %q, want indented JSON", out)
+	}
+	wantLimits := []overrides.Limit{{RequestsPerUnit: 1000, Unit: "minute"}}
+	if set.SetBy != "alice" || set.Version != 1 || set.Reason != "incident 42" || !cmp.Equal(set.Limits, wantLimits) ||
+		set.ExpiresAt == nil || time.Until(*set.ExpiresAt) < 59*time.Minute || time.Until(*set.ExpiresAt) > time.Hour {
+		t.Errorf("overrides set answered %+v, want set by alice, version 1, 1000/minute, expiring in an hour", set)
+	}
+	if _, limit := checkKV(t, d); limit != 1000 {
+		t.Errorf("the limit after overrides set = %d, want 1000", limit)
+	}
+
+	code, out, errOut = overridesCLI(t, env, "list")
+	var list overrides.File
+	if code != 0 || json.Unmarshal([]byte(out), &list) != nil || len(list.Overrides) != 1 || list.Overrides[0].SetBy != "alice" {
+		t.Errorf("overrides list: exit %d, %q, stderr %q; want the override alice set", code, out, errOut)
+	}
+	code, out, _ = overridesCLI(t, env, "list", "--domain", "other")
+	if code != 0 || json.Unmarshal([]byte(out), &list) != nil || len(list.Overrides) != 0 {
+		t.Errorf("overrides list --domain other: exit %d, %q; want no overrides", code, out)
+	}
+
+	// A lower override, used up, then reset: the counter is fresh.
+	if code, _, errOut := overridesCLI(t, env, append([]string{"set", "--requests", "2", "--unit", "minute", "--algorithm", "fixed_window", "--reason", "tighten"}, kv...)...); code != 0 {
+		t.Fatalf("overrides set --requests 2: exit %d, stderr %q", code, errOut)
+	}
+	for range 2 {
+		checkKV(t, d)
+	}
+	if c, _ := checkKV(t, d); c != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("the third hit on 2/minute: %v, want OVER_LIMIT", c)
+	}
+	code, out, errOut = overridesCLI(t, env, append([]string{"reset", "--reason", "false alarm"}, kv...)...)
+	if code != 0 || !strings.Contains(out, `"counters"`) {
+		t.Errorf("overrides reset: exit %d, %q, stderr %q; want 0 and the counters reset", code, out, errOut)
+	}
+	if c, _ := checkKV(t, d); c != rlsv3.RateLimitResponse_OK {
+		t.Errorf("a hit after overrides reset: %v, want OK", c)
+	}
+
+	if code, _, errOut := overridesCLI(t, env, append([]string{"delete"}, kv...)...); code != 0 {
+		t.Errorf("overrides delete: exit %d, stderr %q", code, errOut)
+	}
+	if _, limit := checkKV(t, d); limit != 3 {
+		t.Errorf("the limit after overrides delete = %d, want the rule's 3", limit)
+	}
+	code, out, errOut = overridesCLI(t, env, append([]string{"delete"}, kv...)...)
+	if code != 1 || out != "" || !strings.Contains(errOut, "404") {
+		t.Errorf("overrides delete again: exit %d, stdout %q, stderr %q; want 1 and the 404 on stderr", code, out, errOut)
+	}
+
+	wrong := filepath.Join(dir, "wrong")
+	writeFile(t, wrong, "0123456789abcdef-mallory\n")
+	code, _, errOut = overridesCLI(t, map[string]string{"RATELIMITD_ADMIN": admin}, append([]string{"set", "--token-file", wrong, "--limit", "9/second", "--reason", "x"}, kv...)...)
+	if code != 1 || !strings.Contains(errOut, "401") || !strings.Contains(errOut, "Bearer") {
+		t.Errorf("overrides set with a wrong token: exit %d, stderr %q; want 1 and the daemon's 401 message", code, errOut)
+	}
+	if _, limit := checkKV(t, d); limit != 3 {
+		t.Errorf("the limit after a refused set = %d, want 3", limit)
+	}
+
+	open := startDaemon(t, "--config", rules, "--admin-addr", "127.0.0.1:0")
+	code, _, errOut = overridesCLI(t, map[string]string{"RATELIMITD_ADMIN": "http://" + open.adminAddr, "RATELIMITD_TOKEN_FILE": tokens},
+		append([]string{"set", "--limit", "9/second", "--reason", "x"}, kv...)...)
+	if code != 1 || !strings.Contains(errOut, "403") || !strings.Contains(errOut, "--admin-token-file") {
+		t.Errorf("overrides set on a daemon without a token file: exit %d, stderr %q; want 1 and the daemon's 403 message", code, errOut)
+	}
+}
+
+// TestOverridesCommandUsage: bad usage exits 2 with a message, sending
+// nothing.
+func TestOverridesCommandUsage(t *testing.T) {
+	dir := t.TempDir()
+	tokens := filepath.Join(dir, "tokens")
+	writeFile(t, tokens, "0123456789abcdef0123\n")
+	empty := filepath.Join(dir, "empty")
+	writeFile(t, empty, "# none\n\n")
+	// Nothing listens here: a call that got as far as sending would exit 1.
+	env := map[string]string{"RATELIMITD_ADMIN": "http://127.0.0.1:1", "RATELIMITD_TOKEN_FILE": tokens}
+	kv := []string{"--domain", "d", "--entry", "k=v"}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "usage"},
+		{[]string{"frob"}, `unknown command "frob"`},
+		{append([]string{"set", "--limit", "10/minute"}, kv...), "--reason is required"},
+		{append([]string{"set", "--reason", "r"}, kv...), "a limit is required"},
+		{append([]string{"set", "--limit", "ten/minute", "--reason", "r"}, kv...), "want a whole number"},
+		{append([]string{"set", "--limit", "10", "--reason", "r"}, kv...), "want N/UNIT"},
+		{append([]string{"set", "--limit", "10/minute,colour=red", "--reason", "r"}, kv...), "unknown option"},
+		{append([]string{"set", "--requests", "10", "--reason", "r"}, kv...), "--requests needs --unit or --window"},
+		{append([]string{"set", "--requests", "10", "--unit", "minute", "--window", "1m", "--reason", "r"}, kv...), "--requests needs --unit or --window"},
+		{append([]string{"set", "--limit", "1/second", "--reason", "r", "--ttl", "1h", "--expires-at", "2030-01-01T00:00:00Z"}, kv...), "exclude each other"},
+		{append([]string{"set", "--limit", "1/second", "--reason", "r", "--expires-at", "tomorrow"}, kv...), "RFC 3339"},
+		{[]string{"delete", "--entry", "k=v"}, "--domain is required"},
+		{[]string{"reset", "--domain", "d"}, "--entry key=value is required"},
+		{[]string{"reset", "--domain", "d", "--entry", "novalue"}, "want key=value"},
+		{[]string{"list", "--limit", "1/second"}, "flag provided but not defined: -limit"},
+		{[]string{"list", "extra"}, "unexpected argument"},
+		{append([]string{"delete", "--token-file", empty}, kv...), "holds no token"},
+		{append([]string{"delete", "--token-file", filepath.Join(dir, "missing")}, kv...), "no such file"},
 	} {
-		writeFile(t, ovPath, tc.file)
-		code, _, errOut := runExit(t, "check-config", "--max-overrides", tc.max, "--overrides", ovPath, rules)
-		if code != 1 || !strings.Contains(errOut, tc.want) {
-			t.Errorf("check-config --overrides %s: exit %d, %s; want 1 with %q", tc.file, code, errOut, tc.want)
+		code, out, errOut := overridesCLI(t, env, c.args...)
+		if code != 2 || out != "" || !strings.Contains(errOut, c.want) {
+			t.Errorf("overrides %q: exit %d, stdout %q, stderr %q; want 2 and %q", c.args, code, out, errOut, c.want)
+		}
+	}
+	code, _, errOut := overridesCLI(t, map[string]string{}, "list")
+	if code != 2 || !strings.Contains(errOut, "--admin (or RATELIMITD_ADMIN) is required") {
+		t.Errorf("overrides list without --admin: exit %d, stderr %q", code, errOut)
+	}
+	code, _, errOut = overridesCLI(t, map[string]string{"RATELIMITD_ADMIN": "http://127.0.0.1:1"}, append([]string{"reset"}, kv...)...)
+	if code != 2 || !strings.Contains(errOut, "--token-file (or RATELIMITD_TOKEN_FILE) is required") {
+		t.Errorf("overrides reset without a token: exit %d, stderr %q", code, errOut)
+	}
+	code, _, errOut = overridesCLI(t, env, "list")
+	if code != 1 || !strings.Contains(errOut, "127.0.0.1:1") {
+		t.Errorf("overrides list on a closed port: exit %d, stderr %q; want 1 naming the address", code, errOut)
+	}
+}
+
+func TestParseLimit(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want overrides.Limit
+	}{
+		{"1000/minute", overrides.Limit{RequestsPerUnit: 1000, Unit: "minute"}},
+		{"100/30s", overrides.Limit{RequestsPerUnit: 100, Window: "30s"}},
+		{"0/hour", overrides.Limit{Unit: "hour"}},
+		{"50/second,algorithm=token_bucket,burst=200,name=api", overrides.Limit{RequestsPerUnit: 50, Unit: "second", Algorithm: "token_bucket", Burst: 200, Name: "api"}},
+		{"4294967295/day", overrides.Limit{RequestsPerUnit: 4294967295, Unit: "day"}},
+	} {
+		got, err := parseLimit(c.in)
+		if err != nil || got != c.want {
+			t.Errorf("parseLimit(%q) = %+v, %v; want %+v", c.in, got, err, c.want)
+		}
+	}
+	for _, in := range []string{"", "10", "/minute", "10/", "-1/minute", "4294967296/day", "1/minute,burst=x", "1/minute,", "1/minute,,name=a"} {
+		if got, err := parseLimit(in); err == nil {
+			t.Errorf("parseLimit(%q) = %+v, want an error", in, got)
 		}
 	}
 }
 
-// limitOf returns the requests_per_unit p reports for k=v in domain d.
-func (p *process) limitOf(t *testing.T) uint32 {
-	t.Helper()
-	resp, err := p.client.ShouldRateLimit(t.Context(), rlRequest("d", "k", "v"))
-	if err != nil {
-		t.Fatalf("ShouldRateLimit: %v", err)
-	}
-	return resp.GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit()
-}
-
-// waitLimit waits, at most within, for p to report want as k=v's limit,
-// and returns how long that took.
-func (p *process) waitLimit(t *testing.T, want uint32, within time.Duration) time.Duration {
-	t.Helper()
-	start := time.Now()
-	for {
-		got := p.limitOf(t)
-		if got == want {
-			return time.Since(start)
+// TestOverridesToken: the command sends the first token of the file, its
+// name cut off, as the daemon reads the file.
+func TestOverridesToken(t *testing.T) {
+	dir := t.TempDir()
+	for _, c := range []struct{ file, want string }{
+		{"plain-token-0123456789\nsecond:0123456789abcdef\n", "plain-token-0123456789"},
+		{"# comment\n\n  alice:0123456789abcdef  \n", "0123456789abcdef"},
+		{"name:tok:with:colons\n", "tok:with:colons"},
+	} {
+		path := filepath.Join(dir, "tokens")
+		writeFile(t, path, c.file)
+		o := overridesFlags{tokenFile: path}
+		if got, err := o.token("set"); err != nil || got != c.want {
+			t.Errorf("token of %q = %q, %v; want %q", c.file, got, err, c.want)
 		}
-		if time.Since(start) > within {
-			t.Fatalf("%s reports k=v's limit %d after %v, want %d within %v", p.http, got, time.Since(start), want, within)
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }
 
-// stop ends p as an operator would (SIGTERM) and waits for it.
-func (p *process) stop(t *testing.T) {
-	t.Helper()
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-p.exited:
-	case <-time.After(20 * time.Second):
-		t.Fatalf("%s did not stop", p.http)
-	}
-}
-
-// TestOverridesAcrossReplicasOnRedis: two daemons on one Redis. An
-// override set through one is enforced by the other within a second;
-// the daemons restarted, both still enforce it (it lives in Redis);
-// deleted through the other, the first goes back to the rule's limit
-// within a second. While Redis is away, /readyz says that the overrides
-// are stale, and ratelimitd_overrides_stale is 1.
-func TestOverridesAcrossReplicasOnRedis(t *testing.T) {
+// TestOverridesCommandRedis: two daemons on one Redis. An override set
+// through one reaches the other within a second (its sync loop polls the
+// store), a reset through one frees the counter both count on, and a
+// restarted daemon finds the override in Redis.
+func TestOverridesCommandRedis(t *testing.T) {
+	redistest.Require(t)
 	srv := redistest.Start(t)
-	rules, tokens := writeRules(t, goodRules), overridesTokenFile(t)
-	args := []string{"--config", rules, "--backend", "redis://" + srv.Addr, "--admin-token-file", tokens, "--redis-timeout", "200ms"}
-	a, b := startProcess(t, args...), startProcess(t, args...)
-	if got := b.limitOf(t); got != 3 {
-		t.Fatalf("before the override, b reports %d, want the rule's 3", got)
-	}
-	if code, body := adminCall(t, a.http, "PUT", "/v1/overrides", raiseK); code != http.StatusOK {
-		t.Fatalf("PUT /v1/overrides through a = %d %s", code, body)
-	}
-	took := b.waitLimit(t, 10, time.Second)
-	t.Logf("b enforced the override %v after a stored it", took)
+	dir := t.TempDir()
+	rules, tokens := filepath.Join(dir, "rules.yaml"), filepath.Join(dir, "tokens")
+	writeFile(t, rules, goodRules)
+	writeFile(t, tokens, "ops:0123456789abcdef-ops\n")
+	args := []string{"--config", rules, "--backend", "redis://" + srv.Addr, "--redis-timeout", "2s", "--admin-addr", "127.0.0.1:0", "--admin-token-file", tokens}
+	a, b := startDaemon(t, args...), startDaemon(t, args...)
+	env := map[string]string{"RATELIMITD_ADMIN": "http://" + a.adminAddr, "RATELIMITD_TOKEN_FILE": tokens}
+	kv := []string{"--domain", "d", "--entry", "k=v"}
 
-	a.stop(t)
-	b.stop(t)
-	a, b = startProcess(t, args...), startProcess(t, args...)
-	for _, p := range []*process{a, b} {
-		if got := p.limitOf(t); got != 10 {
-			t.Errorf("restarted, %s reports %d at its first decision, want the override's 10", p.http, got)
-		}
+	if code, _, errOut := overridesCLI(t, env, append([]string{"set", "--limit", "2/minute,algorithm=sliding_window", "--reason", "r"}, kv...)...); code != 0 {
+		t.Fatalf("overrides set: exit %d, stderr %q", code, errOut)
 	}
-	code, body := adminCall(t, b.http, "GET", "/v1/overrides?domain=d", "")
-	if code != http.StatusOK || !strings.Contains(body, `"reason": "incident 42"`) || !strings.Contains(body, `"set_by": "ops"`) {
-		t.Errorf("GET /v1/overrides after the restarts = %d %s, want the override", code, body)
-	}
-
-	if code, body := adminCall(t, b.http, "DELETE", "/v1/overrides", `{"domain": "d", "entries": [{"key": "k", "value": "v"}]}`); code != http.StatusOK {
-		t.Fatalf("DELETE /v1/overrides through b = %d %s", code, body)
-	}
-	a.waitLimit(t, 3, time.Second)
-
-	if code, body := adminCall(t, a.http, "PUT", "/v1/overrides", raiseK); code != http.StatusOK {
-		t.Fatalf("PUT /v1/overrides = %d %s", code, body)
-	}
-	b.waitLimit(t, 10, time.Second)
-	srv.Kill()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(time.Second)
 	for {
-		_, ready := adminCall(t, b.http, "GET", "/readyz", "")
-		_, metrics := adminCall(t, b.http, "GET", "/metrics", "")
-		if strings.Contains(ready, "overrides: stale since") && strings.Contains(ready, "keeping 1 overrides") &&
-			strings.Contains(metrics, "\nratelimitd_overrides_stale 1\n") {
+		if _, limit := checkKV(t, b); limit == 2 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("with Redis away, /readyz says %q, want stale overrides, kept", ready)
+			t.Fatal("the other daemon did not apply the override within a second")
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond)
 	}
-}
-
-// TestBadTokenFileRefusesToStart: a daemon whose --admin-token-file is
-// missing or holds no valid token does not start (exit status 1), and
-// says why.
-func TestBadTokenFileRefusesToStart(t *testing.T) {
-	rules := writeRules(t, goodRules)
-	short := filepath.Join(t.TempDir(), "tokens")
-	writeFile(t, short, "ops:short\n")
-	for _, tc := range []struct{ file, want string }{
-		{filepath.Join(t.TempDir(), "absent"), "no such file"},
-		{short, "under the minimum 16"},
-	} {
-		code, _, errOut := runExit(t, "--config", rules, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--admin-token-file", tc.file)
-		if code != 1 || !strings.Contains(errOut, "--admin-token-file") || !strings.Contains(errOut, tc.want) {
-			t.Errorf("--admin-token-file %s: exit %d, %s; want 1 with %q", tc.file, code, errOut, tc.want)
+	checkKV(t, a)
+	if c, _ := checkKV(t, b); c != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("the third hit, on the other daemon: %v, want OVER_LIMIT", c)
+	}
+	if code, _, errOut := overridesCLI(t, env, append([]string{"reset"}, kv...)...); code != 0 {
+		t.Fatalf("overrides reset: exit %d, stderr %q", code, errOut)
+	}
+	// The other daemon refused from its local cache: it forgets that
+	// refusal at its next poll of the overrides.
+	deadline = time.Now().Add(time.Second)
+	for {
+		if c, _ := checkKV(t, b); c == rlsv3.RateLimitResponse_OK {
+			break
 		}
+		if time.Now().After(deadline) {
+			t.Fatal("the other daemon still refuses a second after the reset")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if c, _ := checkKV(t, a); c != rlsv3.RateLimitResponse_OK {
+		t.Errorf("the second hit after the reset: %v, want OK", c)
+	}
+	c := startDaemon(t, args...)
+	env["RATELIMITD_ADMIN"] = "http://" + c.adminAddr
+	code, out, errOut := overridesCLI(t, env, "list", "--domain", "d")
+	var list overrides.File
+	if code != 0 || json.Unmarshal([]byte(out), &list) != nil || len(list.Overrides) != 1 || list.Overrides[0].SetBy != "ops" {
+		t.Errorf("overrides list on a new daemon: exit %d, %q, stderr %q; want the override ops set", code, out, errOut)
 	}
 }

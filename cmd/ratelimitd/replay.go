@@ -45,7 +45,7 @@ func replayCommand(ctx context.Context, args []string, lookup lookupEnv, stdin i
 	fs.StringVar(&by, "by", "rule", "also break the differences down by: rule (only), or descriptor (the descriptors whose decision changed most, see --top)")
 	fs.IntVar(&ropts.TopDescriptors, "top", 20, "with --by descriptor, how many descriptors to report (0: all)")
 	fs.IntVar(&ropts.MaxDescriptors, "by-max-descriptors", replay.DefaultMaxDescriptors, "with --by descriptor, most distinct descriptors counted; changes of others are counted apart")
-	overridesFlags(fs, &ovFile, &maxOverrides, "the runtime overrides in force under both rule sets")
+	overridesFileFlags(fs, &ovFile, &maxOverrides, "the runtime overrides in force under both rule sets")
 	fs.IntVar(&maxKeys, "memory-max-keys", memory.DefaultMaxKeys, "most counters each rule set's memory store keeps")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: ratelimitd replay --old RULES --new RULES [--json] [--strict] [--warmup D] [--by descriptor [--top N]] [--overrides FILE] [--default-algorithm A] [--config-max-* flags] LOG")
