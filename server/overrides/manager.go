@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -73,14 +74,13 @@ type Manager struct {
 	log     *slog.Logger
 	metrics *metrics
 
-	syncMu sync.Mutex // serialises syncs; guards the fields below
-	// version is the store's version of the set in force.
-	version    uint64
+	syncMu     sync.Mutex                         // serialises syncs; guards the two fields below
 	inForce    map[string]*engine.RuntimeOverride // the set in force, by key
 	nextExpiry time.Time                          // the earliest expiry in force, zero if none
-	synced     bool                               // a sync has read the store once
-	failed     error                              // the last sync's error, nil if it read the store
-	since      time.Time                          // when syncs began failing
+	// state is the last sync's outcome, which State reads without
+	// waiting for a sync in progress (a probe of /readyz must not wait on
+	// a store that hangs).
+	state atomic.Pointer[syncState]
 }
 
 // New returns a Manager of the overrides in store (nil when the counter
@@ -96,7 +96,17 @@ func New(store backend.OverrideStore, eng *engine.Engine, opts Options) *Manager
 	if m.log == nil {
 		m.log = slog.New(slog.DiscardHandler)
 	}
+	m.state.Store(&syncState{})
 	return m
+}
+
+// A syncState is what the last sync found.
+type syncState struct {
+	synced  bool      // a sync has read the store once
+	version uint64    // the store's version of the set in force
+	count   int       // overrides in force
+	failed  error     // the last sync's error, nil if it read the store
+	since   time.Time // when syncs began failing
 }
 
 // Max returns the most overrides the Manager stores.

@@ -519,3 +519,57 @@ func TestReset(t *testing.T) {
 		t.Errorf("Reset without a rule = %v, want ErrNotFound", err)
 	}
 }
+
+// hanging is an OverrideStore whose reads wait for release (or their
+// context) once hang is set: a Redis that stopped answering.
+type hanging struct {
+	*memory.Store
+	hang    atomic.Bool
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (h *hanging) Overrides(ctx context.Context, since uint64) (map[string][]byte, uint64, error) {
+	if h.hang.Load() {
+		h.entered <- struct{}{}
+		select {
+		case <-h.release:
+		case <-ctx.Done():
+			return nil, 0, ctx.Err()
+		}
+	}
+	return h.Store.Overrides(ctx, since)
+}
+
+// TestStateDoesNotWaitForASync: /readyz reads State while a sync waits
+// on a store that does not answer; it must answer at once, with what the
+// last sync found.
+func TestStateDoesNotWaitForASync(t *testing.T) {
+	store := &hanging{Store: newStore(t), entered: make(chan struct{}), release: make(chan struct{})}
+	a := newReplica(t, store, overrides.Options{})
+	if _, err := a.m.Set(t.Context(), raise("k-1", 4), "alice"); err != nil {
+		t.Fatal(err)
+	}
+	store.hang.Store(true)
+	synced := make(chan error)
+	go func() { synced <- a.m.Sync(t.Context()) }()
+	<-store.entered
+	state := make(chan string)
+	go func() { state <- a.m.State() }()
+	select {
+	case got := <-state:
+		if !strings.HasPrefix(got, "ok (1 in force") {
+			t.Errorf("State() during a sync = %q, want the last sync's ok", got)
+		}
+	case <-time.After(10 * time.Second): // a guard, not a measure: State waited on the sync
+		t.Error("State() waited for the sync in progress")
+		close(store.release)
+		<-state
+		<-synced
+		return
+	}
+	close(store.release)
+	if err := <-synced; err != nil {
+		t.Fatal(err)
+	}
+}

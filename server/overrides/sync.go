@@ -76,34 +76,37 @@ func (m *Manager) Sync(ctx context.Context) error {
 	}
 	m.syncMu.Lock()
 	defer m.syncMu.Unlock()
-	since := m.version
-	if !m.synced {
+	st := *m.state.Load()
+	since := st.version
+	if !st.synced {
 		since = 0
 	}
 	recs, version, err := m.store.Overrides(ctx, since)
 	if err != nil {
 		m.metrics.syncFailures.Inc()
 		m.metrics.stale.Set(1)
-		if m.failed == nil {
-			m.since = m.opts.Now()
+		if st.failed == nil {
+			st.since = m.opts.Now()
 		}
-		m.failed = err
+		st.failed = err
+		m.state.Store(&st)
 		return fmt.Errorf("overrides: read the store: %w", err)
 	}
-	m.failed = nil
 	m.metrics.stale.Set(0)
 	now := m.opts.Now()
-	if !m.synced || version != since || recs != nil {
-		m.apply(recs, version, now)
+	if !st.synced || version != since || recs != nil {
+		m.apply(recs, now)
+		st.version, st.synced = version, true
 	}
 	m.expire(ctx, now)
+	st.failed, st.count = nil, len(m.inForce)
+	m.state.Store(&st)
 	return nil
 }
 
-// apply puts recs, the store's records at version, in force; m.syncMu
-// is held. The records of overrides in force that did not change since
+// apply puts recs, the store's records, in force; m.syncMu is held. The records of overrides in force that did not change since
 // the last read (RuntimeOverride.Sum) are not parsed again.
-func (m *Manager) apply(recs map[string][]byte, version uint64, now time.Time) {
+func (m *Manager) apply(recs map[string][]byte, now time.Time) {
 	keys := slices.Collect(maps.Keys(recs))
 	skipped := 0
 	if len(keys) > m.opts.Max { // stored by replicas with a larger --max-overrides
@@ -136,7 +139,7 @@ func (m *Manager) apply(recs map[string][]byte, version uint64, now time.Time) {
 		}
 		inForce[k] = ov
 	}
-	m.version, m.synced, m.inForce, m.nextExpiry = version, true, inForce, next
+	m.inForce, m.nextExpiry = inForce, next
 	m.eng.SetOverrides(engine.NewRuntimeOverrides(inForce))
 	m.metrics.inForce.Set(float64(len(inForce)))
 	m.metrics.skipped.Set(float64(skipped))
@@ -223,11 +226,7 @@ func (m *Manager) expire(ctx context.Context, now time.Time) {
 }
 
 // current returns the override in force under key k, nil if none.
-func (m *Manager) current(k string) *engine.RuntimeOverride {
-	m.syncMu.Lock()
-	defer m.syncMu.Unlock()
-	return m.inForce[k]
-}
+func (m *Manager) current(k string) *engine.RuntimeOverride { return m.eng.Overrides().Get(k) }
 
 // State describes the overrides in force for /readyz: "ok", "off" when
 // the store keeps none, or "stale" with since when and why the store
@@ -236,14 +235,13 @@ func (m *Manager) State() string {
 	if m.store == nil {
 		return "off"
 	}
-	m.syncMu.Lock()
-	defer m.syncMu.Unlock()
+	st := m.state.Load()
 	switch {
-	case m.failed != nil:
+	case st.failed != nil:
 		return fmt.Sprintf("stale since %s: cannot read the store (%v); keeping %d overrides of version %d",
-			m.since.UTC().Format(time.RFC3339), m.failed, len(m.inForce), m.version)
-	case !m.synced:
+			st.since.UTC().Format(time.RFC3339), st.failed, st.count, st.version)
+	case !st.synced:
 		return "not read yet"
 	}
-	return fmt.Sprintf("ok (%d in force, version %d)", len(m.inForce), m.version)
+	return fmt.Sprintf("ok (%d in force, version %d)", st.count, st.version)
 }

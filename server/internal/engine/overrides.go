@@ -50,6 +50,15 @@ func (o *RuntimeOverrides) Len() int {
 	return len(o.m)
 }
 
+// Get returns the override of key (see OverrideKey), nil if none; o
+// may be nil.
+func (o *RuntimeOverrides) Get(key string) *RuntimeOverride {
+	if o == nil {
+		return nil
+	}
+	return o.m[key]
+}
+
 // OverrideKey returns the key of the overrides of domain and entries:
 // the counter-key prefix of a request descriptor made of them (see
 // appendKeyPrefix), so that a decision finds its override with the
