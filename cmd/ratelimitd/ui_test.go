@@ -322,7 +322,7 @@ func checkExplain(t *testing.T, ctx context.Context, admin string, run func(stri
 		pollTrue(`document.querySelector('#explain').textContent !== '' && !document.querySelector('#explain').textContent.includes('asking')`),
 	))
 	got := text(t, ctx, "#explain")
-	for _, want := range []string{"user=" + hostile, "sliding_window"} {
+	for _, want := range []string{"user=" + hostile, "sliding_window", "limits from the runtime override v1 by ops: " + hostile} {
 		if !strings.Contains(got, want) {
 			t.Errorf("the explain pane %q does not show %q", got, want)
 		}
@@ -336,15 +336,16 @@ func checkExplain(t *testing.T, ctx context.Context, admin string, run func(stri
 const uiToken = "ops-0123456789abcdef"
 
 // putUIOverrides sets two runtime overrides through the daemon's API:
-// one that a rule matches, with a hostile reason, and one unmatched.
+// one of the hostile user, with the rule's limit (the traffic's refusals
+// stay as they were) and a hostile reason, and one unmatched.
 func putUIOverrides(t *testing.T, admin string) {
 	t.Helper()
-	reason, err := json.Marshal(hostile)
+	quoted, err := json.Marshal(hostile)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, body := range []string{
-		`{"domain": "edge", "entries": [{"key": "remote_address", "value": "10.0.0.9"}], "limits": [{"requests_per_unit": 50, "unit": "second"}], "reason": ` + string(reason) + `}`,
+		`{"domain": "edge", "entries": [{"key": "user", "value": ` + string(quoted) + `}], "limits": [{"requests_per_unit": 3, "unit": "minute"}], "reason": ` + string(quoted) + `}`,
 		`{"domain": "edge", "entries": [{"key": "nothing", "value": "x"}], "limits": [{"requests_per_unit": 7, "window": "90s"}], "reason": "for later", "expires_at": "2099-01-01T00:00:00Z"}`,
 	} {
 		req, err := http.NewRequest("PUT", "http://"+admin+"/v1/overrides", strings.NewReader(body))
@@ -371,7 +372,7 @@ func checkOverridesPane(t *testing.T, ctx context.Context) {
 		t.Fatalf("the page lists no two overrides: %v (%q)", err, text(t, ctx, "#overrides"))
 	}
 	got := text(t, ctx, "#overrides")
-	for _, want := range []string{"remote_address=10.0.0.9", "50 / second", hostile, "ops", "nothing=xunmatched", "7 / 90s", "2099-01-01T00:00:00Z", "never"} {
+	for _, want := range []string{"user=" + hostile, "3 / minute", "ops", "nothing=xunmatched", "7 / 90s", "2099-01-01T00:00:00Z", "never"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("the overrides pane %q does not show %q", got, want)
 		}

@@ -288,6 +288,11 @@
     const rows = [];
     for (const d of x.descriptors || []) {
       const rule = d.rule ? el("div", null, el("code", null, d.rule.path), el("div", "where", d.rule.file + ":" + d.rule.line)) : "no rule";
+      const ro = d.runtime_override;
+      if (ro) {
+        rule.appendChild(el("div", "where", "limits from the runtime override v" + ro.version + " by " + ro.set_by + ": " + ro.reason +
+          (ro.expires_at ? ", until " + ro.expires_at : "")));
+      }
       const modes = [d.unlimited ? "unlimited" : "", d.shadow_mode ? "shadow" : "", d.quota_mode ? "quota" : ""].filter(Boolean).join(", ");
       const limits = d.limits && d.limits.length ? d.limits : [null];
       limits.forEach((l, i) => {
