@@ -50,8 +50,6 @@ type Options struct {
 	// Interval is how often Run polls the store; zero means
 	// DefaultInterval.
 	Interval time.Duration
-	// Ticks, when not nil, replaces Run's ticker (for tests).
-	Ticks <-chan time.Time
 	// Now is the clock of expiries and of SetAt; nil means time.Now.
 	Now func() time.Time
 	// Config are the options limits are compiled with, as the rule

@@ -30,12 +30,8 @@ func (m *Manager) Run(ctx context.Context) error {
 	if m.store == nil {
 		return nil
 	}
-	ticks := m.opts.Ticks
-	if ticks == nil {
-		t := time.NewTicker(m.opts.Interval)
-		defer t.Stop()
-		ticks = t.C
-	}
+	tick := time.NewTicker(m.opts.Interval) // tests run Run in a synctest bubble
+	defer tick.Stop()
 	warn := rate.Sometimes{First: 1, Interval: 10 * time.Second}
 	for {
 		if err := m.pollOnce(ctx); err != nil && ctx.Err() == nil {
@@ -46,7 +42,7 @@ func (m *Manager) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-ticks:
+		case <-tick.C:
 		}
 	}
 }
