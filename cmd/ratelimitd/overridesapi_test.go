@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratelimitd/ratelimitd/internal/certtest"
 	"github.com/ratelimitd/ratelimitd/internal/redistest"
 )
 
@@ -223,5 +224,49 @@ func TestBadTokenFileRefusesToStart(t *testing.T) {
 		if code != 1 || !strings.Contains(errOut, "--admin-token-file") || !strings.Contains(errOut, tc.want) {
 			t.Errorf("--admin-token-file %s: exit %d, %s; want 1 with %q", tc.file, code, errOut, tc.want)
 		}
+	}
+}
+
+// TestAdminMutualTLS: with --admin-tls-client-ca the admin listener (the
+// overrides API among its endpoints) answers only clients whose
+// certificate its CAs signed, while the HTTP listener, with the same
+// certificate, asks none.
+func TestAdminMutualTLS(t *testing.T) {
+	dir := t.TempDir()
+	rules := writeRules(t, goodRules)
+	ca := certtest.NewCA(t, "ratelimitd test CA")
+	srvCert := ca.Server(t, dir, "server", "localhost", "127.0.0.1")
+	operator := ca.Client(t, dir, "operator", "operator@example.com")
+	stranger := certtest.NewCA(t, "another CA").Client(t, dir, "stranger", "operator@example.com")
+	d := startDaemon(t, "--config", rules, "--admin-addr", "127.0.0.1:0", "--admin-token-file", overridesTokenFile(t),
+		"--http-tls-cert", srvCert.CertFile, "--http-tls-key", srvCert.KeyFile, "--admin-tls-client-ca", ca.WriteCert(t, dir, "ca"))
+	for _, tc := range []struct {
+		name   string
+		client *certtest.KeyPair
+		ok     bool
+	}{
+		{"the operators' CA", operator, true},
+		{"no client certificate", nil, false},
+		{"another CA", stranger, false},
+	} {
+		https := &http.Client{Transport: &http.Transport{TLSClientConfig: ca.ClientTLS(tc.client)}}
+		req, err := http.NewRequestWithContext(t.Context(), "PUT", "https://"+d.adminAddr+"/v1/overrides", strings.NewReader(raiseK))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+overridesToken)
+		resp, err := https.Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		if got := err == nil && resp.StatusCode == http.StatusOK; got != tc.ok {
+			t.Errorf("%s: PUT /v1/overrides = %v, %v; want success %v", tc.name, resp, err, tc.ok)
+		}
+		https.CloseIdleConnections()
+	}
+	https := &http.Client{Transport: &http.Transport{TLSClientConfig: ca.ClientTLS(nil)}}
+	defer https.CloseIdleConnections()
+	if code, _ := get(t, https, "https://"+d.httpAddr+"/healthz"); code != http.StatusOK {
+		t.Errorf("GET https://…/healthz on the HTTP listener without a client certificate = %d, want 200", code)
 	}
 }
