@@ -565,7 +565,9 @@ func TestStateDoesNotWaitForASync(t *testing.T) {
 		t.Error("State() waited for the sync in progress")
 		close(store.release)
 		<-state
-		<-synced
+		if err := <-synced; err != nil {
+			t.Error(err)
+		}
 		return
 	}
 	close(store.release)
