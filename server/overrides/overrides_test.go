@@ -575,3 +575,41 @@ func TestStateDoesNotWaitForASync(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestUnreadableRecordsAreSkipped: records that do not decode, that fail
+// the checks, or whose key is not their descriptor's, are skipped and
+// counted, in one log line per read; the others apply.
+func TestUnreadableRecordsAreSkipped(t *testing.T) {
+	store := newStore(t)
+	a := newReplica(t, store, overrides.Options{})
+	if _, err := a.m.Set(t.Context(), raise("k-1", 4), "alice"); err != nil {
+		t.Fatal(err)
+	}
+	other := raise("k-2", 4)
+	elsewhere, err := json.Marshal(raise("k-3", 4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, rec := range map[string]string{
+		"garbage":   "{not json",
+		"no reason": `{"domain": "edge", "entries": [{"key": "api_key", "value": "k-2"}], "limits": [{"requests_per_unit": 1, "unit": "minute"}]}`,
+		other.Key(): string(elsewhere), // k-3's record under k-2's key
+	} {
+		if _, err := store.PutOverride(t.Context(), k, []byte(rec), 10); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a.log.Reset()
+	if err := a.m.Sync(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if got := a.eng.Overrides().Len(); got != 1 {
+		t.Errorf("%d overrides in force, want the one readable", got)
+	}
+	if got := testutil.ToFloat64(gauge(t, a.reg, "ratelimitd_overrides_skipped")); got != 3 {
+		t.Errorf("ratelimitd_overrides_skipped = %v, want 3", got)
+	}
+	if n := strings.Count(a.log.String(), "skipping unreadable override records"); n != 1 {
+		t.Errorf("%d warnings for the unreadable records, want 1: %s", n, a.log)
+	}
+}

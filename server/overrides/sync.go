@@ -100,8 +100,10 @@ func (m *Manager) Sync(ctx context.Context) error {
 	return nil
 }
 
-// apply puts recs, the store's records, in force; m.syncMu is held. The records of overrides in force that did not change since
-// the last read (RuntimeOverride.Sum) are not parsed again.
+// apply puts recs, the store's records, in force; m.syncMu is held.
+// The records of overrides in force that did not change since the last
+// read (RuntimeOverride.Sum) are not parsed again. Unreadable records
+// are skipped, counted and logged in one line.
 func (m *Manager) apply(recs map[string][]byte, now time.Time) {
 	keys := slices.Collect(maps.Keys(recs))
 	skipped := 0
@@ -113,6 +115,7 @@ func (m *Manager) apply(recs map[string][]byte, now time.Time) {
 	}
 	inForce := make(map[string]*engine.RuntimeOverride, len(keys))
 	var next time.Time
+	unreadable, firstErr := 0, error(nil)
 	for _, k := range keys {
 		rec := recs[k]
 		sum := maphash.Bytes(seed, rec)
@@ -120,8 +123,9 @@ func (m *Manager) apply(recs map[string][]byte, now time.Time) {
 		if !known || ov.Sum != sum {
 			var err error
 			if ov, err = m.parse(k, rec, sum); err != nil {
-				skipped++
-				m.log.Warn("skipping an unreadable override record", "key", engine.Printable(k), "err", err)
+				if unreadable++; firstErr == nil {
+					firstErr = fmt.Errorf("key %s: %w", engine.Printable(k), err)
+				}
 				continue
 			}
 		}
@@ -135,10 +139,13 @@ func (m *Manager) apply(recs map[string][]byte, now time.Time) {
 		}
 		inForce[k] = ov
 	}
+	if unreadable > 0 {
+		m.log.Warn("skipping unreadable override records", "records", unreadable, "first", firstErr)
+	}
 	m.inForce, m.nextExpiry = inForce, next
 	m.eng.SetOverrides(engine.NewRuntimeOverrides(inForce))
 	m.metrics.inForce.Set(float64(len(inForce)))
-	m.metrics.skipped.Set(float64(skipped))
+	m.metrics.skipped.Set(float64(skipped + unreadable))
 }
 
 // parse decodes and compiles the record of key k.
