@@ -169,7 +169,7 @@ func (m *Manager) Delete(ctx context.Context, domain string, entries []Entry, re
 	if m.store == nil {
 		return ErrUnsupported
 	}
-	if err := checkDescriptor(domain, entries); err != nil {
+	if err := checkChange(domain, entries, reason); err != nil {
 		m.metrics.refusals.WithLabelValues(refusedInvalid).Inc()
 		return err
 	}
@@ -199,7 +199,7 @@ func (m *Manager) Reset(ctx context.Context, domain string, entries []Entry, rea
 	if !ok {
 		return 0, ErrUnsupported
 	}
-	if err := checkDescriptor(domain, entries); err != nil {
+	if err := checkChange(domain, entries, reason); err != nil {
 		m.metrics.refusals.WithLabelValues(refusedInvalid).Inc()
 		return 0, err
 	}

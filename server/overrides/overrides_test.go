@@ -613,3 +613,14 @@ func TestUnreadableRecordsAreSkipped(t *testing.T) {
 		t.Errorf("%d warnings for the unreadable records, want 1: %s", n, a.log)
 	}
 }
+
+func TestDeleteAndResetCheckTheirReason(t *testing.T) {
+	a := newReplica(t, newStore(t), overrides.Options{})
+	long := strings.Repeat("x", overrides.MaxReasonBytes+1)
+	if err := a.m.Delete(t.Context(), "edge", raise("k-1", 0).Entries, long, "alice"); !overrides.IsInvalid(err) {
+		t.Errorf("Delete with a long reason = %v, want an InvalidError", err)
+	}
+	if _, err := a.m.Reset(t.Context(), "edge", raise("k-1", 0).Entries, long, "alice"); !overrides.IsInvalid(err) {
+		t.Errorf("Reset with a long reason = %v, want an InvalidError", err)
+	}
+}
