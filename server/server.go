@@ -405,13 +405,15 @@ func (s *Server) GRPCOptions() []grpc.ServerOption {
 func streamWorkers() uint32 { return uint32(min(32*runtime.GOMAXPROCS(0), 1024)) }
 
 // Register registers Envoy's RateLimitService, with Options.RLQS its
-// RateLimitQuotaService (see package rlqs), the native RateLimitService, gRPC health and server
+// RateLimitQuotaService (see package rlqs), the native RateLimitService
+// and OverridesService (see overridesgrpc.go), gRPC health and server
 // reflection on g, and with Options.Registry starts g's grpc_server_*
 // series at zero. g must have been built with GRPCOptions, whose codec
 // Envoy's service needs.
 func (s *Server) Register(g *grpc.Server) {
 	g.RegisterService(&envoyServiceDesc, s)
 	ratelimitv1.RegisterRateLimitServiceServer(g, s.Native())
+	s.registerOverrides(g)
 	if s.rlqs != nil {
 		s.rlqs.Register(g)
 	}

@@ -109,7 +109,7 @@ func newRegistry() *prometheus.Registry {
 // HTTP and debug servers.
 func (b *built) servers(ctx context.Context, rules *config.Rules, reg *prometheus.Registry) error {
 	f, log := b.f, b.log
-	grpcTLS, httpTLS, err := openTLS(f, log, reg)
+	grpcTLS, httpTLS, adminTLS, err := openTLS(f, log, reg)
 	if err != nil {
 		log.Error("cannot use the TLS files; not starting", "err", err)
 		return exitError{1}
@@ -184,6 +184,7 @@ func (b *built) servers(ctx context.Context, rules *config.Rules, reg *prometheu
 		UnknownDomains: f.unknownDomains,
 		Overrides: overrides.Options{
 			Max:    f.maxOverrides,
+			Logger: log.With("component", "overrides"),
 			Config: []config.Option{config.WithDefaultAlgorithm(f.defaultAlgorithm)},
 		},
 		AdminTokens: tokens,
@@ -200,7 +201,7 @@ func (b *built) servers(ctx context.Context, rules *config.Rules, reg *prometheu
 	}
 	b.grpc = grpc.NewServer(grpcOpts...)
 	b.srv.Register(b.grpc)
-	b.httpServers(httpTLS)
+	b.httpServers(httpTLS, adminTLS)
 	if f.debugAddr != "" {
 		var rlconfig http.Handler // the reference serves it on its debug port
 		if f.compat == compatEnvoyproxy {
@@ -208,7 +209,7 @@ func (b *built) servers(ctx context.Context, rules *config.Rules, reg *prometheu
 		}
 		b.debug = f.httpConn.limits().Server(debugHandler(rlconfig))
 	}
-	b.started = append(b.started, "version", version(), "grpc_tls", tlsMode(grpcTLS != nil, f.tls.grpcClientCA != ""), "http_tls", httpTLS != nil,
+	b.started = append(b.started, "version", version(), "grpc_tls", tlsMode(grpcTLS != nil, f.tls.grpcClientCA != ""), "http_tls", httpTLS != nil, "admin_tls", tlsMode(httpTLS != nil && b.f.adminAddr != "", adminTLS != nil),
 		"backend", redactBackend(f.backend), "failure_mode", f.failureMode.String(), "default_algorithm", f.defaultAlgorithm.String())
 	if f.redis.perSecond != "" {
 		b.started = append(b.started, "backend_per_second", redactBackend(f.redis.perSecond))
@@ -260,15 +261,16 @@ func (r *requestLog) close() {
 
 // httpServers builds the HTTP server, and with --admin-addr the admin
 // server, which takes the operators' endpoints (see server.Handlers) off
-// the HTTP one and serves them with the same TLS, if any. Whichever
+// the HTTP one and serves them with the same TLS, if any, requiring
+// client certificates with --admin-tls-client-ca (adminTLS). Whichever
 // serves the operators' endpoints answers them only to the Host names of
 // operatorHosts.
-func (b *built) httpServers(httpTLS *tlsconfig.Reloader) {
+func (b *built) httpServers(httpTLS, adminTLS *tlsconfig.Reloader) {
 	var public http.Handler
 	if b.f.adminAddr != "" {
-		var admin http.Handler
-		public, admin = b.srv.Handlers()
-		b.admin = b.f.httpConn.limits().Server(server.OperatorHosts(admin, b.operatorHosts(b.f.adminAddr)...))
+		var operators http.Handler
+		public, operators = b.srv.Handlers()
+		b.admin = b.f.httpConn.limits().Server(server.OperatorHosts(operators, b.operatorHosts(b.f.adminAddr)...))
 	} else {
 		public = server.OperatorHosts(b.srv.Handler(), b.operatorHosts(b.f.httpAddr)...)
 	}
@@ -280,6 +282,9 @@ func (b *built) httpServers(httpTLS *tlsconfig.Reloader) {
 				hs.TLSConfig = httpTLS.Config()
 			}
 		}
+	}
+	if adminTLS != nil { // --admin-tls-client-ca: the same certificate, and the operators' client certificates
+		b.admin.TLSConfig = adminTLS.Config()
 	}
 }
 

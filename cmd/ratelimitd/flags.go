@@ -151,6 +151,7 @@ type tlsFlags struct {
 	grpcCert, grpcKey, grpcClientCA string
 	grpcAllowedSANs                 []string
 	httpCert, httpKey               string
+	adminClientCA                   string // requires mutual TLS on --admin-addr
 }
 
 // hotKeysFlags are the settings of GET /hotkeys.
@@ -304,6 +305,8 @@ func defineFlags(fs *flag.FlagSet, f *flags) {
 	})
 	fs.StringVar(&f.tls.httpCert, "http-tls-cert", "", "PEM `file` of the HTTP listener's certificate: serve HTTPS; reloaded when it changes")
 	fs.StringVar(&f.tls.httpKey, "http-tls-key", "", "PEM `file` of the HTTP certificate's key")
+	fs.StringVar(&f.tls.adminClientCA, "admin-tls-client-ca", "", "PEM `file` of the CAs that sign operators' client certificates: require mutual TLS on --admin-addr\n"+
+		"(served with --http-tls-cert's certificate); reloaded when it changes")
 	fs.DurationVar(&f.httpConn.readTimeout, "http-read-timeout", server.DefaultHTTPReadTimeout, "longest the HTTP and debug listeners wait for a whole request, headers and body (0: no limit, but 10s for the headers);\n"+
 		"a decision is a few hundred bytes, so a slower client is stalled or hostile")
 	fs.DurationVar(&f.httpConn.writeTimeout, "http-write-timeout", server.DefaultHTTPWriteTimeout, "longest an HTTP request may take from the end of its headers to the end of its answer (0: no limit);\n"+
@@ -440,6 +443,8 @@ func (f *flags) check() error {
 		return fmt.Errorf("--hotkeys-values %q: want digest or show", f.hotKeys.values)
 	case f.unknownDomains < 1 || f.unknownDomains > maxUnknownDomains:
 		return fmt.Errorf("--unknown-domains-max %d: want 1 to %d", f.unknownDomains, maxUnknownDomains)
+	case f.tls.adminClientCA != "" && f.adminAddr == "":
+		return errors.New("--admin-tls-client-ca needs --admin-addr: the operators' endpoints share --http-addr otherwise")
 	}
 	return errors.Join(f.tls.check(), f.httpConn.check(), f.grpcConn.check(), f.requestLog.options().Check())
 }
@@ -469,6 +474,8 @@ func (t *tlsFlags) check() error {
 		return errors.New("--grpc-tls-client-ca needs --grpc-tls-cert and --grpc-tls-key")
 	case len(t.grpcAllowedSANs) > 0 && t.grpcClientCA == "":
 		return errors.New("--grpc-tls-allowed-sans needs --grpc-tls-client-ca")
+	case t.adminClientCA != "" && t.httpCert == "":
+		return errors.New("--admin-tls-client-ca needs --http-tls-cert and --http-tls-key")
 	}
 	return nil
 }

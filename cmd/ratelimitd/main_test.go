@@ -125,6 +125,9 @@ func TestBadFlags(t *testing.T) {
 		{"bad hotkeys window", []string{"--config", "x", "--hotkeys-window", "10ms"}, nil, "--hotkeys-window"},
 		{"no unknown domains", []string{"--config", "x", "--unknown-domains-max", "0"}, nil, "--unknown-domains-max"},
 		{"too many unknown domains", []string{"--config", "x", "--unknown-domains-max", "10001"}, nil, "want 1 to 10000"},
+		{"no overrides", []string{"--config", "x", "--max-overrides", "0"}, nil, "--max-overrides 0: want at least 1"},
+		{"admin mTLS without the admin listener", []string{"--config", "x", "--admin-tls-client-ca", "ca.pem", "--http-tls-cert", "c.pem", "--http-tls-key", "k.pem"}, nil, "--admin-tls-client-ca needs --admin-addr"},
+		{"admin mTLS without a certificate", []string{"--config", "x", "--admin-addr", "127.0.0.1:0", "--admin-tls-client-ca", "ca.pem"}, nil, "--admin-tls-client-ca needs --http-tls-cert"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

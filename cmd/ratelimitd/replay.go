@@ -11,6 +11,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/backend"
 	"github.com/ratelimitd/ratelimitd/backend/memory"
 	"github.com/ratelimitd/ratelimitd/config"
+	"github.com/ratelimitd/ratelimitd/server/overrides"
 	"github.com/ratelimitd/ratelimitd/server/requestlog/replay"
 )
 
@@ -28,6 +29,8 @@ func replayCommand(ctx context.Context, args []string, lookup lookupEnv, stdin i
 		asJSON, strict   bool
 		maxKeys          int
 		by               string
+		ovFile           string
+		maxOverrides     int
 		ropts            replay.Options
 	)
 	configLimitFlags(fs, &limits)
@@ -42,9 +45,10 @@ func replayCommand(ctx context.Context, args []string, lookup lookupEnv, stdin i
 	fs.StringVar(&by, "by", "rule", "also break the differences down by: rule (only), or descriptor (the descriptors whose decision changed most, see --top)")
 	fs.IntVar(&ropts.TopDescriptors, "top", 20, "with --by descriptor, how many descriptors to report (0: all)")
 	fs.IntVar(&ropts.MaxDescriptors, "by-max-descriptors", replay.DefaultMaxDescriptors, "with --by descriptor, most distinct descriptors counted; changes of others are counted apart")
+	overridesFileFlags(fs, &ovFile, &maxOverrides, "the runtime overrides in force under both rule sets")
 	fs.IntVar(&maxKeys, "memory-max-keys", memory.DefaultMaxKeys, "most counters each rule set's memory store keeps")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: ratelimitd replay --old RULES --new RULES [--json] [--strict] [--warmup D] [--by descriptor [--top N]] [--default-algorithm A] [--config-max-* flags] LOG")
+		fmt.Fprintln(stderr, "usage: ratelimitd replay --old RULES --new RULES [--json] [--strict] [--warmup D] [--by descriptor [--top N]] [--overrides FILE] [--default-algorithm A] [--config-max-* flags] LOG")
 		fmt.Fprintln(stderr, "Replays a --request-log file (\"-\": standard input) against both rule sets, and reports the requests decided differently.")
 		fs.PrintDefaults()
 	}
@@ -80,6 +84,12 @@ func replayCommand(ctx context.Context, args []string, lookup lookupEnv, stdin i
 	if err != nil {
 		fmt.Fprintln(stderr, "ratelimitd replay: --new:", err)
 		return exitError{1}
+	}
+	if ovFile != "" {
+		if ropts.Overrides, err = overrides.ReadFile(ovFile, maxOverrides, opts...); err != nil {
+			fmt.Fprintln(stderr, "ratelimitd replay: --overrides:", err)
+			return exitError{1}
+		}
 	}
 	name, in := fs.Arg(0), stdin
 	if name != "-" {

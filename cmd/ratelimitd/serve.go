@@ -24,6 +24,7 @@ func serve(ctx context.Context, f *flags, stderr io.Writer) error {
 
 // serve runs b's servers and rules source until ctx is done, then drains.
 func (b *built) serve(ctx context.Context) error {
+	b.firstOverrides(ctx)
 	b.log.Info("ratelimitd started", b.started...)
 	group, gctx := errgroup.WithContext(ctx)
 	group.Go(func() error {
@@ -57,6 +58,21 @@ func (b *built) serve(ctx context.Context) error {
 		return nil
 	}
 	return err
+}
+
+// firstOverridesTimeout bounds the first read of the runtime overrides.
+const firstOverridesTimeout = 2 * time.Second
+
+// firstOverrides reads the runtime overrides once before the daemon
+// answers, so that a replica that starts (or restarts) decides with them
+// from its first request. A store that cannot answer in time is logged,
+// and the sync loop reads them as soon as it can.
+func (b *built) firstOverrides(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, firstOverridesTimeout)
+	defer cancel()
+	if err := b.srv.Overrides().Sync(ctx); err != nil {
+		b.log.Warn("cannot read the runtime overrides yet; starting without them", "err", err)
+	}
 }
 
 // tokenPoll is how often --admin-token-file is read again without a

@@ -10,8 +10,10 @@ import (
 
 // openTLS loads the listeners' certificates, nil for a listener without
 // TLS, and registers their metrics (see tlsconfig.Reloader.Collectors)
-// labelled by listener.
-func openTLS(f *flags, log *slog.Logger, reg prometheus.Registerer) (grpcTLS, httpTLS *tlsconfig.Reloader, err error) {
+// labelled by listener. The admin listener serves the HTTP listener's
+// certificate: adminTLS is nil but with --admin-tls-client-ca, when it
+// is the same certificate requiring the operators' client certificates.
+func openTLS(f *flags, log *slog.Logger, reg prometheus.Registerer) (grpcTLS, httpTLS, adminTLS *tlsconfig.Reloader, err error) {
 	open := func(listener string, o tlsconfig.Options) (*tlsconfig.Reloader, error) {
 		if o.CertFile == "" {
 			return nil, nil
@@ -31,13 +33,19 @@ func openTLS(f *flags, log *slog.Logger, reg prometheus.Registerer) (grpcTLS, ht
 		AllowedSANs:  f.tls.grpcAllowedSANs,
 	})
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	httpTLS, err = open("http", tlsconfig.Options{CertFile: f.tls.httpCert, KeyFile: f.tls.httpKey})
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	return grpcTLS, httpTLS, nil
+	if f.tls.adminClientCA != "" {
+		adminTLS, err = open("admin", tlsconfig.Options{CertFile: f.tls.httpCert, KeyFile: f.tls.httpKey, ClientCAFile: f.tls.adminClientCA})
+		if err != nil {
+			return nil, nil, nil, err
+		}
+	}
+	return grpcTLS, httpTLS, adminTLS, nil
 }
 
 // tlsMode names a listener's TLS for the start-up log line.

@@ -147,7 +147,10 @@ func TestUIInBrowser(t *testing.T) {
 	browser := browserPath(t)
 	path := filepath.Join(t.TempDir(), "rules.yaml")
 	writeFile(t, path, uiRules)
-	d := startDaemon(t, "--config", path, "--admin-addr", "127.0.0.1:0")
+	tokens := filepath.Join(t.TempDir(), "tokens")
+	writeFile(t, tokens, "ops:"+uiToken+"\n")
+	d := startDaemon(t, "--config", path, "--admin-addr", "127.0.0.1:0", "--admin-token-file", tokens)
+	putUIOverrides(t, d.adminAddr)
 
 	tctx, stopTraffic := context.WithCancel(context.Background())
 	trafficDone := make(chan struct{})
@@ -202,6 +205,7 @@ func TestUIInBrowser(t *testing.T) {
 	checkFindValue(t, ctx, d.adminAddr, run)
 	checkUnknownDomains(t, ctx)
 	checkExplain(t, ctx, d.adminAddr, run)
+	checkOverridesPane(t, ctx)
 	checkPolls(t, ctx)
 	// The hostile value, in the rules and in the explanation, is text: no
 	// element came of it.
@@ -318,13 +322,60 @@ func checkExplain(t *testing.T, ctx context.Context, admin string, run func(stri
 		pollTrue(`document.querySelector('#explain').textContent !== '' && !document.querySelector('#explain').textContent.includes('asking')`),
 	))
 	got := text(t, ctx, "#explain")
-	for _, want := range []string{"user=" + hostile, "sliding_window"} {
+	for _, want := range []string{"user=" + hostile, "sliding_window", "limits from the runtime override v1 by ops: " + hostile} {
 		if !strings.Contains(got, want) {
 			t.Errorf("the explain pane %q does not show %q", got, want)
 		}
 	}
 	if !strings.Contains(got, "OK") && !strings.Contains(got, "OVER_LIMIT") {
 		t.Errorf("the explain pane %q shows no decision", got)
+	}
+}
+
+// uiToken is the token of TestUIInBrowser's --admin-token-file.
+const uiToken = "ops-0123456789abcdef"
+
+// putUIOverrides sets two runtime overrides through the daemon's API:
+// one of the hostile user, with the rule's limit (the traffic's refusals
+// stay as they were) and a hostile reason, and one unmatched.
+func putUIOverrides(t *testing.T, admin string) {
+	t.Helper()
+	quoted, err := json.Marshal(hostile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, body := range []string{
+		`{"domain": "edge", "entries": [{"key": "user", "value": ` + string(quoted) + `}], "limits": [{"requests_per_unit": 3, "unit": "minute"}], "reason": ` + string(quoted) + `}`,
+		`{"domain": "edge", "entries": [{"key": "nothing", "value": "x"}], "limits": [{"requests_per_unit": 7, "window": "90s"}], "reason": "for later", "expires_at": "2099-01-01T00:00:00Z"}`,
+	} {
+		req, err := http.NewRequest("PUT", "http://"+admin+"/v1/overrides", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+uiToken)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("PUT /v1/overrides = %d, want 200", resp.StatusCode)
+		}
+	}
+}
+
+// checkOverridesPane checks that the page lists the runtime overrides: the
+// hostile reason as text, the unmatched one marked so.
+func checkOverridesPane(t *testing.T, ctx context.Context) {
+	t.Helper()
+	if err := chromedp.Do(ctx, pollTrue(`document.querySelectorAll('#overrides tbody tr').length === 2`)); err != nil {
+		t.Fatalf("the page lists no two overrides: %v (%q)", err, text(t, ctx, "#overrides"))
+	}
+	got := text(t, ctx, "#overrides")
+	for _, want := range []string{"user=" + hostile, "3 / minute", "ops", "nothing=xunmatched", "7 / 90s", "2099-01-01T00:00:00Z", "never"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("the overrides pane %q does not show %q", got, want)
+		}
 	}
 }
 

@@ -157,3 +157,26 @@ func writeError(w http.ResponseWriter, code int, msg string) {
 	}{msg})
 	w.Write(append(out, '\n'))
 }
+
+// uiOverrides is how many runtime overrides the page lists at most.
+const uiOverrides = 100
+
+// serveUIOverrides answers GET /ui/api/overrides: the first uiOverrides
+// overrides (by domain, then entries) and their total, as the page
+// shows them; 404 when the server has none. Like the rest of the page,
+// it is for whoever reaches the operators' listener.
+func (a *Admin) serveUIOverrides(w http.ResponseWriter, r *http.Request) {
+	if a.opts.Overrides == nil {
+		http.NotFound(w, r)
+		return
+	}
+	list, err := a.opts.Overrides.List(r.Context(), "")
+	if err != nil {
+		writeOverridesError(w, err)
+		return
+	}
+	writeJSON(w, struct {
+		Overrides []overrides.Override `json:"overrides"`
+		Total     int                  `json:"total"`
+	}{list[:min(len(list), uiOverrides)], len(list)}, false)
+}

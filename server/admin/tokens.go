@@ -46,6 +46,7 @@ const TokenFlag = "--admin-token-file"
 type Tokens struct {
 	path     string
 	set      atomic.Pointer[[]token]
+	loaded   [sha256.Size]byte // the digest of the file in force; Watch's alone after LoadTokens
 	log      *slog.Logger
 	failures *prometheus.CounterVec
 }
@@ -78,24 +79,34 @@ func LoadTokens(path string, reg prometheus.Registerer, log *slog.Logger) (*Toke
 	if path == "" {
 		return t, nil
 	}
-	if err := t.reload(); err != nil {
+	if _, err := t.reload(); err != nil {
 		return nil, err
 	}
 	return t, nil
 }
 
-// reload reads the file and puts its tokens in force.
-func (t *Tokens) reload() error {
-	set, err := readTokens(t.path)
+// reload reads the file and, when it changed since the last load, puts
+// its tokens in force; changed says whether it did.
+func (t *Tokens) reload() (changed bool, err error) {
+	data, err := readTokenFile(t.path)
 	if err != nil {
-		return err
+		return false, err
+	}
+	sum := sha256.Sum256(data)
+	if sum == t.loaded && t.set.Load() != nil {
+		return false, nil
+	}
+	set, err := parseTokens(t.path, data)
+	if err != nil {
+		return false, err
 	}
 	t.set.Store(&set)
-	return nil
+	t.loaded = sum
+	return true, nil
 }
 
-// readTokens reads a token file.
-func readTokens(path string) ([]token, error) {
+// readTokenFile reads a token file, at most MaxTokenFileBytes+1 bytes.
+func readTokenFile(path string) ([]byte, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", TokenFlag, err)
@@ -105,7 +116,7 @@ func readTokens(path string) ([]token, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", TokenFlag, err)
 	}
-	return parseTokens(path, data)
+	return data, nil
 }
 
 // parseTokens parses the token file named path.
@@ -122,6 +133,7 @@ func parseTokens(path string, data []byte) ([]token, error) {
 			continue
 		}
 		name, tok, named := strings.Cut(line, ":")
+		name, tok = strings.TrimSpace(name), strings.TrimSpace(tok) // "name: token" too, as Authorize trims
 		if !named {
 			name, tok = "line "+strconv.Itoa(n), line
 		}
@@ -224,7 +236,7 @@ func (t *Tokens) Watch(ctx context.Context, poll time.Duration) error {
 	}
 	tick := time.NewTicker(poll)
 	defer tick.Stop()
-	last, _ := os.ReadFile(t.path)
+	var lastErr string // the last failed load's, logged once
 	for {
 		select {
 		case <-ctx.Done():
@@ -234,15 +246,17 @@ func (t *Tokens) Watch(ctx context.Context, poll time.Duration) error {
 			t.log.Warn("token file watch", "err", err)
 		case <-tick.C:
 		}
-		data, err := os.ReadFile(t.path)
-		if err == nil && bytes.Equal(data, last) {
-			continue
-		}
-		last = data
-		if err := t.reload(); err != nil {
+		// A change since the load in force is what counts: comparing with
+		// the file as this loop first read it would miss a change made
+		// between the load and the watch.
+		changed, err := t.reload()
+		switch {
+		case err != nil && err.Error() != lastErr:
+			lastErr = err.Error()
 			t.log.Error("cannot reload the token file; keeping the tokens in force", "err", err)
-			continue
+		case changed:
+			lastErr = ""
+			t.log.Info("token file reloaded", "path", t.path, "tokens", len(*t.set.Load()))
 		}
-		t.log.Info("token file reloaded", "path", t.path, "tokens", len(*t.set.Load()))
 	}
 }

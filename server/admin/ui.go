@@ -39,6 +39,8 @@ const defaultRateRules = 24
 //	                      rules, the busiest first (default 24)
 //	GET /ui/api/status    readiness, the store's and its breakers' state
 //	                      (uiStatus)
+//	GET /ui/api/overrides the first uiOverrides runtime overrides, and how
+//	                      many there are
 //
 // The page also calls GET /hotkeys and POST /explain, and shows "not
 // available" while they answer 404.
@@ -55,6 +57,7 @@ func (a *Admin) uiRoutes(mux Mux) {
 	mux.Handle("GET /ui/api/rules", http.HandlerFunc(a.serveUIRules))
 	mux.Handle("GET /ui/api/rates", http.HandlerFunc(a.serveUIRates))
 	mux.Handle("GET /ui/api/status", http.HandlerFunc(a.serveUIStatus))
+	mux.Handle("GET /ui/api/overrides", http.HandlerFunc(a.serveUIOverrides))
 }
 
 // uiRules is the JSON of GET /ui/api/rules.

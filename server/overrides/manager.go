@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -33,7 +34,7 @@ const (
 var (
 	// ErrNotFound: no override for that descriptor, or no rule matches
 	// the descriptor to reset.
-	ErrNotFound = errors.New("overrides: not found")
+	ErrNotFound = errors.New("not found")
 	// ErrFull: the store holds Options.Max overrides already.
 	ErrFull = errors.New("overrides: too many overrides")
 	// ErrUnsupported: the store keeps no overrides, or resets no
@@ -49,8 +50,6 @@ type Options struct {
 	// Interval is how often Run polls the store; zero means
 	// DefaultInterval.
 	Interval time.Duration
-	// Ticks, when not nil, replaces Run's ticker (for tests).
-	Ticks <-chan time.Time
 	// Now is the clock of expiries and of SetAt; nil means time.Now.
 	Now func() time.Time
 	// Config are the options limits are compiled with, as the rule
@@ -73,17 +72,13 @@ type Manager struct {
 	log     *slog.Logger
 	metrics *metrics
 
-	syncMu sync.Mutex // serialises syncs; guards the fields below
-	// version is the store's version of the set in force; sums the
-	// digests of its records by key, so that a sync parses only the
-	// records that changed.
-	version    uint64
-	sums       map[string]uint64
+	syncMu     sync.Mutex                         // serialises syncs; guards the two fields below
 	inForce    map[string]*engine.RuntimeOverride // the set in force, by key
 	nextExpiry time.Time                          // the earliest expiry in force, zero if none
-	synced     bool                               // a sync has read the store once
-	failed     error                              // the last sync's error, nil if it read the store
-	since      time.Time                          // when syncs began failing
+	// state is the last sync's outcome, which State reads without
+	// waiting for a sync in progress (a probe of /readyz must not wait on
+	// a store that hangs).
+	state atomic.Pointer[syncState]
 }
 
 // New returns a Manager of the overrides in store (nil when the counter
@@ -99,7 +94,17 @@ func New(store backend.OverrideStore, eng *engine.Engine, opts Options) *Manager
 	if m.log == nil {
 		m.log = slog.New(slog.DiscardHandler)
 	}
+	m.state.Store(&syncState{})
 	return m
+}
+
+// A syncState is what the last sync found.
+type syncState struct {
+	synced  bool      // a sync has read the store once
+	version uint64    // the store's version of the set in force
+	count   int       // overrides in force
+	failed  error     // the last sync's error, nil if it read the store
+	since   time.Time // when syncs began failing
 }
 
 // Max returns the most overrides the Manager stores.
@@ -164,7 +169,7 @@ func (m *Manager) Delete(ctx context.Context, domain string, entries []Entry, re
 	if m.store == nil {
 		return ErrUnsupported
 	}
-	if err := checkDescriptor(domain, entries); err != nil {
+	if err := checkChange(domain, entries, reason); err != nil {
 		m.metrics.refusals.WithLabelValues(refusedInvalid).Inc()
 		return err
 	}
@@ -177,7 +182,7 @@ func (m *Manager) Delete(ctx context.Context, domain string, entries []Entry, re
 	case err != nil:
 		return fmt.Errorf("overrides: store: %w", err)
 	case !found:
-		return ErrNotFound
+		return fmt.Errorf("no override of that descriptor: %w", ErrNotFound)
 	}
 	m.audit(opDelete, by, domain, entries, reason, "version", version, "set_version", setVersion)
 	m.syncNow(ctx)
@@ -194,7 +199,7 @@ func (m *Manager) Reset(ctx context.Context, domain string, entries []Entry, rea
 	if !ok {
 		return 0, ErrUnsupported
 	}
-	if err := checkDescriptor(domain, entries); err != nil {
+	if err := checkChange(domain, entries, reason); err != nil {
 		m.metrics.refusals.WithLabelValues(refusedInvalid).Inc()
 		return 0, err
 	}
@@ -207,7 +212,7 @@ func (m *Manager) Reset(ctx context.Context, domain string, entries []Entry, rea
 	case err != nil:
 		return 0, invalid("%v", err)
 	case len(reqs) == 0:
-		return 0, fmt.Errorf("%w: no rule with limits matches the descriptor", ErrNotFound)
+		return 0, fmt.Errorf("no rule with limits matches the descriptor: %w", ErrNotFound)
 	}
 	if err := rs.Reset(ctx, reqs); err != nil {
 		return 0, fmt.Errorf("overrides: store: %w", err)

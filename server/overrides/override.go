@@ -115,6 +115,26 @@ func checkDescriptor(domain string, entries []Entry) error {
 	return nil
 }
 
+// checkChange checks the descriptor and the optional reason of a
+// Delete or a Reset.
+func checkChange(domain string, entries []Entry, reason string) error {
+	if err := checkDescriptor(domain, entries); err != nil {
+		return err
+	}
+	return checkReason(reason)
+}
+
+// checkReason checks a reason's length and encoding.
+func checkReason(reason string) error {
+	switch {
+	case len(reason) > MaxReasonBytes:
+		return invalid("reason is %d bytes, over the maximum %d", len(reason), MaxReasonBytes)
+	case !utf8.ValidString(reason):
+		return invalid("reason is not UTF-8")
+	}
+	return nil
+}
+
 // Compile checks o as Set does and returns its limits compiled with
 // opts (the daemon's default algorithm): every problem is an
 // *InvalidError. now is the time an expiry must be after; the zero time
@@ -126,10 +146,8 @@ func (o *Override) Compile(now time.Time, opts ...config.Option) ([]config.RuleL
 	switch {
 	case o.Reason == "":
 		return nil, invalid("reason is required")
-	case len(o.Reason) > MaxReasonBytes:
-		return nil, invalid("reason is %d bytes, over the maximum %d", len(o.Reason), MaxReasonBytes)
-	case !utf8.ValidString(o.Reason):
-		return nil, invalid("reason is not UTF-8")
+	case checkReason(o.Reason) != nil:
+		return nil, checkReason(o.Reason)
 	case len(o.Limits) == 0:
 		return nil, invalid("limits is empty: an override needs at least one limit")
 	case len(o.Limits) > MaxLimits:
@@ -156,8 +174,11 @@ func oneLine(err error) string {
 	return string(bytes.ReplaceAll([]byte(err.Error()), []byte("\n"), []byte("; ")))
 }
 
-// key returns the override's key in the store and the engine's set (see
-// engine.OverrideKey).
+// Key returns the key of o in the store and the engine's set: see
+// engine.OverrideKey.
+func (o *Override) Key() string { return key(o.Domain, o.Entries) }
+
+// key returns the key of the override of domain and entries.
 func key(domain string, entries []Entry) string {
 	es := make([]engine.Entry, len(entries))
 	for i, e := range entries {

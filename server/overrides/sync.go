@@ -30,12 +30,8 @@ func (m *Manager) Run(ctx context.Context) error {
 	if m.store == nil {
 		return nil
 	}
-	ticks := m.opts.Ticks
-	if ticks == nil {
-		t := time.NewTicker(m.opts.Interval)
-		defer t.Stop()
-		ticks = t.C
-	}
+	tick := time.NewTicker(m.opts.Interval) // tests run Run in a synctest bubble
+	defer tick.Stop()
 	warn := rate.Sometimes{First: 1, Interval: 10 * time.Second}
 	for {
 		if err := m.pollOnce(ctx); err != nil && ctx.Err() == nil {
@@ -46,7 +42,7 @@ func (m *Manager) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-ticks:
+		case <-tick.C:
 		}
 	}
 }
@@ -76,34 +72,39 @@ func (m *Manager) Sync(ctx context.Context) error {
 	}
 	m.syncMu.Lock()
 	defer m.syncMu.Unlock()
-	since := m.version
-	if !m.synced {
+	st := *m.state.Load()
+	since := st.version
+	if !st.synced {
 		since = 0
 	}
 	recs, version, err := m.store.Overrides(ctx, since)
 	if err != nil {
 		m.metrics.syncFailures.Inc()
 		m.metrics.stale.Set(1)
-		if m.failed == nil {
-			m.since = m.opts.Now()
+		if st.failed == nil {
+			st.since = m.opts.Now()
 		}
-		m.failed = err
+		st.failed = err
+		m.state.Store(&st)
 		return fmt.Errorf("overrides: read the store: %w", err)
 	}
-	m.failed = nil
 	m.metrics.stale.Set(0)
 	now := m.opts.Now()
-	if !m.synced || version != since || recs != nil {
-		m.apply(recs, version, now)
+	if !st.synced || version != since || recs != nil {
+		m.apply(recs, now)
+		st.version, st.synced = version, true
 	}
 	m.expire(ctx, now)
+	st.failed, st.count = nil, len(m.inForce)
+	m.state.Store(&st)
 	return nil
 }
 
-// apply puts recs, the store's records at version, in force; m.syncMu
-// is held. Records that did not change since the last read are not
-// parsed again.
-func (m *Manager) apply(recs map[string][]byte, version uint64, now time.Time) {
+// apply puts recs, the store's records, in force; m.syncMu is held.
+// The records of overrides in force that did not change since the last
+// read (RuntimeOverride.Sum) are not parsed again. Unreadable records
+// are skipped, counted and logged in one line.
+func (m *Manager) apply(recs map[string][]byte, now time.Time) {
 	keys := slices.Collect(maps.Keys(recs))
 	skipped := 0
 	if len(keys) > m.opts.Max { // stored by replicas with a larger --max-overrides
@@ -113,18 +114,18 @@ func (m *Manager) apply(recs map[string][]byte, version uint64, now time.Time) {
 		keys = keys[:m.opts.Max]
 	}
 	inForce := make(map[string]*engine.RuntimeOverride, len(keys))
-	sums := make(map[string]uint64, len(keys))
 	var next time.Time
+	unreadable, firstErr := 0, error(nil)
 	for _, k := range keys {
 		rec := recs[k]
 		sum := maphash.Bytes(seed, rec)
-		sums[k] = sum
 		ov, known := m.inForce[k]
-		if !known || m.sums[k] != sum {
+		if !known || ov.Sum != sum {
 			var err error
-			if ov, err = m.parse(k, rec); err != nil {
-				skipped++
-				m.log.Warn("skipping an unreadable override record", "key", engine.Printable(k), "err", err)
+			if ov, err = m.parse(k, rec, sum); err != nil {
+				if unreadable++; firstErr == nil {
+					firstErr = fmt.Errorf("key %s: %w", engine.Printable(k), err)
+				}
 				continue
 			}
 		}
@@ -138,14 +139,17 @@ func (m *Manager) apply(recs map[string][]byte, version uint64, now time.Time) {
 		}
 		inForce[k] = ov
 	}
-	m.version, m.synced, m.sums, m.inForce, m.nextExpiry = version, true, sums, inForce, next
+	if unreadable > 0 {
+		m.log.Warn("skipping unreadable override records", "records", unreadable, "first", firstErr)
+	}
+	m.inForce, m.nextExpiry = inForce, next
 	m.eng.SetOverrides(engine.NewRuntimeOverrides(inForce))
 	m.metrics.inForce.Set(float64(len(inForce)))
-	m.metrics.skipped.Set(float64(skipped))
+	m.metrics.skipped.Set(float64(skipped + unreadable))
 }
 
 // parse decodes and compiles the record of key k.
-func (m *Manager) parse(k string, rec []byte) (*engine.RuntimeOverride, error) {
+func (m *Manager) parse(k string, rec []byte, sum uint64) (*engine.RuntimeOverride, error) {
 	var o Override
 	if err := json.Unmarshal(rec, &o); err != nil {
 		return nil, err
@@ -157,7 +161,7 @@ func (m *Manager) parse(k string, rec []byte) (*engine.RuntimeOverride, error) {
 	if key(o.Domain, o.Entries) != k {
 		return nil, fmt.Errorf("the record's descriptor is not its key's")
 	}
-	ov := &engine.RuntimeOverride{Limits: limits, Reason: o.Reason, SetBy: internName(o.SetBy), Version: o.Version}
+	ov := &engine.RuntimeOverride{Limits: limits, Reason: o.Reason, SetBy: internName(o.SetBy), Version: o.Version, Sum: sum}
 	if o.ExpiresAt != nil {
 		ov.Expires = *o.ExpiresAt
 	}
@@ -225,11 +229,7 @@ func (m *Manager) expire(ctx context.Context, now time.Time) {
 }
 
 // current returns the override in force under key k, nil if none.
-func (m *Manager) current(k string) *engine.RuntimeOverride {
-	m.syncMu.Lock()
-	defer m.syncMu.Unlock()
-	return m.inForce[k]
-}
+func (m *Manager) current(k string) *engine.RuntimeOverride { return m.eng.Overrides().Get(k) }
 
 // State describes the overrides in force for /readyz: "ok", "off" when
 // the store keeps none, or "stale" with since when and why the store
@@ -238,14 +238,13 @@ func (m *Manager) State() string {
 	if m.store == nil {
 		return "off"
 	}
-	m.syncMu.Lock()
-	defer m.syncMu.Unlock()
+	st := m.state.Load()
 	switch {
-	case m.failed != nil:
+	case st.failed != nil:
 		return fmt.Sprintf("stale since %s: cannot read the store (%v); keeping %d overrides of version %d",
-			m.since.UTC().Format(time.RFC3339), m.failed, len(m.inForce), m.version)
-	case !m.synced:
+			st.since.UTC().Format(time.RFC3339), st.failed, st.count, st.version)
+	case !st.synced:
 		return "not read yet"
 	}
-	return fmt.Sprintf("ok (%d in force, version %d)", len(m.inForce), m.version)
+	return fmt.Sprintf("ok (%d in force, version %d)", st.count, st.version)
 }

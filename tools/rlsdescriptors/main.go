@@ -31,6 +31,7 @@ import (
 var roots = []string{
 	"envoy/service/ratelimit/v3/rls.proto",
 	"ratelimit/v1/ratelimit.proto",
+	"ratelimit/v1/overrides.proto",
 }
 
 // rlqsRoot is the file of the Rate Limit Quota Service, which -rlqs adds.

@@ -295,6 +295,11 @@
     const rows = [];
     for (const d of x.descriptors || []) {
       const rule = d.rule ? el("div", null, el("code", null, d.rule.path), el("div", "where", d.rule.file + ":" + d.rule.line)) : "no rule";
+      const ro = d.runtime_override;
+      if (ro) {
+        rule.appendChild(el("div", "where", "limits from the runtime override v" + ro.version + " by " + ro.set_by + ": " + ro.reason +
+          (ro.expires_at ? ", until " + ro.expires_at : "")));
+      }
       const modes = [d.unlimited ? "unlimited" : "", d.shadow_mode ? "shadow" : "", d.quota_mode ? "quota" : ""].filter(Boolean).join(", ");
       const limits = d.limits && d.limits.length ? d.limits : [null];
       limits.forEach((l, i) => {
@@ -337,6 +342,40 @@
     }
   }
 
+  // ---- runtime overrides -----------------------------------------------
+
+  function overrideLimitText(l) {
+    let t = fmtNum(l.requests_per_unit) + " / " + (l.unit || l.window);
+    if (l.algorithm) t += " " + l.algorithm;
+    if (l.burst) t += " burst " + fmtNum(l.burst);
+    if (l.name) t += " (" + l.name + ")";
+    return t;
+  }
+
+  function renderOverrides(res) {
+    if (res.status !== 200) {
+      fill("overrides", el("p", "muted", "not available (" + res.status + ")"));
+      return;
+    }
+    const v = res.body;
+    if (!v.overrides.length) {
+      fill("overrides", el("p", "muted", "none"));
+      return;
+    }
+    const head = el("tr", null, ...["domain", "descriptor", "limits", "reason", "set by", "version", "expires"].map((h) => el("th", null, h)));
+    const rows = v.overrides.map((o) => {
+      const desc = el("td", null, el("code", "value", descriptorText(o.entries)));
+      if (o.unmatched) desc.appendChild(el("span", "badge shadow", "unmatched"));
+      return el("tr", null,
+        el("td", null, el("code", null, o.domain)), desc,
+        el("td", null, o.limits.map(overrideLimitText).join(", ")),
+        el("td", null, o.reason), el("td", null, o.set_by), el("td", null, String(o.version)),
+        el("td", null, o.expires_at || "never"));
+    });
+    const more = v.total > v.overrides.length ? el("p", "muted", fmtNum(v.total - v.overrides.length) + " more not shown (GET /v1/overrides lists them all)") : null;
+    fill("overrides", el("table", null, el("thead", null, head), el("tbody", null, ...rows)), more);
+  }
+
   // ---- polling ---------------------------------------------------------
 
   let polls = 0;
@@ -368,6 +407,9 @@
       renderRates(r.body);
     });
     await step("hot keys", async () => renderHotkeys(await getJSON("../hotkeys")));
+    if (polls % RULES_EVERY === 0) {
+      await step("overrides", async () => renderOverrides(await getJSON("api/overrides")));
+    }
     polls++;
     const when = "updated " + new Date().toLocaleTimeString();
     if (errors.length) {

@@ -21,6 +21,10 @@ type RuntimeOverride struct {
 	Reason, SetBy string
 	Expires       time.Time
 	Version       uint64
+	// Sum is for the set's owner: a digest of the record the override was
+	// read from, to tell a changed record at the next read without
+	// keeping the records. The engine does not read it.
+	Sum uint64
 }
 
 // RuntimeOverrides are the operators' overrides in force: an immutable
@@ -44,6 +48,15 @@ func (o *RuntimeOverrides) Len() int {
 		return 0
 	}
 	return len(o.m)
+}
+
+// Get returns the override of key (see OverrideKey), nil if none; o
+// may be nil.
+func (o *RuntimeOverrides) Get(key string) *RuntimeOverride {
+	if o == nil {
+		return nil
+	}
+	return o.m[key]
 }
 
 // OverrideKey returns the key of the overrides of domain and entries:

@@ -19,6 +19,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/backend/memory"
 	"github.com/ratelimitd/ratelimitd/config"
 	"github.com/ratelimitd/ratelimitd/server/internal/engine"
+	"github.com/ratelimitd/ratelimitd/server/overrides"
 	"github.com/ratelimitd/ratelimitd/server/requestlog"
 )
 
@@ -49,6 +50,10 @@ const (
 type Options struct {
 	// Old and New are the rule sets compared.
 	Old, New *config.Rules
+	// Overrides, when set, are the runtime overrides in force under both
+	// rule sets (an overrides file, see overrides.ReadFile), so that the
+	// replay decides as production did.
+	Overrides *overrides.Set
 	// MaxKeys bounds each memory store's counters; zero means
 	// memory.DefaultMaxKeys.
 	MaxKeys int
@@ -185,11 +190,12 @@ type side struct {
 }
 
 // newSide returns the side deciding under rules.
-func newSide(rules *config.Rules, maxKeys int) *side {
+func newSide(rules *config.Rules, maxKeys int, ovs *overrides.Set) *side {
 	sd := &side{}
 	now := func() time.Time { return time.Unix(0, sd.clock.Load()) }
 	sd.store = memory.New(memory.Options{MaxKeys: maxKeys, Now: now})
 	sd.eng = engine.New(sd.store, rules, engine.Options{Now: now, Headers: engine.HeadersOff}) // headers never change a decision
+	sd.eng.SetOverrides(ovs.Runtime())
 	return sd
 }
 
@@ -241,7 +247,7 @@ func Run(ctx context.Context, r io.Reader, opts Options) (*Report, error) {
 		return nil, errors.New("replay: warmup, order tolerance, top descriptors and max descriptors must not be negative")
 	}
 	name := cmp.Or(opts.Name, "log")
-	old, neu := newSide(opts.Old, opts.MaxKeys), newSide(opts.New, opts.MaxKeys)
+	old, neu := newSide(opts.Old, opts.MaxKeys, opts.Overrides), newSide(opts.New, opts.MaxKeys, opts.Overrides)
 	defer old.store.Close()
 	defer neu.store.Close()
 	ctx, cancel := context.WithCancel(ctx)
