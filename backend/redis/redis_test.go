@@ -14,8 +14,15 @@ import (
 )
 
 // newStore returns a Store on client, closed at the end of the test.
+//
+// A store without a Timeout gets a patient one: the first call dials and
+// loads the scripts, which can take longer than DefaultTimeout under
+// -race on a busy machine. The tests of timeouts set theirs.
 func newStore(t *testing.T, client goredis.UniversalClient, opts redis.Options) *redis.Store {
 	t.Helper()
+	if opts.Timeout == 0 {
+		opts.Timeout = 5 * time.Second
+	}
 	s, err := redis.New(client, opts)
 	if err != nil {
 		t.Fatalf("redis.New() error: %v", err)
