@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/ratelimitd/ratelimitd/backend"
 	ratelimitv1 "github.com/ratelimitd/ratelimitd/gen/ratelimit/v1"
@@ -222,6 +223,12 @@ func nativeExplanation(ex *engine.Explanation) *ratelimitv1.ExplainResponse {
 		}
 		if r := d.Rule; r != nil {
 			nd.Rule = &ratelimitv1.MatchedRule{Path: r.Path, File: r.File, Line: uint32(max(r.Line, 0))}
+		}
+		if o := d.RuntimeOverride; o != nil {
+			nd.RuntimeOverride = &ratelimitv1.RuntimeOverride{Reason: o.Reason, SetBy: o.SetBy, Version: o.Version}
+			if !o.Expires.IsZero() {
+				nd.RuntimeOverride.ExpiresAt = timestamppb.New(o.Expires)
+			}
 		}
 		for j := range d.Limits {
 			nd.Limits[j] = nativeLimitExplanation(&d.Limits[j])

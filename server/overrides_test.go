@@ -165,7 +165,7 @@ func TestOverridesServiceGRPCRefusals(t *testing.T) {
 // the override as its limits' source, and /readyz says the overrides'
 // state.
 func TestOverridesOnOperatorsEndpoints(t *testing.T) {
-	srv, client, _, h := overridesServer(t, tokenFile(t))
+	srv, client, conn, h := overridesServer(t, tokenFile(t))
 	if _, err := client.SetOverride(bearer(t.Context(), opToken), &ratelimitv1.SetOverrideRequest{Override: runtimeOverride("k-1", 5)}); err != nil {
 		t.Fatal(err)
 	}
@@ -214,6 +214,14 @@ func TestOverridesOnOperatorsEndpoints(t *testing.T) {
 	if ro := d.RuntimeOverride; ro == nil || ro.Reason != "incident 42" || ro.SetBy != "ops" || ro.Version != 1 || ro.ExpiresAt == "" ||
 		len(d.Limits) != 1 || d.Limits[0].RequestsPerUnit != 5 {
 		t.Errorf("/explain = %s, want the override (reason, set_by, version, expires_at) and its limit", w.Body)
+	}
+
+	// The native Explain names it too.
+	nex, err := ratelimitv1.NewRateLimitServiceClient(conn).Explain(t.Context(), &ratelimitv1.ExplainRequest{Request: &ratelimitv1.ShouldRateLimitRequest{
+		Domain: "edge", Descriptors: []*ratelimitv1.Descriptor{{Entries: []*ratelimitv1.Entry{{Key: "api_key", Value: "k-1"}}}}}})
+	if ro := nex.GetDescriptors()[0].GetRuntimeOverride(); err != nil || ro.GetReason() != "incident 42" || ro.GetSetBy() != "ops" ||
+		ro.GetVersion() != 1 || ro.GetExpiresAt() == nil {
+		t.Errorf("native Explain = %v, %v; want the override (reason, set_by, version, expires_at)", nex, err)
 	}
 
 	w = httptest.NewRecorder()

@@ -935,9 +935,12 @@ type DescriptorExplanation struct {
 	// Every limit of the descriptor, in the rule's order, replaced or not.
 	Limits []*LimitExplanation `protobuf:"bytes,9,rep,name=limits,proto3" json:"limits,omitempty"`
 	// The descriptor gives its hits back (give_back).
-	GiveBack      bool `protobuf:"varint,10,opt,name=give_back,json=giveBack,proto3" json:"give_back,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	GiveBack bool `protobuf:"varint,10,opt,name=give_back,json=giveBack,proto3" json:"give_back,omitempty"`
+	// The operator's runtime override whose limits replace the rule's for
+	// this descriptor (OverridesService), when one is in force.
+	RuntimeOverride *RuntimeOverride `protobuf:"bytes,11,opt,name=runtime_override,json=runtimeOverride,proto3" json:"runtime_override,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *DescriptorExplanation) Reset() {
@@ -1040,6 +1043,86 @@ func (x *DescriptorExplanation) GetGiveBack() bool {
 	return false
 }
 
+func (x *DescriptorExplanation) GetRuntimeOverride() *RuntimeOverride {
+	if x != nil {
+		return x.RuntimeOverride
+	}
+	return nil
+}
+
+// RuntimeOverride names an operator's override as explain reports it.
+type RuntimeOverride struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Why it was set, as its setter said.
+	Reason string `protobuf:"bytes,1,opt,name=reason,proto3" json:"reason,omitempty"`
+	// The name of the token that set it.
+	SetBy string `protobuf:"bytes,2,opt,name=set_by,json=setBy,proto3" json:"set_by,omitempty"`
+	// When it lapses; absent for never.
+	ExpiresAt *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	// Its revision: 1, then one more each time it is set again.
+	Version       uint64 `protobuf:"varint,4,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RuntimeOverride) Reset() {
+	*x = RuntimeOverride{}
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RuntimeOverride) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RuntimeOverride) ProtoMessage() {}
+
+func (x *RuntimeOverride) ProtoReflect() protoreflect.Message {
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RuntimeOverride.ProtoReflect.Descriptor instead.
+func (*RuntimeOverride) Descriptor() ([]byte, []int) {
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *RuntimeOverride) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *RuntimeOverride) GetSetBy() string {
+	if x != nil {
+		return x.SetBy
+	}
+	return ""
+}
+
+func (x *RuntimeOverride) GetExpiresAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpiresAt
+	}
+	return nil
+}
+
+func (x *RuntimeOverride) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
 // MatchedRule names a rule and where it is defined.
 type MatchedRule struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1055,7 +1138,7 @@ type MatchedRule struct {
 
 func (x *MatchedRule) Reset() {
 	*x = MatchedRule{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[11]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1067,7 +1150,7 @@ func (x *MatchedRule) String() string {
 func (*MatchedRule) ProtoMessage() {}
 
 func (x *MatchedRule) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[11]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1080,7 +1163,7 @@ func (x *MatchedRule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MatchedRule.ProtoReflect.Descriptor instead.
 func (*MatchedRule) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{11}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *MatchedRule) GetPath() string {
@@ -1138,7 +1221,7 @@ type LimitExplanation struct {
 
 func (x *LimitExplanation) Reset() {
 	*x = LimitExplanation{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[12]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1150,7 +1233,7 @@ func (x *LimitExplanation) String() string {
 func (*LimitExplanation) ProtoMessage() {}
 
 func (x *LimitExplanation) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[12]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1163,7 +1246,7 @@ func (x *LimitExplanation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LimitExplanation.ProtoReflect.Descriptor instead.
 func (*LimitExplanation) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{12}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *LimitExplanation) GetLimit() *Limit {
@@ -1248,7 +1331,7 @@ type AcquireRequest struct {
 
 func (x *AcquireRequest) Reset() {
 	*x = AcquireRequest{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[13]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1260,7 +1343,7 @@ func (x *AcquireRequest) String() string {
 func (*AcquireRequest) ProtoMessage() {}
 
 func (x *AcquireRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[13]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1273,7 +1356,7 @@ func (x *AcquireRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireRequest.ProtoReflect.Descriptor instead.
 func (*AcquireRequest) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{13}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *AcquireRequest) GetDomain() string {
@@ -1315,7 +1398,7 @@ type AcquireResponse struct {
 
 func (x *AcquireResponse) Reset() {
 	*x = AcquireResponse{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[14]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1327,7 +1410,7 @@ func (x *AcquireResponse) String() string {
 func (*AcquireResponse) ProtoMessage() {}
 
 func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[14]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1340,7 +1423,7 @@ func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireResponse.ProtoReflect.Descriptor instead.
 func (*AcquireResponse) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{14}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *AcquireResponse) GetCode() Code {
@@ -1386,7 +1469,7 @@ type Lease struct {
 
 func (x *Lease) Reset() {
 	*x = Lease{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[15]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1398,7 +1481,7 @@ func (x *Lease) String() string {
 func (*Lease) ProtoMessage() {}
 
 func (x *Lease) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[15]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1411,7 +1494,7 @@ func (x *Lease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Lease.ProtoReflect.Descriptor instead.
 func (*Lease) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{15}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Lease) GetId() []byte {
@@ -1444,7 +1527,7 @@ type ReleaseRequest struct {
 
 func (x *ReleaseRequest) Reset() {
 	*x = ReleaseRequest{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[16]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1456,7 +1539,7 @@ func (x *ReleaseRequest) String() string {
 func (*ReleaseRequest) ProtoMessage() {}
 
 func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[16]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1469,7 +1552,7 @@ func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{16}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ReleaseRequest) GetDomain() string {
@@ -1512,7 +1595,7 @@ type ReleaseResponse struct {
 
 func (x *ReleaseResponse) Reset() {
 	*x = ReleaseResponse{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[17]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1524,7 +1607,7 @@ func (x *ReleaseResponse) String() string {
 func (*ReleaseResponse) ProtoMessage() {}
 
 func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[17]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1537,7 +1620,7 @@ func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{17}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ReleaseResponse) GetStatuses() []*DescriptorStatus {
@@ -1563,7 +1646,7 @@ type RenewRequest struct {
 
 func (x *RenewRequest) Reset() {
 	*x = RenewRequest{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[18]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1575,7 +1658,7 @@ func (x *RenewRequest) String() string {
 func (*RenewRequest) ProtoMessage() {}
 
 func (x *RenewRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[18]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1588,7 +1671,7 @@ func (x *RenewRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewRequest.ProtoReflect.Descriptor instead.
 func (*RenewRequest) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{18}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RenewRequest) GetDomain() string {
@@ -1635,7 +1718,7 @@ type RenewResponse struct {
 
 func (x *RenewResponse) Reset() {
 	*x = RenewResponse{}
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[19]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1647,7 +1730,7 @@ func (x *RenewResponse) String() string {
 func (*RenewResponse) ProtoMessage() {}
 
 func (x *RenewResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[19]
+	mi := &file_ratelimit_v1_ratelimit_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1660,7 +1743,7 @@ func (x *RenewResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewResponse.ProtoReflect.Descriptor instead.
 func (*RenewResponse) Descriptor() ([]byte, []int) {
-	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{19}
+	return file_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RenewResponse) GetCode() Code {
@@ -1736,7 +1819,7 @@ const file_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"\x04code\x18\x01 \x01(\x0e2\x12.ratelimit.v1.CodeR\x04code\x12E\n" +
 	"\vdescriptors\x18\x02 \x03(\v2#.ratelimit.v1.DescriptorExplanationR\vdescriptors\x12\x1f\n" +
 	"\vshadow_mode\x18\x03 \x01(\bR\n" +
-	"shadowMode\"\xf9\x02\n" +
+	"shadowMode\"\xc3\x03\n" +
 	"\x15DescriptorExplanation\x12-\n" +
 	"\x04rule\x18\x01 \x01(\v2\x19.ratelimit.v1.MatchedRuleR\x04rule\x122\n" +
 	"\bdecision\x18\x02 \x01(\x0e2\x16.ratelimit.v1.DecisionR\bdecision\x12\x1c\n" +
@@ -1750,7 +1833,14 @@ const file_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"\x04hits\x18\b \x01(\x04R\x04hits\x126\n" +
 	"\x06limits\x18\t \x03(\v2\x1e.ratelimit.v1.LimitExplanationR\x06limits\x12\x1b\n" +
 	"\tgive_back\x18\n" +
-	" \x01(\bR\bgiveBack\"I\n" +
+	" \x01(\bR\bgiveBack\x12H\n" +
+	"\x10runtime_override\x18\v \x01(\v2\x1d.ratelimit.v1.RuntimeOverrideR\x0fruntimeOverride\"\x95\x01\n" +
+	"\x0fRuntimeOverride\x12\x16\n" +
+	"\x06reason\x18\x01 \x01(\tR\x06reason\x12\x15\n" +
+	"\x06set_by\x18\x02 \x01(\tR\x05setBy\x129\n" +
+	"\n" +
+	"expires_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12\x18\n" +
+	"\aversion\x18\x04 \x01(\x04R\aversion\"I\n" +
 	"\vMatchedRule\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
 	"\x04file\x18\x02 \x01(\tR\x04file\x12\x12\n" +
@@ -1836,7 +1926,7 @@ func file_ratelimit_v1_ratelimit_proto_rawDescGZIP() []byte {
 }
 
 var file_ratelimit_v1_ratelimit_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_ratelimit_v1_ratelimit_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_ratelimit_v1_ratelimit_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_ratelimit_v1_ratelimit_proto_goTypes = []any{
 	(Code)(0),                       // 0: ratelimit.v1.Code
 	(Algorithm)(0),                  // 1: ratelimit.v1.Algorithm
@@ -1852,69 +1942,72 @@ var file_ratelimit_v1_ratelimit_proto_goTypes = []any{
 	(*ExplainRequest)(nil),          // 11: ratelimit.v1.ExplainRequest
 	(*ExplainResponse)(nil),         // 12: ratelimit.v1.ExplainResponse
 	(*DescriptorExplanation)(nil),   // 13: ratelimit.v1.DescriptorExplanation
-	(*MatchedRule)(nil),             // 14: ratelimit.v1.MatchedRule
-	(*LimitExplanation)(nil),        // 15: ratelimit.v1.LimitExplanation
-	(*AcquireRequest)(nil),          // 16: ratelimit.v1.AcquireRequest
-	(*AcquireResponse)(nil),         // 17: ratelimit.v1.AcquireResponse
-	(*Lease)(nil),                   // 18: ratelimit.v1.Lease
-	(*ReleaseRequest)(nil),          // 19: ratelimit.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),         // 20: ratelimit.v1.ReleaseResponse
-	(*RenewRequest)(nil),            // 21: ratelimit.v1.RenewRequest
-	(*RenewResponse)(nil),           // 22: ratelimit.v1.RenewResponse
-	(*durationpb.Duration)(nil),     // 23: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),   // 24: google.protobuf.Timestamp
+	(*RuntimeOverride)(nil),         // 14: ratelimit.v1.RuntimeOverride
+	(*MatchedRule)(nil),             // 15: ratelimit.v1.MatchedRule
+	(*LimitExplanation)(nil),        // 16: ratelimit.v1.LimitExplanation
+	(*AcquireRequest)(nil),          // 17: ratelimit.v1.AcquireRequest
+	(*AcquireResponse)(nil),         // 18: ratelimit.v1.AcquireResponse
+	(*Lease)(nil),                   // 19: ratelimit.v1.Lease
+	(*ReleaseRequest)(nil),          // 20: ratelimit.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),         // 21: ratelimit.v1.ReleaseResponse
+	(*RenewRequest)(nil),            // 22: ratelimit.v1.RenewRequest
+	(*RenewResponse)(nil),           // 23: ratelimit.v1.RenewResponse
+	(*durationpb.Duration)(nil),     // 24: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),   // 25: google.protobuf.Timestamp
 }
 var file_ratelimit_v1_ratelimit_proto_depIdxs = []int32{
 	4,  // 0: ratelimit.v1.ShouldRateLimitRequest.descriptors:type_name -> ratelimit.v1.Descriptor
 	5,  // 1: ratelimit.v1.Descriptor.entries:type_name -> ratelimit.v1.Entry
 	6,  // 2: ratelimit.v1.Descriptor.limit:type_name -> ratelimit.v1.LimitOverride
-	23, // 3: ratelimit.v1.LimitOverride.window:type_name -> google.protobuf.Duration
+	24, // 3: ratelimit.v1.LimitOverride.window:type_name -> google.protobuf.Duration
 	0,  // 4: ratelimit.v1.ShouldRateLimitResponse.code:type_name -> ratelimit.v1.Code
 	8,  // 5: ratelimit.v1.ShouldRateLimitResponse.statuses:type_name -> ratelimit.v1.DescriptorStatus
 	10, // 6: ratelimit.v1.ShouldRateLimitResponse.headers:type_name -> ratelimit.v1.Header
 	0,  // 7: ratelimit.v1.DescriptorStatus.code:type_name -> ratelimit.v1.Code
 	9,  // 8: ratelimit.v1.DescriptorStatus.limit:type_name -> ratelimit.v1.Limit
-	23, // 9: ratelimit.v1.DescriptorStatus.reset_after:type_name -> google.protobuf.Duration
-	23, // 10: ratelimit.v1.DescriptorStatus.retry_after:type_name -> google.protobuf.Duration
-	23, // 11: ratelimit.v1.Limit.window:type_name -> google.protobuf.Duration
+	24, // 9: ratelimit.v1.DescriptorStatus.reset_after:type_name -> google.protobuf.Duration
+	24, // 10: ratelimit.v1.DescriptorStatus.retry_after:type_name -> google.protobuf.Duration
+	24, // 11: ratelimit.v1.Limit.window:type_name -> google.protobuf.Duration
 	1,  // 12: ratelimit.v1.Limit.algorithm:type_name -> ratelimit.v1.Algorithm
 	3,  // 13: ratelimit.v1.ExplainRequest.request:type_name -> ratelimit.v1.ShouldRateLimitRequest
 	0,  // 14: ratelimit.v1.ExplainResponse.code:type_name -> ratelimit.v1.Code
 	13, // 15: ratelimit.v1.ExplainResponse.descriptors:type_name -> ratelimit.v1.DescriptorExplanation
-	14, // 16: ratelimit.v1.DescriptorExplanation.rule:type_name -> ratelimit.v1.MatchedRule
+	15, // 16: ratelimit.v1.DescriptorExplanation.rule:type_name -> ratelimit.v1.MatchedRule
 	2,  // 17: ratelimit.v1.DescriptorExplanation.decision:type_name -> ratelimit.v1.Decision
-	15, // 18: ratelimit.v1.DescriptorExplanation.limits:type_name -> ratelimit.v1.LimitExplanation
-	9,  // 19: ratelimit.v1.LimitExplanation.limit:type_name -> ratelimit.v1.Limit
-	23, // 20: ratelimit.v1.LimitExplanation.reset_after:type_name -> google.protobuf.Duration
-	23, // 21: ratelimit.v1.LimitExplanation.retry_after:type_name -> google.protobuf.Duration
-	23, // 22: ratelimit.v1.LimitExplanation.next_lease_expiry:type_name -> google.protobuf.Duration
-	4,  // 23: ratelimit.v1.AcquireRequest.descriptors:type_name -> ratelimit.v1.Descriptor
-	0,  // 24: ratelimit.v1.AcquireResponse.code:type_name -> ratelimit.v1.Code
-	8,  // 25: ratelimit.v1.AcquireResponse.statuses:type_name -> ratelimit.v1.DescriptorStatus
-	10, // 26: ratelimit.v1.AcquireResponse.headers:type_name -> ratelimit.v1.Header
-	18, // 27: ratelimit.v1.AcquireResponse.lease:type_name -> ratelimit.v1.Lease
-	24, // 28: ratelimit.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
-	4,  // 29: ratelimit.v1.ReleaseRequest.descriptors:type_name -> ratelimit.v1.Descriptor
-	8,  // 30: ratelimit.v1.ReleaseResponse.statuses:type_name -> ratelimit.v1.DescriptorStatus
-	4,  // 31: ratelimit.v1.RenewRequest.descriptors:type_name -> ratelimit.v1.Descriptor
-	0,  // 32: ratelimit.v1.RenewResponse.code:type_name -> ratelimit.v1.Code
-	8,  // 33: ratelimit.v1.RenewResponse.statuses:type_name -> ratelimit.v1.DescriptorStatus
-	18, // 34: ratelimit.v1.RenewResponse.lease:type_name -> ratelimit.v1.Lease
-	3,  // 35: ratelimit.v1.RateLimitService.ShouldRateLimit:input_type -> ratelimit.v1.ShouldRateLimitRequest
-	11, // 36: ratelimit.v1.RateLimitService.Explain:input_type -> ratelimit.v1.ExplainRequest
-	16, // 37: ratelimit.v1.RateLimitService.Acquire:input_type -> ratelimit.v1.AcquireRequest
-	19, // 38: ratelimit.v1.RateLimitService.Release:input_type -> ratelimit.v1.ReleaseRequest
-	21, // 39: ratelimit.v1.RateLimitService.Renew:input_type -> ratelimit.v1.RenewRequest
-	7,  // 40: ratelimit.v1.RateLimitService.ShouldRateLimit:output_type -> ratelimit.v1.ShouldRateLimitResponse
-	12, // 41: ratelimit.v1.RateLimitService.Explain:output_type -> ratelimit.v1.ExplainResponse
-	17, // 42: ratelimit.v1.RateLimitService.Acquire:output_type -> ratelimit.v1.AcquireResponse
-	20, // 43: ratelimit.v1.RateLimitService.Release:output_type -> ratelimit.v1.ReleaseResponse
-	22, // 44: ratelimit.v1.RateLimitService.Renew:output_type -> ratelimit.v1.RenewResponse
-	40, // [40:45] is the sub-list for method output_type
-	35, // [35:40] is the sub-list for method input_type
-	35, // [35:35] is the sub-list for extension type_name
-	35, // [35:35] is the sub-list for extension extendee
-	0,  // [0:35] is the sub-list for field type_name
+	16, // 18: ratelimit.v1.DescriptorExplanation.limits:type_name -> ratelimit.v1.LimitExplanation
+	14, // 19: ratelimit.v1.DescriptorExplanation.runtime_override:type_name -> ratelimit.v1.RuntimeOverride
+	25, // 20: ratelimit.v1.RuntimeOverride.expires_at:type_name -> google.protobuf.Timestamp
+	9,  // 21: ratelimit.v1.LimitExplanation.limit:type_name -> ratelimit.v1.Limit
+	24, // 22: ratelimit.v1.LimitExplanation.reset_after:type_name -> google.protobuf.Duration
+	24, // 23: ratelimit.v1.LimitExplanation.retry_after:type_name -> google.protobuf.Duration
+	24, // 24: ratelimit.v1.LimitExplanation.next_lease_expiry:type_name -> google.protobuf.Duration
+	4,  // 25: ratelimit.v1.AcquireRequest.descriptors:type_name -> ratelimit.v1.Descriptor
+	0,  // 26: ratelimit.v1.AcquireResponse.code:type_name -> ratelimit.v1.Code
+	8,  // 27: ratelimit.v1.AcquireResponse.statuses:type_name -> ratelimit.v1.DescriptorStatus
+	10, // 28: ratelimit.v1.AcquireResponse.headers:type_name -> ratelimit.v1.Header
+	19, // 29: ratelimit.v1.AcquireResponse.lease:type_name -> ratelimit.v1.Lease
+	25, // 30: ratelimit.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
+	4,  // 31: ratelimit.v1.ReleaseRequest.descriptors:type_name -> ratelimit.v1.Descriptor
+	8,  // 32: ratelimit.v1.ReleaseResponse.statuses:type_name -> ratelimit.v1.DescriptorStatus
+	4,  // 33: ratelimit.v1.RenewRequest.descriptors:type_name -> ratelimit.v1.Descriptor
+	0,  // 34: ratelimit.v1.RenewResponse.code:type_name -> ratelimit.v1.Code
+	8,  // 35: ratelimit.v1.RenewResponse.statuses:type_name -> ratelimit.v1.DescriptorStatus
+	19, // 36: ratelimit.v1.RenewResponse.lease:type_name -> ratelimit.v1.Lease
+	3,  // 37: ratelimit.v1.RateLimitService.ShouldRateLimit:input_type -> ratelimit.v1.ShouldRateLimitRequest
+	11, // 38: ratelimit.v1.RateLimitService.Explain:input_type -> ratelimit.v1.ExplainRequest
+	17, // 39: ratelimit.v1.RateLimitService.Acquire:input_type -> ratelimit.v1.AcquireRequest
+	20, // 40: ratelimit.v1.RateLimitService.Release:input_type -> ratelimit.v1.ReleaseRequest
+	22, // 41: ratelimit.v1.RateLimitService.Renew:input_type -> ratelimit.v1.RenewRequest
+	7,  // 42: ratelimit.v1.RateLimitService.ShouldRateLimit:output_type -> ratelimit.v1.ShouldRateLimitResponse
+	12, // 43: ratelimit.v1.RateLimitService.Explain:output_type -> ratelimit.v1.ExplainResponse
+	18, // 44: ratelimit.v1.RateLimitService.Acquire:output_type -> ratelimit.v1.AcquireResponse
+	21, // 45: ratelimit.v1.RateLimitService.Release:output_type -> ratelimit.v1.ReleaseResponse
+	23, // 46: ratelimit.v1.RateLimitService.Renew:output_type -> ratelimit.v1.RenewResponse
+	42, // [42:47] is the sub-list for method output_type
+	37, // [37:42] is the sub-list for method input_type
+	37, // [37:37] is the sub-list for extension type_name
+	37, // [37:37] is the sub-list for extension extendee
+	0,  // [0:37] is the sub-list for field type_name
 }
 
 func init() { file_ratelimit_v1_ratelimit_proto_init() }
@@ -1929,7 +2022,7 @@ func file_ratelimit_v1_ratelimit_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ratelimit_v1_ratelimit_proto_rawDesc), len(file_ratelimit_v1_ratelimit_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   20,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -133,6 +133,8 @@ type ExplainOverride struct {
 	// ExpiresAt is when the override lapses, RFC 3339; "" for never.
 	ExpiresAt string `json:"expires_at,omitempty"`
 	Version   uint64 `json:"version"`
+	// Expires is ExpiresAt as a time, for the native rendering.
+	Expires time.Time `json:"-"`
 }
 
 // explainOverride returns o's part of an explanation, nil for nil.
@@ -142,7 +144,7 @@ func explainOverride(o *RuntimeOverride) *ExplainOverride {
 	}
 	ex := &ExplainOverride{Reason: Printable(o.Reason), SetBy: Printable(o.SetBy), Version: o.Version}
 	if !o.Expires.IsZero() {
-		ex.ExpiresAt = o.Expires.UTC().Format(time.RFC3339)
+		ex.ExpiresAt, ex.Expires = o.Expires.UTC().Format(time.RFC3339), o.Expires
 	}
 	return ex
 }

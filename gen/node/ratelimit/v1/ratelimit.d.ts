@@ -103,6 +103,13 @@ export interface DescriptorExplanation {
     hits: number;
     limits: LimitExplanation[];
     giveBack: boolean;
+    runtimeOverride: RuntimeOverride | undefined;
+}
+export interface RuntimeOverride {
+    reason: string;
+    setBy: string;
+    expiresAt: Date | undefined;
+    version: number;
 }
 export interface MatchedRule {
     path: string;
@@ -166,6 +173,7 @@ export declare const Header: MessageFns<Header>;
 export declare const ExplainRequest: MessageFns<ExplainRequest>;
 export declare const ExplainResponse: MessageFns<ExplainResponse>;
 export declare const DescriptorExplanation: MessageFns<DescriptorExplanation>;
+export declare const RuntimeOverride: MessageFns<RuntimeOverride>;
 export declare const MatchedRule: MessageFns<MatchedRule>;
 export declare const LimitExplanation: MessageFns<LimitExplanation>;
 export declare const AcquireRequest: MessageFns<AcquireRequest>;

@@ -6,7 +6,7 @@
 //   typescript           v5.9.3
 // source: ratelimit/v1/ratelimit.proto
 Object.defineProperty(exports, "__esModule", { value: true });
-exports.RateLimitServiceClient = exports.RateLimitServiceService = exports.RenewResponse = exports.RenewRequest = exports.ReleaseResponse = exports.ReleaseRequest = exports.Lease = exports.AcquireResponse = exports.AcquireRequest = exports.LimitExplanation = exports.MatchedRule = exports.DescriptorExplanation = exports.ExplainResponse = exports.ExplainRequest = exports.Header = exports.Limit = exports.DescriptorStatus = exports.ShouldRateLimitResponse = exports.LimitOverride = exports.Entry = exports.Descriptor = exports.ShouldRateLimitRequest = exports.Decision = exports.Algorithm = exports.Code = exports.protobufFileName = exports.protobufPackage = void 0;
+exports.RateLimitServiceClient = exports.RateLimitServiceService = exports.RenewResponse = exports.RenewRequest = exports.ReleaseResponse = exports.ReleaseRequest = exports.Lease = exports.AcquireResponse = exports.AcquireRequest = exports.LimitExplanation = exports.MatchedRule = exports.RuntimeOverride = exports.DescriptorExplanation = exports.ExplainResponse = exports.ExplainRequest = exports.Header = exports.Limit = exports.DescriptorStatus = exports.ShouldRateLimitResponse = exports.LimitOverride = exports.Entry = exports.Descriptor = exports.ShouldRateLimitRequest = exports.Decision = exports.Algorithm = exports.Code = exports.protobufFileName = exports.protobufPackage = void 0;
 exports.codeFromJSON = codeFromJSON;
 exports.codeToJSON = codeToJSON;
 exports.algorithmFromJSON = algorithmFromJSON;
@@ -1194,6 +1194,7 @@ function createBaseDescriptorExplanation() {
         hits: 0,
         limits: [],
         giveBack: false,
+        runtimeOverride: undefined,
     };
 }
 exports.DescriptorExplanation = {
@@ -1227,6 +1228,9 @@ exports.DescriptorExplanation = {
         }
         if (message.giveBack !== false) {
             writer.uint32(80).bool(message.giveBack);
+        }
+        if (message.runtimeOverride !== undefined) {
+            exports.RuntimeOverride.encode(message.runtimeOverride, writer.uint32(90).fork()).join();
         }
         return writer;
     },
@@ -1313,6 +1317,13 @@ exports.DescriptorExplanation = {
                         message.giveBack = reader.bool();
                         continue;
                     }
+                    case 11: {
+                        if (tag !== 90) {
+                            break;
+                        }
+                        message.runtimeOverride = exports.RuntimeOverride.decode(reader, reader.uint32());
+                        continue;
+                    }
                 }
                 if ((tag & 7) === 4 || tag === 0) {
                     break;
@@ -1351,6 +1362,11 @@ exports.DescriptorExplanation = {
                 : isSet(object.give_back)
                     ? globalThis.Boolean(object.give_back)
                     : false,
+            runtimeOverride: isSet(object.runtimeOverride)
+                ? exports.RuntimeOverride.fromJSON(object.runtimeOverride)
+                : isSet(object.runtime_override)
+                    ? exports.RuntimeOverride.fromJSON(object.runtime_override)
+                    : undefined,
         };
     },
     toJSON(message) {
@@ -1385,6 +1401,9 @@ exports.DescriptorExplanation = {
         if (message.giveBack !== false) {
             obj.giveBack = message.giveBack;
         }
+        if (message.runtimeOverride !== undefined) {
+            obj.runtimeOverride = exports.RuntimeOverride.toJSON(message.runtimeOverride);
+        }
         return obj;
     },
     create(base) {
@@ -1404,6 +1423,125 @@ exports.DescriptorExplanation = {
         message.hits = object.hits ?? 0;
         message.limits = object.limits?.map((e) => exports.LimitExplanation.fromPartial(e)) || [];
         message.giveBack = object.giveBack ?? false;
+        message.runtimeOverride = (object.runtimeOverride !== undefined && object.runtimeOverride !== null)
+            ? exports.RuntimeOverride.fromPartial(object.runtimeOverride)
+            : undefined;
+        return message;
+    },
+};
+function createBaseRuntimeOverride() {
+    return { reason: "", setBy: "", expiresAt: undefined, version: 0 };
+}
+exports.RuntimeOverride = {
+    encode(message, writer = new wire_1.BinaryWriter()) {
+        if (message.reason !== "") {
+            writer.uint32(10).string(message.reason);
+        }
+        if (message.setBy !== "") {
+            writer.uint32(18).string(message.setBy);
+        }
+        if (message.expiresAt !== undefined) {
+            timestamp_1.Timestamp.encode(toTimestamp(message.expiresAt), writer.uint32(26).fork()).join();
+        }
+        if (message.version !== 0) {
+            writer.uint32(32).uint64(message.version);
+        }
+        return writer;
+    },
+    decode(input, length) {
+        const reader = input instanceof wire_1.BinaryReader ? input : new wire_1.BinaryReader(input);
+        const previousRecursionDepth = reader.__tsProtoDecodeDepth ?? 0;
+        if (previousRecursionDepth >= 100) {
+            throw new globalThis.Error("protobuf decode recursion limit exceeded");
+        }
+        reader.__tsProtoDecodeDepth = previousRecursionDepth + 1;
+        try {
+            const end = length === undefined ? reader.len : reader.pos + length;
+            const message = createBaseRuntimeOverride();
+            while (reader.pos < end) {
+                const tag = reader.uint32();
+                switch (tag >>> 3) {
+                    case 1: {
+                        if (tag !== 10) {
+                            break;
+                        }
+                        message.reason = reader.string();
+                        continue;
+                    }
+                    case 2: {
+                        if (tag !== 18) {
+                            break;
+                        }
+                        message.setBy = reader.string();
+                        continue;
+                    }
+                    case 3: {
+                        if (tag !== 26) {
+                            break;
+                        }
+                        message.expiresAt = fromTimestamp(timestamp_1.Timestamp.decode(reader, reader.uint32()));
+                        continue;
+                    }
+                    case 4: {
+                        if (tag !== 32) {
+                            break;
+                        }
+                        message.version = longToNumber(reader.uint64());
+                        continue;
+                    }
+                }
+                if ((tag & 7) === 4 || tag === 0) {
+                    break;
+                }
+                reader.skip(tag & 7);
+            }
+            return message;
+        }
+        finally {
+            reader.__tsProtoDecodeDepth = previousRecursionDepth;
+        }
+    },
+    fromJSON(object) {
+        return {
+            reason: isSet(object.reason) ? globalThis.String(object.reason) : "",
+            setBy: isSet(object.setBy)
+                ? globalThis.String(object.setBy)
+                : isSet(object.set_by)
+                    ? globalThis.String(object.set_by)
+                    : "",
+            expiresAt: isSet(object.expiresAt)
+                ? fromJsonTimestamp(object.expiresAt)
+                : isSet(object.expires_at)
+                    ? fromJsonTimestamp(object.expires_at)
+                    : undefined,
+            version: isSet(object.version) ? globalThis.Number(object.version) : 0,
+        };
+    },
+    toJSON(message) {
+        const obj = {};
+        if (message.reason !== "") {
+            obj.reason = message.reason;
+        }
+        if (message.setBy !== "") {
+            obj.setBy = message.setBy;
+        }
+        if (message.expiresAt !== undefined) {
+            obj.expiresAt = message.expiresAt.toISOString();
+        }
+        if (message.version !== 0) {
+            obj.version = Math.round(message.version);
+        }
+        return obj;
+    },
+    create(base) {
+        return exports.RuntimeOverride.fromPartial(base ?? {});
+    },
+    fromPartial(object) {
+        const message = createBaseRuntimeOverride();
+        message.reason = object.reason ?? "";
+        message.setBy = object.setBy ?? "";
+        message.expiresAt = object.expiresAt ?? undefined;
+        message.version = object.version ?? 0;
         return message;
     },
 };

@@ -59,7 +59,7 @@ class Descriptor(_message.Message):
     def __init__(self, entries: _Optional[_Iterable[_Union[Entry, _Mapping]]] = ..., hits: _Optional[int] = ..., limit: _Optional[_Union[LimitOverride, _Mapping]] = ..., give_back: bool = ...) -> None: ...
 
 class DescriptorExplanation(_message.Message):
-    __slots__ = ["decision", "give_back", "hits", "limits", "override", "quota_mode", "replaces", "rule", "shadow_mode", "unlimited"]
+    __slots__ = ["decision", "give_back", "hits", "limits", "override", "quota_mode", "replaces", "rule", "runtime_override", "shadow_mode", "unlimited"]
     DECISION_FIELD_NUMBER: _ClassVar[int]
     GIVE_BACK_FIELD_NUMBER: _ClassVar[int]
     HITS_FIELD_NUMBER: _ClassVar[int]
@@ -68,6 +68,7 @@ class DescriptorExplanation(_message.Message):
     QUOTA_MODE_FIELD_NUMBER: _ClassVar[int]
     REPLACES_FIELD_NUMBER: _ClassVar[int]
     RULE_FIELD_NUMBER: _ClassVar[int]
+    RUNTIME_OVERRIDE_FIELD_NUMBER: _ClassVar[int]
     SHADOW_MODE_FIELD_NUMBER: _ClassVar[int]
     UNLIMITED_FIELD_NUMBER: _ClassVar[int]
     decision: Decision
@@ -78,9 +79,10 @@ class DescriptorExplanation(_message.Message):
     quota_mode: bool
     replaces: _containers.RepeatedScalarFieldContainer[str]
     rule: MatchedRule
+    runtime_override: RuntimeOverride
     shadow_mode: bool
     unlimited: bool
-    def __init__(self, rule: _Optional[_Union[MatchedRule, _Mapping]] = ..., decision: _Optional[_Union[Decision, str]] = ..., unlimited: bool = ..., shadow_mode: bool = ..., quota_mode: bool = ..., replaces: _Optional[_Iterable[str]] = ..., override: bool = ..., hits: _Optional[int] = ..., limits: _Optional[_Iterable[_Union[LimitExplanation, _Mapping]]] = ..., give_back: bool = ...) -> None: ...
+    def __init__(self, rule: _Optional[_Union[MatchedRule, _Mapping]] = ..., decision: _Optional[_Union[Decision, str]] = ..., unlimited: bool = ..., shadow_mode: bool = ..., quota_mode: bool = ..., replaces: _Optional[_Iterable[str]] = ..., override: bool = ..., hits: _Optional[int] = ..., limits: _Optional[_Iterable[_Union[LimitExplanation, _Mapping]]] = ..., give_back: bool = ..., runtime_override: _Optional[_Union[RuntimeOverride, _Mapping]] = ...) -> None: ...
 
 class DescriptorStatus(_message.Message):
     __slots__ = ["code", "limit", "remaining", "reset_after", "retry_after", "unlimited"]
@@ -235,6 +237,18 @@ class RenewResponse(_message.Message):
     lease: Lease
     statuses: _containers.RepeatedCompositeFieldContainer[DescriptorStatus]
     def __init__(self, code: _Optional[_Union[Code, str]] = ..., statuses: _Optional[_Iterable[_Union[DescriptorStatus, _Mapping]]] = ..., lease: _Optional[_Union[Lease, _Mapping]] = ...) -> None: ...
+
+class RuntimeOverride(_message.Message):
+    __slots__ = ["expires_at", "reason", "set_by", "version"]
+    EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    SET_BY_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    expires_at: _timestamp_pb2.Timestamp
+    reason: str
+    set_by: str
+    version: int
+    def __init__(self, reason: _Optional[str] = ..., set_by: _Optional[str] = ..., expires_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., version: _Optional[int] = ...) -> None: ...
 
 class ShouldRateLimitRequest(_message.Message):
     __slots__ = ["descriptors", "domain", "hits"]
