@@ -278,10 +278,12 @@ function log.each(st, f)
     k = k + #chunk
   end
 end
-function log.load(key)
+-- load reads the log at key; head, when given, is its first element as
+-- LINDEX read it (false: no key).
+function log.load(key, head)
   local st = { n = 0, len = 0, hdr = false, first = false, changed = false, counted = false, key = key, f = log,
                 dirty = false, hw = 0, last = false }
-  local head = pcall('LINDEX', key, 0)
+  if head == nil then head = pcall('LINDEX', key, 0) end
   if type(head) == 'table' then
     call('DEL', key) -- not a list: a fresh log
   elseif head and #head == 40 then
@@ -465,12 +467,22 @@ function conc.give_back(st, r, hits, lease)
   -- Most releases give back the hits they took: try that entry first,
   -- one command, else look for the lease.
   if hits > 0 and call('LREM', st.key, -1, pack(P.LOG_ENTRY, lease, hits)) == 1 then
-    st.len, st.last, st.changed = st.len - 1, false, true
-    if st.first and st.first[1] == lease then st.first = false end
+    conc.removed(st, lease, hits)
   else
-    hits = log.take(st, lease, MAX_T)
+    conc.find_back(st, lease)
   end
+end
+-- removed records that the entry of the lease stamped lease, of hits,
+-- went from the log (LREM).
+function conc.removed(st, lease, hits)
+  st.len, st.last, st.changed = st.len - 1, false, true
+  if st.first and st.first[1] == lease then st.first = false end
   st.n = max(st.n - hits, 0)
+end
+-- find_back gives back the lease stamped lease, wherever it is in the
+-- log (st advanced), if it is held.
+function conc.find_back(st, lease)
+  st.n = max(st.n - log.take(st, lease, MAX_T), 0)
 end
 -- renew moves the lease stamped lease to a new stamp, and returns it, or
 -- false if no lease is stamped so.
@@ -491,8 +503,8 @@ function conc.expiry(st)
 end
 -- load reads the log at key (see log.load): without its header, the
 -- newest stamp given is its newest lease's.
-function conc.load(key)
-  local st = log.load(key)
+function conc.load(key, head)
+  local st = log.load(key, head)
   if not st.hdr and st.len > 0 then st.hw = log.newest(st) end
   return st
 end
@@ -880,6 +892,33 @@ end
 local fr, fw, fh, fcur, ft, fpi = {}, {}, {}, {}, {}, {}
 local fwp, fn, fover, fraised = {}, {}, {}, {}
 local fconc, fop, flease, freq, fst, ftook = {}, {}, {}, {}, {}, {}
+-- A concurrency limit's log, when its header decides the request alone:
+-- its first element as read (false: no key), whether it has a header,
+-- and the header's fields (fn: the sum; see LEASE_HEADER).
+local fhead, fhdr, fhw, flen, fot, foc = {}, {}, {}, {}, {}, {}
+
+-- lease_read reads the log of the lean path's i-th request, a concurrency
+-- limit's. When its header decides alone (the log is fresh, or its
+-- oldest lease has not lapsed and it is not full), it leaves the fields
+-- in fhdr, fn, fhw, flen, fot and foc, and fst[i] false; else it loads
+-- the log's state for conc's functions into fst[i].
+local function lease_read(i)
+  local key = fcur[i]
+  local head = pcall('LINDEX', key, 0)
+  fhead[i], fst[i] = head, false
+  if not head then
+    fhdr[i], fn[i], fhw[i], flen[i], fot[i], foc[i] = false, 0, 0, 0, 0, 0
+    return
+  end
+  if type(head) == 'string' and #head == 40 then
+    local n, hw, len, ot, oc = unpack(P.LEASE_HEADER, head)
+    if (len == 0 or ot > now - fw[i]) and len < P.MAX_LOG then
+      fhdr[i], fn[i], fhw[i], flen[i], fot[i], foc[i] = true, n, hw, len, ot, oc
+      return
+    end
+  end
+  fst[i] = conc.load(key, head)
+end
 
 -- fast decides the ncalls calls of a FAST run, compact all (their
 -- records from blob's offset off, the counter of the run's i-th request
@@ -897,13 +936,18 @@ local fconc, fop, flease, freq, fst, ftook = {}, {}, {}, {}, {}, {}
 -- request's retry falls back to retry_after.
 --
 -- A concurrency limit's request (a take, or a give-back by lease or
--- anonymous) runs conc's functions, as decide does, on its log alone:
--- a take reads the log's header (one LINDEX) and is over when its hits
--- do not fit; once its call is admitted it pushes its lease and writes
--- the header and the TTL; a give-back removes its lease (one LREM when
--- it gives back the hits it took) and writes the header. Each log is
--- saved as its call ends, so that a later call of the run reads it
--- afresh. On a FAST_LEASED run (leased) every request replies LEASED.
+-- anonymous) is decided on its log alone, as conc's functions decide
+-- it: a take reads the log's header (one LINDEX) and is over when its
+-- hits do not fit; once its call is admitted it pushes its lease and
+-- writes the header and the TTL; a give-back by lease reads the header,
+-- removes its lease's entry (one LREM, when it gives back the hits it
+-- took) and writes the header. That is done here in straight-line code
+-- on the header's fields; the rest (a log whose oldest lease lapsed, or
+-- full, or without a header; an over take, whose retry needs the log's
+-- entries; an anonymous give-back, a lease not found so, or the oldest)
+-- runs conc's functions on the log's state. Each log is saved as its
+-- call ends, so that a later call of the run reads it afresh. On a
+-- FAST_LEASED run (leased) every request replies LEASED.
 --
 -- On one slot (cross false) one MGET reads the previous windows of the
 -- sliding ones, and the reply is a RESULT per request. A CROSS run
@@ -996,9 +1040,10 @@ function fast(keys, blob, off, ncalls, ko, cross, leased)
           -- call's verdict does not change, waits for the call's end.
           fraised[i], fover[i], ftook[i] = false, false, 0
           if fop[i] == P.OP_TAKE then
-            local st = conc.load(fcur[i])
-            fst[i] = st
-            fover[i] = not conc.admits(st, freq[i], now, fh[i])
+            lease_read(i)
+            if not fst[i] and fn[i] + fh[i] > fr[i] then fst[i] = conc.load(fcur[i], fhead[i]) end
+            local st = fst[i]
+            if st then fover[i] = not conc.admits(st, freq[i], now, fh[i]) end
             refused = refused or fover[i]
           end
         else
@@ -1043,13 +1088,39 @@ function fast(keys, blob, off, ncalls, ko, cross, leased)
     else
       for i = first, last do
         if fconc[i] then
-          local st, r, h = fst[i], freq[i], fh[i]
+          local r, h, key, lease = freq[i], fh[i], fcur[i], flease[i]
           if fop[i] == P.OP_GIVE_BACK then
-            st = conc.load(fcur[i])
-            fst[i] = st
-            if h > 0 or flease[i] ~= 0 then conc.give_back(st, r, h, flease[i]) end
+            lease_read(i)
+            if not fst[i] and (not fhdr[i] or lease == 0 or h == 0 or lease == fot[i]) then
+              fst[i] = conc.load(key, fhead[i])
+            end
+            local st = fst[i]
+            if st then
+              if h > 0 or lease ~= 0 then conc.give_back(st, r, h, lease) end
+            elseif call('LREM', key, -1, pack(P.LOG_ENTRY, lease, h)) == 1 then
+              -- (conc.removed: the oldest stays, and so the TTL)
+              fn[i], flen[i] = max(fn[i] - h, 0), flen[i] - 1
+              call('LSET', key, 0, pack(P.LEASE_HEADER, fn[i], fhw[i], flen[i], fot[i], foc[i]))
+            else
+              st = conc.load(key, fhead[i])
+              fst[i] = st
+              conc.find_back(st, lease)
+            end
           elseif not refused and h > 0 then
-            ftook[i] = conc.add(st, r, h)
+            local st = fst[i]
+            if st then
+              ftook[i] = conc.add(st, r, h)
+            else
+              -- conc.add, then save
+              local t, w = max(now, fhw[i] + 1), fw[i]
+              call('RPUSH', key, pack(P.LOG_ENTRY, t, h))
+              local len = flen[i] + 1
+              if len == 1 then fot[i], foc[i] = t, h end
+              fn[i], fhw[i], flen[i], ftook[i] = fn[i] + h, t, len, t
+              local head = pack(P.LEASE_HEADER, fn[i], t, len, fot[i], foc[i])
+              if fhdr[i] then call('LSET', key, 0, head) else call('LPUSH', key, head) end
+              call('PEXPIRE', key, int(ms_until(max(t + w, t + 1)) + grace))
+            end
           end
         elseif fraised[i] then
           local h = fh[i]
@@ -1075,15 +1146,22 @@ function fast(keys, blob, off, ncalls, ko, cross, leased)
         local n, wp, r, w, t, over = fn[i], fwp[i], fr[i], fw[i], ft[i], refused and fover[i]
         local remaining, reset, retry, lease = 0, t + w - now, 0, 0
         if fconc[i] then
-          -- As decide's outcome, then save: a give-back is always saved,
-          -- a take when it counted or its log changed (see result).
           local st, q = fst[i], freq[i]
-          remaining, reset = log.result(st, q)
           lease = ftook[i]
-          if over then retry = retry_after(st, q, fh[i]) end
-          if fop[i] == P.OP_GIVE_BACK or lease ~= 0 or st.changed then
-            st.f, st.w = conc, w
-            save(st)
+          if not st then
+            -- log.result on the header's fields (never over: see above)
+            remaining, reset = max(r - fn[i], 0), 0
+            if flen[i] > 0 then reset = fot[i] + w - now end
+          else
+            -- As decide's outcome, then save: a give-back is always
+            -- saved, a take when it counted or its log changed (see
+            -- result).
+            remaining, reset = log.result(st, q)
+            if over then retry = retry_after(st, q, fh[i]) end
+            if fop[i] == P.OP_GIVE_BACK or lease ~= 0 or st.changed then
+              st.f, st.w = conc, w
+              save(st)
+            end
           end
         else
           local left = r - (n + wp)
