@@ -323,6 +323,7 @@ func gather(c *call, batch []*pending) (live []*pending, deadline time.Time) {
 		c.keys = append(c.keys, p.call.keys...)
 		c.arg = append(c.arg, p.call.arg...)
 		c.general = c.general || p.call.general
+		c.leased = c.leased || p.call.leased
 		p.call.free()
 		if p.deadline.After(deadline) {
 			deadline = p.deadline

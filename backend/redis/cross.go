@@ -172,7 +172,7 @@ func (s *Store) crossing() bool {
 // unknown.
 func (s *Store) crossCall(ctx context.Context, reqs []backend.Request, idx []int, tags []string, part bool) (*call, *goredis.Client) {
 	n := picked(len(reqs), idx)
-	if !compact(reqs, idx) {
+	if !compact(reqs, idx, windowsOnly) {
 		return nil, nil
 	}
 	c := getCall()

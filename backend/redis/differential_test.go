@@ -91,6 +91,22 @@ func TestDifferentialStandalone(t *testing.T) {
 			t.Errorf("%d of %d calls took the lean path", fast, diffCalls)
 		}
 	})
+	t.Run("leases, 4 callers", func(t *testing.T) {
+		// Concurrency limits' takes and give-backs beside windows, which
+		// take.lua decides on its lean path too.
+		s := differential(t, diffRun{url: url, opts: diffOptions, persist: persist, traffic: traffic{seed: 11, leases: true}, lanes: 4})
+		if fast := redis.FastRuns(s); fast < diffCalls/20 {
+			t.Errorf("%d of the script runs took the lean path: too few to compare it", fast)
+		}
+	})
+	t.Run("leases, no batch", func(t *testing.T) {
+		o := diffOptions
+		o.NoBatch = true
+		s := differential(t, diffRun{url: url, opts: o, persist: persist, traffic: traffic{seed: 12, leases: true}})
+		if fast := redis.FastRuns(s); fast < diffCalls/2 {
+			t.Errorf("%d of %d calls took the lean path", fast, diffCalls)
+		}
+	})
 	t.Run("no batch", func(t *testing.T) {
 		o := diffOptions
 		o.NoBatch = true
@@ -140,6 +156,11 @@ func TestDifferentialCluster(t *testing.T) {
 	// hold no token bucket here.
 	t.Run("traffic", func(t *testing.T) {
 		differential(t, diffRun{url: c.URL(), opts: diffOptions, persist: persist, traffic: traffic{seed: 6, cluster: true}})
+	})
+	t.Run("leases", func(t *testing.T) {
+		// A call of one slot takes the lean path there, leases and all;
+		// one over several slots goes in parts.
+		differential(t, diffRun{url: c.URL(), opts: diffOptions, persist: persist, traffic: traffic{seed: 13, cluster: true, leases: true}})
 	})
 	t.Run("refund on a bucket in debt", func(t *testing.T) {
 		// backend.TestDecidePartsTokenBucketDebt on Redis: A
@@ -296,7 +317,10 @@ func differential(t *testing.T, run diffRun) *redis.Store {
 	}
 	t.Logf("seed %d: %d calls in %d lanes, %d refused, %d requests over, %d give-backs, %d leases, %d renewed; local cache answered %d, cluster refunds %d",
 		tr.seed, calls, lanes, refused, over, gives, leased, renewed, rs.LocalCacheHits(), rs.Refunds())
-	if calls/100 > min(gives, leased, renewed) && !tr.windows {
+	if tr.leases && calls/20 > min(gives, leased) {
+		t.Errorf("%d give-backs, %d leases in %d calls: too few to compare", gives, leased, calls)
+	}
+	if calls/100 > min(gives, leased, renewed) && !tr.windows && !tr.leases {
 		t.Errorf("%d give-backs, %d leases, %d renewed in %d calls: too few to compare", gives, leased, renewed, calls)
 	}
 	// Traffic that stops refusing, refunding or hitting the cache would
@@ -418,6 +442,11 @@ type traffic struct {
 	// consume_when_over, on counters of their own within the call. The
 	// tenth is of the general mix, so that batches mix both kinds.
 	windows bool
+	// leases makes nine calls in ten of that shape with concurrency
+	// limits in it too, taken and given back (by lease or anonymously),
+	// which take.lua decides on its lean path as well; the tenth is of
+	// the general mix, where leases are renewed.
+	leases bool
 	// cache compares only each call's verdict: the store's local cache
 	// answers a repeated refusal with the results Redis gave then, whose
 	// ResetAfter and RetryAfter it ages but whose Remaining and OverLimit
@@ -490,6 +519,9 @@ func (tr traffic) step(r *rand.Rand) time.Duration {
 func (tr traffic) call(r *rand.Rand, descs []descriptor, leases map[string][]int64) []backend.Request {
 	if tr.windows && r.IntN(10) != 0 {
 		return tr.windowCall(r, descs)
+	}
+	if tr.leases && r.IntN(10) != 0 {
+		return tr.leaseCall(r, descs, leases)
 	}
 	var reqs []backend.Request
 	for g := range 1 + r.IntN(4) {
@@ -598,6 +630,64 @@ func (tr traffic) windowCall(r *rand.Rand, descs []descriptor) []backend.Request
 				hits = r.Uint64N(l.Requests + 3)
 			}
 			reqs = append(reqs, backend.Request{Key: key, Tag: d.tag, Limit: l, Hits: hits, Group: g})
+		}
+	}
+	return reqs
+}
+
+// leaseCall returns a call of the lean shape with concurrency limits (see
+// traffic.leases): up to four groups, each one or two of a descriptor's
+// window and concurrency limits, on counters of their own, enforced, with
+// the hits of traffic.call's requests; or one call in three, a call that
+// gives back on concurrency limits a lease each (held, released or
+// lapsed, made up) or anonymously.
+func (tr traffic) leaseCall(r *rand.Rand, descs []descriptor, leases map[string][]int64) []backend.Request {
+	var reqs []backend.Request
+	seen := map[string]bool{}
+	giveBack := r.IntN(3) == 0
+	for g := range 1 + r.IntN(4) {
+		d := &descs[r.IntN(len(descs))]
+		for range 1 + r.IntN(2) {
+			lean := []backend.Limit{d.limits[backend.SlidingWindow], d.limits[backend.FixedWindow]}
+			lean = append(lean, d.limits[backend.Concurrency], d.limits[backend.Concurrency]) // as often as both windows
+			l := lean[r.IntN(len(lean))]
+			if giveBack {
+				l = d.limits[backend.Concurrency]
+			}
+			if r.IntN(25) == 0 {
+				l.Requests += 1 + r.Uint64N(3) // a limit whose count changed, as in traffic.call
+			}
+			key := string(backend.AppendKeySuffix(d.key, l))
+			if seen[key] {
+				continue
+			}
+			seen[key] = true
+			var hits uint64
+			switch p := r.IntN(100); {
+			case p < 15: // check only
+			case p < 75:
+				hits = 1
+			case p < 92:
+				hits = 2 + r.Uint64N(2)
+			case p < 99:
+				hits = r.Uint64N(l.Requests + 3)
+			default:
+				hits = []uint64{1<<32 - 1, 1<<53 + 1, 1<<64 - 1}[r.IntN(3)]
+			}
+			q := backend.Request{Key: key, Tag: d.tag, Limit: l, Hits: hits, Group: g}
+			if giveBack {
+				q.Op = backend.GiveBack
+				known := leases[key]
+				switch p := r.IntN(8); {
+				case p < 4 && len(known) > 0:
+					q.Lease = known[len(known)-1] // the newest, most likely held
+				case p < 6 && len(known) > 0:
+					q.Lease = known[r.IntN(len(known))]
+				case p < 7:
+					q.Lease = backend.Micros(backendtest.T0) + 1 + r.Int64N(1e6) // most likely no lease's
+				}
+			}
+			reqs = append(reqs, q)
 		}
 	}
 	return reqs

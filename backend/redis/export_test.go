@@ -21,8 +21,9 @@ func EvalOnly(s *Store) { s.evalOnly.Store(true) }
 func FastRuns(s *Store) uint64 { return s.fastRuns.Load() }
 
 // Compact reports whether s would send reqs, one call, as a compact call,
-// which take.lua decides on its lean path.
-func (s *Store) Compact(reqs []backend.Request) bool { return compact(reqs, nil) }
+// which take.lua decides on its lean path (on standalone Redis or
+// Sentinel, or in one slot on Cluster).
+func (s *Store) Compact(reqs []backend.Request) bool { return compact(reqs, nil, withLeases) }
 
 // ShareKey returns the Redis key of a share bucket under prefix.
 func ShareKey(prefix, bucket string) string { return shareKey(prefix, bucket) }

@@ -73,16 +73,36 @@ const (
 	// opFast decides as opTake does a run whose calls are all compact
 	// (see compactBit), in take.lua's lean path.
 	opFast = 3
+	// opFastLeased is opFast on a run that holds a concurrency limit's
+	// request: its results carry their leases, as opTake's do.
+	opFastLeased = 4
 )
 
 // compactBit, set in a call's number of requests, says that the call's
 // records are compact: every request is a take on a fixed or sliding
-// window with a limit above zero, enforced, without consume_when_over,
-// and on a counter of its own within the call. Such a call is refused exactly
-// when one of its requests is over, whatever their groups, so a compact
-// record carries only what decides it: flags (the algorithm), requests,
-// window µs and hits.
+// window or a concurrency limit, or every request a give-back on a
+// concurrency limit (see shape), with a limit above zero, enforced,
+// without consume_when_over, and on a counter of its own within the call.
+// A call of takes is refused exactly when one of them is over, whatever
+// their groups, and a call of give-backs never (a group plays its part in
+// the verdict by its first request's op: see backend.Refused), so a
+// compact record carries only what decides it: flags (the algorithm),
+// requests, window µs and hits; then on a concurrency limit its op and
+// lease.
 const compactBit = 1 << 31
+
+// A shape says which requests a compact call may hold.
+type shape uint8
+
+const (
+	// windowsOnly: takes on fixed and sliding windows, the calls of a
+	// cross run (see cross.go), which never holds a concurrency limit.
+	windowsOnly shape = iota
+	// withLeases: those, and a concurrency limit's takes, or its
+	// give-backs (by lease or anonymous) in a call of give-backs; renews
+	// go the general path.
+	withLeases
+)
 
 // partCallBit, set too in a cross run's call's number of requests (see
 // cross.go), says that the call is a part of a call over several nodes:
@@ -123,19 +143,20 @@ const (
 // Sizes of the binary parts, in bytes; the comments give their struct
 // formats in take.lua.
 const (
-	headerSize  = 1 + 8 + 4             // '<BdI4': op, now (µs; 0 reads Redis TIME), number of calls
-	callSize    = 4                     // '<I4': the call's number of requests
-	recordSize  = 2 + 3*4 + 4*8         // '<BBI4I4I4dddd': flags, op, requests, burst, group, window µs, hits, stamp (a refund's; a give-back's or renew's lease), GCRA interval µs
-	compactSize = 1 + 4 + 2*8           // '<BI4dd': flags, requests, window µs, hits (a compact call's record)
-	resultSize  = 1 + 3*8               // '<Bddd': over, remaining, reset µs, retry µs (opFast, opRefund)
-	stampedSize = resultSize + 8        // '<Bdddd': a result and its stamp (a cross run's part)
-	leasedSize  = resultSize + 8        // '<Bdddd': a result and its lease (opTake)
-	leasedStamp = leasedSize + 8        // '<Bddddd': a result, its lease and its stamp (opPart)
-	stateSize   = 3 * 8                 // '<ddd': a counter's T, N and P (tokens in N for a token bucket)
-	logHeader   = 8                     // '<d': a sliding log's first element, the sum of its hits
-	leaseHeader = 5 * 8                 // '<ddddd': a concurrency log's first element: the sum, the newest stamp given, the number of leases, the oldest's stamp and hits
-	logEntry    = 2 * 8                 // '<dd': each further element, a time and its hits, oldest first
-	maxLog      = backend.MaxSlidingLog // the most entries of a log: further instants fold into the newest
+	headerSize   = 1 + 8 + 4             // '<BdI4': op, now (µs; 0 reads Redis TIME), number of calls
+	callSize     = 4                     // '<I4': the call's number of requests
+	recordSize   = 2 + 3*4 + 4*8         // '<BBI4I4I4dddd': flags, op, requests, burst, group, window µs, hits, stamp (a refund's; a give-back's or renew's lease), GCRA interval µs
+	compactSize  = 1 + 4 + 2*8           // '<BI4dd': flags, requests, window µs, hits (a compact call's record)
+	compactLease = 1 + 8                 // '<Bd': op, lease given back (after a compact record of a concurrency limit)
+	resultSize   = 1 + 3*8               // '<Bddd': over, remaining, reset µs, retry µs (opFast, opRefund)
+	stampedSize  = resultSize + 8        // '<Bdddd': a result and its stamp (a cross run's part)
+	leasedSize   = resultSize + 8        // '<Bdddd': a result and its lease (opTake)
+	leasedStamp  = leasedSize + 8        // '<Bddddd': a result, its lease and its stamp (opPart)
+	stateSize    = 3 * 8                 // '<ddd': a counter's T, N and P (tokens in N for a token bucket)
+	logHeader    = 8                     // '<d': a sliding log's first element, the sum of its hits
+	leaseHeader  = 5 * 8                 // '<ddddd': a concurrency log's first element: the sum, the newest stamp given, the number of leases, the oldest's stamp and hits
+	logEntry     = 2 * 8                 // '<dd': each further element, a time and its hits, oldest first
+	maxLog       = backend.MaxSlidingLog // the most entries of a log: further instants fold into the newest
 )
 
 // layout names the layout of the keys and values the script writes. It
@@ -152,13 +173,16 @@ type call struct {
 	// general is whether a call appended is not compact, so that the
 	// run cannot take the lean path (opFast).
 	general bool
+	// leased is whether a compact call appended holds a concurrency
+	// limit, whose results carry leases (opFastLeased).
+	leased bool
 }
 
 var callPool = sync.Pool{New: func() any { return new(call) }}
 
 func getCall() *call {
 	c := callPool.Get().(*call)
-	c.keys, c.arg, c.general = c.keys[:0], c.arg[:0], false
+	c.keys, c.arg, c.general, c.leased = c.keys[:0], c.arg[:0], false, false
 	return c
 }
 
@@ -180,10 +204,15 @@ func (c *call) setCalls(calls int) {
 	binary.LittleEndian.PutUint32(c.arg[1+8:], uint32(calls))
 }
 
-// seal makes an opTake run whose calls are all compact an opFast one,
-// once every call is appended.
+// seal makes an opTake run whose calls are all compact an opFast one (an
+// opFastLeased one if a call holds a concurrency limit), once every call
+// is appended.
 func (c *call) seal() {
-	if c.arg[0] == opTake && !c.general {
+	switch {
+	case c.arg[0] != opTake || c.general:
+	case c.leased:
+		c.arg[0] = opFastLeased
+	default:
 		c.arg[0] = opFast
 	}
 }
@@ -206,8 +235,8 @@ func at(idx []int, k int) int {
 }
 
 // compact reports whether the requests idx of reqs (all of them if idx is
-// nil) make a compact call (see compactBit).
-func compact(reqs []backend.Request, idx []int) bool {
+// nil) make a compact call of shape sh (see compactBit).
+func compact(reqs []backend.Request, idx []int, sh shape) bool {
 	n := picked(len(reqs), idx)
 	if n > heavyRequests { // a bound on the quadratic check of distinct keys
 		return false
@@ -215,8 +244,14 @@ func compact(reqs []backend.Request, idx []int) bool {
 	for k := range n {
 		i := at(idx, k)
 		r := &reqs[i]
-		if (r.Limit.Algorithm != backend.SlidingWindow && r.Limit.Algorithm != backend.FixedWindow) ||
-			r.Limit.Requests == 0 || r.Mode != backend.Enforce || r.ConsumeWhenOver || r.Op != backend.Take {
+		var fits bool
+		switch r.Limit.Algorithm {
+		case backend.SlidingWindow, backend.FixedWindow:
+			fits = r.Op == backend.Take
+		case backend.Concurrency:
+			fits = sh == withLeases && (r.Op == backend.Take || r.Op == backend.GiveBack)
+		}
+		if !fits || r.Op != reqs[at(idx, 0)].Op || r.Limit.Requests == 0 || r.Mode != backend.Enforce || r.ConsumeWhenOver {
 			return false
 		}
 		for j := range k {
@@ -238,7 +273,7 @@ func (c *call) appendCall(prefix string, reqs []backend.Request, idx []int, tag 
 	for k := range n {
 		c.keys = append(c.keys, key(prefix, tag, reqs[at(idx, k)].Key))
 	}
-	if stamps == nil && extra == nil && compact(reqs, idx) {
+	if stamps == nil && extra == nil && compact(reqs, idx, withLeases) {
 		c.appendCompact(reqs, idx)
 		return
 	}
@@ -286,6 +321,11 @@ func (c *call) appendCompact(reqs []backend.Request, idx []int) {
 		c.arg = binary.LittleEndian.AppendUint32(c.arg, uint32(r.Limit.Requests))
 		c.arg = binary.LittleEndian.AppendUint64(c.arg, math.Float64bits(float64(r.Limit.Window/time.Microsecond)))
 		c.arg = binary.LittleEndian.AppendUint64(c.arg, math.Float64bits(float64(r.Hits)))
+		if r.Limit.Algorithm == backend.Concurrency {
+			c.leased = true
+			c.arg = append(c.arg, byte(r.Op))
+			c.arg = binary.LittleEndian.AppendUint64(c.arg, math.Float64bits(float64(r.Lease)))
+		}
 	}
 }
 
@@ -294,7 +334,7 @@ func (c *call) appendCompact(reqs []backend.Request, idx []int) {
 // if the node lacks it, or with EVALSHA once a node has refused FCALL or
 // FUNCTION LOAD (see denied).
 func (s *Store) run(ctx context.Context, c *call) (string, error) {
-	if c.arg[0] == opFast {
+	if c.arg[0] == opFast || c.arg[0] == opFastLeased {
 		s.fastRuns.Add(1)
 	}
 	if !s.evalOnly.Load() {
@@ -341,7 +381,7 @@ func denied(err error) bool {
 // The formats of a script's results, per request.
 const (
 	fmtResult        = iota // resultSize: opFast
-	fmtLeased               // leasedSize: opTake
+	fmtLeased               // leasedSize: opTake, opFastLeased
 	fmtLeasedStamped        // leasedStamp: opPart, with the stamp a refund needs
 	fmtStamped              // stampedSize: a cross run's part, with the stamp a refund needs
 	fmtRefund               // resultSize: opRefund, whose results keep the lease the part gave
@@ -351,7 +391,7 @@ const (
 // sealed: see seal).
 func replyFormat(op byte) int {
 	switch op {
-	case opTake:
+	case opTake, opFastLeased:
 		return fmtLeased
 	case opPart:
 		return fmtLeasedStamped

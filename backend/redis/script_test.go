@@ -27,7 +27,7 @@ func TestScriptProtocol(t *testing.T) {
 		lua[m[1]] = strings.Trim(m[2], "'")
 	}
 	numbers := map[string]int{
-		"TAKE": opTake, "PART": opPart, "REFUND": opRefund, "FAST": opFast, "COMPACT": compactBit,
+		"TAKE": opTake, "PART": opPart, "REFUND": opRefund, "FAST": opFast, "FAST_LEASED": opFastLeased, "COMPACT": compactBit,
 		"MODE_SHIFT": modeShift, "CWO": flagConsumeWhenOver, "GIVE": flagGiveBack, "WAS_OVER": flagWasOver,
 		"SLIDING": int(backend.SlidingWindow), "FIXED": int(backend.FixedWindow), "LOG": int(backend.SlidingLog),
 		"BUCKET": int(backend.TokenBucket), "GCRA": int(backend.GCRA), "CONC": int(backend.Concurrency),
@@ -41,7 +41,7 @@ func TestScriptProtocol(t *testing.T) {
 		}
 	}
 	sizes := map[string]int{
-		"HEADER": headerSize, "CALL": callSize, "RECORD": recordSize, "COMPACT_RECORD": compactSize, "RESULT": resultSize, "STAMPED": stampedSize,
+		"HEADER": headerSize, "CALL": callSize, "RECORD": recordSize, "COMPACT_RECORD": compactSize, "COMPACT_LEASE": compactLease, "RESULT": resultSize, "STAMPED": stampedSize,
 		"LEASED": leasedSize, "LEASED_STAMPED": leasedStamp, "LEASE_HEADER": leaseHeader,
 		"STATUS": statusSize, "REASON": reasonSize,
 		"STATE": stateSize, "LOG_HEADER": logHeader, "LOG_ENTRY": logEntry,

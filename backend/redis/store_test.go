@@ -216,6 +216,34 @@ func TestLeanKeys(t *testing.T) {
 	if res := mustTake(t, s, fixed[1]); res[0].OverLimit {
 		t.Errorf("after the failed call: %+v, want fixed[1]'s hit admitted (none counted before)", res[0])
 	}
+
+	// A concurrency limit's take and its release by lease take the lean
+	// path too: the take gives its log the lease's TTL, the release
+	// keeps it.
+	conc := descriptors(1, backend.Limit{Algorithm: backend.Concurrency, Requests: 2, Window: time.Minute})
+	held := descriptors(1, conc[0].Limit)[0] // a lease held beside, so that the log stays
+	mustTake(t, s, held)
+	res, err := lean(conc[0])
+	if err != nil || res[0].OverLimit || res[0].Lease == 0 || res[0].Remaining != 0 {
+		t.Fatalf("lean acquire: %+v %v, want a lease and nothing remaining", res, err)
+	}
+	logKey := "lean:v2:" + conc[0].Key
+	// (Stamped a microsecond after now, which the lease beside holds: a
+	// millisecond more, rounded up.)
+	if ttl := rdb.PTTL(t.Context(), logKey).Val(); ttl <= grace || ttl > time.Minute+grace+time.Millisecond {
+		t.Errorf("acquired: PTTL %v, want in (%v, %v]", ttl, grace, time.Minute+grace+time.Millisecond)
+	}
+	release := conc[0]
+	release.Op, release.Lease = backend.GiveBack, res[0].Lease
+	if res, err := lean(release); err != nil || res[0].OverLimit || res[0].Remaining != 1 {
+		t.Errorf("lean release: %+v %v, want one slot free", res, err)
+	}
+	if ttl := rdb.PTTL(t.Context(), logKey).Val(); ttl <= grace {
+		t.Errorf("released: PTTL %v, want the lease's still", ttl)
+	}
+	if n := rdb.LLen(t.Context(), logKey).Val(); n != 2 {
+		t.Errorf("released: the log has %d elements, want its header and the lease held beside", n)
+	}
 }
 
 // TestScriptFlush: the script survives SCRIPT FLUSH and a Redis restart.

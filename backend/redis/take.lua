@@ -11,10 +11,11 @@
 -- after the other (a key may repeat: one counter). ARGV[1] is binary:
 -- HEADER, then per call CALL and a RECORD per request, or a
 -- COMPACT_RECORD per request when CALL's number has the COMPACT bit. A
--- FAST run, whose calls are all compact, takes the lean path (fast);
--- other runs read compact records into the general path's tables. The
--- reply is a string: a result per request, a RESULT on FAST and REFUND
--- runs, a LEASED on TAKE and a LEASED_STAMPED on PART (the lease that a
+-- FAST or FAST_LEASED run, whose calls are all compact, takes the lean
+-- path (fast); other runs read compact records into the general path's
+-- tables. The reply is a string: a result per request, a RESULT on FAST
+-- and REFUND runs, a LEASED on TAKE, FAST_LEASED and a LEASED_STAMPED on
+-- PART (the lease that a
 -- concurrency take counted or a renew moved to, else 0, and on PART the
 -- stamp a refund needs). The table P names the protocol's constants;
 -- script.go names the same, and TestScriptProtocol checks that the two
@@ -48,6 +49,7 @@ local P = {
   PART = 1, -- decide a Cluster slot's share as if the call were admitted, with stamps
   REFUND = 2, -- give back what PART took on GIVE requests; report the results afresh
   FAST = 3, -- TAKE, on calls that are all COMPACT: the lean path (see fast)
+  FAST_LEASED = 4, -- FAST, on calls that hold concurrency limits: LEASED replies
   COMPACT = 2147483648, -- set in CALL's number: the call's records are COMPACT_RECORDs
   -- set too in a CROSS run's CALL: the call is a PART (STAMPED replies)
   PART_CALL = 1073741824,
@@ -69,8 +71,10 @@ local P = {
   -- give-back's or renew's lease), GCRA interval µs
   RECORD = '<BBI4I4I4dddd',
   -- a window request, enforced, not consume_when_over, on a counter of
-  -- its own in its call: refused exactly when one of the call's is over
+  -- its own in its call: refused exactly when one of the call's is over;
+  -- or so a concurrency limit's take or give-back, followed by COMPACT_LEASE
   COMPACT_RECORD = '<BI4dd', -- flags (the algorithm), requests, window µs, hits
+  COMPACT_LEASE = '<Bd', -- op (OP_TAKE or OP_GIVE_BACK), the lease given back (0: none named)
   RESULT = '<Bddd', -- over, remaining, reset µs, retry µs
   STAMPED = '<Bdddd', -- RESULT, then the stamp a refund needs (a CROSS run's PART call)
   LEASED = '<Bdddd', -- RESULT, then the lease (TAKE)
@@ -274,10 +278,12 @@ function log.each(st, f)
     k = k + #chunk
   end
 end
-function log.load(key)
+-- load reads the log at key; head, when given, is its first element as
+-- LINDEX read it (false: no key).
+function log.load(key, head)
   local st = { n = 0, len = 0, hdr = false, first = false, changed = false, counted = false, key = key, f = log,
                 dirty = false, hw = 0, last = false }
-  local head = pcall('LINDEX', key, 0)
+  if head == nil then head = pcall('LINDEX', key, 0) end
   if type(head) == 'table' then
     call('DEL', key) -- not a list: a fresh log
   elseif head and #head == 40 then
@@ -461,12 +467,22 @@ function conc.give_back(st, r, hits, lease)
   -- Most releases give back the hits they took: try that entry first,
   -- one command, else look for the lease.
   if hits > 0 and call('LREM', st.key, -1, pack(P.LOG_ENTRY, lease, hits)) == 1 then
-    st.len, st.last, st.changed = st.len - 1, false, true
-    if st.first and st.first[1] == lease then st.first = false end
+    conc.removed(st, lease, hits)
   else
-    hits = log.take(st, lease, MAX_T)
+    conc.find_back(st, lease)
   end
+end
+-- removed records that the entry of the lease stamped lease, of hits,
+-- went from the log (LREM).
+function conc.removed(st, lease, hits)
+  st.len, st.last, st.changed = st.len - 1, false, true
+  if st.first and st.first[1] == lease then st.first = false end
   st.n = max(st.n - hits, 0)
+end
+-- find_back gives back the lease stamped lease, wherever it is in the
+-- log (st advanced), if it is held.
+function conc.find_back(st, lease)
+  st.n = max(st.n - log.take(st, lease, MAX_T), 0)
 end
 -- renew moves the lease stamped lease to a new stamp, and returns it, or
 -- false if no lease is stamped so.
@@ -484,6 +500,13 @@ end
 function conc.expiry(st)
   if st.len == 0 then return st.hw + 1 end
   return max((st.last or log.newest(st)) + st.w, st.hw + 1)
+end
+-- load reads the log at key (see log.load): without its header, the
+-- newest stamp given is its newest lease's.
+function conc.load(key, head)
+  local st = log.load(key, head)
+  if not st.hdr and st.len > 0 then st.hw = log.newest(st) end
+  return st
 end
 
 local algorithms = { [P.SLIDING] = sliding, [P.FIXED] = fixed, [P.LOG] = log, [P.BUCKET] = bucket, [P.GCRA] = gcra,
@@ -535,10 +558,10 @@ local function load(r)
   local st = states[r.key]
   if st then return st end
   local f = r.f
-  if f == log or f == conc then
+  if f == log then
     st = log.load(r.key)
-    -- Without its header, a concurrency log's newest stamp given is its newest lease's.
-    if f == conc and not st.hdr and st.len > 0 then st.hw = log.newest(st) end
+  elseif f == conc then
+    st = conc.load(r.key)
   elseif f == fixed or f == sliding then
     local n = count(r.cur)
     st = { t = r.t, n = n, p = 0, n0 = n, cur = r.cur, key = r.key, f = f, w = r.w, r = r.r, b = r.b, dirty = false }
@@ -858,12 +881,44 @@ end
 
 -- The lean path's requests, by index in the run, as parallel arrays
 -- reused from run to run: limit, window µs, hits, the name of the window
--- key of now, the window's start, the previous window's count's index in
--- prevs (0 on a fixed window), then as the run decides: the previous
+-- key of now (a concurrency limit's: its counter key), the window's
+-- start, the previous window's count's index in prevs (0 on a fixed
+-- window and a concurrency limit), then as the run decides: the previous
 -- window's weighted count, the count before the request's call, whether
--- it is over, and whether INCRBY raised its count.
+-- it is over, and whether INCRBY raised its count. A concurrency limit's
+-- request (fconc) also has its op and lease (COMPACT_LEASE), a request
+-- table for conc's functions, and as the run decides its log's state
+-- and the lease it took.
 local fr, fw, fh, fcur, ft, fpi = {}, {}, {}, {}, {}, {}
 local fwp, fn, fover, fraised = {}, {}, {}, {}
+local fconc, fop, flease, freq, fst, ftook = {}, {}, {}, {}, {}, {}
+-- A concurrency limit's log, when its header decides the request alone:
+-- its first element as read (false: no key), whether it has a header,
+-- and the header's fields (fn: the sum; see LEASE_HEADER).
+local fhead, fhdr, fhw, flen, fot, foc = {}, {}, {}, {}, {}, {}
+
+-- lease_read reads the log of the lean path's i-th request, a concurrency
+-- limit's. When its header decides alone (the log is fresh, or its
+-- oldest lease has not lapsed and it is not full), it leaves the fields
+-- in fhdr, fn, fhw, flen, fot and foc, and fst[i] false; else it loads
+-- the log's state for conc's functions into fst[i].
+local function lease_read(i)
+  local key = fcur[i]
+  local head = pcall('LINDEX', key, 0)
+  fhead[i], fst[i] = head, false
+  if not head then
+    fhdr[i], fn[i], fhw[i], flen[i], fot[i], foc[i] = false, 0, 0, 0, 0, 0
+    return
+  end
+  if type(head) == 'string' and #head == 40 then
+    local n, hw, len, ot, oc = unpack(P.LEASE_HEADER, head)
+    if (len == 0 or ot > now - fw[i]) and len < P.MAX_LOG then
+      fhdr[i], fn[i], fhw[i], flen[i], fot[i], foc[i] = true, n, hw, len, ot, oc
+      return
+    end
+  end
+  fst[i] = conc.load(key, head)
+end
 
 -- fast decides the ncalls calls of a FAST run, compact all (their
 -- records from blob's offset off, the counter of the run's i-th request
@@ -879,6 +934,20 @@ local fwp, fn, fover, fraised = {}, {}, {}, {}
 -- request of no hits, or of more than its limit, which INCRBY must not
 -- count (nor, past 2^63, could), reads its count with GET. The rare over
 -- request's retry falls back to retry_after.
+--
+-- A concurrency limit's request (a take, or a give-back by lease or
+-- anonymous) is decided on its log alone, as conc's functions decide
+-- it: a take reads the log's header (one LINDEX) and is over when its
+-- hits do not fit; once its call is admitted it pushes its lease and
+-- writes the header and the TTL; a give-back by lease reads the header,
+-- removes its lease's entry (one LREM, when it gives back the hits it
+-- took) and writes the header. That is done here in straight-line code
+-- on the header's fields; the rest (a log whose oldest lease lapsed, or
+-- full, or without a header; an over take, whose retry needs the log's
+-- entries; an anonymous give-back, a lease not found so, or the oldest)
+-- runs conc's functions on the log's state. Each log is saved as its
+-- call ends, so that a later call of the run reads it afresh. On a
+-- FAST_LEASED run (leased) every request replies LEASED.
 --
 -- On one slot (cross false) one MGET reads the previous windows of the
 -- sliding ones, and the reply is a RESULT per request. A CROSS run
@@ -898,7 +967,7 @@ local fwp, fn, fover, fraised = {}, {}, {}, {}
 -- call's requests reply STAMPED, the stamp of a request whose hits count
 -- being its window's start, else NOT_TAKEN.
 local prevs, sizes, pcount, results, parts, bad = {}, {}, {}, {}, {}, {} -- fast's, reused too
-function fast(keys, blob, off, ncalls, ko, cross)
+function fast(keys, blob, off, ncalls, ko, cross, leased)
   local np, total = 0, 0
   for c = 1, ncalls do
     local n
@@ -911,13 +980,24 @@ function fast(keys, blob, off, ncalls, ko, cross)
       total = total + 1
       local i, a, w = total
       a, fr[i], w, fh[i], off = unpack(P.COMPACT_RECORD, blob, off)
-      fw[i] = w
-      local sfx = suffix(w)
-      local key = keys[i + ko]
-      fcur[i], ft[i], fpi[i] = key .. sfx[1], sfx[3], 0
-      if a == P.SLIDING then
-        np = np + 1
-        prevs[np], fpi[i] = key .. sfx[2], np
+      fw[i], fpi[i], fconc[i] = w, 0, a == P.CONC
+      if fconc[i] then
+        fop[i], flease[i], off = unpack(P.COMPACT_LEASE, blob, off)
+        fcur[i], ft[i] = keys[i + ko], 0
+        local r = freq[i]
+        if not r then
+          r = { f = conc }
+          freq[i] = r
+        end
+        r.w, r.r, r.h = w, fr[i], fh[i]
+      else
+        local sfx = suffix(w)
+        local key = keys[i + ko]
+        fcur[i], ft[i] = key .. sfx[1], sfx[3]
+        if a == P.SLIDING then
+          np = np + 1
+          prevs[np], fpi[i] = key .. sfx[2], np
+        end
       end
     end
   end
@@ -955,38 +1035,51 @@ function fast(keys, blob, off, ncalls, ko, cross)
     end
     if not bad[c] then
       for i = first, last do
-        local h, r, wp = fh[i], fr[i], 0
-        if fpi[i] > 0 then
-          local w = fw[i]
-          wp = pcount[fpi[i]] * (w - (now - ft[i])) / w -- now is within the window: now - t in [0, w)
-        end
-        local n, v
-        fraised[i] = h > 0 and h <= r
-        if fraised[i] then v = pcall('INCRBY', fcur[i], int(h)) else v = pcall('GET', fcur[i]) end
-        if type(v) == 'table' then
-          -- Give back what the call raised, so that no key it created is
-          -- left without its TTL. A key of a slot the node does not serve
-          -- (a CROSS run): the call goes elsewhere, unwritten. A key that
-          -- does not hold a count (another client's), or one past 2^63
-          -- (saturated by an older build): fail the run (earlier calls
-          -- stay counted, as a run cut short does).
-          for k = first, i - 1 do
-            if fraised[k] and call('INCRBY', fcur[k], int(-fh[k])) == 0 then call('DEL', fcur[k]) end
+        if fconc[i] then
+          -- A take reads its log and decides; a give-back, which the
+          -- call's verdict does not change, waits for the call's end.
+          fraised[i], fover[i], ftook[i] = false, false, 0
+          if fop[i] == P.OP_TAKE then
+            lease_read(i)
+            if not fst[i] and fn[i] + fh[i] > fr[i] then fst[i] = conc.load(fcur[i], fhead[i]) end
+            local st = fst[i]
+            if st then fover[i] = not conc.admits(st, freq[i], now, fh[i]) end
+            refused = refused or fover[i]
           end
-          if cross and find(v.err, 'Script attempted to', 1, true) then
-            bad[c] = v.err
-            break
-          end
-          error(v)
-        end
-        if fraised[i] then
-          n = v - h
         else
-          n = v and tonumber(v) or 0
+          local h, r, wp = fh[i], fr[i], 0
+          if fpi[i] > 0 then
+            local w = fw[i]
+            wp = pcount[fpi[i]] * (w - (now - ft[i])) / w -- now is within the window: now - t in [0, w)
+          end
+          local n, v
+          fraised[i] = h > 0 and h <= r
+          if fraised[i] then v = pcall('INCRBY', fcur[i], int(h)) else v = pcall('GET', fcur[i]) end
+          if type(v) == 'table' then
+            -- Give back what the call raised, so that no key it created is
+            -- left without its TTL. A key of a slot the node does not serve
+            -- (a CROSS run): the call goes elsewhere, unwritten. A key that
+            -- does not hold a count (another client's), or one past 2^63
+            -- (saturated by an older build): fail the run (earlier calls
+            -- stay counted, as a run cut short does).
+            for k = first, i - 1 do
+              if fraised[k] and call('INCRBY', fcur[k], int(-fh[k])) == 0 then call('DEL', fcur[k]) end
+            end
+            if cross and find(v.err, 'Script attempted to', 1, true) then
+              bad[c] = v.err
+              break
+            end
+            error(v)
+          end
+          if fraised[i] then
+            n = v - h
+          else
+            n = v and tonumber(v) or 0
+          end
+          local over = n + h + wp > r
+          fwp[i], fn[i], fover[i] = wp, n, over
+          refused = refused or over
         end
-        local over = n + h + wp > r
-        fwp[i], fn[i], fover[i] = wp, n, over
-        refused = refused or over
       end
     end
     if bad[c] then
@@ -994,7 +1087,42 @@ function fast(keys, blob, off, ncalls, ko, cross)
       results[nres] = pack(P.STATUS, P.ELSEWHERE) .. pack(P.REASON, #bad[c]) .. bad[c]
     else
       for i = first, last do
-        if fraised[i] then
+        if fconc[i] then
+          local r, h, key, lease = freq[i], fh[i], fcur[i], flease[i]
+          if fop[i] == P.OP_GIVE_BACK then
+            lease_read(i)
+            if not fst[i] and (not fhdr[i] or lease == 0 or h == 0 or lease == fot[i]) then
+              fst[i] = conc.load(key, fhead[i])
+            end
+            local st = fst[i]
+            if st then
+              if h > 0 or lease ~= 0 then conc.give_back(st, r, h, lease) end
+            elseif call('LREM', key, -1, pack(P.LOG_ENTRY, lease, h)) == 1 then
+              -- (conc.removed: the oldest stays, and so the TTL)
+              fn[i], flen[i] = max(fn[i] - h, 0), flen[i] - 1
+              call('LSET', key, 0, pack(P.LEASE_HEADER, fn[i], fhw[i], flen[i], fot[i], foc[i]))
+            else
+              st = conc.load(key, fhead[i])
+              fst[i] = st
+              conc.find_back(st, lease)
+            end
+          elseif not refused and h > 0 then
+            local st = fst[i]
+            if st then
+              ftook[i] = conc.add(st, r, h)
+            else
+              -- conc.add, then save
+              local t, w = max(now, fhw[i] + 1), fw[i]
+              call('RPUSH', key, pack(P.LOG_ENTRY, t, h))
+              local len = flen[i] + 1
+              if len == 1 then fot[i], foc[i] = t, h end
+              fn[i], fhw[i], flen[i], ftook[i] = fn[i] + h, t, len, t
+              local head = pack(P.LEASE_HEADER, fn[i], t, len, fot[i], foc[i])
+              if fhdr[i] then call('LSET', key, 0, head) else call('LPUSH', key, head) end
+              call('PEXPIRE', key, int(ms_until(max(t + w, t + 1)) + grace))
+            end
+          end
+        elseif fraised[i] then
           local h = fh[i]
           if refused then
             if call('INCRBY', fcur[i], int(-h)) == 0 then call('DEL', fcur[i]) end
@@ -1016,20 +1144,43 @@ function fast(keys, blob, off, ncalls, ko, cross)
       end
       for i = first, last do
         local n, wp, r, w, t, over = fn[i], fwp[i], fr[i], fw[i], ft[i], refused and fover[i]
-        local remaining, left, retry = 0, r - (n + wp), 0
-        if left > 0 then remaining = floor(left) end
-        if over then
-          local f, p = fixed, 0
-          if fpi[i] > 0 then f, p = sliding, pcount[fpi[i]] end
-          retry = retry_after({ t = t, n = n, p = p }, { f = f, w = w, r = r, h = fh[i] }, fh[i])
+        local remaining, reset, retry, lease = 0, t + w - now, 0, 0
+        if fconc[i] then
+          local st, q = fst[i], freq[i]
+          lease = ftook[i]
+          if not st then
+            -- log.result on the header's fields (never over: see above)
+            remaining, reset = max(r - fn[i], 0), 0
+            if flen[i] > 0 then reset = fot[i] + w - now end
+          else
+            -- As decide's outcome, then save: a give-back is always
+            -- saved, a take when it counted or its log changed (see
+            -- result).
+            remaining, reset = log.result(st, q)
+            if over then retry = retry_after(st, q, fh[i]) end
+            if fop[i] == P.OP_GIVE_BACK or lease ~= 0 or st.changed then
+              st.f, st.w = conc, w
+              save(st)
+            end
+          end
+        else
+          local left = r - (n + wp)
+          if left > 0 then remaining = floor(left) end
+          if over then
+            local f, p = fixed, 0
+            if fpi[i] > 0 then f, p = sliding, pcount[fpi[i]] end
+            retry = retry_after({ t = t, n = n, p = p }, { f = f, w = w, r = r, h = fh[i] }, fh[i])
+          end
         end
         nres = nres + 1
-        if parts[c] then
+        if leased then
+          results[nres] = pack(P.LEASED, over and 1 or 0, remaining, reset, retry, lease)
+        elseif parts[c] then
           local stamp = P.NOT_TAKEN
           if fraised[i] and not refused then stamp = t end
-          results[nres] = pack(P.STAMPED, over and 1 or 0, remaining, t + w - now, retry, stamp)
+          results[nres] = pack(P.STAMPED, over and 1 or 0, remaining, reset, retry, stamp)
         else
-          results[nres] = pack(P.RESULT, over and 1 or 0, remaining, t + w - now, retry)
+          results[nres] = pack(P.RESULT, over and 1 or 0, remaining, reset, retry)
         end
       end
     end
@@ -1095,14 +1246,14 @@ end
 -- and the store sends it to the node that serves the keys.
 local function cross(args)
   local ncalls, off = start(args[1])
-  return fast(args, args[1], off, ncalls, 1, true)
+  return fast(args, args[1], off, ncalls, 1, true, false)
 end
 
 -- take decides the calls of blob (ARGV[1]) on the counters keys (KEYS),
 -- and returns the packed results.
 local function take(keys, blob)
   local ncalls, off = start(blob)
-  if op == P.FAST then return fast(keys, blob, off, ncalls, 0, false) end
+  if op == P.FAST or op == P.FAST_LEASED then return fast(keys, blob, off, ncalls, 0, false, op == P.FAST_LEASED) end
   states, dirty, out, vals = {}, { n = 0 }, {}, {}
 
   -- Read every call's requests, then their counters, then decide.
@@ -1128,6 +1279,7 @@ local function take(keys, blob)
         -- when one is over, whatever the groups).
         flags, r.r, r.w, r.h, off = unpack(P.COMPACT_RECORD, blob, off)
         r.b, r.g, r.stamp, r.iv, r.op = r.r, k, 0, 0, P.OP_TAKE
+        if flags == P.CONC then r.op, r.stamp, off = unpack(P.COMPACT_LEASE, blob, off) end
       else
         flags, r.op, r.r, r.b, r.g, r.w, r.h, r.stamp, r.iv, off = unpack(P.RECORD, blob, off)
       end
