@@ -708,7 +708,7 @@ func TestChartAdminOverrides(t *testing.T) {
 		{"defaults", "", map[string]string{"admin-token-file": "", "max-overrides": "", "admin-tls-client-ca": ""}},
 		{"tokens", tokens, map[string]string{"admin-token-file": "/etc/ratelimitd/admin-tokens/tokens", "max-overrides": "", "admin-tls-client-ca": ""}},
 		{"empty secret name", "admin:\n  tokens:\n    existingSecret: \"\"\n", map[string]string{"admin-token-file": ""}},
-		{"bound", "overrides:\n  maxOverrides: 250000\n", map[string]string{"max-overrides": "250000", "admin-token-file": ""}},
+		{"bound", "overrides:\n  maxOverrides: 2000000\n", map[string]string{"max-overrides": "2000000", "admin-token-file": ""}},
 		{"bound null", "overrides:\n  maxOverrides: null\n", map[string]string{"max-overrides": ""}},
 		{"admin mTLS", "admin:\n  enabled: true\ntls:\n  http:\n    existingSecret: admin-tls\n  admin:\n    clientCA: true\n", map[string]string{"admin-tls-client-ca": "/etc/ratelimitd/tls/http/ca.crt", "http-tls-cert": "/etc/ratelimitd/tls/http/tls.crt"}},
 		{"admin TLS without mTLS", "admin:\n  enabled: true\ntls:\n  http:\n    existingSecret: admin-tls\n", map[string]string{"admin-tls-client-ca": "", "http-tls-cert": "/etc/ratelimitd/tls/http/tls.crt"}},
@@ -758,8 +758,9 @@ func TestChartAdminOverrides(t *testing.T) {
 			if !reflect.DeepEqual(sv.Items, wantItems) {
 				t.Errorf("Secret volume items %+v, want %+v", sv.Items, wantItems)
 			}
-			if sv.DefaultMode == nil || *sv.DefaultMode&0o007 != 0 {
-				t.Errorf("Secret volume defaultMode %v: want none for others than the owner and the pod's group", sv.DefaultMode)
+			// Read as YAML 1.1 octal, as Helm sends it: 0440, not 440.
+			if sv.DefaultMode == nil || *sv.DefaultMode != 0o440 {
+				t.Errorf("Secret volume defaultMode %v: want 0440 (288), read by the owner and the pod's fsGroup only", sv.DefaultMode)
 			}
 			if !mounted(ctr, pod.Volumes[i].Name, filepath.Dir(args["admin-token-file"])) {
 				t.Errorf("Secret ops-tokens is not mounted at %s: %+v", filepath.Dir(args["admin-token-file"]), ctr.VolumeMounts)
