@@ -400,6 +400,11 @@ func checkDeployment(t *testing.T, d *appsv1.Deployment, flags map[string]bool) 
 			}
 		}
 	}
+	if file := args["admin-token-file"]; file != "" {
+		if err := secretFile(pod.Spec, c, file); err != nil {
+			t.Errorf("--admin-token-file=%s: %v", file, err)
+		}
+	}
 
 	// The drain fits in the grace period.
 	delay, timeout := parseDuration(t, args["shutdown-delay"]), parseDuration(t, args["shutdown-timeout"])
@@ -419,6 +424,33 @@ func checkDeployment(t *testing.T, d *appsv1.Deployment, flags map[string]bool) 
 	}) {
 		t.Errorf("no topology spread constraint over zones or hosts")
 	}
+}
+
+// secretFile returns what keeps file from being a Secret's file that the
+// kubelet updates in place when the Secret changes: the file must be in
+// a directory the container mounts read-only, whole (a subPath mount
+// never sees an update), from a Secret volume that puts a key there
+// under the file's name.
+func secretFile(pod corev1.PodSpec, c corev1.Container, file string) error {
+	dir, name := filepath.Split(file)
+	dir = filepath.Clean(dir)
+	i := slices.IndexFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return filepath.Clean(m.MountPath) == dir })
+	if i < 0 {
+		return fmt.Errorf("no volume is mounted at %s", dir)
+	}
+	m := c.VolumeMounts[i]
+	if m.SubPath != "" || m.SubPathExpr != "" || !m.ReadOnly {
+		return fmt.Errorf("mount %s: want the whole volume read-only, not a subPath (which never updates): %+v", m.Name, m)
+	}
+	j := slices.IndexFunc(pod.Volumes, func(v corev1.Volume) bool { return v.Name == m.Name })
+	if j < 0 || pod.Volumes[j].Secret == nil || pod.Volumes[j].Secret.SecretName == "" {
+		return fmt.Errorf("volume %s is not a Secret's", m.Name)
+	}
+	sv := pod.Volumes[j].Secret
+	if len(sv.Items) > 0 && !slices.ContainsFunc(sv.Items, func(k corev1.KeyToPath) bool { return k.Path == name }) {
+		return fmt.Errorf("Secret %s's volume puts no key at %s: %+v", sv.SecretName, name, sv.Items)
+	}
+	return nil
 }
 
 // mounted reports whether the container mounts volume at dir.
@@ -641,6 +673,12 @@ func TestTemplateRefuses(t *testing.T) {
 		{"no rules", "rules:\n  files: null", "no rules"},
 		{"drain past the grace period", "terminationGracePeriodSeconds: 15", "terminationGracePeriodSeconds (15) must exceed"},
 		{"both PDB bounds", "podDisruptionBudget:\n  minAvailable: 1", "not both"},
+		{"admin mTLS without admin", "tls:\n  http:\n    existingSecret: h\n  admin:\n    clientCA: true", "tls.admin.clientCA needs admin.enabled"},
+		{"admin mTLS without a certificate", "admin:\n  enabled: true\ntls:\n  admin:\n    clientCA: true", "tls.admin.clientCA needs tls.http.existingSecret"},
+		{"typo in admin tokens", "admin:\n  tokens:\n    existingSecrets: t", "additional properties 'existingSecrets' not allowed"},
+		{"admin tokens without a key", "admin:\n  tokens:\n    existingSecret: t\n    key: \"\"", "admin/tokens/key"},
+		{"admin tokens key as a path", "admin:\n  tokens:\n    existingSecret: t\n    key: ../tokens", "admin/tokens/key"},
+		{"no overrides at all", "overrides:\n  maxOverrides: 0", "overrides/maxOverrides"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			vals, err := common.ReadValues([]byte(c.values))
@@ -652,6 +690,110 @@ func TestTemplateRefuses(t *testing.T) {
 				t.Errorf("helm template with %q: error %v, want one with %q", c.values, err, c.want)
 			}
 		})
+	}
+}
+
+// TestChartAdminOverrides checks the runtime overrides' values: the
+// token file from a Secret, mounted as a directory so that the daemon
+// sees its rotations, the overrides' bound and mutual TLS on the admin
+// port, each a flag when set and nothing when not.
+func TestChartAdminOverrides(t *testing.T) {
+	ch := loadChart(t)
+	flags := daemonFlags(t)
+	const tokens = "admin:\n  tokens:\n    existingSecret: ops-tokens\n    key: ratelimitd.tokens\n"
+	for _, c := range []struct {
+		name, values string
+		want         map[string]string // flag: value; "" for absent
+	}{
+		{"defaults", "", map[string]string{"admin-token-file": "", "max-overrides": "", "admin-tls-client-ca": ""}},
+		{"tokens", tokens, map[string]string{"admin-token-file": "/etc/ratelimitd/admin-tokens/tokens", "max-overrides": "", "admin-tls-client-ca": ""}},
+		{"empty secret name", "admin:\n  tokens:\n    existingSecret: \"\"\n", map[string]string{"admin-token-file": ""}},
+		{"bound", "overrides:\n  maxOverrides: 2000000\n", map[string]string{"max-overrides": "2000000", "admin-token-file": ""}},
+		{"bound null", "overrides:\n  maxOverrides: null\n", map[string]string{"max-overrides": ""}},
+		{"admin mTLS", "admin:\n  enabled: true\ntls:\n  http:\n    existingSecret: admin-tls\n  admin:\n    clientCA: true\n", map[string]string{"admin-tls-client-ca": "/etc/ratelimitd/tls/http/ca.crt", "http-tls-cert": "/etc/ratelimitd/tls/http/tls.crt"}},
+		{"admin TLS without mTLS", "admin:\n  enabled: true\ntls:\n  http:\n    existingSecret: admin-tls\n", map[string]string{"admin-tls-client-ca": "", "http-tls-cert": "/etc/ratelimitd/tls/http/tls.crt"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			vals, err := common.ReadValues([]byte(c.values))
+			if err != nil {
+				t.Fatal(err)
+			}
+			manifests, err := render(ch, vals)
+			if err != nil {
+				t.Fatalf("helm template: %v", err)
+			}
+			deps := find[appsv1.Deployment](decode(t, manifests))
+			if len(deps) != 1 {
+				t.Fatalf("%d Deployments, want 1", len(deps))
+			}
+			d := deps[0]
+			checkDeployment(t, d, flags)
+			pod := d.Spec.Template.Spec
+			ctr := pod.Containers[0]
+			args := map[string]string{}
+			for _, a := range ctr.Args {
+				name, value, _ := strings.Cut(strings.TrimPrefix(a, "--"), "=")
+				args[name] = value
+			}
+			for flag, want := range c.want {
+				if got, set := args[flag]; got != want || set != (want != "") {
+					t.Errorf("--%s=%q (given: %v), want %q", flag, got, set, want)
+				}
+			}
+			i := slices.IndexFunc(pod.Volumes, func(v corev1.Volume) bool { return v.Secret != nil && v.Secret.SecretName == "ops-tokens" })
+			if args["admin-token-file"] == "" {
+				if i >= 0 || slices.ContainsFunc(ctr.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == "admin-tokens" }) {
+					t.Errorf("no token file, yet volumes %+v and mounts %+v", pod.Volumes, ctr.VolumeMounts)
+				}
+				return
+			}
+			// The token file is the Secret's key, alone, in a directory
+			// mounted whole: checkDeployment checked the mount
+			// (secretFile); here, which key and who may read it.
+			if i < 0 {
+				t.Fatalf("no volume of Secret ops-tokens among %+v", pod.Volumes)
+			}
+			sv := pod.Volumes[i].Secret
+			wantItems := []corev1.KeyToPath{{Key: "ratelimitd.tokens", Path: filepath.Base(args["admin-token-file"])}}
+			if !reflect.DeepEqual(sv.Items, wantItems) {
+				t.Errorf("Secret volume items %+v, want %+v", sv.Items, wantItems)
+			}
+			// Read as YAML 1.1 octal, as Helm sends it: 0440, not 440.
+			if sv.DefaultMode == nil || *sv.DefaultMode != 0o440 {
+				t.Errorf("Secret volume defaultMode %v: want 0440 (288), read by the owner and the pod's fsGroup only", sv.DefaultMode)
+			}
+			if !mounted(ctr, pod.Volumes[i].Name, filepath.Dir(args["admin-token-file"])) {
+				t.Errorf("Secret ops-tokens is not mounted at %s: %+v", filepath.Dir(args["admin-token-file"]), ctr.VolumeMounts)
+			}
+		})
+	}
+}
+
+// TestChartSecretFileCheck checks secretFile, which checks the token file's mount,
+// against the mounts that would not see a Secret's update.
+func TestChartSecretFileCheck(t *testing.T) {
+	good := func() (corev1.PodSpec, corev1.Container) {
+		pod := corev1.PodSpec{Volumes: []corev1.Volume{{Name: "tok", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+			SecretName: "s", Items: []corev1.KeyToPath{{Key: "k", Path: "tokens"}},
+		}}}}}
+		c := corev1.Container{VolumeMounts: []corev1.VolumeMount{{Name: "tok", MountPath: "/etc/t", ReadOnly: true}}}
+		return pod, c
+	}
+	if pod, c := good(); secretFile(pod, c, "/etc/t/tokens") != nil {
+		t.Fatalf("secretFile refused a good mount: %v", secretFile(pod, c, "/etc/t/tokens"))
+	}
+	for name, spoil := range map[string]func(*corev1.PodSpec, *corev1.Container){
+		"subPath":        func(_ *corev1.PodSpec, c *corev1.Container) { c.VolumeMounts[0].SubPath = "tokens" },
+		"writable":       func(_ *corev1.PodSpec, c *corev1.Container) { c.VolumeMounts[0].ReadOnly = false },
+		"other dir":      func(_ *corev1.PodSpec, c *corev1.Container) { c.VolumeMounts[0].MountPath = "/etc/u" },
+		"not a Secret":   func(p *corev1.PodSpec, _ *corev1.Container) { p.Volumes[0].Secret = nil },
+		"other key path": func(p *corev1.PodSpec, _ *corev1.Container) { p.Volumes[0].Secret.Items[0].Path = "tok" },
+	} {
+		pod, c := good()
+		spoil(&pod, &c)
+		if err := secretFile(pod, c, "/etc/t/tokens"); err == nil {
+			t.Errorf("%s: secretFile accepted %+v %+v", name, pod.Volumes, c.VolumeMounts)
+		}
 	}
 }
 

@@ -99,6 +99,12 @@ each value alone; this checks them together.
 {{- if and .Values.tls.grpc.clientCA (not .Values.tls.grpc.existingSecret) }}
 {{- fail "tls.grpc.clientCA needs tls.grpc.existingSecret (the Secret with tls.crt, tls.key and ca.crt)" }}
 {{- end }}
+{{- if and .Values.tls.admin.clientCA (not .Values.admin.enabled) }}
+{{- fail "tls.admin.clientCA needs admin.enabled: without it the operators' endpoints share the HTTP port, which callers reach without a certificate" }}
+{{- end }}
+{{- if and .Values.tls.admin.clientCA (not .Values.tls.http.existingSecret) }}
+{{- fail "tls.admin.clientCA needs tls.http.existingSecret (the Secret with tls.crt, tls.key and ca.crt; the admin port serves that certificate)" }}
+{{- end }}
 {{- $grace := int .Values.terminationGracePeriodSeconds }}
 {{- $drain := add (include "ratelimitd.seconds" .Values.shutdown.delay) (include "ratelimitd.seconds" .Values.shutdown.timeout) }}
 {{- if le $grace (int $drain) }}
@@ -185,6 +191,17 @@ passwords go, for Kubernetes to fill in from the Secrets.
     secretName: {{ . }}
 {{- end }}
 {{- end }}
+{{- with .Values.admin.tokens.existingSecret }}
+- name: admin-tokens
+  secret:
+    secretName: {{ . }}
+    # The token file alone, under a fixed name, readable by the pod's
+    # fsGroup (the daemon) only.
+    items:
+      - key: {{ $.Values.admin.tokens.key }}
+        path: tokens
+    defaultMode: 0440
+{{- end }}
 {{- with .Values.extraVolumes }}
 {{ toYaml . }}
 {{- end }}
@@ -209,6 +226,13 @@ passwords go, for Kubernetes to fill in from the Secrets.
   mountPath: /etc/ratelimitd/tls/{{ $name }}
   readOnly: true
 {{- end }}
+{{- end }}
+{{- if .Values.admin.tokens.existingSecret }}
+# The directory, not a subPath: the kubelet updates it when the Secret
+# changes, and ratelimitd reloads the tokens.
+- name: admin-tokens
+  mountPath: /etc/ratelimitd/admin-tokens
+  readOnly: true
 {{- end }}
 {{- with .Values.extraVolumeMounts }}
 {{ toYaml . }}
