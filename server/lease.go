@@ -121,12 +121,8 @@ func (n nativeService) Acquire(ctx context.Context, req *ratelimitv1.AcquireRequ
 	}
 	sc := s.getScratch()
 	defer s.putScratch(sc)
-	if err := nativeRequest(sc, req.GetDomain(), req.GetDescriptors(), req.GetHits()); err != nil {
-		return nil, grpcError(err)
-	}
-	s.logRequest(sc)
-	if err := s.eng.Decide(ctx, &sc.Scratch); err != nil {
-		return nil, grpcError(err)
+	if err := s.decideNative(ctx, sc, req.GetDomain(), req.GetDescriptors(), req.GetHits(), nil, backend.Take); err != nil {
+		return nil, err
 	}
 	d := nativeResponse(sc)
 	resp = &ratelimitv1.AcquireResponse{Code: d.Code, Statuses: d.Statuses, Headers: d.Headers}
@@ -143,15 +139,8 @@ func (n nativeService) Release(ctx context.Context, req *ratelimitv1.ReleaseRequ
 	defer func(start time.Time) { s.metrics.decided(apiNative, start, false, err) }(time.Now())
 	sc := s.getScratch()
 	defer s.putScratch(sc)
-	if err := nativeRequest(sc, req.GetDomain(), req.GetDescriptors(), req.GetHits()); err != nil {
-		return nil, grpcError(err)
-	}
-	if err := applyLeaseID(sc, req.GetLeaseId(), backend.GiveBack); err != nil {
-		return nil, grpcError(err)
-	}
-	s.logRequest(sc)
-	if err := s.eng.Decide(ctx, &sc.Scratch); err != nil {
-		return nil, grpcError(err)
+	if err := s.decideNative(ctx, sc, req.GetDomain(), req.GetDescriptors(), req.GetHits(), req.GetLeaseId(), backend.GiveBack); err != nil {
+		return nil, err
 	}
 	return &ratelimitv1.ReleaseResponse{Statuses: nativeResponse(sc).Statuses}, nil
 }
@@ -165,15 +154,8 @@ func (n nativeService) Renew(ctx context.Context, req *ratelimitv1.RenewRequest)
 	}(time.Now())
 	sc := s.getScratch()
 	defer s.putScratch(sc)
-	if err := nativeRequest(sc, req.GetDomain(), req.GetDescriptors(), req.GetHits()); err != nil {
-		return nil, grpcError(err)
-	}
-	if err := applyLeaseID(sc, req.GetLeaseId(), backend.Renew); err != nil {
-		return nil, grpcError(err)
-	}
-	s.logRequest(sc)
-	if err := s.eng.Decide(ctx, &sc.Scratch); err != nil {
-		return nil, grpcError(err)
+	if err := s.decideNative(ctx, sc, req.GetDomain(), req.GetDescriptors(), req.GetHits(), req.GetLeaseId(), backend.Renew); err != nil {
+		return nil, err
 	}
 	// A renew takes no part in the call's verdict (backend.Renew): the
 	// code is whether every lease of it still held.

@@ -30,14 +30,29 @@ func (n nativeService) ShouldRateLimit(ctx context.Context, req *ratelimitv1.Sho
 	}(time.Now())
 	sc := s.getScratch()
 	defer s.putScratch(sc)
-	if err := nativeRequest(sc, req.GetDomain(), req.GetDescriptors(), req.GetHits()); err != nil {
-		return nil, grpcError(err)
+	if err := s.decideNative(ctx, sc, req.GetDomain(), req.GetDescriptors(), req.GetHits(), nil, backend.Take); err != nil {
+		return nil, err
+	}
+	return nativeResponse(sc), nil
+}
+
+// decideNative decodes a native request's fields into sc, with op and
+// the lease named by leaseID on each descriptor unless op is Take (a
+// Release's or Renew's), logs it and decides it. Its errors are gRPC's.
+func (s *Server) decideNative(ctx context.Context, sc *scratch, domain string, descs []*ratelimitv1.Descriptor, hits uint64, leaseID []byte, op backend.Op) error {
+	if err := nativeRequest(sc, domain, descs, hits); err != nil {
+		return grpcError(err)
+	}
+	if op != backend.Take {
+		if err := applyLeaseID(sc, leaseID, op); err != nil {
+			return grpcError(err)
+		}
 	}
 	s.logRequest(sc)
 	if err := s.eng.Decide(ctx, &sc.Scratch); err != nil {
-		return nil, grpcError(err)
+		return grpcError(err)
 	}
-	return nativeResponse(sc), nil
+	return nil
 }
 
 // nativeRequest fills sc.Req from a native request's fields (those of
