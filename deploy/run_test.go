@@ -125,7 +125,8 @@ func secretStandIn(ref *corev1.SecretKeySelector) string {
 // mountVolumes lays out under root what the Deployment's volumes hold:
 // the rules ConfigMap's files (or, for a ConfigMap the chart does not
 // render, a rule file), an empty directory for an emptyDir or a claim,
-// and for a Secret, tls.crt, tls.key and ca.crt.
+// for a Secret, tls.crt, tls.key and ca.crt, and for one mounted by its
+// keys (the admin tokens), a token file per key.
 func mountVolumes(t *testing.T, root string, d *appsv1.Deployment, cms []*corev1.ConfigMap) {
 	t.Helper()
 	c := d.Spec.Template.Spec.Containers[0]
@@ -149,6 +150,14 @@ func mountVolumes(t *testing.T, root string, d *appsv1.Deployment, cms []*corev1
 			}
 			for name, content := range data {
 				if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+		case v.Secret != nil && len(v.Secret.Items) > 0:
+			// A Secret mounted by its keys (the admin tokens): each
+			// key's file holds a stand-in token of the daemon's format.
+			for _, it := range v.Secret.Items {
+				if err := os.WriteFile(filepath.Join(dir, it.Path), []byte("ops:stand-in-token-of-32-bytes-long\n"), 0o600); err != nil {
 					t.Fatal(err)
 				}
 			}
