@@ -39,6 +39,8 @@ descriptors:
   - key: user
     value: "` + hostile + `"
     rate_limit: {unit: minute, requests_per_unit: 3}
+  - key: exports
+    rate_limit: {algorithm: concurrency, window: 5m, requests_per_unit: 3}
 `
 
 // browserPath returns the Chromium to drive: Debian's chromium, or
@@ -192,7 +194,7 @@ func TestUIInBrowser(t *testing.T) {
 		pollTrue(`document.querySelector('#rates .chart[data-rule="tenant=acme.path"]') !== null`),
 	))
 	rules := text(t, ctx, "#rules")
-	for _, want := range []string{"remote_address", "5 / second fixed_window", "tenant=acme", "burst 4", "shadow", "user=" + hostile} {
+	for _, want := range []string{"remote_address", "5 / second fixed_window", "tenant=acme", "burst 4", "shadow", "user=" + hostile, "3 at once, lease 5m0s concurrency"} {
 		if !strings.Contains(rules, want) {
 			t.Errorf("the rules pane %q does not show %q", rules, want)
 		}

@@ -215,7 +215,8 @@
       el("td", null, el("code", null, e.rule), e.file ? el("div", "where", e.file + ":" + e.line) : null),
       el("td", null, el("code", "value", descriptorText(e.descriptor))),
       el("td", "num", fmtNum(e.hits)), el("td", "num", fmtNum(e.refused)),
-      el("td", "num", fmtNum(e.limit) + " / " + (e.window || "")), el("td", "num", fmtNum(e.remaining)),
+      el("td", "num", e.algorithm === "concurrency" ? fmtNum(e.limit) + " at once" : fmtNum(e.limit) + " / " + (e.window || "")),
+      el("td", "num", fmtNum(e.remaining)),
       el("td", "num", e.reset || ""), el("td", "num", e.used === undefined ? "" : Math.round(e.used * 100) + "%")));
     return el("div", null, el("h3", null, caption), el("table", null, el("thead", null, head), el("tbody", null, ...rows)));
   }
@@ -345,7 +346,8 @@
   // ---- runtime overrides -----------------------------------------------
 
   function overrideLimitText(l) {
-    let t = fmtNum(l.requests_per_unit) + " / " + (l.unit || l.window);
+    let t = l.algorithm === "concurrency" ? fmtNum(l.requests_per_unit) + " at once, lease " + (l.unit || l.window)
+      : fmtNum(l.requests_per_unit) + " / " + (l.unit || l.window);
     if (l.algorithm) t += " " + l.algorithm;
     if (l.burst) t += " burst " + fmtNum(l.burst);
     if (l.name) t += " (" + l.name + ")";
