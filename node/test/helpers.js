@@ -23,10 +23,10 @@ async function startFake(answer, leases = null) {
   const requests = [];
   const hanging = [];
   const methods = []; // the method of each of requests
-  // scripted serves a lease call from answerFn, as shouldRateLimit is.
-  const scripted = (answerFn, type) => (call, callback) => {
+  // scripted serves calls of method from answerFn, with responses of type.
+  const scripted = (method, answerFn, type) => (call, callback) => {
     requests.push(call.request);
-    methods.push(type === pb.AcquireResponse ? 'acquire' : type === pb.ReleaseResponse ? 'release' : 'renew');
+    methods.push(method);
     let resp;
     try {
       resp = answerFn(call.request);
@@ -42,26 +42,11 @@ async function startFake(answer, leases = null) {
   };
   if (answer) {
     server.addService(pb.RateLimitServiceService, {
-      shouldRateLimit(call, callback) {
-        requests.push(call.request);
-        methods.push('shouldRateLimit');
-        let resp;
-        try {
-          resp = answer(call.request);
-        } catch (err) {
-          callback(err);
-          return;
-        }
-        if (resp === 'hang') {
-          hanging.push(callback);
-          return;
-        }
-        callback(null, pb.ShouldRateLimitResponse.fromPartial(resp));
-      },
+      shouldRateLimit: scripted('shouldRateLimit', answer, pb.ShouldRateLimitResponse),
       ...(leases && {
-        acquire: scripted(leases.acquire, pb.AcquireResponse),
-        release: scripted(leases.release, pb.ReleaseResponse),
-        renew: scripted(leases.renew, pb.RenewResponse),
+        acquire: scripted('acquire', leases.acquire, pb.AcquireResponse),
+        release: scripted('release', leases.release, pb.ReleaseResponse),
+        renew: scripted('renew', leases.renew, pb.RenewResponse),
       }),
     });
   }
