@@ -424,6 +424,13 @@ def decision(resp: Union[pb.ShouldRateLimitResponse, pb.AcquireResponse, pb.Rene
                     headers=tuple((h.name, h.value) for h in getattr(resp, "headers", ())))
 
 
+def _invalid(err: grpc.RpcError) -> Exception:
+    """err, or InvalidRequest when ratelimitd answered INVALID_ARGUMENT."""
+    if hasattr(err, "code") and err.code() == grpc.StatusCode.INVALID_ARGUMENT:
+        return InvalidRequest(f"ratelimitd: {err.details()}", err)
+    return err
+
+
 _C = grpc.ChannelConnectivity
 # How often AsyncClient looks at its channel's state while waiting for it
 # to connect, in seconds.
@@ -654,10 +661,10 @@ class _Base:
     def _failed(self, err: grpc.RpcError, method: str = "ShouldRateLimit") -> Decision:
         """The failure policy's decision on ratelimitd's error err; raises
         InvalidRequest for INVALID_ARGUMENT."""
-        code = err.code() if hasattr(err, "code") else None
-        if code == grpc.StatusCode.INVALID_ARGUMENT:
-            raise InvalidRequest(f"ratelimitd: {err.details()}", err) from err
-        if code == grpc.StatusCode.UNIMPLEMENTED:
+        invalid = _invalid(err)
+        if invalid is not err:
+            raise invalid from err
+        if hasattr(err, "code") and err.code() == grpc.StatusCode.UNIMPLEMENTED:
             self._unimplemented(method)
         with self._lock:
             self._failures += 1
@@ -910,13 +917,6 @@ class LeaseLost(Exception):
     """Raised by renew when the lease has expired or was released: its
     slots may be held by others now; the work should stop, or acquire
     again."""
-
-
-def _invalid(err: grpc.RpcError) -> Exception:
-    """err, or InvalidRequest when ratelimitd answered INVALID_ARGUMENT."""
-    if hasattr(err, "code") and err.code() == grpc.StatusCode.INVALID_ARGUMENT:
-        return InvalidRequest(f"ratelimitd: {err.details()}", err)
-    return err
 
 
 class _LeaseBase:
