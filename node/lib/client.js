@@ -667,7 +667,6 @@ async function withSlot(client, domain, descriptors, fn, callOptions = {}) {
 }
 
 module.exports = {
-  MIN_RENEW_WAIT_MS,
   Lease,
   withSlot,
   RELEASE_TIMEOUT_MS,
