@@ -30,7 +30,7 @@ const (
 // returns a function that stops it early (idempotent).
 func serveOn(t *testing.T, f *fakeRLS, lis net.Listener) func() {
 	t.Helper()
-	f.counts = make(map[string]uint64)
+	f.makeMaps()
 	g := grpc.NewServer()
 	ratelimitv1.RegisterRateLimitServiceServer(g, f)
 	stop := serveListener(t, g, lis)

@@ -24,10 +24,8 @@ import (
 // connection to it and a function that stops it. (The module ratelimitd
 // runs these examples against the real server.)
 func ratelimitd() (*grpc.ClientConn, func()) {
-	f := &fakeRLS{
-		limit: 3, retryAfter: durationpb.New(20 * time.Minute), slots: 1,
-		counts: map[string]uint64{}, held: map[string]uint64{}, leases: map[string][]string{},
-	}
+	f := &fakeRLS{limit: 3, retryAfter: durationpb.New(20 * time.Minute), slots: 1}
+	f.makeMaps()
 	g := grpc.NewServer()
 	ratelimitv1.RegisterRateLimitServiceServer(g, f)
 	lis := bufconn.Listen(1 << 20)

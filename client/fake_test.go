@@ -67,14 +67,19 @@ type fakeRLS struct {
 // newFakeRLS serves f until the test ends and returns a connection to it.
 func newFakeRLS(t testing.TB, f *fakeRLS) *grpc.ClientConn {
 	t.Helper()
-	f.counts = make(map[string]uint64)
-	f.held = make(map[string]uint64)
-	f.leases = make(map[string][]string)
+	f.makeMaps()
 	g := grpc.NewServer()
 	ratelimitv1.RegisterRateLimitServiceServer(g, f)
 	conn, stop := serveGRPC(t, g)
 	f.stop = stop
 	return conn
+}
+
+// makeMaps makes f's maps, empty: what serves f calls it first.
+func (f *fakeRLS) makeMaps() {
+	f.counts = make(map[string]uint64)
+	f.held = make(map[string]uint64)
+	f.leases = make(map[string][]string)
 }
 
 // serveGRPC serves g on an in-memory listener until the test ends, and
