@@ -632,7 +632,7 @@ class _Base:
         retry-after, under key (built now if _remembered did not)."""
         d = decision(resp)
         if (not d.allowed and self._refusals is not None and d.retry_after > 0
-                and not any(d.give_back for d in descriptors)):
+                and not any(desc.give_back for desc in descriptors)):
             self._refusals.put(refusal_key(domain, descriptors) if key is None else key, d)
         return d
 
@@ -959,7 +959,10 @@ class _LeaseBase:
 
     def _start_release(self) -> Optional[pb.ReleaseRequest]:
         """Ends the lease, and returns the request to send, None when there
-        is none (nothing held, or ended already). Under the op lock."""
+        is none (nothing held, or ended already); raises the first
+        release's error again. Under the op lock."""
+        if self._release_error is not None:
+            raise self._release_error
         if self._ended:
             return None
         self._ended = True
@@ -968,6 +971,12 @@ class _LeaseBase:
         req = pb.ReleaseRequest(domain=self._req.domain, descriptors=self._req.descriptors, lease_id=self._id)
         self._hold(None)
         return req
+
+    def _release_failed(self, err: grpc.RpcError) -> Exception:
+        """Records err, the failure of the release, as what release raises
+        now and again later, and returns it. Under the op lock."""
+        self._release_error = _invalid(err)
+        return self._release_error
 
     def _renew_request(self) -> Optional[pb.RenewRequest]:
         """The request renewing the lease, None when nothing was ever held;
@@ -1057,16 +1066,13 @@ class Lease(_LeaseBase):
         expires."""
         self._stop_keeping()
         with self._op:
-            if self._release_error is not None:
-                raise self._release_error
             req = self._start_release()
             if req is None:
                 return
             try:
                 self._client._stub.Release(req, timeout=RELEASE_TIMEOUT)
             except grpc.RpcError as err:
-                self._release_error = _invalid(err)
-                raise self._release_error from None
+                raise self._release_failed(err) from None
 
     def renew(self, timeout: Optional[float] = None) -> None:
         """Extends the lease to a full lease from now (the limit's window);
@@ -1143,16 +1149,13 @@ class AsyncLease(_LeaseBase):
 
     async def _release(self) -> None:
         async with self._op:
-            if self._release_error is not None:
-                raise self._release_error
             req = self._start_release()
             if req is None:
                 return
             try:
                 await self._client._stub.Release(req, timeout=RELEASE_TIMEOUT)
             except grpc.RpcError as err:
-                self._release_error = _invalid(err)
-                raise self._release_error from None
+                raise self._release_failed(err) from None
 
     async def renew(self, timeout: Optional[float] = None) -> None:
         """See Lease.renew."""
