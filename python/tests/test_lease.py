@@ -110,6 +110,11 @@ class LeaseTest(unittest.TestCase):
                 held.release()
         block.release()
         self.assertEqual(cm.exception.code(), grpc.StatusCode.DEADLINE_EXCEEDED)
+        # Again: the first release's error, without asking again.
+        with self.assertRaises(grpc.RpcError) as again:
+            held.release()
+        self.assertIs(again.exception, cm.exception)
+        self.assertEqual(self.releases(), [b"L1"])
 
     def test_failure_policy(self):
         self.server.answer((grpc.StatusCode.UNAVAILABLE, "down"), (grpc.StatusCode.UNAVAILABLE, "down"))
