@@ -356,7 +356,7 @@ class Client {
   async _decide(method, req, callOptions) {
     const { signal } = callOptions;
     if (signal && signal.aborted) throw abortError(signal);
-    const timeoutMs = callOptions.timeoutMs === undefined ? this._timeoutMs : callOptions.timeoutMs;
+    const timeoutMs = this._budget(callOptions);
     await this._connected(signal);
     let resp;
     try {
@@ -470,6 +470,11 @@ class Client {
       }
     }
     return d;
+  }
+
+  /** _budget is a call's budget in milliseconds: callOptions.timeoutMs, else the Client's timeoutMs. */
+  _budget(callOptions) {
+    return callOptions.timeoutMs === undefined ? this._timeoutMs : callOptions.timeoutMs;
   }
 
   /** _call makes the RPC method, with a deadline timeoutMs away, cancelled by signal. */
@@ -629,11 +634,10 @@ class Lease {
       const id = this._id;
       if (id === null) return;
       const { domain, descriptors } = this._req;
-      const timeoutMs = callOptions.timeoutMs === undefined ? this._client._timeoutMs : callOptions.timeoutMs;
       const resp = await this._client._call(
         'renew',
         pb.RenewRequest.fromPartial({ domain, descriptors, leaseId: id }),
-        timeoutMs,
+        this._client._budget(callOptions),
         callOptions.signal,
       );
       if (resp.code === pb.Code.CODE_OVER_LIMIT || !resp.lease) {
