@@ -431,7 +431,7 @@ func entry(e Entry) *ratelimitv1.Entry {
 }
 
 // decision converts ratelimitd's answer: its code, statuses and headers,
-// which ShouldRateLimit, Acquire and Renew answer alike.
+// which ShouldRateLimit and Acquire answer alike.
 func decision(code ratelimitv1.Code, sts []*ratelimitv1.DescriptorStatus, hs []*ratelimitv1.Header) Decision {
 	d := Decision{Allowed: code != ratelimitv1.Code_CODE_OVER_LIMIT}
 	if len(sts) > 0 {

@@ -206,7 +206,7 @@ function request(domain, descriptors) {
   return req;
 }
 
-/** decision converts ratelimitd's answer (to ShouldRateLimit, Acquire, or Renew, which has no headers). */
+/** decision converts ratelimitd's answer (to ShouldRateLimit or Acquire). */
 function decision(resp) {
   const allowed = resp.code !== pb.Code.CODE_OVER_LIMIT;
   let retryAfterMs = 0;
@@ -230,7 +230,7 @@ function decision(resp) {
     if (!allowed && s.overLimit) retryAfterMs = Math.max(retryAfterMs, s.retryAfterMs);
     return s;
   });
-  const headers = (resp.headers || []).map((h) => ({ name: h.name, value: h.value }));
+  const headers = resp.headers.map((h) => ({ name: h.name, value: h.value }));
   return { allowed, statuses, retryAfterMs, headers, error: null, local: false };
 }
 

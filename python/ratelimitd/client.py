@@ -402,9 +402,8 @@ def _seconds(d) -> float:
     return max(d.seconds + d.nanos / 1e9, 0.0)
 
 
-def decision(resp: Union[pb.ShouldRateLimitResponse, pb.AcquireResponse, pb.RenewResponse]) -> Decision:
-    """Converts ratelimitd's answer (to ShouldRateLimit, Acquire or Renew,
-    which has no headers)."""
+def decision(resp: Union[pb.ShouldRateLimitResponse, pb.AcquireResponse]) -> Decision:
+    """Converts ratelimitd's answer (to ShouldRateLimit or Acquire)."""
     allowed = resp.code != pb.CODE_OVER_LIMIT
     statuses = []
     retry = 0.0
@@ -421,7 +420,7 @@ def decision(resp: Union[pb.ShouldRateLimitResponse, pb.AcquireResponse, pb.Rene
             retry = max(retry, s.retry_after)
         statuses.append(s)
     return Decision(allowed=allowed, statuses=tuple(statuses), retry_after=retry,
-                    headers=tuple((h.name, h.value) for h in getattr(resp, "headers", ())))
+                    headers=tuple((h.name, h.value) for h in resp.headers))
 
 
 def _invalid(err: grpc.RpcError) -> Exception:
