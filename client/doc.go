@@ -188,10 +188,11 @@
 // lease takes it with AcquireLease, and calls Lease.Renew (halfway to
 // Lease.ExpiresAt, say), or runs Lease.KeepAlive, which does so until the
 // release; Renew answers ErrLeaseLost once the lease has lapsed.
-// WithAutoRenew makes Acquire keep its leases alive. WithConcurrency makes the server interceptors, and
-// WithHTTPConcurrency makes HTTPMiddleware, hold a slot while the handler
-// runs. Refusals and the failure policy are ShouldRateLimit's; the memory
-// of refusals is not used.
+// WithAutoRenew makes Acquire keep its leases alive. WithConcurrency
+// makes the server interceptors, and WithHTTPConcurrency makes
+// HTTPMiddleware, hold a slot while the handler runs. Refusals and the
+// failure policy are ShouldRateLimit's; the memory of refusals is not
+// used.
 //
 // # Giving hits back
 //
@@ -266,11 +267,11 @@
 //
 // When ratelimitd refuses a request with a retry-after of T, the Client
 // refuses the same request (the same domain, and the same descriptors with
-// the same entries and hits, in the same order, none giving hits back) by itself for min(T, cap)
-// without calling ratelimitd (WithRefusalCache sets the cap: 1 s by
-// default, 0 turns it off). Such decisions have Decision.Local set, and
-// Client.LocalRefusals counts them. A service under a flood of refused
-// requests thus spares ratelimitd most of them.
+// the same entries and hits, in the same order, none giving hits back) by
+// itself for min(T, cap) without calling ratelimitd (WithRefusalCache
+// sets the cap: 1 s by default, 0 turns it off). Such decisions have
+// Decision.Local set, and Client.LocalRefusals counts them. A service
+// under a flood of refused requests thus spares ratelimitd most of them.
 //
 // A Client is safe for concurrent use by multiple goroutines, and starts
 // no goroutines. A Quota is safe for concurrent use too, and runs
