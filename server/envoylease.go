@@ -95,16 +95,15 @@ func envoyLease(sc *scratch, d *engine.Descriptor, i int) error {
 		return bad
 	}
 	id, err := base64.RawURLEncoding.DecodeString(v)
-	if err != nil || len(id) < 2 || id[0] != leaseVersion {
+	if err != nil {
 		return bad
 	}
-	from := len(r.Leases)
-	var rest []byte
 	var ok bool
-	if r.Leases, rest, ok = readStamps(id[1:], r.Leases); !ok || len(rest) != 0 {
+	r.Leases, ok = readLeaseID(id, 1, r.Leases, func(_ int, stamps [2]int) { d.Lease = stamps })
+	if !ok {
 		return bad
 	}
 	d.Entries[1]--
-	d.HasLease, d.Lease = true, [2]int{from, len(r.Leases)}
+	d.HasLease = true
 	return nil
 }
