@@ -47,13 +47,17 @@ func envoyLeaseID(sc *scratch, i int) string {
 // withLeases adds to md (nil: none yet) the leases that sc's admitted
 // decision took, and returns it; md is unchanged when it took none. A
 // rule that two descriptors of one request matched names the first's.
+// Whether a descriptor took slots is the engine's answer (AppendLease
+// reads the limits that applied), not its rule's: an operator's override
+// can give a rule a concurrency limit, or take it away.
 func withLeases(md *structpb.Struct, sc *scratch) *structpb.Struct {
 	var leases map[string]*structpb.Value
 	for i := range sc.Dec.Statuses {
-		if !hasConcurrency(sc, i) {
+		r := sc.Rule(i)
+		if r == nil {
 			continue
 		}
-		id, r := envoyLeaseID(sc, i), sc.Rule(i)
+		id := envoyLeaseID(sc, i)
 		if id == "" {
 			continue
 		}
@@ -74,22 +78,6 @@ func withLeases(md *structpb.Struct, sc *scratch) *structpb.Struct {
 	return md
 }
 
-// hasConcurrency reports whether descriptor i's rule has a concurrency
-// limit (its status may report another limit, the one with the least
-// remaining).
-func hasConcurrency(sc *scratch, i int) bool {
-	r := sc.Rule(i)
-	if r == nil {
-		return false
-	}
-	for _, l := range r.Limits {
-		if l.Algorithm == backend.Concurrency {
-			return true
-		}
-	}
-	return false
-}
-
 // envoyLease takes, from a give-back descriptor of sc.Req whose last
 // entry is a LeaseEntryKey, that entry off its entries and gives the
 // descriptor the lease it names.
@@ -107,16 +95,15 @@ func envoyLease(sc *scratch, d *engine.Descriptor, i int) error {
 		return bad
 	}
 	id, err := base64.RawURLEncoding.DecodeString(v)
-	if err != nil || len(id) < 2 || id[0] != leaseVersion {
+	if err != nil {
 		return bad
 	}
-	from := len(r.Leases)
-	var rest []byte
 	var ok bool
-	if r.Leases, rest, ok = readStamps(id[1:], r.Leases); !ok || len(rest) != 0 {
+	r.Leases, ok = readLeaseID(id, 1, r.Leases, func(_ int, stamps [2]int) { d.Lease = stamps })
+	if !ok {
 		return bad
 	}
 	d.Entries[1]--
-	d.HasLease, d.Lease = true, [2]int{from, len(r.Leases)}
+	d.HasLease = true
 	return nil
 }

@@ -69,6 +69,26 @@ func readStamps(b []byte, dst []int64) (_ []int64, rest []byte, ok bool) {
 	return dst, b, true
 }
 
+// readLeaseID reads id, a lease id of n descriptors' parts that
+// appendLeaseID made, appending their stamps to leases and calling span
+// with each descriptor's span of them; ok is false when id is not one.
+// Native lease ids and Envoy's (one descriptor's, see envoyLease) are
+// read by it alike.
+func readLeaseID(id []byte, n int, leases []int64, span func(i int, stamps [2]int)) (_ []int64, ok bool) {
+	if len(id) == 0 || id[0] != leaseVersion {
+		return leases, false
+	}
+	id = id[1:]
+	for i := range n {
+		from := len(leases)
+		if leases, id, ok = readStamps(id, leases); !ok {
+			return leases, false
+		}
+		span(i, [2]int{from, len(leases)})
+	}
+	return leases, len(id) == 0
+}
+
 // applyLeaseID gives each descriptor of sc.Req the op and its stamps
 // from a lease id, which must be one that appendLeaseID made for as many
 // descriptors.
@@ -82,17 +102,12 @@ func applyLeaseID(sc *scratch, id []byte, op backend.Op) error {
 		return engine.Invalid("lease_id is not one this server answered")
 	}
 	r := &sc.Req
-	id = id[1:]
-	for i := range r.Descs {
-		from := len(r.Leases)
-		var ok bool
-		if r.Leases, id, ok = readStamps(id, r.Leases); !ok {
-			return engine.Invalid("lease_id does not match the request's descriptors")
-		}
+	var ok bool
+	r.Leases, ok = readLeaseID(id, len(r.Descs), r.Leases, func(i int, stamps [2]int) {
 		d := &r.Descs[i]
-		d.Op, d.HasLease, d.Lease = op, true, [2]int{from, len(r.Leases)}
-	}
-	if len(id) != 0 {
+		d.Op, d.HasLease, d.Lease = op, true, stamps
+	})
+	if !ok {
 		return engine.Invalid("lease_id does not match the request's descriptors")
 	}
 	return nil

@@ -256,3 +256,33 @@ func TestRuntimeOverrideWinsOverTheRequests(t *testing.T) {
 		t.Errorf("admitted %d of 7 with the request's limit of 1 and the operator's of 5, want 5", admitted)
 	}
 }
+
+// TestEnvoyLeaseUnderRuntimeOverride: an operator's override that makes
+// a descriptor's limit a concurrency limit takes slots, so the admitted
+// Envoy answer names its lease as it does under a rule's concurrency
+// limit, and a give-back with that lease frees the slot.
+func TestEnvoyLeaseUnderRuntimeOverride(t *testing.T) {
+	srv, client, _, _ := overridesServer(t, tokenFile(t))
+	o := runtimeOverride("k-1", 1)
+	o.Limits[0].Algorithm = "concurrency"
+	if _, err := client.SetOverride(bearer(t.Context(), opToken), &ratelimitv1.SetOverrideRequest{Override: o}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := srv.Envoy().ShouldRateLimit(t.Context(), request("edge", desc("api_key", "k-1")))
+	if err != nil || resp.GetOverallCode() != ok {
+		t.Fatalf("acquire under the override: %v, %v; want OK", resp, err)
+	}
+	lease := envoyLease(resp, "api_key")
+	if lease == "" {
+		t.Fatalf("acquire under a concurrency override: metadata %v, want the lease under api_key", resp.GetDynamicMetadata())
+	}
+	if resp, err := srv.Envoy().ShouldRateLimit(t.Context(), request("edge", desc("api_key", "k-1"))); err != nil || resp.GetOverallCode() == ok {
+		t.Fatalf("second acquire of 1 slot: %v, %v; want refused", resp, err)
+	}
+	if resp, err := srv.Envoy().ShouldRateLimit(t.Context(), request("edge", releaseOf(desc("api_key", "k-1"), lease))); err != nil || resp.GetOverallCode() != ok {
+		t.Fatalf("release by lease: %v, %v; want OK", resp, err)
+	}
+	if resp, err := srv.Envoy().ShouldRateLimit(t.Context(), request("edge", desc("api_key", "k-1"))); err != nil || resp.GetOverallCode() != ok {
+		t.Errorf("acquire after the release: %v, %v; want OK", resp, err)
+	}
+}

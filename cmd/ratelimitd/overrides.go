@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -11,7 +10,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -322,9 +320,8 @@ func (o *overridesFlags) allLimits() ([]overrides.Limit, error) {
 	return limits, nil
 }
 
-// token returns the first token of --token-file: the first line that is
-// neither blank nor a comment, without its "name:" if it has one, as the
-// daemon reads the file. Only list may go without one.
+// token returns the first token of --token-file, read as the daemon
+// reads its --admin-token-file. Only list may go without one.
 func (o *overridesFlags) token(verb string) (string, error) {
 	if o.tokenFile == "" {
 		if verb == "list" {
@@ -332,27 +329,11 @@ func (o *overridesFlags) token(verb string) (string, error) {
 		}
 		return "", fmt.Errorf("--token-file (or RATELIMITD_TOKEN_FILE) is required to %s", verb)
 	}
-	f, err := os.Open(o.tokenFile)
+	tok, err := admin.FirstToken(o.tokenFile)
 	if err != nil {
 		return "", fmt.Errorf("--token-file: %w", err)
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(io.LimitReader(f, admin.MaxTokenFileBytes))
-	sc.Buffer(nil, admin.MaxTokenFileBytes)
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		if _, tok, named := strings.Cut(line, ":"); named {
-			line = tok
-		}
-		return line, nil
-	}
-	if err := sc.Err(); err != nil {
-		return "", fmt.Errorf("--token-file %s: %w", o.tokenFile, err)
-	}
-	return "", fmt.Errorf("--token-file %s holds no token", o.tokenFile)
+	return tok, nil
 }
 
 // send makes the call on the admin API at base and returns the answer's

@@ -234,13 +234,26 @@ func TestOverridesToken(t *testing.T) {
 	for _, c := range []struct{ file, want string }{
 		{"plain-token-0123456789\nsecond:0123456789abcdef\n", "plain-token-0123456789"},
 		{"# comment\n\n  alice:0123456789abcdef  \n", "0123456789abcdef"},
-		{"name:tok:with:colons\n", "tok:with:colons"},
+		{"name:tok:with:colons-0123\n", "tok:with:colons-0123"},
+		{"alice: 0123456789abcdef\n", "0123456789abcdef"}, // the daemon trims around the ':'
 	} {
 		path := filepath.Join(dir, "tokens")
 		writeFile(t, path, c.file)
 		o := overridesFlags{tokenFile: path}
 		if got, err := o.token("set"); err != nil || got != c.want {
 			t.Errorf("token of %q = %q, %v; want %q", c.file, got, err, c.want)
+		}
+	}
+	// A first token the daemon refuses is refused here too, saying why.
+	for _, c := range []struct{ file, want string }{
+		{":0123456789abcdef\n", "name before ':' is empty"},
+		{"short\n", "under the minimum"},
+	} {
+		path := filepath.Join(dir, "tokens")
+		writeFile(t, path, c.file)
+		o := overridesFlags{tokenFile: path}
+		if got, err := o.token("set"); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("token of %q = %q, %v; want an error with %q", c.file, got, err, c.want)
 		}
 	}
 }

@@ -118,7 +118,8 @@ func (a *Admin) serveReset(w http.ResponseWriter, r *http.Request) {
 }
 
 // OverridesHTTPStatus maps an error of the overrides API to its HTTP
-// status.
+// status. Any other error, a context's end included (a store that timed
+// out; a caller that gave up reads no answer), is the store's: 503.
 func OverridesHTTPStatus(err error) int {
 	switch {
 	case overrides.IsInvalid(err):
@@ -129,8 +130,6 @@ func OverridesHTTPStatus(err error) int {
 		return http.StatusConflict
 	case errors.Is(err, overrides.ErrUnsupported):
 		return http.StatusNotImplemented
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return http.StatusServiceUnavailable
 	}
 	return http.StatusServiceUnavailable
 }

@@ -90,7 +90,7 @@ func LoadTokens(path string, reg prometheus.Registerer, log *slog.Logger) (*Toke
 func (t *Tokens) reload() (changed bool, err error) {
 	data, err := readTokenFile(t.path)
 	if err != nil {
-		return false, err
+		return false, fmt.Errorf("%s: %w", TokenFlag, err)
 	}
 	sum := sha256.Sum256(data)
 	if sum == t.loaded && t.set.Load() != nil {
@@ -98,7 +98,7 @@ func (t *Tokens) reload() (changed bool, err error) {
 	}
 	set, err := parseTokens(t.path, data)
 	if err != nil {
-		return false, err
+		return false, fmt.Errorf("%s: %w", TokenFlag, err)
 	}
 	t.set.Store(&set)
 	t.loaded = sum
@@ -109,22 +109,32 @@ func (t *Tokens) reload() (changed bool, err error) {
 func readTokenFile(path string) ([]byte, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", TokenFlag, err)
+		return nil, err
 	}
 	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, MaxTokenFileBytes+1))
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", TokenFlag, err)
-	}
-	return data, nil
+	return io.ReadAll(io.LimitReader(f, MaxTokenFileBytes+1))
 }
 
 // parseTokens parses the token file named path.
 func parseTokens(path string, data []byte) ([]token, error) {
-	if len(data) > MaxTokenFileBytes {
-		return nil, fmt.Errorf("%s: %s is over the maximum %d bytes", TokenFlag, path, MaxTokenFileBytes)
-	}
 	var set []token
+	err := eachToken(path, data, func(name, tok string) bool {
+		set = append(set, token{name: name, sum: sha256.Sum256([]byte(tok))})
+		return true
+	})
+	return set, err
+}
+
+// eachToken checks the token file named path, whose content is data
+// (its errors name the file, not the flag),
+// and calls yield with each token and its name, in file order, until
+// yield returns false. A file over the bounds, with a bad line, or
+// with no token is an error.
+func eachToken(path string, data []byte, yield func(name, tok string) bool) error {
+	if len(data) > MaxTokenFileBytes {
+		return fmt.Errorf("%s is over the maximum %d bytes", path, MaxTokenFileBytes)
+	}
+	count := 0
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	sc.Buffer(nil, MaxTokenFileBytes)
 	for n := 1; sc.Scan(); n++ {
@@ -139,21 +149,40 @@ func parseTokens(path string, data []byte) ([]token, error) {
 		}
 		switch {
 		case named && name == "":
-			return nil, fmt.Errorf("%s: %s:%d: the token's name before ':' is empty", TokenFlag, path, n)
+			return fmt.Errorf("%s:%d: the token's name before ':' is empty", path, n)
 		case len(tok) < MinTokenBytes:
-			return nil, fmt.Errorf("%s: %s:%d: the token is %d bytes, under the minimum %d", TokenFlag, path, n, len(tok), MinTokenBytes)
-		case len(set) == MaxTokens:
-			return nil, fmt.Errorf("%s: %s holds over the maximum %d tokens", TokenFlag, path, MaxTokens)
+			return fmt.Errorf("%s:%d: the token is %d bytes, under the minimum %d", path, n, len(tok), MinTokenBytes)
+		case count == MaxTokens:
+			return fmt.Errorf("%s holds over the maximum %d tokens", path, MaxTokens)
 		}
-		set = append(set, token{name: name, sum: sha256.Sum256([]byte(tok))})
+		count++
+		if !yield(name, tok) {
+			return nil
+		}
 	}
 	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("%s: %s: %w", TokenFlag, path, err)
+		return fmt.Errorf("%s: %w", path, err)
 	}
-	if len(set) == 0 {
-		return nil, fmt.Errorf("%s: %s holds no token", TokenFlag, path)
+	if count == 0 {
+		return fmt.Errorf("%s holds no token", path)
 	}
-	return set, nil
+	return nil
+}
+
+// FirstToken returns the first token of the token file at path, its
+// lines read and checked up to it as LoadTokens reads them: what a
+// client of the overrides API (ratelimitd overrides --token-file) sends.
+func FirstToken(path string) (string, error) {
+	data, err := readTokenFile(path)
+	if err != nil {
+		return "", err
+	}
+	var first string
+	err = eachToken(path, data, func(_, tok string) bool {
+		first = tok
+		return false
+	})
+	return first, err
 }
 
 // Reasons of ratelimitd_admin_auth_failures_total.

@@ -1,13 +1,9 @@
 package overrides
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"time"
-	"unicode/utf8"
 
 	"github.com/ratelimitd/ratelimitd/config"
 	"github.com/ratelimitd/ratelimitd/server/internal/engine"
@@ -46,30 +42,12 @@ func ReadFile(path string, max int, opts ...config.Option) (*Set, error) {
 		return nil, err
 	}
 	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, MaxFileBytes+1))
-	switch {
-	case err != nil:
-		return nil, err
-	case len(data) > MaxFileBytes:
-		return nil, fmt.Errorf("%s: over the maximum %d bytes", path, MaxFileBytes)
-	case !utf8.Valid(data):
-		return nil, fmt.Errorf("%s: not UTF-8", path)
-	}
-	return parseFile(path, data, max, opts)
-}
-
-func parseFile(path string, data []byte, max int, opts []config.Option) (*Set, error) {
-	if max <= 0 {
-		max = DefaultMax
-	}
-	var file File
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&file); err != nil {
+	file, err := decodeStrict[File](f, MaxFileBytes)
+	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	if dec.More() {
-		return nil, fmt.Errorf("%s: more than one JSON value", path)
+	if max <= 0 {
+		max = DefaultMax
 	}
 	if len(file.Overrides) > max {
 		return nil, fmt.Errorf("%s: %d overrides, over the maximum %d (--max-overrides)", path, len(file.Overrides), max)

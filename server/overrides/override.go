@@ -191,25 +191,36 @@ func key(domain string, entries []Entry) string {
 // most MaxBodyBytes of UTF-8, no unknown field, nothing after it. Every
 // problem is an *InvalidError.
 func Decode[T any](r io.Reader) (T, error) {
+	v, err := decodeStrict[T](r, MaxBodyBytes)
+	if err != nil {
+		return v, invalid("body: %v", err)
+	}
+	return v, nil
+}
+
+// decodeStrict reads one JSON value of type T from r, of at most max
+// bytes: the bytes must be UTF-8 (encoding/json would turn others into
+// U+FFFD, and an override would name other values than the operator's),
+// name no field T lacks, and hold nothing after the value. Its errors
+// name neither a body nor a file: the callers say which.
+func decodeStrict[T any](r io.Reader, max int) (T, error) {
 	var v T
-	data, err := io.ReadAll(io.LimitReader(r, MaxBodyBytes+1))
+	data, err := io.ReadAll(io.LimitReader(r, int64(max)+1))
 	switch {
 	case err != nil:
-		return v, invalid("reading the body: %v", err)
-	case len(data) > MaxBodyBytes:
-		return v, invalid("body is over the maximum %d bytes", MaxBodyBytes)
+		return v, fmt.Errorf("reading: %w", err)
+	case len(data) > max:
+		return v, fmt.Errorf("over the maximum %d bytes", max)
 	case !utf8.Valid(data):
-		// encoding/json would turn the bytes into U+FFFD, and the
-		// override would name other values than the operator's.
-		return v, invalid("body is not UTF-8")
+		return v, errors.New("not UTF-8")
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&v); err != nil {
-		return v, invalid("body: %v", err)
+		return v, err
 	}
 	if dec.More() {
-		return v, invalid("body: more than one JSON value")
+		return v, errors.New("more than one JSON value")
 	}
 	return v, nil
 }

@@ -116,12 +116,15 @@ type Scratch struct {
 	replaced []string
 	buf      []byte
 	rules    *config.Rules // the rules in force when Decide matched Req
+	// overrides are the operators' overrides in force when Decide
+	// matched Req, loaded once so that every descriptor sees one set.
+	overrides *RuntimeOverrides
 }
 
 // Reset empties sc for the next request, keeping its memory.
 func (sc *Scratch) Reset() {
 	sc.Req.reset()
-	sc.rules = nil
+	sc.rules, sc.overrides = nil, nil
 	clear(sc.descs) // drop rule pointers so old rule sets can be collected
 	sc.descs = sc.descs[:0]
 	clear(sc.reqs)
@@ -226,6 +229,9 @@ func (e *Engine) match(sc *Scratch) (known bool, err error) {
 	}
 	sc.rules = e.rules.Load()
 	d := sc.rules.Domain(r.Domain)
+	if d != nil {
+		sc.overrides = e.overrides.Load()
+	}
 	for i := range r.Descs {
 		if err := e.addDescriptor(sc, d, &r.Descs[i]); err != nil {
 			return false, err
@@ -276,7 +282,7 @@ func (e *Engine) addDescriptor(sc *Scratch, d *config.DomainRules, rd *Descripto
 	ds.key = [2]int{len(sc.keys), 0}
 	sc.keys = appendKeyPrefix(sc.keys, sc.Req.Domain, rule, entries)
 	ds.key[1] = len(sc.keys)
-	e.applyOverride(sc, &ds)
+	sc.applyOverride(&ds)
 	if ds.unlimited() {
 		sc.replaced = append(sc.replaced, ds.rule.Replaces...)
 	}

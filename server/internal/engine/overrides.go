@@ -70,22 +70,23 @@ func OverrideKey(domain string, entries []Entry) string {
 }
 
 // SetOverrides replaces the overrides in force (nil: none). Decisions
-// in flight finish with the set they started with; readers never wait.
+// in flight finish with the set they started with (match loads it once
+// per request); readers never wait.
 func (e *Engine) SetOverrides(o *RuntimeOverrides) { e.overrides.Store(o) }
 
 // Overrides returns the overrides in force, nil if none were set.
 func (e *Engine) Overrides() *RuntimeOverrides { return e.overrides.Load() }
 
-// applyOverride sets ds's runtime override from the overrides in force:
-// the one whose key is ds's counter-key prefix, when a rule matched. One
-// map lookup, with no allocation (the compiler does not copy the bytes
-// of a string conversion that only indexes a map).
-func (e *Engine) applyOverride(sc *Scratch, ds *desc) {
-	o := e.overrides.Load()
-	if ds.rule == nil || o == nil || len(o.m) == 0 {
+// applyOverride sets ds's runtime override from the overrides that
+// match loaded for the request: the one whose key is ds's counter-key
+// prefix, when a rule matched. One map lookup, with no allocation (the
+// compiler does not copy the bytes of a string conversion that only
+// indexes a map).
+func (sc *Scratch) applyOverride(ds *desc) {
+	if ds.rule == nil || sc.overrides.Len() == 0 {
 		return
 	}
-	ds.runtime = o.m[string(sc.keys[ds.key[0]:ds.key[1]])]
+	ds.runtime = sc.overrides.m[string(sc.keys[ds.key[0]:ds.key[1]])]
 }
 
 // ResetRequests returns the store requests that name the counters of the

@@ -74,3 +74,55 @@ func TestOverrideKeyIsThePrefix(t *testing.T) {
 		}
 	}
 }
+
+// TestOverridesOneSetPerRequest: a request's descriptors are decided
+// under one set of overrides, the set in force when matching began,
+// while SetOverrides swaps sets between a set that overrides both of
+// its descriptors and an empty one.
+func TestOverridesOneSetPerRequest(t *testing.T) {
+	ds, err := config.Parse("t.yaml", []byte("domain: d\ndescriptors:\n  - key: api_key\n    rate_limit: {unit: second, requests_per_unit: 100}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rules, err := config.Compile(ds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := New(nil, rules, Options{})
+	limits := []config.RuleLimit{{Limit: backend.Limit{Requests: 5, Window: 1e9}}}
+	both := NewRuntimeOverrides(map[string]*RuntimeOverride{})
+	for _, v := range []string{"a", "b"} {
+		both.m[OverrideKey("d", []Entry{{Key: "api_key", Value: v}})] = &RuntimeOverride{Limits: limits, Reason: "t"}
+	}
+	none := NewRuntimeOverrides(nil)
+	done := make(chan struct{})
+	swapped := make(chan struct{})
+	go func() {
+		defer close(swapped)
+		for {
+			select {
+			case <-done:
+				return
+			default:
+				e.SetOverrides(both)
+				e.SetOverrides(none)
+			}
+		}
+	}()
+	defer func() { close(done); <-swapped }()
+	sc := new(Scratch)
+	for range 20_000 {
+		sc.Reset()
+		sc.Req.Domain = "d"
+		for i, v := range []string{"a", "b"} {
+			sc.Req.Entries = append(sc.Req.Entries, Entry{Key: "api_key", Value: v})
+			sc.Req.Add(i, 1)
+		}
+		if _, err := e.match(sc); err != nil {
+			t.Fatal(err)
+		}
+		if (sc.descs[0].runtime == nil) != (sc.descs[1].runtime == nil) {
+			t.Fatalf("descriptors decided under two sets of overrides: %p and %p", sc.descs[0].runtime, sc.descs[1].runtime)
+		}
+	}
+}
