@@ -272,6 +272,19 @@ type slot struct {
 	st       backend.State
 }
 
+// usable returns the error of a call named op on s: backend.ErrClosed
+// after Close, or ctx's error. (Take, the hot path, checks the same
+// inline.)
+func (s *Store) usable(ctx context.Context, op string) error {
+	if s.closed.Load() {
+		return backend.ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("memory: %s: %w", op, err)
+	}
+	return nil
+}
+
 // Take implements backend.Store.
 func (s *Store) Take(ctx context.Context, reqs []backend.Request, res []backend.Result) error {
 	if len(res) != len(reqs) {

@@ -2,7 +2,6 @@ package memory
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"sync"
 
@@ -101,18 +100,6 @@ func (s *Store) Reset(ctx context.Context, reqs []backend.Request) error {
 		if b, ok := sh.m[k]; ok {
 			drop(sh, k, b)
 		}
-	}
-	return nil
-}
-
-// usable returns the error of a call named op on s: backend.ErrClosed
-// after Close, or ctx's error.
-func (s *Store) usable(ctx context.Context, op string) error {
-	if s.closed.Load() {
-		return backend.ErrClosed
-	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("memory: %s: %w", op, err)
 	}
 	return nil
 }

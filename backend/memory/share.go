@@ -26,11 +26,8 @@ func (s *Store) ExchangeShares(ctx context.Context, reqs []backend.ShareRequest,
 	if len(res) != len(reqs) {
 		return fmt.Errorf("memory: exchange shares: %d results for %d requests", len(res), len(reqs))
 	}
-	if s.closed.Load() {
-		return backend.ErrClosed
-	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("memory: exchange shares: %w", err)
+	if err := s.usable(ctx, "exchange shares"); err != nil {
+		return err
 	}
 	keys := make([]hkey, len(reqs))
 	var locked [maxShards / 64]uint64
