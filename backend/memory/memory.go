@@ -608,6 +608,19 @@ func holds(slots []slot, k hkey) bool {
 	return false
 }
 
+// hashAll hashes the n names name(i) into a new slice, and returns it
+// with the bitmap of their shards, for lock. (Take hashes inline: see
+// there.)
+func (s *Store) hashAll(n int, name func(i int) string) (keys []hkey, shards [maxShards / 64]uint64) {
+	keys = make([]hkey, n)
+	for i := range keys {
+		keys[i] = s.hash(name(i))
+		idx := keys[i][0] & s.mask
+		shards[idx/64] |= 1 << (idx % 64)
+	}
+	return keys, shards
+}
+
 // lock locks (or unlocks) every shard set in the bitmap, in ascending
 // order, so that calls sharing shards cannot deadlock.
 func (s *Store) lock(set *[maxShards / 64]uint64, lock bool) {

@@ -29,13 +29,7 @@ func (s *Store) ExchangeShares(ctx context.Context, reqs []backend.ShareRequest,
 	if err := s.usable(ctx, "exchange shares"); err != nil {
 		return err
 	}
-	keys := make([]hkey, len(reqs))
-	var locked [maxShards / 64]uint64
-	for i := range reqs {
-		keys[i] = s.hash(reqs[i].Bucket)
-		idx := keys[i][0] & s.mask
-		locked[idx/64] |= 1 << (idx % 64)
-	}
+	keys, locked := s.hashAll(len(reqs), func(i int) string { return reqs[i].Bucket })
 	var notes []shareNote
 	s.lock(&locked, true)
 	now := backend.Micros(s.now())
