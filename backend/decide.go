@@ -85,26 +85,29 @@ func decide(reqs []Request, states []*State, now int64, res []Result, part bool,
 		}
 	}
 	for i := range reqs {
-		res[i] = result(&reqs[i], states[i], now, res[i])
+		q, over, lease := &reqs[i], res[i].OverLimit, res[i].Lease
+		if q.Op != Take {
+			res[i] = opResult(q, states[i], now, over, lease)
+			continue
+		}
+		// A take's, here rather than in a call of its own: this loop is
+		// the decision's hot path.
+		res[i] = states[i].Result(q.Limit, now, q.Hits, over)
+		res[i].Lease = lease
 	}
 }
 
-// result returns q's Result on st at now, given its OverLimit and Lease
-// in r: rule 4.
-func result(q *Request, st *State, now int64, r Result) Result {
-	switch q.Op {
-	case GiveBack:
+// opResult returns the Result on st at now of q, a give-back or renew,
+// given its OverLimit and Lease: rule 4.
+func opResult(q *Request, st *State, now int64, over bool, lease int64) Result {
+	if q.Op == GiveBack {
 		out := st.Result(q.Limit, now, q.Hits, false)
 		out.OverLimit, out.RetryAfter = false, 0 // even on a ban
 		return out
-	case Renew:
-		// A failed renew waits for nothing when its hits fit now.
-		wait := r.OverLimit && !st.Admits(q.Limit, now, q.Hits)
-		out := st.Result(q.Limit, now, q.Hits, wait)
-		out.OverLimit, out.Lease = r.OverLimit, r.Lease
-		return out
 	}
-	out := st.Result(q.Limit, now, q.Hits, r.OverLimit)
-	out.Lease = r.Lease
+	// A failed renew waits for nothing when its hits fit now.
+	wait := over && !st.Admits(q.Limit, now, q.Hits)
+	out := st.Result(q.Limit, now, q.Hits, wait)
+	out.OverLimit, out.Lease = over, lease
 	return out
 }

@@ -215,20 +215,34 @@ var Cases = []Case{
 
 func runCases(t *testing.T, newStore NewStore) {
 	for _, c := range Cases {
-		t.Run(c.Name, func(t *testing.T) {
-			clock := NewClock(T0)
-			st := newStore(t, clock.Now)
-			key := Key(t.Name())
-			for i, step := range c.Steps {
-				clock.Set(T0.Add(step.At))
-				got := take1(t, st, backend.Request{Key: key, Limit: c.Limit, Hits: step.Hits})
-				// Cached says how the store answered, not what: the
-				// suite checks the answers, whichever way they came.
-				if diff := cmp.Diff(step.Want, got, cmpopts.IgnoreFields(backend.Result{}, "Cached")); diff != "" {
-					t.Errorf("step %d (at +%v, hits %d): Take() mismatch (-want +got):\n%s", i, step.At, step.Hits, diff)
-				}
-			}
-		})
+		steps := make([]OpStep, len(c.Steps))
+		for i, step := range c.Steps {
+			steps[i] = OpStep{At: step.At, Op: backend.Take, Hits: step.Hits, Want: step.Want}
+		}
+		t.Run(c.Name, func(t *testing.T) { runSteps(t, newStore, c.Limit, steps) })
+	}
+}
+
+// runSteps makes steps, one call each, on a fresh counter of limit l in
+// a store of newStore, and checks each answer.
+func runSteps(t *testing.T, newStore NewStore, l backend.Limit, steps []OpStep) {
+	t.Helper()
+	clock := NewClock(T0)
+	st := newStore(t, clock.Now)
+	key := Key(t.Name())
+	for i, step := range steps {
+		clock.Set(T0.Add(step.At))
+		req := backend.Request{Key: key, Limit: l, Hits: step.Hits, Op: step.Op}
+		if step.Lease != 0 {
+			req.Lease = stamp(step.Lease)
+		}
+		got := take1(t, st, req)
+		// Cached says how the store answered, not what: the suite
+		// checks the answers, whichever way they came.
+		if diff := cmp.Diff(step.Want, got, cmpopts.IgnoreFields(backend.Result{}, "Cached")); diff != "" {
+			t.Errorf("step %d (at +%v, op %d, hits %d, lease +%v): Take() mismatch (-want +got):\n%s",
+				i, step.At, step.Op, step.Hits, step.Lease, diff)
+		}
 	}
 }
 

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/ratelimitd/ratelimitd/backend"
 )
@@ -185,23 +184,7 @@ var OpCases = []OpCase{
 
 func runOpCases(t *testing.T, newStore NewStore) {
 	for _, c := range OpCases {
-		t.Run(c.Name, func(t *testing.T) {
-			clock := NewClock(T0)
-			st := newStore(t, clock.Now)
-			key := Key(t.Name())
-			for i, step := range c.Steps {
-				clock.Set(T0.Add(step.At))
-				req := backend.Request{Key: key, Limit: c.Limit, Hits: step.Hits, Op: step.Op}
-				if step.Lease != 0 {
-					req.Lease = stamp(step.Lease)
-				}
-				got := take1(t, st, req)
-				if diff := cmp.Diff(step.Want, got, cmpopts.IgnoreFields(backend.Result{}, "Cached")); diff != "" {
-					t.Errorf("step %d (at +%v, op %d, hits %d, lease +%v): Take() mismatch (-want +got):\n%s",
-						i, step.At, step.Op, step.Hits, step.Lease, diff)
-				}
-			}
-		})
+		t.Run(c.Name, func(t *testing.T) { runSteps(t, newStore, c.Limit, c.Steps) })
 	}
 }
 

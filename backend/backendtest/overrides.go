@@ -282,14 +282,6 @@ func RunReset(t *testing.T, newStore NewStore) {
 			l := backend.Limit{Algorithm: a, Requests: 10, Window: time.Minute}
 			req := backend.Request{Key: CounterKey("k", l), Tag: "k", Limit: l, Hits: 10}
 			other := backend.Request{Key: CounterKey("other", l), Tag: "other", Limit: l, Hits: 4}
-			if a == backend.Concurrency {
-				// Until the stores implement it (issue 25).
-				fresh := make([]backend.Result, 1)
-				err := st.Take(t.Context(), []backend.Request{{Key: CounterKey("fresh", l), Limit: l}}, fresh)
-				if err != nil || fresh[0].Remaining != l.Capacity() {
-					t.Skipf("a fresh counter of %v reports %+v, %v: the store does not implement it yet", a, fresh[0], err)
-				}
-			}
 			take(t, st, other)
 			if a == backend.SlidingWindow {
 				// Counts in two windows: 5 in the previous one, which

@@ -272,6 +272,19 @@ type slot struct {
 	st       backend.State
 }
 
+// usable returns the error of a call named op on s: backend.ErrClosed
+// after Close, or ctx's error. (Take, the hot path, checks the same
+// inline.)
+func (s *Store) usable(ctx context.Context, op string) error {
+	if s.closed.Load() {
+		return backend.ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("memory: %s: %w", op, err)
+	}
+	return nil
+}
+
 // Take implements backend.Store.
 func (s *Store) Take(ctx context.Context, reqs []backend.Request, res []backend.Result) error {
 	if len(res) != len(reqs) {
@@ -593,6 +606,19 @@ func holds(slots []slot, k hkey) bool {
 		}
 	}
 	return false
+}
+
+// hashAll hashes the n names name(i) into a new slice, and returns it
+// with the bitmap of their shards, for lock. (Take hashes inline: see
+// there.)
+func (s *Store) hashAll(n int, name func(i int) string) (keys []hkey, shards [maxShards / 64]uint64) {
+	keys = make([]hkey, n)
+	for i := range keys {
+		keys[i] = s.hash(name(i))
+		idx := keys[i][0] & s.mask
+		shards[idx/64] |= 1 << (idx % 64)
+	}
+	return keys, shards
 }
 
 // lock locks (or unlocks) every shard set in the bitmap, in ascending

@@ -2,7 +2,6 @@ package memory
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"sync"
 
@@ -87,13 +86,7 @@ func (s *Store) Reset(ctx context.Context, reqs []backend.Request) error {
 	if err := s.usable(ctx, "reset"); err != nil {
 		return err
 	}
-	keys := make([]hkey, len(reqs))
-	var locked [maxShards / 64]uint64 // a bitmap, so shards lock in ascending order
-	for i := range reqs {
-		keys[i] = s.hash(reqs[i].Key)
-		idx := keys[i][0] & s.mask
-		locked[idx/64] |= 1 << (idx % 64)
-	}
+	keys, locked := s.hashAll(len(reqs), func(i int) string { return reqs[i].Key })
 	s.lock(&locked, true)
 	defer s.lock(&locked, false)
 	for _, k := range keys {
@@ -101,18 +94,6 @@ func (s *Store) Reset(ctx context.Context, reqs []backend.Request) error {
 		if b, ok := sh.m[k]; ok {
 			drop(sh, k, b)
 		}
-	}
-	return nil
-}
-
-// usable returns the error of a call named op on s: backend.ErrClosed
-// after Close, or ctx's error.
-func (s *Store) usable(ctx context.Context, op string) error {
-	if s.closed.Load() {
-		return backend.ErrClosed
-	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("memory: %s: %w", op, err)
 	}
 	return nil
 }

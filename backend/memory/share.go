@@ -26,19 +26,10 @@ func (s *Store) ExchangeShares(ctx context.Context, reqs []backend.ShareRequest,
 	if len(res) != len(reqs) {
 		return fmt.Errorf("memory: exchange shares: %d results for %d requests", len(res), len(reqs))
 	}
-	if s.closed.Load() {
-		return backend.ErrClosed
+	if err := s.usable(ctx, "exchange shares"); err != nil {
+		return err
 	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("memory: exchange shares: %w", err)
-	}
-	keys := make([]hkey, len(reqs))
-	var locked [maxShards / 64]uint64
-	for i := range reqs {
-		keys[i] = s.hash(reqs[i].Bucket)
-		idx := keys[i][0] & s.mask
-		locked[idx/64] |= 1 << (idx % 64)
-	}
+	keys, locked := s.hashAll(len(reqs), func(i int) string { return reqs[i].Bucket })
 	var notes []shareNote
 	s.lock(&locked, true)
 	now := backend.Micros(s.now())

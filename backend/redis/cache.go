@@ -109,12 +109,7 @@ func uncached(r *backend.Request) bool {
 // they may lift now. (Those that other replicas' caches hold lift at
 // their retry_after, or the Cluster bound on holding, clusterCacheHold.)
 func (c *cache) remember(reqs []backend.Request, res []backend.Result) {
-	for i := range reqs {
-		if reqs[i].Op != backend.Take {
-			c.forgetGiven(reqs)
-			return
-		}
-	}
+	c.forgetGiven(reqs)
 	if !backend.Refused(reqs, res) {
 		return
 	}
@@ -170,14 +165,23 @@ func (c *cache) remember(reqs []backend.Request, res []backend.Result) {
 }
 
 // forgetGiven drops the entries of the counters that reqs give back to
-// or renew on.
+// or renew on: nothing to do, and no lock, when the cache is empty or
+// reqs are all takes (such a call's refusal, uncached, is not
+// remembered).
 func (c *cache) forgetGiven(reqs []backend.Request) {
 	if c.size.Load() == 0 {
 		return
 	}
+	first := 0
+	for first < len(reqs) && reqs[first].Op == backend.Take {
+		first++
+	}
+	if first == len(reqs) {
+		return
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for i := range reqs {
+	for i := first; i < len(reqs); i++ {
 		if reqs[i].Op != backend.Take {
 			delete(c.m, keyOf(&reqs[i]))
 		}

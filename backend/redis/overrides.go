@@ -11,7 +11,6 @@ import (
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
-	"github.com/sony/gobreaker/v2"
 
 	"github.com/ratelimitd/ratelimitd/backend"
 )
@@ -335,13 +334,6 @@ func (s *Store) adminContext(ctx context.Context) (context.Context, context.Canc
 	return context.WithDeadline(context.WithoutCancel(ctx), deadline)
 }
 
-// A resetRun is one run of reset.lua: counter keys of one hash tag (all
-// of a call's on standalone Redis and Sentinel) and its arguments.
-type resetRun struct {
-	keys []string
-	args []any // now µs, then the window µs of each key
-}
-
 // Reset implements backend.Resetter. With a PerSecond store, the
 // counters of one-second limits are reset there. The local cache forgets
 // its refusals on those counters at once; the other replicas' caches at
@@ -366,7 +358,7 @@ func (s *Store) Reset(ctx context.Context, reqs []backend.Request) error {
 		}
 	}
 	stores := []*Store{}
-	var runs [][]*resetRun
+	var runs [][]*scriptRun
 	if len(own) > 0 {
 		stores, runs = append(stores, s), append(runs, s.resetRuns(own))
 	}
@@ -419,11 +411,12 @@ func (s *Store) noteReset(ctx context.Context, reqs []backend.Request) error {
 }
 
 // resetRuns returns the runs of reset.lua that forget reqs' counters in
-// s: one per hash tag on Cluster, in order of first use, else one.
-func (s *Store) resetRuns(reqs []backend.Request) []*resetRun {
+// s: one per hash tag on Cluster, in order of first use, else one. A
+// run's arguments are now µs, then the window µs of each key.
+func (s *Store) resetRuns(reqs []backend.Request) []*scriptRun {
 	now := strconv.FormatInt(s.nowMicros(), 10)
-	var runs []*resetRun
-	byTag := make(map[string]*resetRun)
+	var runs []*scriptRun
+	byTag := make(map[string]*scriptRun)
 	for i := range reqs {
 		r := &reqs[i]
 		tag := ""
@@ -432,7 +425,7 @@ func (s *Store) resetRuns(reqs []backend.Request) []*resetRun {
 		}
 		run := byTag[tag]
 		if run == nil {
-			run = &resetRun{args: []any{now}}
+			run = &scriptRun{args: []any{now}}
 			byTag[tag] = run
 			runs = append(runs, run)
 		}
@@ -442,70 +435,13 @@ func (s *Store) resetRuns(reqs []backend.Request) []*resetRun {
 	return runs
 }
 
-// runResets sends runs in one pipeline (on Cluster, one per node, the
-// nodes in parallel), each under its node's circuit breaker, with
-// EVALSHA, then again with EVAL those whose node lacked the script, as
-// runShares does. It returns the runs' errors; a call that finds a
-// node's breaker open fails at once, sending nothing.
-func (s *Store) runResets(ctx context.Context, runs []*resetRun) error {
-	nodes := make([]string, len(runs))
-	for p, run := range runs {
-		nodes[p] = s.nodeOf(ctx, run.keys[0])
+// runResets sends runs in one pipeline (see pipelineRuns), and returns
+// the runs' errors; a call that finds a node's breaker open fails at
+// once, sending nothing.
+func (s *Store) runResets(ctx context.Context, runs []*scriptRun) error {
+	errs, err := s.pipelineRuns(ctx, resetScript, len(runs), func(p int) *scriptRun { return runs[p] }, nil)
+	if err != nil {
+		return err
 	}
-	for _, name := range nodes {
-		if nd := s.node(name); nd.b.State() != gobreaker.StateClosed {
-			s.startProbe(nd) //nolint:contextcheck // the probe runs on the store's context, never a call's
-			return fmt.Errorf("%w: %s", ErrUnavailable, name)
-		}
-	}
-	errs := make([]error, len(runs))
-	tickets := make(map[string]ticket, len(runs))
-	for p, name := range nodes {
-		tk, ok := tickets[name]
-		if !ok {
-			var err error
-			tk, err = s.admit(name) //nolint:contextcheck // a probe that admit may start runs on the store's context, never a call's
-			if err != nil {
-				errs[p] = err
-			}
-			tickets[name] = tk
-		}
-		if tk.report == nil && errs[p] == nil {
-			errs[p] = fmt.Errorf("%w: %s", ErrUnavailable, name)
-		}
-	}
-	cmds := make([]*goredis.Cmd, len(runs))
-	send := make([]bool, len(runs))
-	for p := range send {
-		send[p] = errs[p] == nil
-	}
-	for _, eval := range []bool{false, true} {
-		_, _ = s.client.Pipelined(ctx, func(pipe goredis.Pipeliner) error {
-			for p, run := range runs {
-				switch {
-				case !send[p]:
-				case eval:
-					cmds[p] = resetScript.Eval(ctx, pipe, run.keys, run.args...)
-				default:
-					cmds[p] = resetScript.EvalSha(ctx, pipe, run.keys, run.args...)
-				}
-			}
-			return nil
-		})
-		again := false
-		for p := range runs {
-			send[p] = send[p] && !eval && goredis.HasErrorPrefix(cmds[p].Err(), "NOSCRIPT")
-			again = again || send[p]
-		}
-		if !again {
-			break
-		}
-	}
-	for p := range runs {
-		if errs[p] == nil {
-			errs[p] = cmds[p].Err()
-		}
-	}
-	reportTickets(tickets, nodes, errs) //nolint:contextcheck // a probe that done may start runs on the store's context, never a call's
 	return errors.Join(errs...)
 }

@@ -59,9 +59,8 @@ func shareKey(prefix, bucket string) string {
 // A shareRun is one script run: a bucket's key and its requests' script
 // arguments, in the call's order.
 type shareRun struct {
-	key  string
-	idx  []int // the requests' indices in the call
-	args []any // the channels' prefix, the bucket's name, then replica name and REQUEST per request
+	scriptRun       // keys: the bucket's key alone; args: the channels' prefix, the bucket's name, then replica name and REQUEST per request
+	idx       []int // the requests' indices in the call
 }
 
 // ExchangeShares implements backend.ShareStore.
@@ -113,7 +112,7 @@ func (s *Store) shareRuns(reqs []backend.ShareRequest) []*shareRun {
 		k := shareKey(s.prefix, r.Bucket)
 		run := byKey[k]
 		if run == nil {
-			run = &shareRun{key: k, args: []any{channels, r.Bucket}}
+			run = &shareRun{scriptRun: scriptRun{keys: []string{k}, args: []any{channels, r.Bucket}}}
 			byKey[k] = run
 			runs = append(runs, run)
 		}
@@ -149,14 +148,56 @@ func (s *Store) detachShares(ctx context.Context, runs []*shareRun, n int) ([]st
 	})
 }
 
-// runShares sends runs in one pipeline, each under its node's circuit
-// breaker, and returns the reply to each of the call's n requests, or
-// the first error. A call that finds a node's breaker open fails at once,
-// sending nothing: its other buckets keep the entries the replica holds.
+// runShares sends runs in one pipeline (see pipelineRuns), and returns
+// the reply to each of the call's n requests, or the first error. A call
+// that finds a node's breaker open fails at once, sending nothing: its
+// other buckets keep the entries the replica holds.
 func (s *Store) runShares(ctx context.Context, runs []*shareRun, n int) ([]string, error) {
-	nodes := make([]string, len(runs))
-	for p, run := range runs {
-		nodes[p] = s.nodeOf(ctx, run.key)
+	replies := make([]string, n)
+	errs, err := s.pipelineRuns(ctx, shareScript, len(runs), func(p int) *scriptRun { return &runs[p].scriptRun },
+		func(p int, cmd *goredis.Cmd) error {
+			run := runs[p]
+			got, err := cmd.StringSlice()
+			if err == nil && len(got) != len(run.idx) {
+				err = fmt.Errorf("script replied %d results for %d requests on %s", len(got), len(run.idx), run.keys[0])
+			}
+			if err != nil {
+				return err
+			}
+			for k, i := range run.idx {
+				replies[i] = got[k]
+			}
+			return nil
+		})
+	if err != nil {
+		return nil, err
+	}
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	return replies, nil
+}
+
+// A scriptRun is one run of a script in a pipeline: its keys, all of one
+// hash tag, and its arguments.
+type scriptRun struct {
+	keys []string
+	args []any
+}
+
+// pipelineRuns sends script's n runs (run(p) is run p) in one pipeline,
+// on Cluster one per node, each under its node's circuit breaker, with
+// EVALSHA, then again with EVAL those whose node lacked the script; read,
+// if not nil, reads the reply of each run that succeeded, and its error
+// is the run's. It returns each run's error, after reporting them to the
+// breakers; or, sending nothing, an error when a node's breaker is open.
+func (s *Store) pipelineRuns(ctx context.Context, script *goredis.Script, n int, run func(p int) *scriptRun,
+	read func(p int, cmd *goredis.Cmd) error) ([]error, error) {
+	nodes := make([]string, n)
+	for p := range n {
+		nodes[p] = s.nodeOf(ctx, run(p).keys[0])
 	}
 	for _, name := range nodes {
 		if nd := s.node(name); nd.b.State() != gobreaker.StateClosed {
@@ -164,8 +205,8 @@ func (s *Store) runShares(ctx context.Context, runs []*shareRun, n int) ([]strin
 			return nil, fmt.Errorf("%w: %s", ErrUnavailable, name)
 		}
 	}
-	errs := make([]error, len(runs))
-	tickets := make(map[string]ticket, len(runs))
+	errs := make([]error, n)
+	tickets := make(map[string]ticket, n)
 	for p, name := range nodes {
 		tk, ok := tickets[name]
 		if !ok {
@@ -180,57 +221,27 @@ func (s *Store) runShares(ctx context.Context, runs []*shareRun, n int) ([]strin
 			errs[p] = fmt.Errorf("%w: %s", ErrUnavailable, name)
 		}
 	}
-	cmds := s.pipelineShares(ctx, runs, errs)
-	replies := make([]string, n)
-	for p, run := range runs {
-		if errs[p] != nil {
-			continue
-		}
-		got, err := cmds[p].StringSlice()
-		if err == nil && len(got) != len(run.idx) {
-			err = fmt.Errorf("script replied %d results for %d requests on %s", len(got), len(run.idx), run.key)
-		}
-		if err != nil {
-			errs[p] = err
-			continue
-		}
-		for k, i := range run.idx {
-			replies[i] = got[k]
-		}
-	}
-	reportTickets(tickets, nodes, errs) //nolint:contextcheck // a probe that done may start runs on the store's context, never a call's
-	for _, err := range errs {
-		if err != nil {
-			return nil, err
-		}
-	}
-	return replies, nil
-}
-
-// pipelineShares sends the runs whose errs are nil in one pipeline with
-// EVALSHA, then those whose node lacked the script again with EVAL, and
-// returns their commands.
-func (s *Store) pipelineShares(ctx context.Context, runs []*shareRun, errs []error) []*goredis.Cmd {
-	cmds := make([]*goredis.Cmd, len(runs))
-	send := make([]bool, len(runs))
-	for p := range runs {
+	cmds := make([]*goredis.Cmd, n)
+	send := make([]bool, n)
+	for p := range send {
 		send[p] = errs[p] == nil
 	}
 	for _, eval := range []bool{false, true} {
 		_, _ = s.client.Pipelined(ctx, func(pipe goredis.Pipeliner) error {
-			for p, run := range runs {
+			for p := range n {
+				r := run(p)
 				switch {
 				case !send[p]:
 				case eval:
-					cmds[p] = shareScript.Eval(ctx, pipe, []string{run.key}, run.args...)
+					cmds[p] = script.Eval(ctx, pipe, r.keys, r.args...)
 				default:
-					cmds[p] = shareScript.EvalSha(ctx, pipe, []string{run.key}, run.args...)
+					cmds[p] = script.EvalSha(ctx, pipe, r.keys, r.args...)
 				}
 			}
 			return nil
 		})
 		again := false
-		for p := range runs {
+		for p := range n {
 			send[p] = send[p] && !eval && goredis.HasErrorPrefix(cmds[p].Err(), "NOSCRIPT")
 			again = again || send[p]
 		}
@@ -238,7 +249,16 @@ func (s *Store) pipelineShares(ctx context.Context, runs []*shareRun, errs []err
 			break
 		}
 	}
-	return cmds
+	for p := range n {
+		if errs[p] != nil {
+			continue
+		}
+		if errs[p] = cmds[p].Err(); errs[p] == nil && read != nil {
+			errs[p] = read(p, cmds[p])
+		}
+	}
+	reportTickets(tickets, nodes, errs) //nolint:contextcheck // a probe that done may start runs on the store's context, never a call's
+	return errs, nil
 }
 
 // WatchShares implements backend.ShareStore. share.lua publishes the name

@@ -711,9 +711,10 @@ local out = {} -- set by take: the packed results
 -- run (a function library keeps them).
 local reqs = {}
 
--- outcome returns r's result as decide reports it (Go's result in
--- decide.go): a give-back is never over and waits for nothing, even on a
--- ban; a failed renew waits only when its hits do not fit now.
+-- outcome returns r's result as decide reports it (rule 4 of Go's
+-- Decide; opResult in decide.go): a give-back is never over and waits
+-- for nothing, even on a ban; a failed renew waits only when its hits do
+-- not fit now.
 local function outcome(r, over)
   if r.op == P.OP_GIVE_BACK then
     local _, remaining, reset = result(r, false)
