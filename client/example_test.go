@@ -21,8 +21,9 @@ import (
 // ratelimitd starts a stand-in for ratelimitd in process, over bufconn:
 // it admits 3 hits per descriptor per hour, then refuses for 20 minutes,
 // and holds one slot per descriptor at once (Acquire). It returns a
-// connection to it and a function that stops it. (The module ratelimitd
-// runs these examples against the real server.)
+// connection to it and a function that stops it. (The client against
+// the real server is internal/clientintegration's, in the module
+// ratelimitd.)
 func ratelimitd() (*grpc.ClientConn, func()) {
 	f := &fakeRLS{limit: 3, retryAfter: durationpb.New(20 * time.Minute), slots: 1}
 	f.makeMaps()
